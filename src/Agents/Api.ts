@@ -1,0 +1,120 @@
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
+import { AgentId } from "../Domain/Ids.ts"
+import { BadRequest, NotFound } from "../Domain/Problems.ts"
+
+export const AgentStatus = Schema.Literals(["active", "inactive"])
+export type AgentStatus = typeof AgentStatus.Type
+
+// `local` is the built-in offline model; anything else is `provider/name`.
+export const ModelId = Schema.String.check(
+  Schema.isMaxLength(200),
+  Schema.isPattern(/^(local|(openai|anthropic)\/[^\s/][^\s]*)$/, {
+    message: "Expected `local`, `openai/<model>` or `anthropic/<model>`"
+  })
+)
+
+const Name = Schema.String.check(
+  Schema.isMinLength(1, { message: "Expected a non-empty name" }),
+  Schema.isMaxLength(200)
+)
+const Description = Schema.String.check(Schema.isMaxLength(2000))
+const Instructions = Schema.String.check(Schema.isMaxLength(32_000))
+
+export const Agent = Schema.Struct({
+  id: AgentId,
+  name: Schema.String,
+  description: Schema.String,
+  model: Schema.String,
+  instructions: Schema.String,
+  status: AgentStatus,
+  memoryEnabled: Schema.Boolean,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type Agent = typeof Agent.Type
+
+export const CreateAgent = Schema.Struct({
+  name: Name,
+  description: Schema.optionalKey(Description),
+  model: Schema.optionalKey(ModelId),
+  instructions: Schema.optionalKey(Instructions),
+  memoryEnabled: Schema.optionalKey(Schema.Boolean),
+  status: Schema.optionalKey(AgentStatus)
+})
+export type CreateAgent = typeof CreateAgent.Type
+
+export const UpdateAgent = Schema.Struct({
+  name: Schema.optionalKey(Name),
+  description: Schema.optionalKey(Description),
+  model: Schema.optionalKey(ModelId),
+  instructions: Schema.optionalKey(Instructions),
+  memoryEnabled: Schema.optionalKey(Schema.Boolean),
+  status: Schema.optionalKey(AgentStatus)
+})
+export type UpdateAgent = typeof UpdateAgent.Type
+
+export const defaultPageSize = 50
+export const maxPageSize = 200
+
+export const PageQuery = {
+  limit: Schema.optionalKey(
+    Schema.NumberFromString.pipe(
+      Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxPageSize })))
+    ).annotate({ description: `Page size, 1 to ${maxPageSize} (default ${defaultPageSize}).` })
+  ),
+  cursor: Schema.optionalKey(Schema.String.annotate({ description: "`nextCursor` of the previous page." }))
+}
+
+export const AgentList = Schema.Struct({
+  data: Schema.Array(Agent),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export class AgentsApi extends HttpApiGroup.make("agents")
+  .add(
+    HttpApiEndpoint.get("list", "/", {
+      query: PageQuery,
+      success: AgentList,
+      error: BadRequest
+    }),
+    HttpApiEndpoint.post("create", "/", {
+      payload: CreateAgent,
+      success: Agent.pipe(HttpApiSchema.status(201))
+    }),
+    HttpApiEndpoint.get("get", "/:id", {
+      params: { id: AgentId },
+      success: Agent,
+      error: NotFound
+    }),
+    HttpApiEndpoint.put("update", "/:id", {
+      params: { id: AgentId },
+      payload: UpdateAgent,
+      success: Agent,
+      error: NotFound
+    }),
+    HttpApiEndpoint.delete("remove", "/:id", {
+      params: { id: AgentId },
+      success: HttpApiSchema.NoContent,
+      error: NotFound
+    })
+  )
+  .middleware(SessionAuth)
+  .prefix("/api/agents")
+  .annotateMerge(OpenApi.annotations({ title: "Agents (management)" }))
+{}
+
+export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
+  .add(
+    HttpApiEndpoint.get("list", "/", {
+      query: PageQuery,
+      success: AgentList,
+      error: BadRequest
+    }).annotate(RequiredScope, "read")
+  )
+  .middleware(ApiKeyAuth)
+  .prefix("/api/v1/agents")
+  .annotateMerge(OpenApi.annotations({ title: "Agents (API key)" }))
+{}

@@ -1,0 +1,144 @@
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
+import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
+import { Agent, type AgentStatus, type UpdateAgent } from "./Api.ts"
+
+const columns = "id, name, description, model, instructions, status, memory_enabled, created_at, updated_at"
+
+/** All SQL of agents; every statement is scoped by tenant. */
+export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/AgentsRepo", {
+  make: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const cols = sql.literal(columns)
+
+    const page = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        activeOnly: Schema.Boolean,
+        after: Schema.NullOr(Schema.String),
+        limit: Schema.Int
+      }),
+      Result: Agent,
+      execute: (request) =>
+        sql`SELECT ${cols} FROM agents WHERE ${
+          sql.and([
+            sql`tenant_id = ${request.tenantId}`,
+            ...(request.activeOnly ? [sql`status = 'active'`] : []),
+            ...(request.after === null ? [] : [sql`id > ${request.after}`])
+          ])
+        } ORDER BY id LIMIT ${request.limit}`
+    })
+
+    const count = (tenantId: TenantId, activeOnly: boolean) =>
+      sql<{ total: number }>`SELECT count(*)::int AS total FROM agents WHERE ${
+        sql.and([sql`tenant_id = ${tenantId}`, ...(activeOnly ? [sql`status = 'active'`] : [])])
+      }`.pipe(Effect.map((rows) => rows[0]?.total ?? 0))
+
+    const list = Effect.fn("AgentsRepo.list")(function*(tenantId: TenantId, options: {
+      readonly activeOnly: boolean
+      readonly after: string | null
+      readonly limit: number
+    }) {
+      // One extra row tells whether another page follows.
+      const [rows, total] = yield* Effect.all([
+        page({ tenantId, activeOnly: options.activeOnly, after: options.after, limit: options.limit + 1 }),
+        count(tenantId, options.activeOnly)
+      ], { concurrency: 2 })
+      const hasMore = rows.length > options.limit
+      const data = hasMore ? rows.slice(0, options.limit) : rows
+      return { data, total, lastId: hasMore ? data[data.length - 1]!.id : null }
+    }, Effect.orDie)
+
+    const insert = SqlSchema.findOne({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        name: Schema.String,
+        description: Schema.String,
+        model: Schema.String,
+        instructions: Schema.String,
+        status: Schema.String,
+        memoryEnabled: Schema.Boolean
+      }),
+      Result: Agent,
+      execute: (input) =>
+        sql`INSERT INTO agents (id, tenant_id, name, description, model, instructions, status, memory_enabled)
+            VALUES (${newId()}, ${input.tenantId}, ${input.name}, ${input.description}, ${input.model},
+                    ${input.instructions}, ${input.status}, ${input.memoryEnabled})
+            RETURNING ${cols}`
+    })
+
+    const findById = SqlSchema.findOneOption({
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Result: Agent,
+      execute: ({ id, tenantId }) => sql`SELECT ${cols} FROM agents WHERE tenant_id = ${tenantId} AND id = ${id}`
+    })
+
+    const update = SqlSchema.findOneOption({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        id: Schema.String,
+        name: Schema.NullOr(Schema.String),
+        description: Schema.NullOr(Schema.String),
+        model: Schema.NullOr(Schema.String),
+        instructions: Schema.NullOr(Schema.String),
+        status: Schema.NullOr(Schema.String),
+        memoryEnabled: Schema.NullOr(Schema.Boolean)
+      }),
+      Result: Agent,
+      // No writable field is nullable, so NULL means "leave as it is".
+      execute: (input) =>
+        sql`UPDATE agents SET
+              name = COALESCE(${input.name}, name),
+              description = COALESCE(${input.description}, description),
+              model = COALESCE(${input.model}, model),
+              instructions = COALESCE(${input.instructions}, instructions),
+              status = COALESCE(${input.status}, status),
+              memory_enabled = COALESCE(${input.memoryEnabled}, memory_enabled),
+              updated_at = now()
+            WHERE tenant_id = ${input.tenantId} AND id = ${input.id}
+            RETURNING ${cols}`
+    })
+
+    const remove = (tenantId: TenantId, id: AgentId) =>
+      sql`DELETE FROM agents WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
+        Effect.map((rows) => rows.length > 0)
+      )
+
+    return {
+      list,
+      insert: (tenantId: TenantId, input: {
+        readonly name: string
+        readonly description: string
+        readonly model: string
+        readonly instructions: string
+        readonly status: AgentStatus
+        readonly memoryEnabled: boolean
+      }) => insert({ tenantId, ...input }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.insert")),
+      // Ids that cannot exist are not looked up: they are simply not found.
+      findById: (tenantId: TenantId, id: AgentId) =>
+        isId(id)
+          ? findById({ tenantId, id }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.findById"))
+          : Effect.succeed(Option.none()),
+      update: (tenantId: TenantId, id: AgentId, input: UpdateAgent) =>
+        isId(id)
+          ? update({
+            tenantId,
+            id,
+            name: input.name ?? null,
+            description: input.description ?? null,
+            model: input.model ?? null,
+            instructions: input.instructions ?? null,
+            status: input.status ?? null,
+            memoryEnabled: input.memoryEnabled ?? null
+          }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.update"))
+          : Effect.succeed(Option.none()),
+      remove: (tenantId: TenantId, id: AgentId) =>
+        isId(id)
+          ? remove(tenantId, id).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.remove"))
+          : Effect.succeed(false)
+    } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}
+

@@ -1,0 +1,19 @@
+import { HttpApi, HttpApiMiddleware, OpenApi } from "effect/http-api"
+import { AgentsApi, AgentsV1Api } from "./Agents/Api.ts"
+import { AuthApi, KeysApi } from "./Auth/Api.ts"
+import { HealthApi } from "./Health/Api.ts"
+
+/** The whole HTTP API: one declaration gives validation, the OpenAPI document and a typed client. */
+export class Api extends HttpApi.make("agent-host")
+  .add(HealthApi)
+  .add(AuthApi)
+  .add(KeysApi)
+  .add(AgentsApi)
+  .add(AgentsV1Api)
+  .middleware(HttpApiMiddleware.ProblemDetails)
+  .annotateMerge(OpenApi.annotations({
+    title: "Agent Host API",
+    version: "0.1.0",
+    description: "Multi-tenant AI agents, orchestrations, teams and knowledge bases."
+  }))
+{}

@@ -1,0 +1,85 @@
+import { Context, DateTime, Duration, Effect, Layer, Option } from "effect"
+import { AppConfig } from "../Config.ts"
+import { newId, SessionId, type UserId } from "../Domain/Ids.ts"
+import { Conflict, Unauthorized } from "../Domain/Problems.ts"
+import type { Principal } from "./Api.ts"
+import { AuthRepo } from "./Repo.ts"
+import { hashPassword, hashSecret, newSecret, verifyPassword } from "./Secrets.ts"
+
+const invalidCredentials = new Unauthorized({ detail: "Invalid e-mail or password" })
+
+/** Accounts (a tenant and its owner) and the sessions of their users. */
+export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts", {
+  make: Effect.gen(function*() {
+    const repo = yield* AuthRepo
+    const config = yield* AppConfig
+    // Unknown e-mails are checked against this hash, so they cost the same time as a wrong password.
+    const decoyHash = yield* Effect.cached(hashPassword(newSecret("st_")))
+
+    const register = Effect.fn("Accounts.register")(function*(input: {
+      readonly email: string
+      readonly password: string
+      readonly name?: string | undefined
+    }) {
+      const passwordHash = yield* hashPassword(input.password)
+      return yield* repo.createAccount({
+        email: input.email.trim(),
+        name: input.name ?? null,
+        passwordHash,
+        tenantName: input.name ?? input.email.trim()
+      }).pipe(
+        Effect.catchTag("EmailTaken", () =>
+          Effect.fail(new Conflict({ detail: "An account with this e-mail already exists" })))
+      )
+    })
+
+    const login = Effect.fn("Accounts.login")(function*(input: { readonly email: string; readonly password: string }) {
+      const user = yield* repo.findUserByEmail(input.email.trim())
+      const storedHash = Option.isSome(user) ? user.value.passwordHash : yield* decoyHash
+      const matches = yield* verifyPassword(input.password, storedHash)
+      if (Option.isNone(user) || !matches) return yield* invalidCredentials
+      const token = newSecret("st_")
+      const now = yield* DateTime.now
+      const expiresAt = DateTime.toDateUtc(DateTime.addDuration(now, config.sessionTtl))
+      yield* repo.insertSession({
+        id: SessionId.make(newId()),
+        tenantId: user.value.tenantId,
+        userId: user.value.id,
+        tokenHash: hashSecret(token),
+        expiresAt
+      })
+      return {
+        token,
+        expiresAt,
+        user: { id: user.value.id, email: user.value.email, name: user.value.name }
+      }
+    })
+
+    /** The session a token belongs to, if it is live. */
+    const authenticate = Effect.fn("Accounts.authenticate")(function*(token: string) {
+      if (!token.startsWith("st_")) return Option.none<Principal>()
+      const session = yield* repo.findLiveSession(hashSecret(token))
+      return Option.map(session, (row): Principal => ({
+        _tag: "Session",
+        tenantId: row.tenantId,
+        userId: row.userId,
+        sessionId: row.id
+      }))
+    })
+
+    const logout = (sessionId: SessionId) => repo.revokeSession(sessionId)
+
+    const account = Effect.fn("Accounts.account")(function*(userId: UserId) {
+      const row = yield* repo.findAccount(userId)
+      return {
+        user: { id: row.id, email: row.email, name: row.name },
+        tenant: { id: row.tenantId, name: row.tenantName, plan: row.plan }
+      }
+    })
+
+    return { register, login, authenticate, logout, account } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(AuthRepo.layer))
+  static readonly sessionCookieMaxAge = (ttl: Duration.Duration) => Duration.toSeconds(ttl)
+}

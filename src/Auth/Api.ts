@@ -1,0 +1,186 @@
+import { Context, Schema } from "effect"
+import {
+  HttpApiEndpoint,
+  HttpApiGroup,
+  HttpApiMiddleware,
+  HttpApiSchema,
+  HttpApiSecurity,
+  OpenApi
+} from "effect/http-api"
+import { ApiKeyId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
+import { Conflict, Forbidden, NotFound, Unauthorized } from "../Domain/Problems.ts"
+
+// ---------------------------------------------------------------------------
+// Who is calling
+// ---------------------------------------------------------------------------
+
+export const Scope = Schema.Literals(["read", "chat", "execute", "teams"])
+export type Scope = typeof Scope.Type
+export const allScopes: ReadonlyArray<Scope> = Scope.literals
+
+export type Principal =
+  | {
+    readonly _tag: "Session"
+    readonly tenantId: TenantId
+    readonly userId: UserId
+    readonly sessionId: SessionId
+  }
+  | {
+    readonly _tag: "ApiKey"
+    readonly tenantId: TenantId
+    readonly keyId: ApiKeyId
+    readonly scopes: ReadonlyArray<Scope>
+  }
+
+/** The authenticated caller, provided by the auth middlewares; the only source of the tenant. */
+export class CurrentPrincipal extends Context.Service<CurrentPrincipal, Principal>()("agent-host/CurrentPrincipal") {}
+
+/** The scope an API-key endpoint needs; endpoints are annotated with it. */
+export const RequiredScope = Context.Reference<Scope>("agent-host/RequiredScope", {
+  defaultValue: () => "read"
+})
+
+export const sessionCookieName = "session"
+export const sessionCookie = HttpApiSecurity.apiKey({ key: sessionCookieName, in: "cookie" })
+
+/** Management routes: the session cookie, or `Authorization: Bearer <session token>`. */
+export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
+  provides: CurrentPrincipal
+}>()("agent-host/SessionAuth", {
+  security: {
+    sessionCookie,
+    sessionToken: HttpApiSecurity.bearer
+  },
+  error: Unauthorized
+}) {}
+
+/** /api/v1: `Authorization: Bearer <API key>`. */
+export class ApiKeyAuth extends HttpApiMiddleware.Service<ApiKeyAuth, {
+  provides: CurrentPrincipal
+}>()("agent-host/ApiKeyAuth", {
+  security: {
+    apiKeyBearer: HttpApiSecurity.bearer.pipe(
+      HttpApiSecurity.annotate(OpenApi.Description, "An API key (`ak_...`) as a bearer token.")
+    )
+  },
+  error: [Unauthorized, Forbidden]
+}) {}
+
+// ---------------------------------------------------------------------------
+// Accounts and sessions
+// ---------------------------------------------------------------------------
+
+export const Email = Schema.String.check(
+  Schema.isMaxLength(254),
+  Schema.isPattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: "Expected an e-mail address" })
+)
+
+export const Password = Schema.String.check(
+  Schema.isMinLength(8, { message: "Expected a password of at least 8 characters" }),
+  Schema.isMaxLength(1024)
+)
+
+export const Plan = Schema.Literals(["free", "pro", "business"])
+export type Plan = typeof Plan.Type
+
+export const User = Schema.Struct({
+  id: UserId,
+  email: Schema.String,
+  name: Schema.NullOr(Schema.String)
+})
+export type User = typeof User.Type
+
+export const Tenant = Schema.Struct({
+  id: TenantId,
+  name: Schema.String,
+  plan: Plan
+})
+export type Tenant = typeof Tenant.Type
+
+export const RegisterRequest = Schema.Struct({
+  email: Email,
+  password: Password,
+  name: Schema.optionalKey(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200)))
+})
+
+export const Account = Schema.Struct({ user: User, tenant: Tenant })
+
+export const LoginRequest = Schema.Struct({
+  email: Schema.String.check(Schema.isMaxLength(254)),
+  password: Schema.String.check(Schema.isMaxLength(1024))
+})
+
+export const LoginResponse = Schema.Struct({
+  token: Schema.String,
+  expiresAt: Schema.Date,
+  user: User
+})
+
+export class AuthApi extends HttpApiGroup.make("auth")
+  .add(
+    HttpApiEndpoint.post("register", "/register", {
+      payload: RegisterRequest,
+      success: Account.pipe(HttpApiSchema.status(201)),
+      error: Conflict
+    }),
+    HttpApiEndpoint.post("login", "/login", {
+      payload: LoginRequest,
+      success: LoginResponse,
+      error: Unauthorized
+    }),
+    HttpApiEndpoint.post("logout", "/logout", {
+      success: HttpApiSchema.NoContent
+    }).middleware(SessionAuth),
+    HttpApiEndpoint.get("me", "/me", {
+      success: Account
+    }).middleware(SessionAuth)
+  )
+  .prefix("/api/auth")
+  .annotateMerge(OpenApi.annotations({ title: "Accounts and sessions" }))
+{}
+
+// ---------------------------------------------------------------------------
+// API keys
+// ---------------------------------------------------------------------------
+
+export const ApiKey = Schema.Struct({
+  id: ApiKeyId,
+  name: Schema.String,
+  prefix: Schema.String,
+  scopes: Schema.Array(Scope),
+  createdAt: Schema.Date
+})
+export type ApiKey = typeof ApiKey.Type
+
+export const CreatedApiKey = Schema.Struct({
+  ...ApiKey.fields,
+  key: Schema.String.annotate({ description: "The plaintext key. Shown only in this response." })
+})
+
+export const CreateApiKeyRequest = Schema.Struct({
+  name: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200)),
+  scopes: Schema.optionalKey(
+    Schema.Array(Scope).check(Schema.isMinLength(1, { message: "Expected at least one scope; omit scopes for all" }))
+  )
+})
+
+export class KeysApi extends HttpApiGroup.make("keys")
+  .add(
+    HttpApiEndpoint.post("create", "/", {
+      payload: CreateApiKeyRequest,
+      success: CreatedApiKey.pipe(HttpApiSchema.status(201))
+    }),
+    HttpApiEndpoint.get("list", "/", {
+      success: Schema.Struct({ data: Schema.Array(ApiKey), total: Schema.Int })
+    }),
+    HttpApiEndpoint.delete("revoke", "/:id", {
+      params: { id: ApiKeyId },
+      success: HttpApiSchema.NoContent,
+      error: NotFound
+    })
+  )
+  .middleware(SessionAuth)
+  .prefix("/api/keys")
+  .annotateMerge(OpenApi.annotations({ title: "API keys" }))
+{}
+

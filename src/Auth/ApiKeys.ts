@@ -1,0 +1,80 @@
+import { Cache, Context, Duration, Effect, Exit, Layer, Option } from "effect"
+import { AppConfig } from "../Config.ts"
+import type { ApiKeyId, TenantId } from "../Domain/Ids.ts"
+import { NotFound } from "../Domain/Problems.ts"
+import type { Principal, Scope } from "./Api.ts"
+import { AuthRepo, toApiKey } from "./Repo.ts"
+import { constantTimeEqual, hashSecret, newSecret } from "./Secrets.ts"
+
+// `ak_` + 43 base64url characters (256 bits). Anything else cannot be a key,
+// so it is refused without touching the cache or the database.
+const keyPattern = /^ak_[A-Za-z0-9_-]{43}$/
+
+interface VerifiedKey {
+  readonly keyHash: string
+  readonly principal: Principal & { readonly _tag: "ApiKey" }
+}
+
+/** The dashboard's API keys: created once in plaintext, stored as hashes, verified from a short cache. */
+export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
+  make: Effect.gen(function*() {
+    const repo = yield* AuthRepo
+    const config = yield* AppConfig
+
+    // Verified keys are trusted for apiKeyCacheTtl; revocation drops the entry
+    // at once. Unknown keys are remembered briefly so a flood of bad keys does
+    // not reach the database; a new key can never be among them.
+    const verified = yield* Cache.makeWith(
+      (keyHash: string) =>
+        repo.findApiKeyByHash(keyHash).pipe(
+          Effect.map(Option.filter((row) => row.revokedAt === null)),
+          Effect.map(Option.map((row): VerifiedKey => ({
+            keyHash: row.keyHash,
+            principal: { _tag: "ApiKey", tenantId: row.tenantId, keyId: row.id, scopes: toApiKey(row).scopes }
+          })))
+        ),
+      {
+        capacity: 10_000,
+        timeToLive: (exit) =>
+          Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.apiKeyCacheTtl : Duration.seconds(5)
+      }
+    )
+
+    const authenticate = Effect.fn("ApiKeys.authenticate")(function*(key: string) {
+      if (!keyPattern.test(key)) return Option.none<VerifiedKey["principal"]>()
+      const keyHash = hashSecret(key)
+      const found = yield* Cache.get(verified, keyHash)
+      return Option.flatMap(found, (entry) =>
+        constantTimeEqual(entry.keyHash, keyHash) ? Option.some(entry.principal) : Option.none())
+    })
+
+    const create = Effect.fn("ApiKeys.create")(function*(tenantId: TenantId, input: {
+      readonly name: string
+      readonly scopes?: ReadonlyArray<Scope> | undefined
+    }) {
+      const key = newSecret("ak_")
+      const prefix = key.slice(0, 11)
+      const scopes = input.scopes === undefined ? null : [...new Set(input.scopes)]
+      const row = yield* repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash: hashSecret(key), scopes })
+      return {
+        ...toApiKey({ ...row, tenantId, name: input.name, prefix, keyHash: "", scopes, revokedAt: null }),
+        key
+      }
+    })
+
+    const list = Effect.fn("ApiKeys.list")(function*(tenantId: TenantId) {
+      const rows = yield* repo.listApiKeys(tenantId)
+      return { data: rows.map(toApiKey), total: rows.length }
+    })
+
+    const revoke = Effect.fn("ApiKeys.revoke")(function*(tenantId: TenantId, id: ApiKeyId) {
+      const keyHash = yield* repo.revokeApiKey(tenantId, id)
+      if (Option.isNone(keyHash)) return yield* new NotFound({ detail: `No API key ${id}` })
+      yield* Cache.invalidate(verified, keyHash.value)
+    })
+
+    return { authenticate, create, list, revoke } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(AuthRepo.layer))
+}

@@ -1,0 +1,71 @@
+import { Context, Effect, Layer, Option, Redacted } from "effect"
+import type { HttpApiEndpoint } from "effect/http-api"
+import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
+import { Accounts } from "./Accounts.ts"
+import { ApiKeyAuth, CurrentPrincipal, RequiredScope, SessionAuth } from "./Api.ts"
+import { ApiKeys } from "./ApiKeys.ts"
+
+const missingSession = new Unauthorized({ detail: "Missing session: log in, then send the session cookie or a bearer token" })
+const invalidSession = new Unauthorized({ detail: "Invalid or expired session" })
+const missingKey = new Unauthorized({ detail: "Missing API key" })
+const invalidKey = new Unauthorized({ detail: "Invalid or revoked API key" })
+
+export const SessionAuthLayer = Layer.effect(
+  SessionAuth,
+  Effect.gen(function*() {
+    const accounts = yield* Accounts
+    const check = <A, E, R>(httpEffect: Effect.Effect<A, E, R>, credential: Redacted.Redacted) =>
+      Effect.gen(function*() {
+        const token = Redacted.value(credential)
+        if (token === "") return yield* missingSession
+        const principal = yield* accounts.authenticate(token)
+        if (Option.isNone(principal)) return yield* invalidSession
+        return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
+      })
+    return SessionAuth.of({
+      sessionCookie: (httpEffect, { credential }) => check(httpEffect, credential),
+      sessionToken: (httpEffect, { credential }) => check(httpEffect, credential)
+    })
+  })
+).pipe(Layer.provide(Accounts.layer))
+
+// The API-key check, kept apart from its credential so that the X-API-Key
+// routes of /api/public can share it.
+const makeApiKeyCheck = Effect.gen(function*() {
+  const keys = yield* ApiKeys
+  return <A, E, R>(
+    httpEffect: Effect.Effect<A, E, R>,
+    credential: Redacted.Redacted,
+    endpoint: HttpApiEndpoint.Top
+  ) =>
+    Effect.gen(function*() {
+      const key = Redacted.value(credential)
+      if (key === "") return yield* missingKey
+      const principal = yield* keys.authenticate(key)
+      if (Option.isNone(principal)) return yield* invalidKey
+      const required = Context.get(endpoint.annotations, RequiredScope)
+      if (!principal.value.scopes.includes(required)) {
+        return yield* new Forbidden({ detail: `This API key lacks the "${required}" scope`, requiredScope: required })
+      }
+      return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
+    })
+})
+
+export const ApiKeyAuthLayer = Layer.effect(
+  ApiKeyAuth,
+  Effect.map(makeApiKeyCheck, (check) =>
+    ApiKeyAuth.of({
+      apiKeyBearer: (httpEffect, { credential, endpoint }) => check(httpEffect, credential, endpoint)
+    }))
+)
+
+/** The auth middlewares. */
+export const layer = Layer.mergeAll(SessionAuthLayer, ApiKeyAuthLayer).pipe(
+  Layer.provide(ApiKeys.layer)
+)
+
+/** The session behind a session-authenticated route. */
+export const currentSession = Effect.flatMap(CurrentPrincipal, (principal) =>
+  principal._tag === "Session"
+    ? Effect.succeed(principal)
+    : Effect.die(new Error("A session route ran without a session principal")))

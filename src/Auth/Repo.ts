@@ -1,0 +1,184 @@
+import { Context, Data, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
+import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
+import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
+
+const UserRow = Schema.Struct({
+  id: UserId,
+  tenantId: TenantId,
+  email: Schema.String,
+  name: Schema.NullOr(Schema.String),
+  passwordHash: Schema.String
+})
+export type UserRow = typeof UserRow.Type
+
+const TenantRow = Schema.Struct({ id: TenantId, name: Schema.String, plan: Plan })
+export type TenantRow = typeof TenantRow.Type
+
+const SessionRow = Schema.Struct({
+  id: SessionId,
+  tenantId: TenantId,
+  userId: UserId,
+  expiresAt: Schema.Date
+})
+export type SessionRow = typeof SessionRow.Type
+
+const ApiKeyRow = Schema.Struct({
+  id: ApiKeyId,
+  tenantId: TenantId,
+  name: Schema.String,
+  prefix: Schema.String,
+  keyHash: Schema.String,
+  scopes: Schema.NullOr(Schema.Array(Scope)),
+  createdAt: Schema.Date,
+  revokedAt: Schema.NullOr(Schema.Date)
+})
+export type ApiKeyRow = typeof ApiKeyRow.Type
+
+/** An e-mail that is already registered. */
+export class EmailTaken extends Data.TaggedError("EmailTaken")<{}> {}
+
+
+/** All SQL of accounts, sessions and API keys. Every tenant-owned read and write takes the tenant. */
+export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo", {
+  make: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const createAccount = Effect.fn("AuthRepo.createAccount")(function*(input: {
+      readonly email: string
+      readonly name: string | null
+      readonly passwordHash: string
+      readonly tenantName: string
+    }) {
+      const tenantId = TenantId.make(newId())
+      const userId = UserId.make(newId())
+      const [tenant] = yield* sql<{ plan: Plan; name: string }>`
+        INSERT INTO tenants (id, name) VALUES (${tenantId}, ${input.tenantName}) RETURNING name, plan`
+      yield* sql`
+        INSERT INTO users (id, tenant_id, email, name, password_hash, role)
+        VALUES (${userId}, ${tenantId}, ${input.email}, ${input.name}, ${input.passwordHash}, 'owner')`
+      return {
+        user: { id: userId, email: input.email, name: input.name },
+        tenant: { id: tenantId, name: tenant!.name, plan: tenant!.plan }
+      }
+    },
+      sql.withTransaction,
+      Effect.catch((error) =>
+        error.reason._tag === "UniqueViolation" ? Effect.fail(new EmailTaken()) : Effect.die(error)
+      )
+    )
+
+    const findUserByEmail = SqlSchema.findOneOption({
+      Request: Schema.String,
+      Result: UserRow,
+      execute: (email) =>
+        sql`SELECT id, tenant_id, email, name, password_hash FROM users WHERE lower(email) = lower(${email})`
+    })
+
+    const findAccount = SqlSchema.findOne({
+      Request: UserId,
+      Result: Schema.Struct({
+        id: UserId,
+        email: Schema.String,
+        name: Schema.NullOr(Schema.String),
+        tenantId: TenantId,
+        tenantName: Schema.String,
+        plan: Plan
+      }),
+      execute: (userId) =>
+        sql`SELECT u.id, u.email, u.name, t.id AS tenant_id, t.name AS tenant_name, t.plan
+            FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE u.id = ${userId}`
+    })
+
+    const insertSession = (input: SessionRow & { readonly tokenHash: string }) =>
+      sql`INSERT INTO sessions (id, tenant_id, user_id, token_hash, expires_at)
+          VALUES (${input.id}, ${input.tenantId}, ${input.userId}, ${input.tokenHash}, ${input.expiresAt})`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Effect.withSpan("AuthRepo.insertSession")
+      )
+
+    const findLiveSession = SqlSchema.findOneOption({
+      Request: Schema.String,
+      Result: SessionRow,
+      execute: (tokenHash) =>
+        sql`SELECT id, tenant_id, user_id, expires_at FROM sessions
+            WHERE token_hash = ${tokenHash} AND revoked_at IS NULL AND expires_at > now()`
+    })
+
+    const revokeSession = (id: SessionId) =>
+      sql`UPDATE sessions SET revoked_at = now() WHERE id = ${id} AND revoked_at IS NULL`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Effect.withSpan("AuthRepo.revokeSession")
+      )
+
+    const insertApiKey = (input: {
+      readonly tenantId: TenantId
+      readonly name: string
+      readonly prefix: string
+      readonly keyHash: string
+      readonly scopes: ReadonlyArray<Scope> | null
+    }) =>
+      sql<{ id: string; createdAt: Date }>`
+        INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes)
+        VALUES (${newId()}, ${input.tenantId}, ${input.name}, ${input.prefix}, ${input.keyHash},
+                ${input.scopes === null ? null : [...input.scopes]})
+        RETURNING id, created_at`.pipe(
+        Effect.map(([row]) => ({ id: ApiKeyId.make(row!.id), createdAt: row!.createdAt })),
+        Effect.orDie,
+        Effect.withSpan("AuthRepo.insertApiKey")
+      )
+
+    const listApiKeys = SqlSchema.findAll({
+      Request: TenantId,
+      Result: ApiKeyRow,
+      execute: (tenantId) =>
+        sql`SELECT id, tenant_id, name, prefix, key_hash, scopes, created_at, revoked_at FROM api_keys
+            WHERE tenant_id = ${tenantId} AND revoked_at IS NULL ORDER BY id`
+    })
+
+    /** Revokes and returns the hash, so the caller can drop it from caches. */
+    const revokeApiKey = (tenantId: TenantId, id: ApiKeyId) =>
+      sql<{ keyHash: string }>`
+        UPDATE api_keys SET revoked_at = now()
+        WHERE tenant_id = ${tenantId} AND id = ${id} AND revoked_at IS NULL
+        RETURNING key_hash`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0]?.keyHash)),
+        Effect.orDie,
+        Effect.withSpan("AuthRepo.revokeApiKey")
+      )
+
+    const findApiKeyByHash = SqlSchema.findOneOption({
+      Request: Schema.String,
+      Result: ApiKeyRow,
+      execute: (keyHash) =>
+        sql`SELECT id, tenant_id, name, prefix, key_hash, scopes, created_at, revoked_at FROM api_keys
+            WHERE key_hash = ${keyHash}`
+    })
+
+    return {
+      createAccount,
+      findUserByEmail: (email: string) => findUserByEmail(email).pipe(Effect.orDie),
+      findAccount: (userId: UserId) => findAccount(userId).pipe(Effect.orDie),
+      insertSession,
+      findLiveSession: (tokenHash: string) => findLiveSession(tokenHash).pipe(Effect.orDie),
+      revokeSession,
+      insertApiKey,
+      listApiKeys: (tenantId: TenantId) => listApiKeys(tenantId).pipe(Effect.orDie),
+      revokeApiKey,
+      findApiKeyByHash: (keyHash: string) => findApiKeyByHash(keyHash).pipe(Effect.orDie)
+    } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}
+
+export const toApiKey = (row: ApiKeyRow): ApiKey => ({
+  id: row.id,
+  name: row.name,
+  prefix: row.prefix,
+  // No stored list means every scope.
+  scopes: row.scopes ?? allScopes,
+  createdAt: row.createdAt
+})

@@ -1,0 +1,63 @@
+import { Config, Context, Duration, Effect, Layer, Option, Redacted } from "effect"
+import * as NodePath from "node:path"
+
+/**
+ * Every setting the service reads, in one place. Defaults make `npm start`
+ * work offline with nothing installed; the README's configuration table lists
+ * each variable.
+ */
+export interface AppSettings {
+  /** HTTP port of the API. */
+  readonly port: number
+  /** Address the HTTP server binds to. */
+  readonly host: string
+  /** External PostgreSQL; when absent an embedded server is started. */
+  readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
+  /** Directory for the embedded PostgreSQL's files. */
+  readonly embeddedPostgresDataDir: string
+  readonly embeddedPostgresPort: number
+  /** OS user the embedded PostgreSQL runs as when the service runs as root. */
+  readonly embeddedPostgresUser: string
+  readonly databasePoolSize: number
+  /** Largest request body accepted, in bytes. */
+  readonly maxBodyBytes: number
+  readonly sessionTtl: Duration.Duration
+  /** Adds `Secure` to the session cookie (set it behind HTTPS). */
+  readonly cookieSecure: boolean
+  /** How long a verified API key is trusted before it is checked again. */
+  readonly apiKeyCacheTtl: Duration.Duration
+  /** Model given to agents created without one. */
+  readonly defaultModel: string
+  /** Grace period for in-flight requests on SIGTERM. */
+  readonly shutdownGrace: Duration.Duration
+}
+
+export const settingsConfig: Config.Config<AppSettings> = Config.all({
+  port: Config.Port("PORT").pipe(Config.withDefault(3000)),
+  host: Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
+  databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
+  embeddedPostgresDataDir: Config.String("EMBEDDED_POSTGRES_DATA_DIR").pipe(
+    Config.withDefault(NodePath.join(process.cwd(), ".data", "postgres"))
+  ),
+  embeddedPostgresPort: Config.Port("EMBEDDED_POSTGRES_PORT").pipe(Config.withDefault(54329)),
+  embeddedPostgresUser: Config.String("EMBEDDED_POSTGRES_USER").pipe(Config.withDefault("postgres")),
+  databasePoolSize: Config.Int("DATABASE_POOL_SIZE").pipe(Config.withDefault(10)),
+  maxBodyBytes: Config.Int("MAX_BODY_BYTES").pipe(Config.withDefault(1024 * 1024)),
+  sessionTtl: Config.Duration("SESSION_TTL").pipe(Config.withDefault(Duration.days(7))),
+  cookieSecure: Config.Boolean("COOKIE_SECURE").pipe(Config.withDefault(false)),
+  apiKeyCacheTtl: Config.Duration("API_KEY_CACHE_TTL").pipe(Config.withDefault(Duration.seconds(60))),
+  defaultModel: Config.String("DEFAULT_MODEL").pipe(Config.withDefault("local")),
+  shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20)))
+})
+
+export class AppConfig extends Context.Service<AppConfig, AppSettings>()("agent-host/AppConfig") {
+  /** Reads the environment once, at start. */
+  static readonly layer = Layer.effect(AppConfig, Effect.map(settingsConfig, AppConfig.of))
+
+  /** For tests and embedding: explicit settings over the defaults. */
+  static readonly layerWith = (overrides: Partial<AppSettings>) =>
+    Layer.effect(
+      AppConfig,
+      Effect.map(settingsConfig, (settings) => AppConfig.of({ ...settings, ...overrides }))
+    )
+}

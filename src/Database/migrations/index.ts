@@ -1,0 +1,7 @@
+import { Migrator } from "effect/sql"
+import foundation from "./0001_foundation.ts"
+
+/** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
+export const migrations = Migrator.fromRecord({
+  "0001_foundation": foundation
+})

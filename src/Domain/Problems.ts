@@ -1,0 +1,50 @@
+import { Schema } from "effect"
+import { HttpApiError } from "effect/http-api"
+
+// Every error a client can receive is one of these RFC 9457 problems (or one
+// of effect's built-in BadRequestProblem / InternalServerErrorProblem). The
+// `type` tells problems with the same status apart.
+const problemType = (slug: string) => `urn:agent-host:problem:${slug}` as const
+
+export class NotFound extends HttpApiError.Problem<NotFound>()("NotFound", {
+  type: problemType("not-found"),
+  status: 404,
+  title: "Not Found"
+}) {}
+
+export class Unauthorized extends HttpApiError.Problem<Unauthorized>()("Unauthorized", {
+  type: problemType("unauthorized"),
+  status: 401,
+  title: "Unauthorized"
+}) {}
+
+export class Forbidden extends HttpApiError.Problem<Forbidden>()("Forbidden", {
+  type: problemType("forbidden"),
+  status: 403,
+  title: "Forbidden"
+}, {
+  requiredScope: Schema.optionalKey(Schema.String)
+}) {}
+
+export class Conflict extends HttpApiError.Problem<Conflict>()("Conflict", {
+  type: problemType("conflict"),
+  status: 409,
+  title: "Conflict"
+}) {}
+
+export class ServiceUnavailable extends HttpApiError.Problem<ServiceUnavailable>()("ServiceUnavailable", {
+  type: problemType("service-unavailable"),
+  status: 503,
+  title: "Service Unavailable"
+}) {}
+
+/** The 400 problem, with one entry per bad field: the same shape request decoding produces. */
+export const BadRequest = HttpApiError.BadRequestProblem
+export type BadRequest = HttpApiError.BadRequestProblem
+
+/** A 400 naming one field of the payload. */
+export const invalidField = (field: string, message: string): BadRequest =>
+  new BadRequest({
+    detail: `${field}: ${message}`,
+    errors: [{ path: ["payload", field], message }]
+  })

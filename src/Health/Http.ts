@@ -1,0 +1,24 @@
+import { Effect } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
+import { SqlClient } from "effect/sql"
+import { Api } from "../Api.ts"
+import { ServiceUnavailable } from "../Domain/Problems.ts"
+
+export const layer = HttpApiBuilder.group(
+  Api,
+  "health",
+  Effect.fn(function*(handlers) {
+    const sql = yield* SqlClient.SqlClient
+    const ok = { status: "ok" } as const
+    return handlers.handleAll({
+      live: () => Effect.succeed(ok),
+      // Ready only while the database answers, within a bound.
+      ready: () =>
+        sql`SELECT 1`.pipe(
+          Effect.timeout("2 seconds"),
+          Effect.as(ok),
+          Effect.catchCause(() => Effect.fail(new ServiceUnavailable({ detail: "The database does not answer" })))
+        )
+    })
+  })
+)

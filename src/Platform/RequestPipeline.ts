@@ -1,0 +1,146 @@
+import { Cause, Effect } from "effect"
+import {
+  FindMyWay,
+  HttpIncomingMessage,
+  HttpRouter,
+  HttpServerError,
+  HttpServerRequest,
+  HttpServerResponse,
+  ProblemDetails
+} from "effect/http"
+import * as Crypto from "node:crypto"
+import { STATUS_CODES } from "node:http"
+import type { unhandled } from "effect/Types"
+import { AppConfig } from "../Config.ts"
+
+const requestIdHeader = "x-request-id"
+const acceptedRequestId = /^[A-Za-z0-9._:-]{1,128}$/
+const methods = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const
+
+/** The part of an HttpApi the pipeline reads: its routes. */
+interface RouteTable {
+  readonly groups: Record<string, { readonly endpoints: Record<string, { readonly method: string; readonly path: string }> }>
+}
+
+/** For a path that exists under other methods, the methods it has (for 405 and `Allow`). */
+const makeAllowedMethods = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]>) => {
+  const router = FindMyWay.make<true>()
+  for (const group of Object.values(api.groups)) {
+    for (const endpoint of Object.values(group.endpoints)) {
+      router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, true)
+    }
+  }
+  for (const [method, path] of extraRoutes) router.on(method, path as FindMyWay.PathInput, true)
+  return (url: string): ReadonlyArray<string> => methods.filter((method) => router.find(method, url) !== undefined)
+}
+
+const isRouteNotFound = (cause: Cause.Cause<unknown>) =>
+  cause.reasons.some((reason) => {
+    const error = reason._tag === "Fail" ? reason.error : reason._tag === "Die" ? reason.defect : undefined
+    return HttpServerError.isHttpServerError(error) && error.reason._tag === "RouteNotFound"
+  })
+
+const problem = (status: number, requestId: string, detail?: string, headers?: Record<string, string>) =>
+  HttpServerResponse.setHeaders(
+    ProblemDetails.toResponse({
+      type: "about:blank",
+      title: STATUS_CODES[status] ?? "Error",
+      status,
+      ...(detail === undefined ? {} : { detail }),
+      requestId
+    }),
+    headers ?? {}
+  )
+
+const defaultDetails: Record<number, string> = {
+  400: "The request could not be read",
+  404: "No such route",
+  413: "The request body is larger than the limit",
+  415: "Send the body as application/json",
+  500: "An unexpected error occurred; quote the requestId when reporting it",
+  503: "The service is shutting down or not ready"
+}
+
+/**
+ * Wraps every request: a request id (taken from `X-Request-Id` when sane),
+ * the body size limit, 405 for known paths under another method, one access
+ * log line, and problem+json for every error response, including those the
+ * router and the HTTP layer produce on their own. Unexpected failures are
+ * logged with their cause and answered with a 500 that carries only the
+ * request id.
+ */
+export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]> = []) =>
+  HttpRouter.middleware(
+    Effect.gen(function*() {
+      const config = yield* AppConfig
+      const maxBodyBytes = config.maxBodyBytes
+      const allowedMethods = makeAllowedMethods(api, extraRoutes)
+      return (
+        httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unhandled>
+      ): Effect.Effect<HttpServerResponse.HttpServerResponse, unhandled, HttpServerRequest.HttpServerRequest> =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const incomingId = request.headers[requestIdHeader]
+          const requestId = incomingId !== undefined && acceptedRequestId.test(incomingId)
+            ? incomingId
+            : Crypto.randomUUID()
+          const startedAt = performance.now()
+
+          let response: HttpServerResponse.HttpServerResponse
+          const declaredLength = Number(request.headers["content-length"] ?? 0)
+          if (declaredLength > maxBodyBytes) {
+            response = problem(413, requestId, `The request body is larger than ${maxBodyBytes} bytes`, {
+              connection: "close"
+            })
+          } else {
+            const exit = yield* httpEffect.pipe(
+              Effect.provideService(HttpIncomingMessage.MaxBodySize, BigInt(maxBodyBytes) as never),
+              Effect.annotateLogs({ requestId }),
+              Effect.exit
+            )
+            if (exit._tag === "Success") {
+              response = exit.value
+            } else if (isRouteNotFound(exit.cause)) {
+              const allowed = allowedMethods(request.url)
+              response = allowed.length > 0
+                ? problem(405, requestId, `${request.method} is not allowed here`, { allow: allowed.join(", ") })
+                : problem(404, requestId, defaultDetails[404])
+            } else {
+              const [failed, cause] = yield* HttpServerError.causeResponse(exit.cause)
+              response = failed
+              if (failed.status >= 500 && failed.status !== 503) {
+                yield* Effect.logError("Unexpected failure", cause).pipe(Effect.annotateLogs({ requestId }))
+              }
+            }
+          }
+
+          if (response.status >= 400 && !isProblem(response)) {
+            response = problem(response.status, requestId, defaultDetails[response.status], bodylessHeaders(response))
+          }
+          yield* Effect.logInfo("request").pipe(
+            Effect.annotateLogs({
+              requestId,
+              method: request.method,
+              path: request.url.split("?")[0],
+              status: response.status,
+              durationMs: Math.round((performance.now() - startedAt) * 100) / 100
+            })
+          )
+          return HttpServerResponse.setHeader(response, requestIdHeader, requestId)
+        })
+    }),
+    { global: true }
+  )
+
+// Headers of a replaced response that still apply to its problem body (Allow, Connection, ...).
+const bodylessHeaders = (response: HttpServerResponse.HttpServerResponse): Record<string, string> => {
+  const headers: Record<string, string> = {}
+  for (const [name, value] of Object.entries(response.headers)) {
+    if (name !== "content-type" && name !== "content-length" && name !== "transfer-encoding") headers[name] = value
+  }
+  return headers
+}
+
+const isProblem = (response: HttpServerResponse.HttpServerResponse) =>
+  response.body._tag === "Uint8Array" && response.body.contentType === ProblemDetails.contentType
+

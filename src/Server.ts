@@ -1,0 +1,45 @@
+import { NodeHttpServer } from "@effect/platform-node"
+import { Duration, Effect, Layer } from "effect"
+import { HttpRouter } from "effect/http"
+import { HttpApiBuilder, HttpApiMiddleware, HttpApiScalar } from "effect/http-api"
+import { createServer } from "node:http"
+import * as AgentsHttp from "./Agents/Http.ts"
+import { Api } from "./Api.ts"
+import * as AuthHttp from "./Auth/Http.ts"
+import * as AuthMiddleware from "./Auth/Middleware.ts"
+import { AppConfig } from "./Config.ts"
+import * as Sql from "./Database/Sql.ts"
+import * as HealthHttp from "./Health/Http.ts"
+import * as RequestPipeline from "./Platform/RequestPipeline.ts"
+
+const docsRoutes = [["GET", "/openapi.json"], ["GET", "/docs"]] as const
+
+/** Every route: the API, its OpenAPI document, the offline reference at /docs, and the request pipeline. */
+export const RoutesLayer = Layer.mergeAll(
+  HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
+  HttpApiScalar.layer(Api, { path: "/docs" }),
+  RequestPipeline.layer(Api, docsRoutes)
+).pipe(
+  Layer.provide([HealthHttp.layer, AuthHttp.layer, AgentsHttp.layer]),
+  Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })])
+)
+
+/** The HTTP server on the configured port (0 picks a free one), draining in-flight requests on shutdown. */
+export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  return HttpRouter.serve(RoutesLayer, { disableLogger: true }).pipe(
+    Layer.provideMerge(NodeHttpServer.layer(createServer, {
+      port: config.port,
+      host: config.host,
+      gracefulShutdownTimeout: Duration.toMillis(config.shutdownGrace)
+    }))
+  )
+}))
+
+/** The whole service, given its settings. */
+export const ServiceLayer = HttpLayer.pipe(
+  Layer.provide(Sql.layer)
+)
+
+/** The whole service, configured from the environment. */
+export const layer = ServiceLayer.pipe(Layer.provide(AppConfig.layer))

@@ -1,0 +1,176 @@
+import { describe, expect, it } from "@effect/vitest"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Exit, Redacted, Scope } from "effect"
+import { SqlClient } from "effect/sql"
+import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs/promises"
+import * as Net from "node:net"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Embedded from "../../src/Database/Embedded.ts"
+
+// Real initdb and postgres processes: live clock, real ports, temp directories.
+
+/** A data directory of its own, deleted after the test (after the server stopped). */
+const tempDataDir = Effect.acquireRelease(
+  Effect.promise(async () => {
+    const root = await Fs.mkdtemp(Path.join(Os.tmpdir(), "embedded-pg-test-"))
+    // As root the server runs as the postgres OS user, who must be able to enter it.
+    await Fs.chmod(root, 0o755)
+    return root
+  }),
+  (root) => Effect.promise(() => Fs.rm(root, { recursive: true, force: true }))
+).pipe(Effect.map((root) => Path.join(root, "postgres")))
+
+const freePort = Effect.promise(() =>
+  new Promise<number>((resolve, reject) => {
+    const server = Net.createServer()
+    server.once("error", reject)
+    server.listen({ host: "127.0.0.1", port: 0 }, () => {
+      const address = server.address()
+      server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0))
+    })
+  })
+)
+
+const isPortFree = (port: number) =>
+  Effect.promise(() =>
+    new Promise<boolean>((resolve) => {
+      const server = Net.createServer()
+      server.once("error", () => resolve(false))
+      server.listen({ host: "127.0.0.1", port, exclusive: true }, () => server.close(() => resolve(true)))
+    })
+  )
+
+const selectOne = (url: Redacted.Redacted<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ readonly one: number }>`SELECT 1 AS one`
+    return rows[0]?.one
+  }).pipe(Effect.provide(PgClient.layer({ url })), Effect.orDie)
+
+/** Runs `start` in a scope the test closes explicitly, to observe what happens then. */
+const startIn = (options: Embedded.EmbeddedOptions) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    // Closed at the end of the test too, in case an assertion fails first.
+    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
+    const server = yield* Embedded.start(options).pipe(Scope.provide(scope))
+    return { server, close: Scope.close(scope, Exit.void) }
+  })
+
+/** The pid of a process that has just exited. */
+const deadPid = Effect.promise(() =>
+  new Promise<number>((resolve, reject) => {
+    const child = ChildProcess.spawn("true")
+    child.once("error", reject)
+    child.once("exit", () => resolve(child.pid!))
+  })
+)
+
+const writePidFile = (dataDir: string, pid: number, port: number) =>
+  Effect.promise(() =>
+    Fs.writeFile(
+      Path.join(dataDir, "postmaster.pid"),
+      `${pid}\n${dataDir}\n${Math.floor(Date.now() / 1000)}\n${port}\n\n127.0.0.1\n  1234567         8\nready   \n`
+    )
+  )
+
+const osUser = "postgres"
+
+describe("Embedded PostgreSQL", () => {
+  it.live("initialises a fresh cluster that answers queries, and stops it when the scope closes", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDataDir
+      const port = yield* freePort
+      const lines: Array<string> = []
+      const { close, server } = yield* startIn({ dataDir, port, osUser, log: (line) => lines.push(line) })
+
+      expect(server.reused).toBe(false)
+      expect(server.port).toBe(port)
+      expect(Redacted.value(server.url)).toMatch(new RegExp(`^postgres://postgres:[^@]+@127\\.0\\.0\\.1:${port}/postgres$`))
+      expect(yield* selectOne(server.url)).toBe(1)
+      expect(lines.join("\n")).toContain("ready to accept connections")
+
+      yield* close
+      expect(yield* isPortFree(port)).toBe(true)
+      const pidFile = yield* Effect.promise(() => Fs.stat(Path.join(dataDir, "postmaster.pid")).catch(() => undefined))
+      expect(pidFile).toBeUndefined()
+    }))
+
+  it.live("removes a stale postmaster.pid and starts again with the stored password", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDataDir
+      const port = yield* freePort
+      const first = yield* startIn({ dataDir, port, osUser })
+      yield* first.close
+
+      // A run that was killed outright leaves its pid file behind, naming a dead process.
+      yield* writePidFile(dataDir, yield* deadPid, port)
+      const second = yield* startIn({ dataDir, port, osUser })
+      expect(second.server.reused).toBe(false)
+      expect(Redacted.value(second.server.url)).toBe(Redacted.value(first.server.url))
+      expect(yield* selectOne(second.server.url)).toBe(1)
+      yield* second.close
+
+      // After a reboot the pid may belong to some unrelated live process.
+      const unrelated = ChildProcess.spawn("sleep", ["30"])
+      yield* Effect.addFinalizer(() => Effect.sync(() => unrelated.kill("SIGKILL")))
+      yield* writePidFile(dataDir, unrelated.pid!, port)
+      const third = yield* startIn({ dataDir, port, osUser })
+      expect(third.server.reused).toBe(false)
+      expect(yield* selectOne(third.server.url)).toBe(1)
+    }))
+
+  it.live("adopts a server still running on the same data directory and leaves it running", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDataDir
+      const port = yield* freePort
+      const otherPort = yield* freePort
+      const orphan = yield* startIn({ dataDir, port, osUser })
+
+      // As after a killed parent: the server is still up when the next start comes.
+      const adopter = yield* startIn({ dataDir, port: otherPort, osUser })
+      expect(adopter.server.reused).toBe(true)
+      expect(adopter.server.port).toBe(port)
+      expect(yield* selectOne(adopter.server.url)).toBe(1)
+
+      yield* adopter.close
+      expect(yield* isPortFree(port)).toBe(false)
+      expect(yield* selectOne(orphan.server.url)).toBe(1)
+
+      yield* orphan.close
+      expect(yield* isPortFree(port)).toBe(true)
+    }))
+
+  it.live("fails with an EmbeddedPostgresError naming the port when it is taken", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDataDir
+      const port = yield* freePort
+      const blocker = Net.createServer()
+      yield* Effect.acquireRelease(
+        Effect.promise(() => new Promise<void>((resolve) => blocker.listen({ host: "127.0.0.1", port }, resolve))),
+        () => Effect.promise(() => new Promise<void>((resolve) => blocker.close(() => resolve())))
+      )
+
+      const error = yield* Effect.flip(Embedded.start({ dataDir, port, osUser }))
+      expect(error).toBeInstanceOf(Embedded.EmbeddedPostgresError)
+      expect(error._tag).toBe("EmbeddedPostgresError")
+      expect(error.message).toContain(`Port ${port}`)
+      expect(error.message).toContain("EMBEDDED_POSTGRES_PORT")
+    }))
+
+  it.live.runIf(process.getuid?.() === 0)(
+    "as root, names the directory the postgres user cannot enter",
+    () =>
+      Effect.gen(function*() {
+        const dataDir = yield* tempDataDir
+        const closed = Path.dirname(dataDir)
+        yield* Effect.promise(() => Fs.chmod(closed, 0o700))
+        const error = yield* Effect.flip(Embedded.start({ dataDir, port: yield* freePort, osUser }))
+        expect(error._tag).toBe("EmbeddedPostgresError")
+        expect(error.message).toContain(closed)
+        expect(error.message).toContain("EMBEDDED_POSTGRES_DATA_DIR")
+      })
+  )
+})

@@ -1,0 +1,77 @@
+import { Effect } from "effect"
+import * as ChildProcess from "node:child_process"
+import * as Net from "node:net"
+import * as NodePath from "node:path"
+
+export const projectRoot = NodePath.resolve(import.meta.dirname, "../..")
+
+/** A port nothing listens on right now. */
+export const freePort = Effect.promise(() =>
+  new Promise<number>((resolve, reject) => {
+    const server = Net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as Net.AddressInfo).port
+      server.close(() => resolve(port))
+    })
+  })
+)
+
+export interface ServiceProcess {
+  readonly child: ChildProcess.ChildProcess
+  readonly baseUrl: string
+  /** Everything the process wrote to stdout so far. */
+  readonly stdout: () => string
+  readonly stderr: () => string
+  readonly exited: Promise<number | null>
+}
+
+/** Runs `node src/main.ts` (what `npm start` runs) as a child process; killed when the scope closes. */
+export const spawnService = (env: Record<string, string>) =>
+  Effect.acquireRelease(
+    Effect.gen(function*() {
+      const port = yield* freePort
+      let stdout = ""
+      let stderr = ""
+      const child = ChildProcess.spawn(process.execPath, ["src/main.ts"], {
+        cwd: projectRoot,
+        env: { ...process.env, PORT: String(port), HOST: "127.0.0.1", ...env },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      child.stdout.on("data", (chunk) => (stdout += chunk))
+      child.stderr.on("data", (chunk) => (stderr += chunk))
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
+      const service: ServiceProcess = {
+        child,
+        baseUrl: `http://127.0.0.1:${port}`,
+        stdout: () => stdout,
+        stderr: () => stderr,
+        exited
+      }
+      return service
+    }),
+    (service) =>
+      Effect.promise(async () => {
+        if (service.child.exitCode === null && service.child.signalCode === null) {
+          service.child.kill("SIGKILL")
+          await service.exited
+        }
+      })
+  )
+
+/** Polls /health/ready until it answers 200, or fails with what the process printed. */
+export const waitReady = (service: ServiceProcess, timeoutMs = 30_000) =>
+  Effect.promise(async () => {
+    const deadline = Date.now() + timeoutMs
+    while (Date.now() < deadline) {
+      if (service.child.exitCode !== null) break
+      try {
+        const response = await fetch(`${service.baseUrl}/health/ready`)
+        if (response.status === 200) return Date.now()
+      } catch {
+        // not listening yet
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    throw new Error(`service not ready:\n${service.stdout()}\n${service.stderr()}`)
+  })

@@ -1,0 +1,156 @@
+import { PgClient } from "@effect/sql-pg"
+import { Context, Effect, Layer, Logger, Option, Redacted } from "effect"
+import { HttpServer } from "effect/http"
+import { SqlClient } from "effect/sql"
+import * as Crypto from "node:crypto"
+import { inject } from "vitest"
+import { AppConfig, type AppSettings } from "../../src/Config.ts"
+import * as Sql from "../../src/Database/Sql.ts"
+import * as Server from "../../src/Server.ts"
+
+/** A database of its own for one test file, dropped when the file is done. */
+export const TestDatabaseUrl = Effect.gen(function*() {
+  const adminUrl = inject("databaseUrl")
+  const name = `test_${Crypto.randomBytes(6).toString("hex")}`
+  const admin = PgClient.layer({ url: Redacted.make(adminUrl) })
+  const run = (statement: string) =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(statement)
+    }).pipe(Effect.provide(admin), Effect.orDie)
+  yield* Effect.acquireRelease(
+    run(`CREATE DATABASE ${name}`),
+    () => run(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+  )
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+})
+
+export interface TestResponse {
+  readonly status: number
+  readonly headers: Headers
+  readonly text: string
+  // Tests read whatever JSON the server sent; assertions check its shape.
+  readonly body: any
+}
+
+export interface RequestOptions {
+  readonly body?: unknown
+  readonly rawBody?: string
+  readonly headers?: Record<string, string>
+}
+
+/** Plain HTTP against the listening server, as any client would send it. */
+export class TestClient extends Context.Service<TestClient, {
+  readonly baseUrl: string
+  readonly request: (method: string, path: string, options?: RequestOptions) => Effect.Effect<TestResponse>
+}>()("test/TestClient") {}
+
+const clientLayer = Layer.effect(
+  TestClient,
+  Effect.gen(function*() {
+    const server = yield* HttpServer.HttpServer
+    const address = server.address
+    if (address._tag === "UnixPathAddress") return yield* Effect.die(new Error("Expected a TCP address"))
+    const baseUrl = `http://127.0.0.1:${address.port}`
+    const request = (method: string, path: string, options: RequestOptions = {}) =>
+      Effect.promise(async () => {
+        const headers: Record<string, string> = { ...options.headers }
+        let body: string | undefined = options.rawBody
+        if (options.body !== undefined) {
+          body = JSON.stringify(options.body)
+          headers["content-type"] ??= "application/json"
+        }
+        const response = await fetch(baseUrl + path, { method, headers, body: body ?? null })
+        const text = await response.text()
+        let parsed: unknown = undefined
+        try {
+          parsed = text === "" ? undefined : JSON.parse(text)
+        } catch {
+          parsed = undefined
+        }
+        return { status: response.status, headers: response.headers, text, body: parsed }
+      })
+    return TestClient.of({ baseUrl, request })
+  })
+)
+
+/** The real service on an ephemeral port over its own migrated database, plus a client for it. */
+export const layer = (overrides: Partial<AppSettings> = {}) =>
+  Layer.unwrap(Effect.gen(function*() {
+    const url = yield* TestDatabaseUrl
+    const config = AppConfig.layerWith({
+      port: 0,
+      host: "127.0.0.1",
+      databaseUrl: Option.some(Redacted.make(url)),
+      ...overrides
+    })
+    // Request logs would drown the test output; the process test reads them instead.
+    return clientLayer.pipe(
+      Layer.provideMerge(Server.HttpLayer),
+      Layer.provideMerge(Sql.layer),
+      Layer.provideMerge(config),
+      Layer.provide(Logger.layer([]))
+    )
+  }))
+
+// ---------------------------------------------------------------------------
+// Flows most tests start from
+// ---------------------------------------------------------------------------
+
+export interface Account {
+  readonly email: string
+  readonly password: string
+  readonly token: string
+  readonly cookie: string
+  readonly tenantId: string
+  readonly userId: string
+}
+
+/** Registers a new account and logs in. */
+export const signUp = (name = "Test User") =>
+  Effect.gen(function*() {
+    const client = yield* TestClient
+    const email = `user-${Crypto.randomBytes(6).toString("hex")}@example.com`
+    const password = "correct horse battery staple"
+    const registered = yield* client.request("POST", "/api/auth/register", { body: { email, password, name } })
+    if (registered.status !== 201) return yield* Effect.die(new Error(`register: ${registered.status} ${registered.text}`))
+    const login = yield* client.request("POST", "/api/auth/login", { body: { email, password } })
+    if (login.status !== 200) return yield* Effect.die(new Error(`login: ${login.status} ${login.text}`))
+    const setCookie = login.headers.get("set-cookie") ?? ""
+    return {
+      email,
+      password,
+      token: login.body.token as string,
+      cookie: setCookie.split(";")[0]!,
+      tenantId: registered.body.tenant.id as string,
+      userId: registered.body.user.id as string
+    } satisfies Account
+  })
+
+export const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
+
+/** Creates an API key for the account; returns its plaintext. */
+export const createKey = (account: Account, scopes?: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const client = yield* TestClient
+    const created = yield* client.request("POST", "/api/keys", {
+      headers: bearer(account.token),
+      body: scopes === undefined ? { name: "test key" } : { name: "test key", scopes }
+    })
+    if (created.status !== 201) return yield* Effect.die(new Error(`create key: ${created.status} ${created.text}`))
+    return { id: created.body.id as string, key: created.body.key as string }
+  })
+
+/** Creates an agent through the management API. */
+export const createAgent = (account: Account, body: Record<string, unknown> = {}) =>
+  Effect.gen(function*() {
+    const client = yield* TestClient
+    const created = yield* client.request("POST", "/api/agents", {
+      headers: bearer(account.token),
+      body: { name: "Helper", ...body }
+    })
+    if (created.status !== 201) return yield* Effect.die(new Error(`create agent: ${created.status} ${created.text}`))
+    return created.body as { id: string; name: string; status: string }
+  })

@@ -1,6 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawnService, waitReady } from "../support/Process.ts"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import * as NodePath from "node:path"
+import { freePort, spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
 describe("the service process", () => {
@@ -33,4 +36,64 @@ describe("the service process", () => {
       assert.isString(registered.annotations.requestId)
       assert.notInclude(service.stdout(), "12345678")
     }), 60_000)
+})
+
+describe("the embedded PostgreSQL across runs", () => {
+  it.live("a run killed with SIGKILL leaves a server that the next run adopts and stops", () =>
+    Effect.gen(function*() {
+      const dataRoot = yield* Effect.acquireRelease(
+        Effect.promise(async () => {
+          const dir = await Fs.mkdtemp(NodePath.join(Os.tmpdir(), "agent-host-process-"))
+          // Under root the server runs as another user, who must be able to enter it.
+          await Fs.chmod(dir, 0o755)
+          return dir
+        }),
+        (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
+      )
+      const env = {
+        EMBEDDED_POSTGRES_DATA_DIR: NodePath.join(dataRoot, "postgres"),
+        EMBEDDED_POSTGRES_PORT: String(yield* freePort)
+      }
+      const postmasterPid = async () =>
+        Number((await Fs.readFile(NodePath.join(dataRoot, "postgres", "postmaster.pid"), "utf8")).split("\n")[0])
+      const isAlive = (pid: number) => {
+        try {
+          process.kill(pid, 0)
+          return true
+        } catch {
+          return false
+        }
+      }
+
+      const first = yield* spawnService(env)
+      yield* waitReady(first, 60_000)
+      const registered = yield* Effect.promise(() =>
+        fetch(`${first.baseUrl}/api/auth/register`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ email: "survivor@example.com", password: "12345678" })
+        }).then((response) => response.status)
+      )
+      assert.strictEqual(registered, 201)
+      const pid = yield* Effect.promise(postmasterPid)
+      first.child.kill("SIGKILL")
+      yield* Effect.promise(() => first.exited)
+      assert.isTrue(isAlive(pid), "the server outlives a killed run")
+
+      const second = yield* spawnService(env)
+      yield* waitReady(second, 60_000)
+      assert.include(second.stdout(), "left behind by a killed run")
+      // The data written by the killed run is there.
+      const login = yield* Effect.promise(() =>
+        fetch(`${second.baseUrl}/api/auth/login`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ email: "survivor@example.com", password: "12345678" })
+        }).then((response) => response.status)
+      )
+      assert.strictEqual(login, 200)
+      second.child.kill("SIGTERM")
+      assert.strictEqual(yield* Effect.promise(() => second.exited), 0)
+      assert.isFalse(isAlive(pid), "the adopted server is stopped with the run that adopted it")
+    }), 120_000)
 })

@@ -30,6 +30,20 @@ export interface AppSettings {
   readonly defaultModel: string
   /** Grace period for in-flight requests on SIGTERM. */
   readonly shutdownGrace: Duration.Duration
+  /** Longest chat message accepted, in characters. */
+  readonly maxMessageChars: number
+  /** OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM, LM Studio, llama.cpp). */
+  readonly openaiBaseUrl: string
+  readonly openaiApiKey: Option.Option<Redacted.Redacted<string>>
+  /** Anthropic Messages API endpoint. */
+  readonly anthropicBaseUrl: string
+  readonly anthropicApiKey: Option.Option<Redacted.Redacted<string>>
+  /** Bound on one model call, retries excluded. */
+  readonly modelTimeout: Duration.Duration
+  /** Retries of a model call after a 429, a 5xx or a connection error. */
+  readonly modelMaxRetries: number
+  /** Tokens of conversation history sent to a model, system prompt included. */
+  readonly modelContextTokens: number
 }
 
 export const settingsConfig: Config.Config<AppSettings> = Config.all({
@@ -47,7 +61,15 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   cookieSecure: Config.Boolean("COOKIE_SECURE").pipe(Config.withDefault(false)),
   apiKeyCacheTtl: Config.Duration("API_KEY_CACHE_TTL").pipe(Config.withDefault(Duration.seconds(60))),
   defaultModel: Config.String("DEFAULT_MODEL").pipe(Config.withDefault("local")),
-  shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20)))
+  shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20))),
+  maxMessageChars: Config.Int("MAX_MESSAGE_CHARS").pipe(Config.withDefault(32_000)),
+  openaiBaseUrl: Config.String("OPENAI_BASE_URL").pipe(Config.withDefault("https://api.openai.com/v1")),
+  openaiApiKey: Config.option(Config.Redacted("OPENAI_API_KEY")),
+  anthropicBaseUrl: Config.String("ANTHROPIC_BASE_URL").pipe(Config.withDefault("https://api.anthropic.com")),
+  anthropicApiKey: Config.option(Config.Redacted("ANTHROPIC_API_KEY")),
+  modelTimeout: Config.Duration("MODEL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
+  modelMaxRetries: Config.Int("MODEL_MAX_RETRIES").pipe(Config.withDefault(3)),
+  modelContextTokens: Config.Int("MODEL_CONTEXT_TOKENS").pipe(Config.withDefault(16_000))
 })
 
 export class AppConfig extends Context.Service<AppConfig, AppSettings>()("agent-host/AppConfig") {

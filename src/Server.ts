@@ -3,13 +3,17 @@ import { Duration, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { HttpApiBuilder, HttpApiMiddleware, HttpApiScalar } from "effect/http-api"
 import { createServer } from "node:http"
+import * as Conversation from "./Agents/Conversation.ts"
 import * as AgentsHttp from "./Agents/Http.ts"
+import { AgentsRepo } from "./Agents/Repo.ts"
 import { Api } from "./Api.ts"
 import * as AuthHttp from "./Auth/Http.ts"
 import * as AuthMiddleware from "./Auth/Middleware.ts"
 import { AppConfig } from "./Config.ts"
 import * as Sql from "./Database/Sql.ts"
 import * as HealthHttp from "./Health/Http.ts"
+import { Models } from "./Models/Models.ts"
+import * as Cluster from "./Platform/Cluster.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
 
 const docsRoutes = [["GET", "/openapi.json"], ["GET", "/docs"]] as const
@@ -36,8 +40,15 @@ export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
   )
 }))
 
+/** The cluster and the entities it runs on this node, with what they need. */
+export const EntitiesLayer = Conversation.layer.pipe(
+  Layer.provide([Models.layer, AgentsRepo.layer]),
+  Layer.provideMerge(Cluster.layer)
+)
+
 /** The whole service, given its settings. */
 export const ServiceLayer = HttpLayer.pipe(
+  Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer)
 )
 

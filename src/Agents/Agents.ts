@@ -1,21 +1,10 @@
 import { Context, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../Config.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
-import { BadRequest, NotFound } from "../Domain/Problems.ts"
+import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import { NotFound } from "../Domain/Problems.ts"
 import { type CreateAgent, defaultPageSize, type UpdateAgent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
-
-// Cursors are opaque to clients: the last id of the page, base64url-encoded.
-const encodeCursor = (id: string) => Buffer.from(id, "utf8").toString("base64url")
-const decodeCursor = (cursor: string): Option.Option<string> => {
-  const id = Buffer.from(cursor, "base64url").toString("utf8")
-  return encodeCursor(id) === cursor && id.length > 0 ? Option.some(id) : Option.none()
-}
-
-const invalidCursor = new BadRequest({
-  detail: "query.cursor: not a cursor returned by this API",
-  errors: [{ path: ["query", "cursor"], message: "Expected the nextCursor of a previous page" }]
-})
 
 const notFound = (id: string) => new NotFound({ detail: `No agent ${id}` })
 
@@ -30,12 +19,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
-      let after: string | null = null
-      if (options.cursor !== undefined) {
-        const decoded = decodeCursor(options.cursor)
-        if (Option.isNone(decoded)) return yield* invalidCursor
-        after = decoded.value
-      }
+      const after = yield* decodeCursor(options.cursor)
       const page = yield* repo.list(tenantId, {
         activeOnly: options.activeOnly,
         after,

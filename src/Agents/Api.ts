@@ -2,7 +2,7 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId } from "../Domain/Ids.ts"
-import { BadRequest, NotFound } from "../Domain/Problems.ts"
+import { BadGateway, BadRequest, GatewayTimeout, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
 
 export const AgentStatus = Schema.Literals(["active", "inactive"])
 export type AgentStatus = typeof AgentStatus.Type
@@ -73,6 +73,60 @@ export const AgentList = Schema.Struct({
   nextCursor: Schema.NullOr(Schema.String)
 })
 
+// ---------------------------------------------------------------------------
+// Chat and conversations
+// ---------------------------------------------------------------------------
+
+export const ConversationId = Schema.String.check(
+  Schema.isMinLength(1, { message: "Expected a non-empty conversationId" }),
+  Schema.isMaxLength(200),
+  Schema.isPattern(/^[^\u0000-\u001f\u007f]*$/, { message: "Expected no control characters" })
+)
+
+export const ChatRequest = Schema.Struct({
+  message: Schema.String.check(Schema.isMinLength(1, { message: "Expected a non-empty message" })),
+  conversationId: Schema.optionalKey(ConversationId)
+})
+export type ChatRequest = typeof ChatRequest.Type
+
+export const ChatResponse = Schema.Struct({
+  reply: Schema.String,
+  conversationId: Schema.String,
+  tokens: Schema.Int.annotate({ description: "Tokens the model reported for this turn, input plus output." }),
+  model: Schema.String.annotate({ description: "The model that answered." })
+})
+export type ChatResponse = typeof ChatResponse.Type
+
+export const Conversation = Schema.Struct({
+  id: Schema.String,
+  turns: Schema.Int,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+
+export const ConversationList = Schema.Struct({
+  data: Schema.Array(Conversation),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export const Turn = Schema.Struct({
+  index: Schema.Int,
+  message: Schema.String,
+  reply: Schema.String,
+  model: Schema.String,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  tokens: Schema.Int,
+  createdAt: Schema.Date,
+  completedAt: Schema.Date
+})
+export type Turn = typeof Turn.Type
+
+export const TurnList = Schema.Struct({ data: Schema.Array(Turn), total: Schema.Int })
+
+const conversationParams = { id: AgentId, conversationId: ConversationId }
+
 export class AgentsApi extends HttpApiGroup.make("agents")
   .add(
     HttpApiEndpoint.get("list", "/", {
@@ -99,6 +153,22 @@ export class AgentsApi extends HttpApiGroup.make("agents")
       params: { id: AgentId },
       success: HttpApiSchema.NoContent,
       error: NotFound
+    }),
+    HttpApiEndpoint.get("conversations", "/:id/conversations", {
+      params: { id: AgentId },
+      query: PageQuery,
+      success: ConversationList,
+      error: [NotFound, BadRequest]
+    }),
+    HttpApiEndpoint.get("turns", "/:id/conversations/:conversationId/messages", {
+      params: conversationParams,
+      success: TurnList,
+      error: NotFound
+    }),
+    HttpApiEndpoint.delete("forget", "/:id/conversations/:conversationId", {
+      params: conversationParams,
+      success: HttpApiSchema.NoContent,
+      error: [NotFound, ServiceUnavailable]
     })
   )
   .middleware(SessionAuth)
@@ -112,7 +182,18 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
       query: PageQuery,
       success: AgentList,
       error: BadRequest
-    }).annotate(RequiredScope, "read")
+    }).annotate(RequiredScope, "read"),
+    HttpApiEndpoint.post("chat", "/:id/chat", {
+      params: { id: AgentId },
+      payload: ChatRequest,
+      success: ChatResponse,
+      error: [NotFound, BadRequest, BadGateway, GatewayTimeout, ServiceUnavailable]
+    }).annotate(RequiredScope, "chat").annotate(
+      OpenApi.Description,
+      "Sends a message and returns the reply. With `Accept: text/event-stream` the reply streams as " +
+        "server-sent events: `delta` events carrying `{ text }`, then one `done` event carrying this " +
+        "response's JSON (or an `error` event carrying a problem)."
+    )
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/agents")

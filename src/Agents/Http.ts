@@ -1,14 +1,34 @@
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Stream } from "effect"
+import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import { Agents } from "./Agents.ts"
+import { Chat } from "./Chat.ts"
+import type { ChatEvent } from "./Conversation.ts"
+
+const encoder = new TextEncoder()
+const sse = (event: string, data: unknown) => encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
+
+/** Server-sent events: `delta` events, then `done` with the response, or `error` with a problem. */
+const toEventStream = <E extends { readonly status: number }>(events: Stream.Stream<ChatEvent, E>) =>
+  HttpServerResponse.stream(
+    events.pipe(
+      Stream.map((event) => event._tag === "Delta" ? sse("delta", { text: event.text }) : sse("done", event.response)),
+      Stream.catch((problem) => Stream.make(sse("error", problem)))
+    ),
+    { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+  )
+
+const wantsEventStream = (request: HttpServerRequest.HttpServerRequest) =>
+  (request.headers.accept ?? "").includes("text/event-stream")
 
 export const AgentsHttp = HttpApiBuilder.group(
   Api,
   "agents",
   Effect.fn(function*(handlers) {
     const agents = yield* Agents
+    const chat = yield* Chat
     return handlers.handleAll({
       list: Effect.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
@@ -29,6 +49,18 @@ export const AgentsHttp = HttpApiBuilder.group(
       remove: Effect.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         yield* agents.remove(tenantId, params.id)
+      }),
+      conversations: Effect.fn(function*({ params, query }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* chat.conversations(tenantId, params.id, query)
+      }),
+      turns: Effect.fn(function*({ params }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* chat.turns(tenantId, params.id, params.conversationId)
+      }),
+      forget: Effect.fn(function*({ params }) {
+        const { tenantId } = yield* CurrentPrincipal
+        yield* chat.forget(tenantId, params.id, params.conversationId)
       })
     })
   })
@@ -39,13 +71,21 @@ export const AgentsV1Http = HttpApiBuilder.group(
   "v1Agents",
   Effect.fn(function*(handlers) {
     const agents = yield* Agents
+    const chat = yield* Chat
     return handlers.handleAll({
       list: Effect.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* agents.list(tenantId, { activeOnly: true, ...query })
+      }),
+      chat: Effect.fn(function*({ params, payload, request }) {
+        const { tenantId } = yield* CurrentPrincipal
+        if (wantsEventStream(request)) {
+          return toEventStream(yield* chat.stream(tenantId, params.id, payload))
+        }
+        return yield* chat.send(tenantId, params.id, payload)
       })
     })
   })
 )
 
-export const layer = Layer.mergeAll(AgentsHttp, AgentsV1Http).pipe(Layer.provide(Agents.layer))
+export const layer = Layer.mergeAll(AgentsHttp, AgentsV1Http).pipe(Layer.provide([Agents.layer, Chat.layer]))

@@ -1,7 +1,7 @@
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
-import { Agent, type AgentStatus, type UpdateAgent } from "./Api.ts"
+import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from "./Api.ts"
 
 const columns = "id, name, description, model, instructions, status, memory_enabled, created_at, updated_at"
 
@@ -104,7 +104,89 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         Effect.map((rows) => rows.length > 0)
       )
 
+    // --- conversations -----------------------------------------------------
+
+    const turns = SqlSchema.findAll({
+      Request: Schema.Struct({ tenantId: Schema.String, agentId: Schema.String, conversationId: Schema.String }),
+      Result: Turn,
+      execute: (key) =>
+        sql`SELECT seq AS index, message, reply, model, input_tokens, output_tokens,
+                   input_tokens + output_tokens AS tokens, created_at, completed_at
+            FROM conversation_turns
+            WHERE tenant_id = ${key.tenantId} AND agent_id = ${key.agentId} AND conversation_id = ${key.conversationId}
+            ORDER BY seq`
+    })
+
+    /** Stores one turn, creating the conversation on its first. One statement, so a turn is all or nothing. */
+    const appendTurn = (turn: {
+      readonly tenantId: TenantId
+      readonly agentId: AgentId
+      readonly conversationId: string
+      readonly message: string
+      readonly reply: string
+      readonly model: string
+      readonly inputTokens: number
+      readonly outputTokens: number
+      readonly createdAt: Date
+      readonly completedAt: Date
+    }) =>
+      sql`WITH conversation AS (
+            INSERT INTO conversations (tenant_id, agent_id, id, created_at, updated_at)
+            VALUES (${turn.tenantId}, ${turn.agentId}, ${turn.conversationId}, ${turn.createdAt}, ${turn.completedAt})
+            ON CONFLICT (tenant_id, agent_id, id) DO UPDATE
+              SET turn_count = conversations.turn_count + 1, updated_at = EXCLUDED.updated_at
+            RETURNING turn_count
+          )
+          INSERT INTO conversation_turns (tenant_id, agent_id, conversation_id, seq, message, reply, model,
+                                          input_tokens, output_tokens, created_at, completed_at)
+          SELECT ${turn.tenantId}, ${turn.agentId}, ${turn.conversationId}, turn_count, ${turn.message}, ${turn.reply},
+                 ${turn.model}, ${turn.inputTokens}, ${turn.outputTokens}, ${turn.createdAt}, ${turn.completedAt}
+          FROM conversation`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("AgentsRepo.appendTurn"))
+
+    const conversationPage = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        agentId: Schema.String,
+        after: Schema.NullOr(Schema.String),
+        limit: Schema.Int
+      }),
+      Result: Conversation,
+      execute: (request) =>
+        sql`SELECT id, turn_count AS turns, created_at, updated_at FROM conversations
+            WHERE ${
+          sql.and([
+            sql`tenant_id = ${request.tenantId}`,
+            sql`agent_id = ${request.agentId}`,
+            ...(request.after === null ? [] : [sql`id > ${request.after}`])
+          ])
+        } ORDER BY id LIMIT ${request.limit}`
+    })
+
+    const conversations = Effect.fn("AgentsRepo.conversations")(function*(
+      tenantId: TenantId,
+      agentId: AgentId,
+      options: { readonly after: string | null; readonly limit: number }
+    ) {
+      const [rows, counted] = yield* Effect.all([
+        conversationPage({ tenantId, agentId, after: options.after, limit: options.limit + 1 }),
+        sql<{ total: number }>`SELECT count(*)::int AS total FROM conversations
+                               WHERE tenant_id = ${tenantId} AND agent_id = ${agentId}`
+      ], { concurrency: 2 })
+      const hasMore = rows.length > options.limit
+      const data = hasMore ? rows.slice(0, options.limit) : rows
+      return { data, total: counted[0]?.total ?? 0, lastId: hasMore ? data[data.length - 1]!.id : null }
+    }, Effect.orDie)
+
+    const forget = (tenantId: TenantId, agentId: AgentId, conversationId: string) =>
+      sql`DELETE FROM conversations WHERE tenant_id = ${tenantId} AND agent_id = ${agentId} AND id = ${conversationId}
+          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Effect.withSpan("AgentsRepo.forget"))
+
     return {
+      turns: (tenantId: TenantId, agentId: AgentId, conversationId: string) =>
+        turns({ tenantId, agentId, conversationId }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.turns")),
+      appendTurn,
+      conversations,
+      forget,
       list,
       insert: (tenantId: TenantId, input: {
         readonly name: string

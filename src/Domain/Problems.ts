@@ -38,13 +38,25 @@ export class ServiceUnavailable extends HttpApiError.Problem<ServiceUnavailable>
   title: "Service Unavailable"
 }) {}
 
+export class BadGateway extends HttpApiError.Problem<BadGateway>()("BadGateway", {
+  type: problemType("model-provider-error"),
+  status: 502,
+  title: "Bad Gateway"
+}) {}
+
+export class GatewayTimeout extends HttpApiError.Problem<GatewayTimeout>()("GatewayTimeout", {
+  type: problemType("model-provider-timeout"),
+  status: 504,
+  title: "Gateway Timeout"
+}) {}
+
 /** The 400 problem, with one entry per bad field: the same shape request decoding produces. */
 export const BadRequest = HttpApiError.BadRequestProblem
 export type BadRequest = HttpApiError.BadRequestProblem
 
-/** A 400 naming one field of the payload. */
-export const invalidField = (field: string, message: string): BadRequest =>
+/** A 400 naming one field of the request (of its payload unless said otherwise). */
+export const invalidField = (field: string, message: string, slot: "payload" | "query" = "payload"): BadRequest =>
   new BadRequest({
-    detail: `${field}: ${message}`,
-    errors: [{ path: ["payload", field], message }]
+    detail: `${slot}.${field}: ${message}`,
+    errors: [{ path: [slot, field], message }]
   })

@@ -89,6 +89,7 @@ export const layer = (overrides: Partial<AppSettings> = {}) =>
     // Request logs would drown the test output; the process test reads them instead.
     return clientLayer.pipe(
       Layer.provideMerge(Server.HttpLayer),
+      Layer.provideMerge(Server.EntitiesLayer),
       Layer.provideMerge(Sql.layer),
       Layer.provideMerge(config),
       Layer.provide(Logger.layer([]))

@@ -1,7 +1,9 @@
 import { Migrator } from "effect/sql"
 import foundation from "./0001_foundation.ts"
+import conversations from "./0002_conversations.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
-  "0001_foundation": foundation
+  "0001_foundation": foundation,
+  "0002_conversations": conversations
 })

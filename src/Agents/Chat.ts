@@ -1,0 +1,135 @@
+import { Context, Duration, Effect, Layer, Stream } from "effect"
+import { AppConfig } from "../Config.ts"
+import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
+import { BadGateway, GatewayTimeout, invalidField, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
+import { Agents } from "./Agents.ts"
+import { type ChatRequest, defaultPageSize } from "./Api.ts"
+import { type ChatEvent, type ChatFailed, Conversation, entityId } from "./Conversation.ts"
+import { AgentsRepo } from "./Repo.ts"
+
+const fromChatFailed = (error: ChatFailed) => {
+  switch (error.reason) {
+    case "Timeout":
+      return new GatewayTimeout({ detail: error.message })
+    case "ProviderError":
+      return new BadGateway({ detail: error.message })
+    case "NotConfigured":
+    case "UnknownModel":
+      return new ServiceUnavailable({ detail: error.message })
+  }
+}
+
+const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
+
+/** Chat with an agent, and the conversations it remembers. */
+export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
+  make: Effect.gen(function*() {
+    const agents = yield* Agents
+    const repo = yield* AgentsRepo
+    const config = yield* AppConfig
+    const clientFor = yield* Conversation.client
+    // A turn may take every retry of the model call; past that the cluster is not answering.
+    const callBound = Duration.sum(
+      Duration.times(config.modelTimeout, config.modelMaxRetries + 1),
+      Duration.seconds(30 * (config.modelMaxRetries + 1))
+    )
+
+    const prepare = Effect.fn("Chat.prepare")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+      if (request.message.trim() === "") return yield* invalidField("message", "Expected a non-empty message")
+      if (request.message.length > config.maxMessageChars) {
+        return yield* invalidField("message", `Expected at most ${config.maxMessageChars} characters`)
+      }
+      const agent = yield* agents.get(tenantId, agentId)
+      if (agent.status !== "active") return yield* new NotFound({ detail: `No active agent ${agentId}` })
+      const conversationId = request.conversationId ?? newId()
+      return {
+        client: clientFor(entityId(tenantId, agentId, conversationId)),
+        input: {
+          tenantId,
+          agentId,
+          conversationId,
+          message: request.message,
+          model: agent.model,
+          instructions: agent.instructions,
+          memoryEnabled: agent.memoryEnabled
+        }
+      }
+    })
+
+    const send = Effect.fn("Chat.send")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+      const { client, input } = yield* prepare(tenantId, agentId, request)
+      return yield* client.Send(input).pipe(
+        Effect.timeoutOrElse({ duration: callBound, orElse: () => Effect.fail(unreachable) }),
+        Effect.catchTags({
+          ChatFailed: (error) => Effect.fail(fromChatFailed(error)),
+          MailboxFull: () => Effect.fail(unreachable),
+          AlreadyProcessingMessage: () => Effect.fail(unreachable),
+          PersistenceError: () => Effect.fail(unreachable),
+          EntityNotAssignedToRunner: () => Effect.fail(unreachable)
+        })
+      )
+    })
+
+    /** The reply as events; errors before or during the stream become problems. */
+    const stream = Effect.fn("Chat.stream")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+      const { client, input } = yield* prepare(tenantId, agentId, request)
+      return client.StreamReply(input).pipe(
+        Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) }),
+        Stream.catchTags({
+          ChatFailed: (error) => Stream.fail(fromChatFailed(error)),
+          MailboxFull: () => Stream.fail(unreachable),
+          AlreadyProcessingMessage: () => Stream.fail(unreachable),
+          PersistenceError: () => Stream.fail(unreachable),
+          EntityNotAssignedToRunner: () => Stream.fail(unreachable)
+        })
+      ) as Stream.Stream<ChatEvent, GatewayTimeout | BadGateway | ServiceUnavailable>
+    })
+
+    const conversations = Effect.fn("Chat.conversations")(function*(
+      tenantId: TenantId,
+      agentId: AgentId,
+      page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
+    ) {
+      yield* agents.get(tenantId, agentId)
+      const after = yield* decodeCursor(page.cursor)
+      const result = yield* repo.conversations(tenantId, agentId, { after, limit: page.limit ?? defaultPageSize })
+      return {
+        data: result.data,
+        total: result.total,
+        nextCursor: result.lastId === null ? null : encodeCursor(result.lastId)
+      }
+    })
+
+    const turns = Effect.fn("Chat.turns")(function*(tenantId: TenantId, agentId: AgentId, conversationId: string) {
+      yield* agents.get(tenantId, agentId)
+      const rows = yield* repo.turns(tenantId, agentId, conversationId)
+      if (rows.length === 0) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
+      return { data: rows, total: rows.length }
+    })
+
+    /** Forgets through the entity, so its cached history goes with the rows. */
+    const forget = Effect.fn("Chat.forget")(function*(tenantId: TenantId, agentId: AgentId, conversationId: string) {
+      yield* agents.get(tenantId, agentId)
+      const removed = yield* clientFor(entityId(tenantId, agentId, conversationId)).Forget({
+        tenantId,
+        agentId,
+        conversationId
+      }).pipe(
+        Effect.timeoutOrElse({ duration: Duration.seconds(30), orElse: () => Effect.fail(unreachable) }),
+        Effect.catchTags({
+          MailboxFull: () => Effect.fail(unreachable),
+          AlreadyProcessingMessage: () => Effect.fail(unreachable),
+          PersistenceError: () => Effect.fail(unreachable),
+          EntityNotAssignedToRunner: () => Effect.fail(unreachable)
+        })
+      )
+      if (!removed) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
+    })
+
+    return { send, stream, conversations, turns, forget } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Agents.layer, AgentsRepo.layer]))
+}
+

@@ -1,0 +1,179 @@
+import { Effect, Schema, Stream } from "effect"
+import { ClusterSchema, Entity } from "effect/cluster"
+import { Rpc } from "effect/rpc"
+import type { AgentId, TenantId } from "../Domain/Ids.ts"
+import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
+import { ChatResponse } from "./Api.ts"
+import { AgentsRepo } from "./Repo.ts"
+
+/**
+ * One conversation (tenant, agent, conversationId) is one entity of effect's
+ * cluster: its messages are handled one at a time and in order, while other
+ * conversations run in parallel. The entity keeps the history in memory once
+ * loaded, so a turn costs one model call and one INSERT.
+ *
+ * Messages are volatile (not persisted in the cluster's storage): a chat is a
+ * synchronous request, and a caller whose node fails gets an error to retry
+ * rather than a reply nobody waits for.
+ */
+
+const Address = {
+  tenantId: Schema.String,
+  agentId: Schema.String,
+  conversationId: Schema.String
+}
+
+const TurnInput = Schema.Struct({
+  ...Address,
+  message: Schema.String,
+  model: Schema.String,
+  instructions: Schema.String,
+  memoryEnabled: Schema.Boolean
+})
+type TurnInput = typeof TurnInput.Type
+
+export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
+  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel"]),
+  message: Schema.String,
+  status: Schema.optionalKey(Schema.Int)
+}) {}
+
+export const ChatEvent = Schema.Union([
+  Schema.TaggedStruct("Delta", { text: Schema.String }),
+  Schema.TaggedStruct("Done", { response: ChatResponse })
+])
+export type ChatEvent = typeof ChatEvent.Type
+
+export const Send = Rpc.make("Send", { payload: TurnInput, success: ChatResponse, error: ChatFailed })
+export const StreamReply = Rpc.make("StreamReply", { payload: TurnInput, success: ChatEvent, error: ChatFailed, stream: true })
+export const Forget = Rpc.make("Forget", { payload: Address, success: Schema.Boolean })
+
+export const Conversation = Entity.make("Conversation", [Send, StreamReply, Forget]).annotateRpcs(
+  ClusterSchema.Persisted,
+  false
+)
+
+/** The entity id of a conversation; the parts travel in each message too. */
+export const entityId = (tenantId: string, agentId: string, conversationId: string) =>
+  `${tenantId}/${agentId}/${conversationId}`
+
+interface StoredTurn {
+  readonly message: string
+  readonly reply: string
+  /** Tokens of message and reply, for trimming to the model's budget. */
+  readonly cost: number
+}
+
+const toChatFailed = (error: ModelError) =>
+  new ChatFailed({
+    reason: error.reason,
+    message: error.message,
+    ...(error.status === undefined ? {} : { status: error.status })
+  })
+
+export const layer = Conversation.toLayer(
+  Effect.gen(function*() {
+    const models = yield* Models
+    const repo = yield* AgentsRepo
+    // Loaded on the first message that needs it; the entity is the only writer of its conversation.
+    let history: Array<StoredTurn> | undefined
+
+    const loadHistory = (input: TurnInput) =>
+      Effect.gen(function*() {
+        if (history !== undefined) return history
+        const rows = yield* repo.turns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId)
+        history = rows.map((row) => ({
+          message: row.message,
+          reply: row.reply,
+          cost: models.countTokens(row.message) + models.countTokens(row.reply)
+        }))
+        return history
+      })
+
+    /** The history that fits the model's budget beside the system prompt and the new message, newest kept. */
+    const prompt = (input: TurnInput) =>
+      Effect.gen(function*() {
+        const newMessage: ChatMessage = { role: "user", content: input.message }
+        if (!input.memoryEnabled) return [newMessage]
+        const turns = yield* loadHistory(input)
+        let budget = models.contextBudget(input.model) - models.countTokens(input.instructions) -
+          models.countTokens(input.message)
+        let first = turns.length
+        while (first > 0 && turns[first - 1]!.cost <= budget) {
+          first--
+          budget -= turns[first]!.cost
+        }
+        const messages: Array<ChatMessage> = []
+        for (const turn of turns.slice(first)) {
+          messages.push({ role: "user", content: turn.message }, { role: "assistant", content: turn.reply })
+        }
+        messages.push(newMessage)
+        return messages
+      })
+
+    const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
+      Effect.gen(function*() {
+        if (!input.memoryEnabled) return
+        const turns = yield* loadHistory(input)
+        yield* repo.appendTurn({
+          tenantId: input.tenantId as TenantId,
+          agentId: input.agentId as AgentId,
+          conversationId: input.conversationId,
+          message: input.message,
+          reply: reply.text,
+          model: reply.model,
+          inputTokens: reply.inputTokens,
+          outputTokens: reply.outputTokens,
+          createdAt,
+          completedAt: new Date()
+        })
+        turns.push({
+          message: input.message,
+          reply: reply.text,
+          cost: models.countTokens(input.message) + models.countTokens(reply.text)
+        })
+      })
+
+    const toResponse = (input: TurnInput, reply: ModelReply): ChatResponse => ({
+      reply: reply.text,
+      conversationId: input.conversationId,
+      tokens: reply.inputTokens + reply.outputTokens,
+      model: reply.model
+    })
+
+    return Conversation.of({
+      Send: Effect.fn("Conversation.send")(function*({ payload }) {
+        const createdAt = new Date()
+        const messages = yield* prompt(payload)
+        const reply = yield* models.generate({ model: payload.model, system: payload.instructions, messages }).pipe(
+          Effect.mapError(toChatFailed)
+        )
+        yield* remember(payload, reply, createdAt)
+        return toResponse(payload, reply)
+      }),
+      // The turn is stored when the model is done and before `Done` is sent; a
+      // stream interrupted earlier (the client went away) stores nothing.
+      StreamReply: ({ payload }) =>
+        Stream.unwrap(Effect.gen(function*() {
+          const createdAt = new Date()
+          const messages = yield* prompt(payload)
+          return models.stream({ model: payload.model, system: payload.instructions, messages }).pipe(
+            Stream.mapError(toChatFailed),
+            Stream.mapEffect((event): Effect.Effect<ChatEvent> =>
+              event._tag === "Delta"
+                ? Effect.succeed({ _tag: "Delta", text: event.text })
+                : Effect.as(remember(payload, event.reply, createdAt), {
+                  _tag: "Done",
+                  response: toResponse(payload, event.reply)
+                })
+            )
+          )
+        })),
+      Forget: Effect.fn("Conversation.forget")(function*({ payload }) {
+        history = undefined
+        return yield* repo.forget(payload.tenantId as TenantId, payload.agentId as AgentId, payload.conversationId)
+      })
+    })
+  }),
+  { maxIdleTime: "10 minutes" }
+)

@@ -1,0 +1,224 @@
+import { Effect, Redacted, Schema, Stream } from "effect"
+import { AiError, LanguageModel, type Prompt, type Response } from "effect/ai"
+import type { HttpClient } from "effect/http"
+import * as ProviderHttp from "./ProviderHttp.ts"
+
+/**
+ * An effect/ai `LanguageModel` over the Anthropic Messages API. Text in,
+ * text out: no tools, no images.
+ */
+
+export interface AnthropicOptions {
+  readonly client: HttpClient.HttpClient
+  /** e.g. `https://api.anthropic.com`; `/v1/messages` is appended. */
+  readonly baseUrl: string
+  readonly apiKey: Redacted.Redacted<string>
+  /** The model name without the `anthropic/` prefix. */
+  readonly model: string
+}
+
+const moduleName = "AnthropicLanguageModel"
+
+/** The API requires a ceiling on the reply; every current Claude model allows this much. */
+export const maxOutputTokens = 4096
+
+const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
+  parts.flatMap((part) => part.type === "text" && part.text !== undefined ? [part.text] : []).join("")
+
+/** The Messages API body: system prompt as the top-level `system`, the turns as `messages`. */
+export const toBody = (model: string, prompt: Prompt.Prompt) => {
+  const system = prompt.content.flatMap((message) => message.role === "system" ? [message.content] : [])
+    .filter((content) => content !== "")
+    .join("\n\n")
+  const messages = prompt.content.flatMap((message) =>
+    message.role === "user" || message.role === "assistant"
+      ? [{ role: message.role, content: textOf(message.content) }]
+      : []
+  )
+  return {
+    model,
+    max_tokens: maxOutputTokens,
+    ...(system === "" ? {} : { system }),
+    messages
+  }
+}
+
+const finishReason = (reason: string | null | undefined): Response.FinishReason => {
+  switch (reason) {
+    case "end_turn":
+    case "stop_sequence":
+      return "stop"
+    case "max_tokens":
+      return "length"
+    case "tool_use":
+      return "tool-calls"
+    case "refusal":
+      return "content-filter"
+    case "pause_turn":
+      return "pause"
+    case null:
+    case undefined:
+      return "unknown"
+    default:
+      return "other"
+  }
+}
+
+const OptionalCount = Schema.optional(Schema.NullOr(Schema.Number))
+
+const Usage = Schema.Struct({
+  input_tokens: OptionalCount,
+  output_tokens: OptionalCount,
+  cache_creation_input_tokens: OptionalCount,
+  cache_read_input_tokens: OptionalCount
+})
+type Usage = typeof Usage.Type
+
+const Message = Schema.Struct({
+  id: Schema.optional(Schema.String),
+  model: Schema.optional(Schema.String),
+  content: Schema.Array(Schema.Struct({ type: Schema.String, text: Schema.optional(Schema.String) })),
+  stop_reason: Schema.optional(Schema.NullOr(Schema.String)),
+  usage: Schema.optional(Usage)
+})
+
+const StreamEvent = Schema.Struct({
+  type: Schema.String,
+  message: Schema.optional(Schema.Struct({
+    id: Schema.optional(Schema.String),
+    model: Schema.optional(Schema.String),
+    usage: Schema.optional(Usage)
+  })),
+  delta: Schema.optional(Schema.Struct({
+    type: Schema.optional(Schema.String),
+    text: Schema.optional(Schema.String),
+    stop_reason: Schema.optional(Schema.NullOr(Schema.String))
+  })),
+  usage: Schema.optional(Usage)
+})
+
+// Anthropic counts cached prompt tokens apart from `input_tokens`; the total is what was read.
+const toUsage = (usage: Usage): typeof Response.Usage.Encoded => {
+  const uncached = usage.input_tokens ?? 0
+  const cacheWrite = usage.cache_creation_input_tokens ?? 0
+  const cacheRead = usage.cache_read_input_tokens ?? 0
+  return {
+    inputTokens: { total: Math.trunc(uncached + cacheWrite + cacheRead), uncached, cacheRead, cacheWrite },
+    outputTokens: { total: Math.trunc(usage.output_tokens ?? 0), text: undefined, reasoning: undefined }
+  }
+}
+
+const decode = <S extends Schema.Top & { readonly DecodingServices: never }>(schema: S, method: string, what: string) => {
+  const decodeUnknown = Schema.decodeUnknownEffect(schema)
+  return (input: unknown): Effect.Effect<S["Type"], AiError.AiError> =>
+    decodeUnknown(input).pipe(
+      Effect.mapError(() => ProviderHttp.invalidResponse(moduleName, method, `Unexpected ${what}`))
+    )
+}
+
+/** The provider for `anthropic/<model>`. */
+export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.LanguageModel> => {
+  const url = `${options.baseUrl.replace(/\/+$/, "")}/v1/messages`
+  const headers = {
+    "x-api-key": Redacted.value(options.apiKey),
+    "anthropic-version": "2023-06-01"
+  }
+  const post = (method: string, body: Record<string, unknown>) =>
+    ProviderHttp.postJson({ client: options.client, module: moduleName, method, url, headers, body })
+  const decodeMessage = decode(Message, "generateText", "message")
+  const decodeEvent = decode(StreamEvent, "streamText", "stream event")
+
+  return LanguageModel.make({
+    generateText: Effect.fnUntraced(function*(providerOptions) {
+      const response = yield* post("generateText", toBody(options.model, providerOptions.prompt))
+      const message = yield* ProviderHttp.readJson(moduleName, "generateText")(response).pipe(
+        Effect.flatMap(decodeMessage)
+      )
+      const text = textOf(message.content)
+      const parts: Array<Response.PartEncoded> = [{ type: "response-metadata", id: message.id, modelId: message.model }]
+      if (text !== "") parts.push({ type: "text", text })
+      parts.push({ type: "finish", reason: finishReason(message.stop_reason), usage: toUsage(message.usage ?? {}) })
+      return parts
+    }),
+
+    streamText: (providerOptions) =>
+      post("streamText", { ...toBody(options.model, providerOptions.prompt), stream: true }).pipe(
+        Effect.map((response) =>
+          Stream.suspend(() => {
+            let started = false
+            let stopped = false
+            let reason: string | null | undefined
+            let usage: Usage = {}
+
+            const onEvent = (data: string): Effect.Effect<Array<Response.StreamPartEncoded>, AiError.AiError> =>
+              ProviderHttp.parseJson(moduleName, "streamText", data).pipe(
+                Effect.flatMap((json) => {
+                  // Overload and other failures after the 200 arrive as an `error` event.
+                  if (json?.type === "error") {
+                    return Effect.fail(AiError.make({
+                      module: moduleName,
+                      method: "streamText",
+                      reason: new AiError.InternalProviderError({
+                        description: ProviderHttp.providerMessage(data) ?? "The stream reported an error"
+                      })
+                    }))
+                  }
+                  return decodeEvent(json)
+                }),
+                Effect.map((event): Array<Response.StreamPartEncoded> => {
+                  switch (event.type) {
+                    case "message_start": {
+                      usage = { ...usage, ...event.message?.usage }
+                      return [{ type: "response-metadata", id: event.message?.id, modelId: event.message?.model }]
+                    }
+                    case "content_block_delta": {
+                      if (event.delta?.type !== "text_delta" || !event.delta.text) return []
+                      const parts: Array<Response.StreamPartEncoded> = []
+                      if (!started) {
+                        started = true
+                        parts.push({ type: "text-start", id: "0" })
+                      }
+                      parts.push({ type: "text-delta", id: "0", delta: event.delta.text })
+                      return parts
+                    }
+                    case "message_delta": {
+                      // Counts here are cumulative and override those of message_start.
+                      reason = event.delta?.stop_reason ?? reason
+                      for (const [key, value] of Object.entries(event.usage ?? {})) {
+                        if (typeof value === "number") usage = { ...usage, [key]: value }
+                      }
+                      return []
+                    }
+                    case "message_stop": {
+                      stopped = true
+                      return []
+                    }
+                    default:
+                      return []
+                  }
+                })
+              )
+
+            const end = Stream.suspend((): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> =>
+              stopped
+                ? Stream.fromIterable<Response.StreamPartEncoded>([
+                  ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
+                  { type: "finish", reason: finishReason(reason), usage: toUsage(usage) }
+                ])
+                : Stream.fail(
+                  ProviderHttp.streamCut(moduleName, "streamText", url)
+                )
+            )
+
+            return ProviderHttp.sseEvents(moduleName, "streamText", response).pipe(
+              Stream.takeUntil((event) => event.event === "message_stop"),
+              Stream.mapEffect((event) => onEvent(event.data)),
+              Stream.flattenIterable,
+              Stream.concat(end)
+            )
+          })
+        ),
+        Stream.unwrap
+      )
+  })
+}

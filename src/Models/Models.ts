@@ -1,0 +1,371 @@
+import { Context, Data, Duration, Effect, Layer, Option, Random, Redacted, Stream } from "effect"
+import { type AiError, LanguageModel, Prompt, type Response } from "effect/ai"
+import { FetchHttpClient, HttpClient } from "effect/http"
+import { AppConfig } from "../Config.ts"
+import * as Anthropic from "./Anthropic.ts"
+import * as Local from "./Local.ts"
+import * as OpenAi from "./OpenAi.ts"
+import { providerMessage, retryAfterOf } from "./ProviderHttp.ts"
+import { countTokens } from "./Tokens.ts"
+
+export interface ChatMessage {
+  readonly role: "user" | "assistant"
+  readonly content: string
+}
+
+export interface ModelRequest {
+  /** `local`, `openai/<name>` or `anthropic/<name>`. */
+  readonly model: string
+  /** The agent's instructions; "" means no system prompt. */
+  readonly system: string
+  /** The history, oldest first, with the new user message last. */
+  readonly messages: ReadonlyArray<ChatMessage>
+}
+
+export interface ModelReply {
+  readonly text: string
+  /** Who answered: `provider/<name the provider reported>`, or `local`. */
+  readonly model: string
+  readonly inputTokens: number
+  readonly outputTokens: number
+}
+
+export type ModelEvent =
+  | { readonly _tag: "Delta"; readonly text: string }
+  | { readonly _tag: "Done"; readonly reply: ModelReply }
+
+export class ModelError extends Data.TaggedError("ModelError")<{
+  readonly reason: "NotConfigured" | "Timeout" | "ProviderError" | "UnknownModel"
+  /** Safe for clients: never a key, never a stack. */
+  readonly message: string
+  /** The provider's HTTP status, when there was one. */
+  readonly status?: number
+}> {}
+
+// Retry waits: exponential from 250 ms, capped, with jitter so that many
+// conversations hit by the same outage do not come back in step.
+const backoffBase = Duration.millis(250)
+const backoffCap = Duration.seconds(8)
+// A provider asking for a longer pause than this is treated as down for now.
+const retryAfterCap = Duration.seconds(30)
+// Provider messages are for humans; past this they are noise.
+const maxMessageLength = 500
+
+type Provider = "local" | "openai" | "anthropic"
+
+const providerLabel: Record<Provider, string> = { local: "The local model", openai: "OpenAI", anthropic: "Anthropic" }
+
+/** A model id resolved to the effect/ai provider that serves it. */
+interface Target {
+  readonly provider: Provider
+  readonly name: string
+  readonly languageModel: LanguageModel.LanguageModel
+}
+
+/** Why an attempt failed, and whether another attempt may do better. */
+interface Failure {
+  readonly error: ModelError
+  readonly retryable: boolean
+  readonly retryAfter: Duration.Duration | undefined
+}
+
+const toPrompt = (request: ModelRequest): Prompt.Prompt =>
+  Prompt.fromMessages([
+    ...(request.system === "" ? [] : [Prompt.makeMessage("system", { content: request.system })]),
+    ...request.messages.map((message) =>
+      message.role === "user"
+        ? Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: message.content })] })
+        : Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: message.content })] })
+    )
+  ])
+
+// The public OpenAI API needs a key. Any other base URL is taken for an
+// OpenAI-compatible server (Ollama, vLLM, LM Studio, llama.cpp), which usually
+// takes none: there a missing key just means no Authorization header.
+const requiresOpenAiKey = (baseUrl: string) => {
+  try {
+    return new URL(baseUrl).hostname === "api.openai.com"
+  } catch {
+    return true
+  }
+}
+
+const hostOf = (baseUrl: string) => {
+  try {
+    return new URL(baseUrl).host
+  } catch {
+    return "its configured URL"
+  }
+}
+
+const replyModel = (target: Target, reported: string | undefined) =>
+  target.provider === "local" ? Local.modelId : `${target.provider}/${reported ?? target.name}`
+
+const toReply = (target: Target, text: string, modelId: string | undefined, usage: Response.Usage): ModelReply => ({
+  text,
+  model: replyModel(target, modelId),
+  inputTokens: usage.inputTokens.total ?? 0,
+  outputTokens: usage.outputTokens.total ?? 0
+})
+
+export const make = Effect.gen(function*() {
+  const config = yield* AppConfig
+  const client = yield* HttpClient.HttpClient
+
+  const secrets = [config.openaiApiKey, config.anthropicApiKey].flatMap((key) =>
+    Option.isSome(key) && Redacted.value(key.value).length >= 8 ? [Redacted.value(key.value)] : []
+  )
+
+  /** A provider's message made safe for clients: keys masked, one line, bounded. */
+  const safe = (text: string): string => {
+    let out = text
+    for (const secret of secrets) out = out.split(secret).join("[redacted]")
+    out = out.replace(/\bsk-[A-Za-z0-9_*.-]{6,}/g, "[redacted]").replace(/\s+/g, " ").trim()
+    return out.length <= maxMessageLength ? out : `${out.slice(0, maxMessageLength - 1)}…`
+  }
+
+  const resolve = Effect.fnUntraced(function*(model: string) {
+    if (model === Local.modelId) {
+      return { provider: "local", name: Local.modelId, languageModel: yield* Local.make } satisfies Target
+    }
+    const slash = model.indexOf("/")
+    const provider = slash === -1 ? model : model.slice(0, slash)
+    const name = slash === -1 ? "" : model.slice(slash + 1)
+    if (provider !== "openai" && provider !== "anthropic") {
+      return yield* new ModelError({
+        reason: "UnknownModel",
+        message: `Unknown model "${model}": use "local", "openai/<name>" or "anthropic/<name>"`
+      })
+    }
+    if (name.trim() === "") {
+      return yield* new ModelError({ reason: "UnknownModel", message: `Model "${model}" names no model after "${provider}/"` })
+    }
+    if (provider === "openai") {
+      if (Option.isNone(config.openaiApiKey) && requiresOpenAiKey(config.openaiBaseUrl)) {
+        return yield* new ModelError({
+          reason: "NotConfigured",
+          message: `Model "${model}" needs OPENAI_API_KEY, which is not set`
+        })
+      }
+      const languageModel = yield* OpenAi.make({
+        client,
+        baseUrl: config.openaiBaseUrl,
+        apiKey: config.openaiApiKey,
+        model: name
+      })
+      return { provider, name, languageModel } satisfies Target
+    }
+    if (Option.isNone(config.anthropicApiKey)) {
+      return yield* new ModelError({
+        reason: "NotConfigured",
+        message: `Model "${model}" needs ANTHROPIC_API_KEY, which is not set`
+      })
+    }
+    const languageModel = yield* Anthropic.make({
+      client,
+      baseUrl: config.anthropicBaseUrl,
+      apiKey: config.anthropicApiKey.value,
+      model: name
+    })
+    return { provider, name, languageModel } satisfies Target
+  })
+
+  const classify = (target: Target, error: AiError.AiError, nowMillis: number): Failure => {
+    const label = providerLabel[target.provider]
+    const reason = error.reason
+    const http = "http" in reason ? reason.http : undefined
+    const status = http?.response?.status
+    if (status !== undefined) {
+      const detail = providerMessage(http?.body) ?? ("description" in reason ? reason.description : undefined)
+      return {
+        error: new ModelError({
+          reason: "ProviderError",
+          status,
+          message: safe(`${label} answered ${status}${detail ? `: ${detail}` : ""}`)
+        }),
+        retryable: status === 429 || status >= 500,
+        retryAfter: retryAfterOf(http?.response?.headers, nowMillis)
+      }
+    }
+    switch (reason._tag) {
+      case "NetworkError":
+        return {
+          error: new ModelError({
+            reason: "ProviderError",
+            message: `The connection to ${label} (${
+              hostOf(target.provider === "anthropic" ? config.anthropicBaseUrl : config.openaiBaseUrl)
+            }) failed`
+          }),
+          retryable: reason.reason === "TransportError",
+          retryAfter: undefined
+        }
+      case "InternalProviderError":
+        // An error event in the middle of a stream, such as Anthropic's overloaded_error.
+        return {
+          error: new ModelError({ reason: "ProviderError", message: safe(`${label} failed: ${reason.description}`) }),
+          retryable: true,
+          retryAfter: undefined
+        }
+      default:
+        return {
+          error: new ModelError({
+            reason: "ProviderError",
+            message: `${label} sent a response that could not be read`
+          }),
+          retryable: false,
+          retryAfter: undefined
+        }
+    }
+  }
+
+  const timedOut = (target: Target): Failure => ({
+    error: new ModelError({
+      reason: "Timeout",
+      message: `${providerLabel[target.provider]} did not answer within ${Duration.format(config.modelTimeout)}`
+    }),
+    // A hung provider is not retried: the caller would wait a multiple of the timeout.
+    retryable: false,
+    retryAfter: undefined
+  })
+
+  const toFailure = (target: Target) => (error: AiError.AiError) =>
+    Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (now) => classify(target, error, now))
+
+  const retryDelay = (retry: number, failure: Failure) =>
+    failure.retryAfter !== undefined
+      ? Effect.succeed(Duration.min(failure.retryAfter, retryAfterCap))
+      : Effect.map(Random.next, (random) => {
+        const ceiling = Math.min(Duration.toMillis(backoffCap), Duration.toMillis(backoffBase) * 2 ** retry)
+        return Duration.millis(Math.round(ceiling / 2 + random * ceiling / 2))
+      })
+
+  /** `true` when `failure` is worth another attempt, after waiting for it. */
+  const waitBeforeRetry = (target: Target, retry: number, failure: Failure): Effect.Effect<boolean> => {
+    if (!failure.retryable || retry >= config.modelMaxRetries) return Effect.succeed(false)
+    return retryDelay(retry, failure).pipe(
+      Effect.tap((delay) =>
+        Effect.logWarning("Model call failed; retrying").pipe(
+          Effect.annotateLogs({
+            provider: target.provider,
+            model: target.name,
+            status: failure.error.status ?? "none",
+            retry: retry + 1,
+            delay: Duration.format(delay)
+          })
+        )
+      ),
+      Effect.flatMap(Effect.sleep),
+      Effect.as(true)
+    )
+  }
+
+  const generateWithRetries = (target: Target, prompt: Prompt.Prompt) => {
+    const attempt = LanguageModel.generateText({ prompt }).pipe(
+      Effect.provideService(LanguageModel.LanguageModel, target.languageModel),
+      Effect.catch((error) => Effect.flatMap(toFailure(target)(error), Effect.fail)),
+      Effect.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Effect.fail(timedOut(target)) })
+    )
+    const loop = (retry: number): Effect.Effect<LanguageModel.GenerateTextResponse<{}>, ModelError> =>
+      Effect.catch(attempt, (failure) =>
+        Effect.flatMap(
+          waitBeforeRetry(target, retry, failure),
+          (again) => again ? loop(retry + 1) : Effect.fail(failure.error)
+        ))
+    return loop(0)
+  }
+
+  // Once text has reached the caller a retry would repeat it, so only an
+  // attempt that failed before its first delta is retried. The timeout bounds
+  // each wait for the next part, so a long answer that keeps flowing is fine.
+  const streamWithRetries = (target: Target, prompt: Prompt.Prompt) => {
+    const attempt = LanguageModel.streamText({ prompt }).pipe(
+      Stream.provideService(LanguageModel.LanguageModel, target.languageModel),
+      Stream.catch((error) => Stream.fromEffect(Effect.flatMap(toFailure(target)(error), Effect.fail))),
+      Stream.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Stream.fail(timedOut(target)) })
+    )
+    const loop = (retry: number): Stream.Stream<Response.StreamPart<{}>, ModelError> =>
+      Stream.suspend(() => {
+        let delivered = false
+        return attempt.pipe(
+          Stream.tap((part) =>
+            Effect.sync(() => {
+              if (part.type === "text-delta") delivered = true
+            })
+          ),
+          Stream.catch((failure) =>
+            delivered
+              ? Stream.fail(failure.error)
+              : Stream.unwrap(Effect.map(
+                waitBeforeRetry(target, retry, failure),
+                (again) => again ? loop(retry + 1) : Stream.fail(failure.error)
+              ))
+          )
+        )
+      })
+    return loop(0)
+  }
+
+  const generate = Effect.fn("Models.generate")(function*(request: ModelRequest) {
+    yield* Effect.annotateCurrentSpan("model", request.model)
+    const target = yield* resolve(request.model)
+    const response = yield* generateWithRetries(target, toPrompt(request))
+    const metadata = response.content.find((part) => part.type === "response-metadata")
+    return toReply(target, response.text, metadata?.modelId, response.usage)
+  })
+
+  const stream = (request: ModelRequest): Stream.Stream<ModelEvent, ModelError> =>
+    Stream.unwrap(Effect.map(resolve(request.model), (target) =>
+      Stream.suspend(() => {
+        let text = ""
+        let modelId: string | undefined
+        let usage: Response.Usage | undefined
+        const toEvents = (part: Response.StreamPart<{}>): Array<ModelEvent> => {
+          switch (part.type) {
+            case "text-delta":
+              text += part.delta
+              return part.delta === "" ? [] : [{ _tag: "Delta", text: part.delta }]
+            case "response-metadata":
+              modelId = part.modelId ?? modelId
+              return []
+            case "finish":
+              usage = part.usage
+              return []
+            default:
+              return []
+          }
+        }
+        const done = Stream.sync((): ModelEvent => ({
+          _tag: "Done",
+          reply: {
+            text,
+            model: replyModel(target, modelId),
+            inputTokens: usage?.inputTokens.total ?? 0,
+            outputTokens: usage?.outputTokens.total ?? 0
+          }
+        }))
+        return streamWithRetries(target, toPrompt(request)).pipe(
+          Stream.map(toEvents),
+          Stream.flattenIterable,
+          Stream.concat(done)
+        )
+      }))).pipe(Stream.withSpan("Models.stream", { attributes: { model: request.model } }))
+
+  const contextBudget = (_model: string) => config.modelContextTokens
+
+  return { generate, stream, countTokens, contextBudget } as const
+})
+
+/** The language models an agent can use: `local`, `openai/<name>` and `anthropic/<name>`, behind effect/ai. */
+export class Models extends Context.Service<Models, {
+  readonly generate: (request: ModelRequest) => Effect.Effect<ModelReply, ModelError>
+  /** Deltas, then exactly one Done. */
+  readonly stream: (request: ModelRequest) => Stream.Stream<ModelEvent, ModelError>
+  /** Tokens of `text` (o200k_base), for trimming history to a budget. */
+  readonly countTokens: (text: string) => number
+  /** Tokens available for system prompt, history and the new message. */
+  readonly contextBudget: (model: string) => number
+}>()("agent-host/Models") {
+  static readonly layer: Layer.Layer<Models, never, AppConfig> = Layer.effect(Models, make).pipe(
+    Layer.provide(FetchHttpClient.layer)
+  )
+}

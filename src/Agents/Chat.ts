@@ -8,6 +8,14 @@ import { type ChatRequest, defaultPageSize } from "./Api.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
 
+const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
+
+/** A model failure as the problem a client gets; the cluster's own failures mean the conversation is unreachable. */
+const toProblem = (error: { readonly _tag: string }) => {
+  if (error._tag !== "ChatFailed") return unreachable
+  return fromChatFailed(error as ChatFailed)
+}
+
 const fromChatFailed = (error: ChatFailed) => {
   switch (error.reason) {
     case "Timeout":
@@ -19,8 +27,6 @@ const fromChatFailed = (error: ChatFailed) => {
       return new ServiceUnavailable({ detail: error.message })
   }
 }
-
-const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
 
 /** Chat with an agent, and the conversations it remembers. */
 export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
@@ -60,14 +66,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     const send = Effect.fn("Chat.send")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       const { client, input } = yield* prepare(tenantId, agentId, request)
       return yield* client.Send(input).pipe(
-        Effect.timeoutOrElse({ duration: callBound, orElse: () => Effect.fail(unreachable) }),
-        Effect.catchTags({
-          ChatFailed: (error) => Effect.fail(fromChatFailed(error)),
-          MailboxFull: () => Effect.fail(unreachable),
-          AlreadyProcessingMessage: () => Effect.fail(unreachable),
-          PersistenceError: () => Effect.fail(unreachable),
-          EntityNotAssignedToRunner: () => Effect.fail(unreachable)
-        })
+        Effect.mapError(toProblem),
+        Effect.timeoutOrElse({ duration: callBound, orElse: () => Effect.fail(unreachable) })
       )
     })
 
@@ -75,14 +75,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     const stream = Effect.fn("Chat.stream")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       const { client, input } = yield* prepare(tenantId, agentId, request)
       return client.StreamReply(input).pipe(
-        Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) }),
-        Stream.catchTags({
-          ChatFailed: (error) => Stream.fail(fromChatFailed(error)),
-          MailboxFull: () => Stream.fail(unreachable),
-          AlreadyProcessingMessage: () => Stream.fail(unreachable),
-          PersistenceError: () => Stream.fail(unreachable),
-          EntityNotAssignedToRunner: () => Stream.fail(unreachable)
-        })
+        Stream.mapError(toProblem),
+        Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) })
       ) as Stream.Stream<ChatEvent, GatewayTimeout | BadGateway | ServiceUnavailable>
     })
 
@@ -116,13 +110,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
         agentId,
         conversationId
       }).pipe(
-        Effect.timeoutOrElse({ duration: Duration.seconds(30), orElse: () => Effect.fail(unreachable) }),
-        Effect.catchTags({
-          MailboxFull: () => Effect.fail(unreachable),
-          AlreadyProcessingMessage: () => Effect.fail(unreachable),
-          PersistenceError: () => Effect.fail(unreachable),
-          EntityNotAssignedToRunner: () => Effect.fail(unreachable)
-        })
+        Effect.mapError(() => unreachable),
+        Effect.timeoutOrElse({ duration: Duration.seconds(30), orElse: () => Effect.fail(unreachable) })
       )
       if (!removed) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
     })

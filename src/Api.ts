@@ -1,6 +1,7 @@
 import { HttpApi, HttpApiMiddleware, OpenApi } from "effect/http-api"
 import { AgentsApi, AgentsV1Api } from "./Agents/Api.ts"
 import { AuthApi, KeysApi } from "./Auth/Api.ts"
+import { BillingApi } from "./Billing/Api.ts"
 import { HealthApi } from "./Health/Api.ts"
 
 /** The whole HTTP API: one declaration gives validation, the OpenAPI document and a typed client. */
@@ -10,6 +11,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(KeysApi)
   .add(AgentsApi)
   .add(AgentsV1Api)
+  .add(BillingApi)
   .middleware(HttpApiMiddleware.ProblemDetails)
   .annotateMerge(OpenApi.annotations({
     title: "Agent Host API",

@@ -44,6 +44,14 @@ export interface AppSettings {
   readonly modelMaxRetries: number
   /** Tokens of conversation history sent to a model, system prompt included. */
   readonly modelContextTokens: number
+  /** API-key requests per UTC day of each plan; business is unlimited. */
+  readonly freeDailyLimit: number
+  readonly proDailyLimit: number
+  /** Signing secret of the Stripe webhook endpoint; without it the webhook answers 503. */
+  readonly stripeWebhookSecret: Option.Option<Redacted.Redacted<string>>
+  /** Stripe price ids that map to plans. */
+  readonly stripePricePro: Option.Option<string>
+  readonly stripePriceBusiness: Option.Option<string>
 }
 
 export const settingsConfig: Config.Config<AppSettings> = Config.all({
@@ -69,7 +77,12 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   anthropicApiKey: Config.option(Config.Redacted("ANTHROPIC_API_KEY")),
   modelTimeout: Config.Duration("MODEL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
   modelMaxRetries: Config.Int("MODEL_MAX_RETRIES").pipe(Config.withDefault(3)),
-  modelContextTokens: Config.Int("MODEL_CONTEXT_TOKENS").pipe(Config.withDefault(16_000))
+  modelContextTokens: Config.Int("MODEL_CONTEXT_TOKENS").pipe(Config.withDefault(16_000)),
+  freeDailyLimit: Config.Int("FREE_DAILY_LIMIT").pipe(Config.withDefault(100)),
+  proDailyLimit: Config.Int("PRO_DAILY_LIMIT").pipe(Config.withDefault(10_000)),
+  stripeWebhookSecret: Config.option(Config.Redacted("STRIPE_WEBHOOK_SECRET")),
+  stripePricePro: Config.option(Config.String("STRIPE_PRICE_PRO")),
+  stripePriceBusiness: Config.option(Config.String("STRIPE_PRICE_BUSINESS"))
 })
 
 export class AppConfig extends Context.Service<AppConfig, AppSettings>()("agent-host/AppConfig") {

@@ -9,6 +9,8 @@ import { AgentsRepo } from "./Agents/Repo.ts"
 import { Api } from "./Api.ts"
 import * as AuthHttp from "./Auth/Http.ts"
 import * as AuthMiddleware from "./Auth/Middleware.ts"
+import * as BillingHttp from "./Billing/Http.ts"
+import { Quota } from "./Billing/Quota.ts"
 import { AppConfig } from "./Config.ts"
 import * as Sql from "./Database/Sql.ts"
 import * as HealthHttp from "./Health/Http.ts"
@@ -24,8 +26,10 @@ export const RoutesLayer = Layer.mergeAll(
   HttpApiScalar.layer(Api, { path: "/docs" }),
   RequestPipeline.layer(Api, docsRoutes)
 ).pipe(
-  Layer.provide([HealthHttp.layer, AuthHttp.layer, AgentsHttp.layer]),
-  Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })])
+  Layer.provide([HealthHttp.layer, AuthHttp.layer, AgentsHttp.layer, BillingHttp.layer]),
+  Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
+  // One quota per process: the middleware and the billing route share its batches.
+  Layer.provide(Quota.layer)
 )
 
 /** The HTTP server on the configured port (0 picks a free one), draining in-flight requests on shutdown. */

@@ -8,7 +8,7 @@ import {
   OpenApi
 } from "effect/http-api"
 import { ApiKeyId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
-import { Conflict, Forbidden, NotFound, Unauthorized } from "../Domain/Problems.ts"
+import { Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized } from "../Domain/Problems.ts"
 
 // ---------------------------------------------------------------------------
 // Who is calling
@@ -63,7 +63,7 @@ export class ApiKeyAuth extends HttpApiMiddleware.Service<ApiKeyAuth, {
       HttpApiSecurity.annotate(OpenApi.Description, "An API key (`ak_...`) as a bearer token.")
     )
   },
-  error: [Unauthorized, Forbidden]
+  error: [Unauthorized, Forbidden, TooManyRequests]
 }) {}
 
 // ---------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { Clock, Context, Effect, Layer, Option, Redacted } from "effect"
+import { HttpEffect, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint } from "effect/http-api"
 import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
 import { Accounts } from "./Accounts.ts"
 import { ApiKeyAuth, CurrentPrincipal, RequiredScope, SessionAuth } from "./Api.ts"
+import { Quota } from "../Billing/Quota.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 
 const missingSession = new Unauthorized({ detail: "Missing session: log in, then send the session cookie or a bearer token" })
@@ -33,6 +35,7 @@ export const SessionAuthLayer = Layer.effect(
 // routes of /api/public can share it.
 const makeApiKeyCheck = Effect.gen(function*() {
   const keys = yield* ApiKeys
+  const quota = yield* Quota
   return <A, E, R>(
     httpEffect: Effect.Effect<A, E, R>,
     credential: Redacted.Redacted,
@@ -47,9 +50,29 @@ const makeApiKeyCheck = Effect.gen(function*() {
       if (!principal.value.scopes.includes(required)) {
         return yield* new Forbidden({ detail: `This API key lacks the "${required}" scope`, requiredScope: required })
       }
+      // Counted once authenticated and allowed: refusals for auth, scope or quota do not count.
+      const allowance = yield* quota.consume(principal.value.tenantId).pipe(
+        Effect.tapError((refused) => setLimitHeaders(refused.limit, 0, new Date(refused.resetAt), true))
+      )
+      if (allowance.limit !== null) yield* setLimitHeaders(allowance.limit, allowance.remaining!, allowance.resetAt, false)
       return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
     })
 })
+
+/** RateLimit-* headers (and Retry-After when refused) on whatever response this request gets. */
+const setLimitHeaders = (limit: number, remaining: number, resetAt: Date, refused: boolean) =>
+  Effect.gen(function*() {
+    const seconds = String(Math.max(0, Math.ceil((resetAt.getTime() - (yield* Clock.currentTimeMillis)) / 1000)))
+    const headers: Record<string, string> = {
+      "ratelimit-limit": String(limit),
+      "ratelimit-remaining": String(remaining),
+      "ratelimit-reset": seconds
+    }
+    if (refused) headers["retry-after"] = seconds
+    yield* HttpEffect.appendPreResponseHandler((_request, response) =>
+      Effect.succeed(HttpServerResponse.setHeaders(response, headers))
+    )
+  })
 
 export const ApiKeyAuthLayer = Layer.effect(
   ApiKeyAuth,

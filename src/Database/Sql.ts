@@ -1,32 +1,62 @@
 import { NodeServices } from "@effect/platform-node"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Effect, Layer, Option, String } from "effect"
+import { Context, Effect, Layer, Option, type Redacted, String } from "effect"
+import { Reactivity } from "effect/reactivity"
+import type { SqlClient } from "effect/sql"
 import { AppConfig } from "../Config.ts"
 import * as Embedded from "./Embedded.ts"
 import { migrations } from "./migrations/index.ts"
 
-/**
- * The Postgres client: DATABASE_URL when set, otherwise an embedded server
- * under EMBEDDED_POSTGRES_DATA_DIR. Columns are snake_case in SQL and
- * camelCase in rows.
- */
+/** Where the database is: DATABASE_URL, or the embedded server started for this process. */
+export class DatabaseUrl extends Context.Service<DatabaseUrl, Redacted.Redacted<string>>()("agent-host/DatabaseUrl") {
+  static readonly layer = Layer.effect(
+    DatabaseUrl,
+    Effect.gen(function*() {
+      const config = yield* AppConfig
+      if (Option.isSome(config.databaseUrl)) return config.databaseUrl.value
+      const server = yield* Embedded.start({
+        dataDir: config.embeddedPostgresDataDir,
+        port: config.embeddedPostgresPort,
+        osUser: config.embeddedPostgresUser
+      })
+      return server.url
+    })
+  )
+}
+
+const clientOptions = {
+  applicationName: "agent-host",
+  transformResultNames: String.snakeToCamel,
+  transformQueryNames: String.camelToSnake
+}
+
+/** The Postgres client. Columns are snake_case in SQL and camelCase in rows. */
 export const ClientLayer = Layer.unwrap(Effect.gen(function*() {
+  const url = yield* DatabaseUrl
   const config = yield* AppConfig
-  const url = Option.isSome(config.databaseUrl)
-    ? config.databaseUrl.value
-    : (yield* Embedded.start({
-      dataDir: config.embeddedPostgresDataDir,
-      port: config.embeddedPostgresPort,
-      osUser: config.embeddedPostgresUser
-    })).url
-  return PgClient.layer({
-    url,
-    maxConnections: config.databasePoolSize,
-    applicationName: "agent-host",
-    transformResultNames: String.snakeToCamel,
-    transformQueryNames: String.camelToSnake
-  })
+  return PgClient.layer({ url, maxConnections: config.databasePoolSize, ...clientOptions })
 }))
+
+/**
+ * A small second pool for request counting. Its commits do not wait for the
+ * WAL to reach disk (synchronous_commit=off): a count is still atomic and
+ * exact, it survives the service being killed, and only a crash of the
+ * database machine itself can lose the last fraction of a second of counts.
+ */
+export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>()("agent-host/CounterSql") {
+  static readonly layer = Layer.effect(
+    CounterSql,
+    Effect.gen(function*() {
+      const url = yield* DatabaseUrl
+      return yield* PgClient.make({
+        url,
+        maxConnections: 4,
+        startupParameters: { synchronous_commit: "off" },
+        ...clientOptions
+      })
+    })
+  ).pipe(Layer.provide(Reactivity.layer))
+}
 
 /** Applies pending migrations at start; safe to run from several nodes at once (the migrator locks its table). */
 export const MigratorLayer = PgMigrator.layer({ loader: migrations }).pipe(
@@ -34,4 +64,8 @@ export const MigratorLayer = PgMigrator.layer({ loader: migrations }).pipe(
 )
 
 /** A migrated database, ready for the repos. */
-export const layer = MigratorLayer.pipe(Layer.provideMerge(ClientLayer))
+export const layer = MigratorLayer.pipe(
+  Layer.provideMerge(ClientLayer),
+  Layer.provideMerge(CounterSql.layer),
+  Layer.provide(DatabaseUrl.layer)
+)

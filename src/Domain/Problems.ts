@@ -50,6 +50,16 @@ export class GatewayTimeout extends HttpApiError.Problem<GatewayTimeout>()("Gate
   title: "Gateway Timeout"
 }) {}
 
+export class TooManyRequests extends HttpApiError.Problem<TooManyRequests>()("TooManyRequests", {
+  type: problemType("daily-limit-reached"),
+  status: 429,
+  title: "Too Many Requests"
+}, {
+  plan: Schema.String,
+  limit: Schema.Int,
+  resetAt: Schema.String
+}) {}
+
 /** The 400 problem, with one entry per bad field: the same shape request decoding produces. */
 export const BadRequest = HttpApiError.BadRequestProblem
 export type BadRequest = HttpApiError.BadRequestProblem

@@ -1,0 +1,52 @@
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { ServiceUnavailable } from "../Domain/Problems.ts"
+
+/**
+ * A delivery we refuse and that changes nothing: no or a bad `Stripe-Signature`,
+ * a timestamp outside the tolerance, or a body that is not a Stripe event.
+ * `detail` says which.
+ */
+export class InvalidWebhook extends HttpApiError.Problem<InvalidWebhook>()("InvalidWebhook", {
+  type: "urn:agent-host:problem:invalid-webhook",
+  status: 400,
+  title: "Invalid Webhook"
+}) {}
+
+export const WebhookOutcome = Schema.Literals(["processed", "ignored", "failed", "duplicate"]).annotate({
+  description: "`duplicate`: the event id was received before and nothing was done again. " +
+    "`failed`: the event was signed but unusable; it is recorded, and retrying would not help."
+})
+export type WebhookOutcome = typeof WebhookOutcome.Type
+
+export const WebhookReceipt = Schema.Struct({
+  received: Schema.Literal(true),
+  outcome: WebhookOutcome
+})
+export type WebhookReceipt = typeof WebhookReceipt.Type
+
+// The signature covers the exact bytes Stripe sent, so the body is taken as
+// bytes; parsing and re-serialising JSON would break it.
+export const StripeEventBody = Schema.Uint8Array.pipe(
+  HttpApiSchema.asUint8Array({ contentType: "application/json" })
+).annotate({ description: "The Stripe event, exactly as Stripe sent it." })
+
+/** Stripe's event deliveries. No auth middleware: the signature is the authentication. */
+export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
+  .add(
+    HttpApiEndpoint.post("receive", "/api/webhooks/stripe", {
+      headers: {
+        "stripe-signature": Schema.optionalKey(Schema.String).annotate({
+          description: "`t=<unix seconds>,v1=<hex HMAC-SHA256>`, as Stripe signs every delivery."
+        })
+      },
+      payload: StripeEventBody,
+      success: WebhookReceipt,
+      error: [InvalidWebhook, ServiceUnavailable]
+    })
+  )
+  .annotateMerge(OpenApi.annotations({
+    title: "Stripe webhook",
+    description: "Subscription changes from Stripe. Requests must carry a valid `Stripe-Signature`."
+  }))
+{}

@@ -1,0 +1,157 @@
+import { assert, describe, layer } from "@effect/vitest"
+import { Clock, Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql"
+import * as TestServer from "../support/TestServer.ts"
+import { type Account, TestClient } from "../support/TestServer.ts"
+
+// A clock the test can move forward; everything else about time stays real.
+let offsetMs = 0
+const realClock = Clock.Clock.defaultValue()
+const shiftedClock: Clock.Clock = {
+  currentTimeMillisUnsafe: () => realClock.currentTimeMillisUnsafe() + offsetMs,
+  currentTimeMillis: Effect.sync(() => realClock.currentTimeMillisUnsafe() + offsetMs),
+  currentTimeNanosUnsafe: () => realClock.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n,
+  currentTimeNanos: Effect.sync(() => realClock.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n),
+  monotonicTimeNanosUnsafe: () => realClock.monotonicTimeNanosUnsafe(),
+  monotonicTimeNanos: realClock.monotonicTimeNanos,
+  sleep: (duration) => realClock.sleep(duration)
+}
+
+const setUp = Effect.gen(function*() {
+  const account = yield* TestServer.signUp()
+  const key = yield* TestServer.createKey(account)
+  return { account, key: key.key }
+})
+
+const listAgents = (key: string) =>
+  Effect.flatMap(TestClient, (client) => client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key) }))
+
+const billing = (account: Account) =>
+  Effect.flatMap(TestClient, (client) =>
+    client.request("GET", "/api/billing", { headers: TestServer.bearer(account.token) }))
+
+const secondsToUtcMidnight = () => {
+  const now = Date.now() + offsetMs
+  return Math.ceil((86_400_000 - (now % 86_400_000)) / 1000)
+}
+
+layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedClock))), { excludeTestServices: true })(
+  "daily request limits",
+  (it) => {
+    describe("exact under concurrency", () => {
+      it.effect("150 concurrent requests from a fresh free tenant: exactly 100 succeed and 50 get 429", () =>
+        Effect.gen(function*() {
+          const { account, key } = yield* setUp
+          const responses = yield* Effect.forEach(Array.from({ length: 150 }), () => listAgents(key), {
+            concurrency: "unbounded"
+          })
+          const statuses = responses.map((r) => r.status)
+          assert.strictEqual(statuses.filter((s) => s === 200).length, 100)
+          assert.strictEqual(statuses.filter((s) => s === 429).length, 50)
+          // Each success was told a different remaining count: 99 down to 0.
+          const remaining = responses.filter((r) => r.status === 200).map((r) => Number(r.headers.get("ratelimit-remaining")))
+          assert.deepStrictEqual([...remaining].sort((a, b) => a - b), Array.from({ length: 100 }, (_, i) => i))
+          const status = yield* billing(account)
+          assert.deepInclude(status.body, { plan: "free", limit: 100, usedToday: 100, remainingToday: 0 })
+        }))
+    })
+
+    describe("headers and the 429", () => {
+      it.effect("counted responses carry RateLimit headers; the 429 says the plan, the limit and when to come back", () =>
+        Effect.gen(function*() {
+          const { key } = yield* setUp
+          const first = yield* listAgents(key)
+          assert.strictEqual(first.headers.get("ratelimit-limit"), "100")
+          assert.strictEqual(first.headers.get("ratelimit-remaining"), "99")
+          const reset = Number(first.headers.get("ratelimit-reset"))
+          assert.isTrue(Math.abs(reset - secondsToUtcMidnight()) <= 2, `${reset}`)
+          for (let i = 0; i < 99; i++) yield* listAgents(key)
+          const refused = yield* listAgents(key)
+          assert.strictEqual(refused.status, 429)
+          assert.strictEqual(refused.headers.get("content-type"), "application/problem+json")
+          assert.strictEqual(refused.headers.get("ratelimit-remaining"), "0")
+          assert.strictEqual(refused.headers.get("retry-after"), refused.headers.get("ratelimit-reset"))
+          assert.strictEqual(refused.body.plan, "free")
+          assert.strictEqual(refused.body.limit, 100)
+          assert.strictEqual(new Date(refused.body.resetAt).getTime() % 86_400_000, 0)
+          assert.include(refused.body.detail, "100 requests per day")
+        }))
+
+      it.effect("errors after the count still carry the headers", () =>
+        Effect.gen(function*() {
+          const { key } = yield* setUp
+          const client = yield* TestClient
+          const response = yield* client.request("GET", "/api/v1/agents?limit=0", { headers: TestServer.bearer(key) })
+          assert.strictEqual(response.status, 400)
+          assert.strictEqual(response.headers.get("ratelimit-limit"), "100")
+        }))
+    })
+
+    describe("what counts", () => {
+      it.effect("refusals for auth, scope or quota and session routes are not counted", () =>
+        Effect.gen(function*() {
+          const { account, key } = yield* setUp
+          const client = yield* TestClient
+          const chatOnly = yield* TestServer.createKey(account, ["chat"])
+          yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(`ak_${"x".repeat(43)}`) })
+          const forbidden = yield* listAgents(chatOnly.key)
+          assert.strictEqual(forbidden.status, 403)
+          yield* client.request("GET", "/api/agents", { headers: TestServer.bearer(account.token) })
+          yield* client.request("GET", "/health/ready")
+          assert.strictEqual((yield* billing(account)).body.usedToday, 0)
+          yield* listAgents(key)
+          assert.strictEqual((yield* billing(account)).body.usedToday, 1)
+        }))
+
+      it.effect("all of a tenant's keys share one count; another tenant has its own", () =>
+        Effect.gen(function*() {
+          const { account, key } = yield* setUp
+          const second = yield* TestServer.createKey(account)
+          yield* listAgents(key)
+          yield* listAgents(second.key)
+          assert.strictEqual((yield* billing(account)).body.usedToday, 2)
+          const other = yield* setUp
+          assert.strictEqual((yield* billing(other.account)).body.usedToday, 0)
+        }))
+    })
+
+    describe("plans", () => {
+      it.effect("an upgrade lifts the limit on the very next request; business has no limit headers", () =>
+        Effect.gen(function*() {
+          const { account, key } = yield* setUp
+          const sql = yield* SqlClient.SqlClient
+          for (let i = 0; i < 100; i++) yield* listAgents(key)
+          assert.strictEqual((yield* listAgents(key)).status, 429)
+          yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${account.tenantId}`
+          const pro = yield* listAgents(key)
+          assert.strictEqual(pro.status, 200)
+          assert.strictEqual(pro.headers.get("ratelimit-limit"), "10000")
+          assert.strictEqual(pro.headers.get("ratelimit-remaining"), String(10_000 - 101))
+          yield* sql`UPDATE tenants SET plan = 'business' WHERE id = ${account.tenantId}`
+          const business = yield* listAgents(key)
+          assert.strictEqual(business.status, 200)
+          assert.isNull(business.headers.get("ratelimit-limit"))
+          const status = yield* billing(account)
+          assert.deepInclude(status.body, { plan: "business", limit: null, remainingToday: null, usedToday: 102 })
+        }))
+    })
+
+    describe("the UTC day", () => {
+      it.effect("the count starts again at midnight UTC", () =>
+        Effect.gen(function*() {
+          const { account, key } = yield* setUp
+          for (let i = 0; i < 100; i++) yield* listAgents(key)
+          assert.strictEqual((yield* listAgents(key)).status, 429)
+          const before = yield* billing(account)
+          // Move to one second after the reset.
+          offsetMs += new Date(before.body.resetAt).getTime() - (Date.now() + offsetMs) + 1000
+          const after = yield* listAgents(key)
+          assert.strictEqual(after.status, 200)
+          assert.strictEqual(after.headers.get("ratelimit-remaining"), "99")
+          const status = yield* billing(account)
+          assert.strictEqual(status.body.usedToday, 1)
+          assert.strictEqual(new Date(status.body.resetAt).getTime(), new Date(before.body.resetAt).getTime() + 86_400_000)
+        }))
+    })
+  }
+)

@@ -110,6 +110,13 @@ const main = async () => {
       }))
     }
     const baseline = await spawn("bench/baseline.ts", { DATABASE_URL: databaseUrl })
+    // The same service without daily limits, on the same database, to price the counting.
+    const uncounted = await spawn("src/main.ts", { DATABASE_URL: databaseUrl, ENFORCE_DAILY_LIMITS: "false" })
+    // The bench tenant must not run out of requests.
+    const benchDb = new pg.Client({ connectionString: databaseUrl })
+    await benchDb.connect()
+    await benchDb.query("UPDATE tenants SET plan = 'business'")
+    await benchDb.end()
 
     const warm = (u: string, extra: Partial<autocannon.Options> = {}) => load({ ...extra, url: u, duration: 2 })
     const keyHeader = { authorization: `Bearer ${key}` }
@@ -118,6 +125,9 @@ const main = async () => {
     const base = await load({ url: `${baseline.url}/agents/${agents[0].id}` })
     await warm(`${service.url}/api/v1/agents`, { headers: keyHeader })
     const list = await load({ url: `${service.url}/api/v1/agents`, headers: keyHeader })
+    await warm(`${uncounted.url}/api/v1/agents`, { headers: keyHeader })
+    const listUncounted = await load({ url: `${uncounted.url}/api/v1/agents`, headers: keyHeader })
+    uncounted.child.kill("SIGTERM")
 
     let n = 0
     const chatOptions = {
@@ -138,9 +148,11 @@ const main = async () => {
 
     console.log(`\n${seconds}s per measurement, ${connections} connections, ${Os.cpus().length} cores\n`)
     console.log(row("baseline: fastify + pg, SELECT by id", base))
-    console.log(row("GET /api/v1/agents (key auth + list)", list))
+    console.log(row("GET /api/v1/agents (key auth + quota + list)", list))
+    console.log(row("GET /api/v1/agents without daily limits", listUncounted))
     console.log(row("POST /api/v1/agents/{id}/chat (local model)", chat))
     console.log(`\nGET /api/v1/agents / baseline: ${(list.requests.average / base.requests.average).toFixed(2)}x`)
+    console.log(`counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`)
     console.log(`service RSS: idle ${idleRss} MB, after load ${loadedRss} MB`)
     baseline.child.kill("SIGTERM")
   } finally {

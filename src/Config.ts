@@ -44,6 +44,8 @@ export interface AppSettings {
   readonly modelMaxRetries: number
   /** Tokens of conversation history sent to a model, system prompt included. */
   readonly modelContextTokens: number
+  /** Off: API-key requests are neither counted nor limited (a deployment that does not bill). */
+  readonly enforceDailyLimits: boolean
   /** API-key requests per UTC day of each plan; business is unlimited. */
   readonly freeDailyLimit: number
   readonly proDailyLimit: number
@@ -78,6 +80,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   modelTimeout: Config.Duration("MODEL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
   modelMaxRetries: Config.Int("MODEL_MAX_RETRIES").pipe(Config.withDefault(3)),
   modelContextTokens: Config.Int("MODEL_CONTEXT_TOKENS").pipe(Config.withDefault(16_000)),
+  enforceDailyLimits: Config.Boolean("ENFORCE_DAILY_LIMITS").pipe(Config.withDefault(true)),
   freeDailyLimit: Config.Int("FREE_DAILY_LIMIT").pipe(Config.withDefault(100)),
   proDailyLimit: Config.Int("PRO_DAILY_LIMIT").pipe(Config.withDefault(10_000)),
   stripeWebhookSecret: Config.option(Config.Redacted("STRIPE_WEBHOOK_SECRET")),

@@ -11,6 +11,8 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
     const sql = yield* SqlClient.SqlClient
     const cols = sql.literal(columns)
 
+    // The page and the total in one statement; only an empty page needs the count on its own.
+    const AgentWithTotal = Schema.Struct({ ...Agent.fields, total: Schema.Int })
     const page = SqlSchema.findAll({
       Request: Schema.Struct({
         tenantId: Schema.String,
@@ -18,15 +20,16 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         after: Schema.NullOr(Schema.String),
         limit: Schema.Int
       }),
-      Result: Agent,
-      execute: (request) =>
-        sql`SELECT ${cols} FROM agents WHERE ${
-          sql.and([
-            sql`tenant_id = ${request.tenantId}`,
-            ...(request.activeOnly ? [sql`status = 'active'`] : []),
-            ...(request.after === null ? [] : [sql`id > ${request.after}`])
-          ])
-        } ORDER BY id LIMIT ${request.limit}`
+      Result: AgentWithTotal,
+      execute: (request) => {
+        const scope = sql.and([
+          sql`tenant_id = ${request.tenantId}`,
+          ...(request.activeOnly ? [sql`status = 'active'`] : [])
+        ])
+        return sql`SELECT ${cols}, (SELECT count(*)::int FROM agents WHERE ${scope}) AS total
+                   FROM agents WHERE ${scope} ${request.after === null ? sql`` : sql`AND id > ${request.after}`}
+                   ORDER BY id LIMIT ${request.limit}`
+      }
     })
 
     const count = (tenantId: TenantId, activeOnly: boolean) =>
@@ -40,12 +43,10 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       readonly limit: number
     }) {
       // One extra row tells whether another page follows.
-      const [rows, total] = yield* Effect.all([
-        page({ tenantId, activeOnly: options.activeOnly, after: options.after, limit: options.limit + 1 }),
-        count(tenantId, options.activeOnly)
-      ], { concurrency: 2 })
+      const rows = yield* page({ tenantId, activeOnly: options.activeOnly, after: options.after, limit: options.limit + 1 })
+      const total = rows.length > 0 ? rows[0]!.total : yield* count(tenantId, options.activeOnly)
       const hasMore = rows.length > options.limit
-      const data = hasMore ? rows.slice(0, options.limit) : rows
+      const data = (hasMore ? rows.slice(0, options.limit) : rows).map(({ total: _, ...agent }) => agent)
       return { data, total, lastId: hasMore ? data[data.length - 1]!.id : null }
     }, Effect.orDie)
 

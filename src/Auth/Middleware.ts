@@ -5,6 +5,7 @@ import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
 import { Accounts } from "./Accounts.ts"
 import { ApiKeyAuth, CurrentPrincipal, RequiredScope, SessionAuth } from "./Api.ts"
 import { Quota } from "../Billing/Quota.ts"
+import { AppConfig } from "../Config.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 
 const missingSession = new Unauthorized({ detail: "Missing session: log in, then send the session cookie or a bearer token" })
@@ -36,6 +37,7 @@ export const SessionAuthLayer = Layer.effect(
 const makeApiKeyCheck = Effect.gen(function*() {
   const keys = yield* ApiKeys
   const quota = yield* Quota
+  const { enforceDailyLimits } = yield* AppConfig
   return <A, E, R>(
     httpEffect: Effect.Effect<A, E, R>,
     credential: Redacted.Redacted,
@@ -50,6 +52,7 @@ const makeApiKeyCheck = Effect.gen(function*() {
       if (!principal.value.scopes.includes(required)) {
         return yield* new Forbidden({ detail: `This API key lacks the "${required}" scope`, requiredScope: required })
       }
+      if (!enforceDailyLimits) return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
       // Counted once authenticated and allowed: refusals for auth, scope or quota do not count.
       const allowance = yield* quota.consume(principal.value.tenantId).pipe(
         Effect.tapError((refused) => setLimitHeaders(refused.limit, 0, new Date(refused.resetAt), true))

@@ -27,9 +27,7 @@ export type WebhookReceipt = typeof WebhookReceipt.Type
 
 // The signature covers the exact bytes Stripe sent, so the body is taken as
 // bytes; parsing and re-serialising JSON would break it.
-export const StripeEventBody = Schema.Uint8Array.pipe(
-  HttpApiSchema.asUint8Array({ contentType: "application/json" })
-).annotate({ description: "The Stripe event, exactly as Stripe sent it." })
+export const StripeEventBody = Schema.Uint8Array.pipe(HttpApiSchema.asUint8Array({ contentType: "application/json" }))
 
 /** Stripe's event deliveries. No auth middleware: the signature is the authentication. */
 export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
@@ -43,7 +41,11 @@ export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
       payload: StripeEventBody,
       success: WebhookReceipt,
       error: [InvalidWebhook, ServiceUnavailable]
-    })
+    }).annotate(
+      OpenApi.Description,
+      "Stripe event deliveries (checkout.session.completed, customer.subscription.created/updated/deleted); " +
+        "other event types are acknowledged and ignored. Each event id is applied at most once."
+    )
   )
   .annotateMerge(OpenApi.annotations({
     title: "Stripe webhook",

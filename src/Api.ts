@@ -2,6 +2,7 @@ import { HttpApi, HttpApiMiddleware, OpenApi } from "effect/http-api"
 import { AgentsApi, AgentsV1Api } from "./Agents/Api.ts"
 import { AuthApi, KeysApi } from "./Auth/Api.ts"
 import { BillingApi } from "./Billing/Api.ts"
+import { StripeWebhookApi } from "./Billing/WebhookApi.ts"
 import { HealthApi } from "./Health/Api.ts"
 
 /** The whole HTTP API: one declaration gives validation, the OpenAPI document and a typed client. */
@@ -12,6 +13,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(AgentsApi)
   .add(AgentsV1Api)
   .add(BillingApi)
+  .add(StripeWebhookApi)
   .middleware(HttpApiMiddleware.ProblemDetails)
   .annotateMerge(OpenApi.annotations({
     title: "Agent Host API",

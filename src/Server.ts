@@ -11,6 +11,7 @@ import * as AuthHttp from "./Auth/Http.ts"
 import * as AuthMiddleware from "./Auth/Middleware.ts"
 import * as BillingHttp from "./Billing/Http.ts"
 import { Quota } from "./Billing/Quota.ts"
+import * as StripeWebhookHttp from "./Billing/WebhookHttp.ts"
 import { AppConfig } from "./Config.ts"
 import * as Sql from "./Database/Sql.ts"
 import * as HealthHttp from "./Health/Http.ts"
@@ -26,7 +27,7 @@ export const RoutesLayer = Layer.mergeAll(
   HttpApiScalar.layer(Api, { path: "/docs" }),
   RequestPipeline.layer(Api, docsRoutes)
 ).pipe(
-  Layer.provide([HealthHttp.layer, AuthHttp.layer, AgentsHttp.layer, BillingHttp.layer]),
+  Layer.provide([HealthHttp.layer, AuthHttp.layer, AgentsHttp.layer, BillingHttp.layer, StripeWebhookHttp.layer]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
   // One quota per process: the middleware and the billing route share its batches.
   Layer.provide(Quota.layer)

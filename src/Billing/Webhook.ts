@@ -5,6 +5,7 @@ import type { Plan } from "../Auth/Api.ts"
 import { AppConfig } from "../Config.ts"
 import { TenantId } from "../Domain/Ids.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
+import { StripeWebhookRepo } from "./Repo.ts"
 import { InvalidWebhook, type WebhookOutcome } from "./WebhookApi.ts"
 
 // ---------------------------------------------------------------------------
@@ -82,7 +83,7 @@ export const verifySignature = (options: {
 // Events: only the fields we read, so Stripe adding fields changes nothing
 // ---------------------------------------------------------------------------
 
-const Envelope = Schema.Struct({
+export const Envelope = Schema.Struct({
   id: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(255)),
   type: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(255)),
   created: Schema.Int
@@ -118,7 +119,7 @@ const subscriptionEventTypes: ReadonlySet<string> = new Set([
 ])
 
 /** What one event did, as recorded in stripe_events. */
-interface Applied {
+export interface Applied {
   readonly outcome: Exclude<WebhookOutcome, "duplicate">
   readonly tenantId: TenantId | null
   readonly reason: string | null
@@ -127,92 +128,6 @@ interface Applied {
 const processed = (tenantId: TenantId): Applied => ({ outcome: "processed", tenantId, reason: null })
 const ignored = (reason: string, tenantId: TenantId | null = null): Applied => ({ outcome: "ignored", tenantId, reason })
 const failed = (reason: string): Applied => ({ outcome: "failed", tenantId: null, reason })
-
-// ---------------------------------------------------------------------------
-// Repo: the SQL of the webhook
-// ---------------------------------------------------------------------------
-
-const TenantLink = Schema.Struct({
-  id: TenantId,
-  stripeCustomerId: Schema.NullOr(Schema.String),
-  stripeSubscriptionId: Schema.NullOr(Schema.String),
-  subscriptionEventAt: Schema.NullOr(Schema.Date)
-})
-type TenantLink = typeof TenantLink.Type
-
-const decodeTenantLinks = Schema.decodeUnknownEffect(Schema.Array(TenantLink))
-
-/** Stripe events received, and the Stripe side of tenants. Callers run these inside one transaction. */
-export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("agent-host/StripeWebhookRepo", {
-  make: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-
-    /**
-     * Claims the event id. False when it was claimed before; a concurrent
-     * delivery of the same id waits here until the first one commits or
-     * rolls back, so an event is never applied twice.
-     */
-    const claimEvent = (event: typeof Envelope.Type) =>
-      sql<{ id: string }>`
-        INSERT INTO stripe_events (id, type, created, outcome)
-        VALUES (${event.id}, ${event.type}, to_timestamp(${event.created}), 'processed')
-        ON CONFLICT (id) DO NOTHING
-        RETURNING id`.pipe(
-        Effect.map((rows) => rows.length > 0),
-        Effect.orDie,
-        Effect.withSpan("StripeWebhookRepo.claimEvent")
-      )
-
-    const recordOutcome = (id: string, applied: Applied) =>
-      sql`UPDATE stripe_events SET outcome = ${applied.outcome}, tenant_id = ${applied.tenantId}, error = ${applied.reason}
-          WHERE id = ${id}`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("StripeWebhookRepo.recordOutcome"))
-
-    // FOR UPDATE: events of one tenant apply one at a time, so the ordering
-    // check below cannot race another delivery.
-    const lockTenant = (where: { readonly id: string } | { readonly customer: string }) =>
-      ("id" in where
-        ? sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_event_at
-              FROM tenants WHERE id = ${where.id} FOR UPDATE`
-        : sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_event_at
-              FROM tenants WHERE stripe_customer_id = ${where.customer} FOR UPDATE`).pipe(
-          Effect.flatMap(decodeTenantLinks),
-          Effect.map((rows) => Option.fromNullishOr(rows[0])),
-          Effect.orDie,
-          Effect.withSpan("StripeWebhookRepo.lockTenant")
-        )
-
-    const linkCustomer = (tenantId: TenantId, customer: string, subscription: string | null) =>
-      sql`UPDATE tenants
-          SET stripe_customer_id = ${customer},
-              stripe_subscription_id = COALESCE(${subscription}, stripe_subscription_id),
-              updated_at = now()
-          WHERE id = ${tenantId}`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("StripeWebhookRepo.linkCustomer"))
-
-    const applySubscription = (tenantId: TenantId, change: {
-      readonly plan: Plan
-      readonly customer: string
-      readonly subscription: string
-      readonly status: string
-      readonly eventCreated: number
-    }) =>
-      sql`UPDATE tenants
-          SET plan = ${change.plan},
-              stripe_customer_id = ${change.customer},
-              stripe_subscription_id = ${change.subscription},
-              subscription_status = ${change.status},
-              subscription_event_at = to_timestamp(${change.eventCreated}),
-              updated_at = now()
-          WHERE id = ${tenantId}`.pipe(
-        Effect.asVoid,
-        Effect.orDie,
-        Effect.withSpan("StripeWebhookRepo.applySubscription")
-      )
-
-    return { claimEvent, recordOutcome, lockTenant, linkCustomer, applySubscription } as const
-  })
-}) {
-  static readonly layer = Layer.effect(this, this.make)
-}
 
 // ---------------------------------------------------------------------------
 // The service

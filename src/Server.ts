@@ -15,6 +15,7 @@ import * as StripeWebhookHttp from "./Billing/WebhookHttp.ts"
 import { AppConfig } from "./Config.ts"
 import * as Sql from "./Database/Sql.ts"
 import * as HealthHttp from "./Health/Http.ts"
+import * as OrchestrationsHttp from "./Orchestrations/Http.ts"
 import { Models } from "./Models/Models.ts"
 import * as Cluster from "./Platform/Cluster.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
@@ -27,7 +28,14 @@ export const RoutesLayer = Layer.mergeAll(
   HttpApiScalar.layer(Api, { path: "/docs" }),
   RequestPipeline.layer(Api, docsRoutes)
 ).pipe(
-  Layer.provide([HealthHttp.layer, AuthHttp.layer, AgentsHttp.layer, BillingHttp.layer, StripeWebhookHttp.layer]),
+  Layer.provide([
+    HealthHttp.layer,
+    AuthHttp.layer,
+    AgentsHttp.layer,
+    BillingHttp.layer,
+    StripeWebhookHttp.layer,
+    OrchestrationsHttp.layer
+  ]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
   // One quota per process: the middleware and the billing route share its batches.
   Layer.provide(Quota.layer)

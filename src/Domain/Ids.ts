@@ -18,6 +18,9 @@ export type ApiKeyId = typeof ApiKeyId.Type
 export const AgentId = Schema.String.pipe(Schema.brand("AgentId"))
 export type AgentId = typeof AgentId.Type
 
+export const OrchestrationId = Schema.String.pipe(Schema.brand("OrchestrationId"))
+export type OrchestrationId = typeof OrchestrationId.Type
+
 /** A new UUIDv7 (RFC 9562): 48-bit millisecond timestamp, then random bits. */
 export const newId = (): string => {
   const bytes = Crypto.randomBytes(16)

@@ -78,7 +78,8 @@ const writePidFile = (dataDir: string, pid: number, port: number) =>
 
 const osUser = "postgres"
 
-describe("Embedded PostgreSQL", () => {
+// initdb and server starts are slow when the whole suite runs in parallel on a small machine.
+describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
   it.live("initialises a fresh cluster that answers queries, and stops it when the scope closes", () =>
     Effect.gen(function*() {
       const dataDir = yield* tempDataDir

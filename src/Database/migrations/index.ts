@@ -2,10 +2,12 @@ import { Migrator } from "effect/sql"
 import foundation from "./0001_foundation.ts"
 import conversations from "./0002_conversations.ts"
 import billing from "./0003_billing.ts"
+import orchestrations from "./0004_orchestrations.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
   "0001_foundation": foundation,
   "0002_conversations": conversations,
-  "0003_billing": billing
+  "0003_billing": billing,
+  "0004_orchestrations": orchestrations
 })

@@ -1,0 +1,145 @@
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { PageQuery } from "../Agents/Api.ts"
+import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
+import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
+import { BadRequest, NotFound } from "../Domain/Problems.ts"
+
+export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
+export type OrchestrationStatus = typeof OrchestrationStatus.Type
+
+export const maxSteps = 50
+export const maxPromptLength = 32_000
+export const minTimeoutMs = 1_000
+export const maxTimeoutMs = 3_600_000
+export const defaultTimeoutMs = 300_000
+
+/** Step ids and variable names: what may follow `steps.` and `variables.` in a template. */
+export const namePattern = /^[A-Za-z0-9_-]{1,64}$/
+
+export const StepId = Schema.String.check(
+  Schema.isPattern(namePattern, { message: "Expected 1 to 64 letters, digits, `_` or `-`" })
+)
+
+// What is stored and returned: the shape only. The limits below apply to what clients send.
+export const Step = Schema.Struct({
+  id: Schema.String,
+  agentId: AgentId,
+  prompt: Schema.String,
+  dependsOn: Schema.optionalKey(Schema.Array(Schema.String))
+})
+export type Step = typeof Step.Type
+
+export const StepInput = Schema.Struct({
+  id: StepId,
+  agentId: AgentId.check(Schema.isMaxLength(200)),
+  prompt: Schema.String.check(
+    Schema.isMinLength(1, { message: "Expected a non-empty prompt" }),
+    Schema.isMaxLength(maxPromptLength, { message: `Expected a prompt of at most ${maxPromptLength} characters` })
+  ).annotate({
+    description: "A template over `{{input}}`, `{{variables.NAME}}` and `{{steps.STEP_ID.output}}`, where " +
+      "STEP_ID is a step this one depends on, directly or through other steps."
+  }),
+  dependsOn: Schema.optionalKey(
+    Schema.Array(Schema.String).check(Schema.isMaxLength(maxSteps)).annotate({
+      description: "Ids of the steps whose outputs this step waits for. Steps with no pending dependencies run in parallel."
+    })
+  )
+})
+
+export const Steps = Schema.Array(StepInput).check(
+  Schema.isMinLength(1, { message: "Expected at least one step" }),
+  Schema.isMaxLength(maxSteps, { message: `Expected at most ${maxSteps} steps` })
+).annotate({ description: "The output of an execution is the output of the last step of this list." })
+
+const Name = Schema.String.check(
+  Schema.isMinLength(1, { message: "Expected a non-empty name" }),
+  Schema.isMaxLength(200)
+)
+const Description = Schema.String.check(Schema.isMaxLength(2000))
+const TimeoutMs = Schema.Int.check(
+  Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })
+).annotate({ description: `Milliseconds an execution may run, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).` })
+
+export const Orchestration = Schema.Struct({
+  id: OrchestrationId,
+  name: Schema.String,
+  description: Schema.String,
+  status: OrchestrationStatus,
+  steps: Schema.Array(Step),
+  timeoutMs: Schema.Int,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type Orchestration = typeof Orchestration.Type
+
+export const CreateOrchestration = Schema.Struct({
+  name: Name,
+  description: Schema.optionalKey(Description),
+  status: Schema.optionalKey(OrchestrationStatus),
+  steps: Steps,
+  timeoutMs: Schema.optionalKey(TimeoutMs)
+})
+export type CreateOrchestration = typeof CreateOrchestration.Type
+
+export const UpdateOrchestration = Schema.Struct({
+  name: Schema.optionalKey(Name),
+  description: Schema.optionalKey(Description),
+  status: Schema.optionalKey(OrchestrationStatus),
+  steps: Schema.optionalKey(Steps),
+  timeoutMs: Schema.optionalKey(TimeoutMs)
+})
+export type UpdateOrchestration = typeof UpdateOrchestration.Type
+
+export const OrchestrationList = Schema.Struct({
+  data: Schema.Array(Orchestration),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
+  .add(
+    HttpApiEndpoint.get("list", "/", {
+      query: PageQuery,
+      success: OrchestrationList,
+      error: BadRequest
+    }),
+    HttpApiEndpoint.post("create", "/", {
+      payload: CreateOrchestration,
+      success: Orchestration.pipe(HttpApiSchema.status(201)),
+      error: BadRequest
+    }),
+    HttpApiEndpoint.get("get", "/:id", {
+      params: { id: OrchestrationId },
+      success: Orchestration,
+      error: NotFound
+    }),
+    HttpApiEndpoint.put("update", "/:id", {
+      params: { id: OrchestrationId },
+      payload: UpdateOrchestration,
+      success: Orchestration,
+      error: [NotFound, BadRequest]
+    }),
+    HttpApiEndpoint.delete("remove", "/:id", {
+      params: { id: OrchestrationId },
+      success: HttpApiSchema.NoContent,
+      error: NotFound
+    })
+  )
+  .middleware(SessionAuth)
+  .prefix("/api/orchestrations")
+  .annotateMerge(OpenApi.annotations({ title: "Orchestrations (management)" }))
+{}
+
+export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
+  .add(
+    HttpApiEndpoint.get("list", "/", {
+      query: PageQuery,
+      success: OrchestrationList,
+      error: BadRequest
+    }).annotate(RequiredScope, "read")
+  )
+  .middleware(ApiKeyAuth)
+  .prefix("/api/v1/orchestrations")
+  .annotateMerge(OpenApi.annotations({ title: "Orchestrations (API key)" }))
+{}

@@ -1,0 +1,363 @@
+import { Context, Effect, Layer, Option, Result } from "effect"
+import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import type { OrchestrationId, TenantId } from "../Domain/Ids.ts"
+import { BadRequest, NotFound } from "../Domain/Problems.ts"
+import { defaultPageSize } from "../Agents/Api.ts"
+import {
+  type CreateOrchestration,
+  defaultTimeoutMs,
+  type Step,
+  type UpdateOrchestration
+} from "./Api.ts"
+import { OrchestrationsRepo } from "./Repo.ts"
+
+// ---------------------------------------------------------------------------
+// Templates
+// ---------------------------------------------------------------------------
+
+export type TemplatePart =
+  | { readonly _tag: "Text"; readonly text: string }
+  | { readonly _tag: "Input" }
+  | { readonly _tag: "Variable"; readonly name: string }
+  | { readonly _tag: "StepOutput"; readonly step: string }
+  | { readonly _tag: "Unknown"; readonly placeholder: string }
+
+// A placeholder is `{{ ... }}` with no braces inside; a lone `{{` or `}}` is text.
+const placeholderPattern = /\{\{([^{}]*)\}\}/g
+const name = "[A-Za-z0-9_-]{1,64}"
+const variablePattern = new RegExp(`^variables\\.(${name})$`)
+const stepOutputPattern = new RegExp(`^steps\\.(${name})\\.output$`)
+
+/** A template as text and placeholders, in order. */
+export const parseTemplate = (template: string): ReadonlyArray<TemplatePart> => {
+  const parts: Array<TemplatePart> = []
+  let last = 0
+  for (const match of template.matchAll(placeholderPattern)) {
+    if (match.index > last) parts.push({ _tag: "Text", text: template.slice(last, match.index) })
+    last = match.index + match[0].length
+    const inner = match[1]!.trim()
+    const variable = variablePattern.exec(inner)
+    const stepOutput = stepOutputPattern.exec(inner)
+    parts.push(
+      inner === "input"
+        ? { _tag: "Input" }
+        : variable !== null
+        ? { _tag: "Variable", name: variable[1]! }
+        : stepOutput !== null
+        ? { _tag: "StepOutput", step: stepOutput[1]! }
+        : { _tag: "Unknown", placeholder: match[0] }
+    )
+  }
+  if (last < template.length) parts.push({ _tag: "Text", text: template.slice(last) })
+  return parts
+}
+
+/** The names the steps' prompts reference as `{{variables.NAME}}`: what an execution must be given. */
+export const variablesUsed = (steps: ReadonlyArray<Pick<Step, "prompt">>): ReadonlySet<string> => {
+  const names = new Set<string>()
+  for (const step of steps) {
+    for (const part of parseTemplate(step.prompt)) {
+      if (part._tag === "Variable") names.add(part.name)
+    }
+  }
+  return names
+}
+
+export interface RenderContext {
+  readonly input: string
+  readonly variables: Readonly<Record<string, string>>
+  /** Outputs of the steps done so far, by step id. */
+  readonly outputs: Readonly<Record<string, string>>
+}
+
+// Own properties only: a step called `constructor` must not find Object.prototype's.
+const lookup = (record: Readonly<Record<string, string>>, key: string) =>
+  Object.hasOwn(record, key) ? record[key]! : ""
+
+/**
+ * The template with its placeholders replaced, in one pass: text coming from
+ * the input, a variable or an output is never read as a template itself.
+ * A value that is absent renders as the empty string: the engine checks
+ * `variablesUsed` before starting, and `plan` runs a step only after its
+ * ancestors, so with a validated definition nothing is absent.
+ * Unknown placeholders (refused when a definition is saved) stay as written.
+ */
+export const render = (template: string, context: RenderContext): string =>
+  parseTemplate(template).map((part) => {
+    switch (part._tag) {
+      case "Text":
+        return part.text
+      case "Input":
+        return context.input
+      case "Variable":
+        return lookup(context.variables, part.name)
+      case "StepOutput":
+        return lookup(context.outputs, part.step)
+      case "Unknown":
+        return part.placeholder
+    }
+  }).join("")
+
+// ---------------------------------------------------------------------------
+// The dependency graph
+// ---------------------------------------------------------------------------
+
+export interface Plan {
+  /**
+   * Step ids by depth: a step with no dependencies is in layer 0, any other
+   * one layer after its deepest dependency. The steps of a layer can run in
+   * parallel once the earlier layers are done; within a layer, list order.
+   */
+  readonly layers: ReadonlyArray<ReadonlyArray<string>>
+  /** Every step each step depends on, directly or through other steps. */
+  readonly ancestors: ReadonlyMap<string, ReadonlySet<string>>
+}
+
+export type PlanError =
+  | { readonly _tag: "DuplicateStep"; readonly step: string }
+  | { readonly _tag: "UnknownDependency"; readonly step: string; readonly dependency: string }
+  /** The steps of one cycle, each depending on the next and the last on the first. */
+  | { readonly _tag: "Cycle"; readonly steps: ReadonlyArray<string> }
+
+/** The layers and ancestor sets of a definition's steps, or why they do not form a DAG. */
+export const plan = (steps: ReadonlyArray<Pick<Step, "id" | "dependsOn">>): Result.Result<Plan, PlanError> => {
+  const dependencies = new Map<string, ReadonlyArray<string>>()
+  for (const step of steps) {
+    if (dependencies.has(step.id)) return Result.fail({ _tag: "DuplicateStep", step: step.id })
+    dependencies.set(step.id, step.dependsOn ?? [])
+  }
+  for (const step of steps) {
+    for (const dependency of step.dependsOn ?? []) {
+      if (!dependencies.has(dependency)) {
+        return Result.fail({ _tag: "UnknownDependency", step: step.id, dependency })
+      }
+    }
+  }
+
+  // Depth-first along dependsOn; meeting a step still on the path closes a cycle.
+  const done = new Set<string>()
+  const path: Array<string> = []
+  const onPath = new Set<string>()
+  const findCycle = (id: string): ReadonlyArray<string> | undefined => {
+    if (done.has(id)) return undefined
+    if (onPath.has(id)) return path.slice(path.indexOf(id))
+    path.push(id)
+    onPath.add(id)
+    for (const dependency of dependencies.get(id)!) {
+      const cycle = findCycle(dependency)
+      if (cycle !== undefined) return cycle
+    }
+    path.pop()
+    onPath.delete(id)
+    done.add(id)
+    return undefined
+  }
+  for (const step of steps) {
+    const cycle = findCycle(step.id)
+    if (cycle !== undefined) return Result.fail({ _tag: "Cycle", steps: cycle })
+  }
+
+  // Acyclic from here, so these recursions end; memoised, each step is computed once.
+  const depths = new Map<string, number>()
+  const ancestors = new Map<string, Set<string>>()
+  const visit = (id: string): void => {
+    if (depths.has(id)) return
+    let depth = 0
+    const all = new Set<string>()
+    for (const dependency of dependencies.get(id)!) {
+      visit(dependency)
+      depth = Math.max(depth, depths.get(dependency)! + 1)
+      all.add(dependency)
+      for (const ancestor of ancestors.get(dependency)!) all.add(ancestor)
+    }
+    depths.set(id, depth)
+    ancestors.set(id, all)
+  }
+  const layers: Array<Array<string>> = []
+  for (const step of steps) {
+    visit(step.id)
+    const depth = depths.get(step.id)!
+    while (layers.length <= depth) layers.push([])
+  }
+  for (const step of steps) layers[depths.get(step.id)!]!.push(step.id)
+  return Result.succeed({ layers, ancestors })
+}
+
+// ---------------------------------------------------------------------------
+// Validation of a definition
+// ---------------------------------------------------------------------------
+
+export interface Issue {
+  readonly path: ReadonlyArray<string | number>
+  readonly message: string
+}
+
+const placeholderHelp = "expected {{input}}, {{variables.NAME}} or {{steps.STEP_ID.output}}"
+
+/**
+ * What is wrong with a list of steps that already has the right shape (the
+ * request schema checked ids, lengths and counts): duplicate ids, unknown or
+ * self dependencies, a cycle, and templates using unknown placeholders or
+ * outputs of steps that do not run before them. Paths start at the payload.
+ */
+export const stepIssues = (steps: ReadonlyArray<Step>): ReadonlyArray<Issue> => {
+  const at = (index: number, ...rest: ReadonlyArray<string | number>) => ["payload", "steps", index, ...rest]
+  const structure: Array<Issue> = []
+  const firstIndex = new Map<string, number>()
+  steps.forEach((step, index) => {
+    const first = firstIndex.get(step.id)
+    if (first === undefined) firstIndex.set(step.id, index)
+    else structure.push({ path: at(index, "id"), message: `Duplicate step id \`${step.id}\` (also step ${first})` })
+  })
+  steps.forEach((step, index) => {
+    ;(step.dependsOn ?? []).forEach((dependency, position) => {
+      if (dependency === step.id) {
+        structure.push({ path: at(index, "dependsOn", position), message: `Step \`${step.id}\` cannot depend on itself` })
+      } else if (!firstIndex.has(dependency)) {
+        structure.push({ path: at(index, "dependsOn", position), message: `No step \`${dependency}\` in this orchestration` })
+      }
+    })
+  })
+
+  let ancestors: ReadonlyMap<string, ReadonlySet<string>> | undefined
+  if (structure.length === 0) {
+    const planned = plan(steps)
+    if (Result.isSuccess(planned)) {
+      ancestors = planned.success.ancestors
+    } else if (planned.failure._tag === "Cycle") {
+      const cycle = planned.failure.steps
+      structure.push({
+        path: at(firstIndex.get(cycle[0]!)!, "dependsOn"),
+        message: `Dependency cycle: ${[...cycle, cycle[0]].map((id) => `\`${id}\``).join(" depends on ")}`
+      })
+    }
+  }
+
+  const templates: Array<Issue> = []
+  steps.forEach((step, index) => {
+    const seen = new Set<string>()
+    const report = (message: string) => {
+      if (seen.has(message)) return
+      seen.add(message)
+      templates.push({ path: at(index, "prompt"), message })
+    }
+    for (const part of parseTemplate(step.prompt)) {
+      if (part._tag === "Unknown") {
+        report(`Unknown placeholder \`${part.placeholder}\`: ${placeholderHelp}`)
+      } else if (part._tag === "StepOutput") {
+        if (!firstIndex.has(part.step)) {
+          report(`No step \`${part.step}\` in this orchestration`)
+        } else if (part.step === step.id) {
+          report(`Step \`${step.id}\` cannot use its own output`)
+        } else if (ancestors !== undefined && !ancestors.get(step.id)!.has(part.step)) {
+          // Only a step's ancestors are sure to have finished when it starts.
+          report(
+            `Step \`${step.id}\` cannot use the output of \`${part.step}\`: ` +
+              `it must depend on \`${part.step}\`, directly or through other steps`
+          )
+        }
+      }
+    }
+  })
+  return [...structure, ...templates]
+}
+
+/** The 400 listing every issue; its detail names the first. */
+export const invalidSteps = (issues: ReadonlyArray<Issue>): BadRequest => {
+  const first = issues[0]!
+  const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : ""
+  return new BadRequest({
+    detail: `${first.path.join(".")}: ${first.message}${more}`,
+    errors: issues.map((issue) => ({ path: [...issue.path], message: issue.message }))
+  })
+}
+
+// ---------------------------------------------------------------------------
+// The service
+// ---------------------------------------------------------------------------
+
+const notFound = (id: string) => new NotFound({ detail: `No orchestration ${id}` })
+
+/** Orchestration definitions of a tenant. */
+export class Orchestrations extends Context.Service<Orchestrations>()("agent-host/Orchestrations", {
+  make: Effect.gen(function*() {
+    const repo = yield* OrchestrationsRepo
+
+    /**
+     * The whole definition is checked whenever steps are written. Every agent
+     * must be one of the tenant's; an inactive agent is accepted here (it may
+     * be reactivated before a run, and one can be deactivated after saving
+     * anyway), so executions check agents again when they start.
+     */
+    const checkSteps = Effect.fn("Orchestrations.checkSteps")(function*(
+      tenantId: TenantId,
+      steps: ReadonlyArray<Step>
+    ) {
+      const issues = [...stepIssues(steps)]
+      const known = yield* repo.existingAgents(tenantId, [...new Set(steps.map((step) => step.agentId))])
+      steps.forEach((step, index) => {
+        if (!known.has(step.agentId)) {
+          issues.push({ path: ["payload", "steps", index, "agentId"], message: `No agent ${step.agentId}` })
+        }
+      })
+      if (issues.length > 0) return yield* invalidSteps(issues)
+    })
+
+    const list = Effect.fn("Orchestrations.list")(function*(tenantId: TenantId, options: {
+      readonly activeOnly: boolean
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+    }) {
+      const after = yield* decodeCursor(options.cursor)
+      const page = yield* repo.list(tenantId, {
+        activeOnly: options.activeOnly,
+        after,
+        limit: options.limit ?? defaultPageSize
+      })
+      return {
+        data: page.data,
+        total: page.total,
+        nextCursor: page.lastId === null ? null : encodeCursor(page.lastId)
+      }
+    })
+
+    const create = Effect.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {
+      yield* checkSteps(tenantId, input.steps)
+      return yield* repo.insert(tenantId, {
+        name: input.name,
+        description: input.description ?? "",
+        status: input.status ?? "active",
+        steps: input.steps,
+        timeoutMs: input.timeoutMs ?? defaultTimeoutMs
+      })
+    })
+
+    const get = Effect.fn("Orchestrations.get")(function*(tenantId: TenantId, id: OrchestrationId) {
+      const orchestration = yield* repo.findById(tenantId, id)
+      if (Option.isNone(orchestration)) return yield* notFound(id)
+      return orchestration.value
+    })
+
+    // Invalid steps are refused before the lookup, the same way for a missing
+    // orchestration and another tenant's: the answer tells nothing about either.
+    const update = Effect.fn("Orchestrations.update")(function*(
+      tenantId: TenantId,
+      id: OrchestrationId,
+      input: UpdateOrchestration
+    ) {
+      if (input.steps !== undefined) yield* checkSteps(tenantId, input.steps)
+      const orchestration = yield* repo.update(tenantId, id, input)
+      if (Option.isNone(orchestration)) return yield* notFound(id)
+      return orchestration.value
+    })
+
+    const remove = Effect.fn("Orchestrations.remove")(function*(tenantId: TenantId, id: OrchestrationId) {
+      const removed = yield* repo.remove(tenantId, id)
+      if (!removed) return yield* notFound(id)
+    })
+
+    return { list, create, get, update, remove } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(OrchestrationsRepo.layer))
+}

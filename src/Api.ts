@@ -4,7 +4,7 @@ import { AuthApi, KeysApi } from "./Auth/Api.ts"
 import { BillingApi } from "./Billing/Api.ts"
 import { StripeWebhookApi } from "./Billing/WebhookApi.ts"
 import { HealthApi } from "./Health/Api.ts"
-import { OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
+import { ExecutionsV1Api, OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
 
 /** The whole HTTP API: one declaration gives validation, the OpenAPI document and a typed client. */
 export class Api extends HttpApi.make("agent-host")
@@ -17,6 +17,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(StripeWebhookApi)
   .add(OrchestrationsApi)
   .add(OrchestrationsV1Api)
+  .add(ExecutionsV1Api)
   .middleware(HttpApiMiddleware.ProblemDetails)
   .annotateMerge(OpenApi.annotations({
     title: "Agent Host API",

@@ -1,5 +1,6 @@
 import { NodeHttpServer } from "@effect/platform-node"
 import { Duration, Effect, Layer } from "effect"
+import { ClusterWorkflowEngine } from "effect/cluster"
 import { HttpRouter } from "effect/http"
 import { HttpApiBuilder, HttpApiMiddleware, HttpApiScalar } from "effect/http-api"
 import { createServer } from "node:http"
@@ -15,7 +16,10 @@ import * as StripeWebhookHttp from "./Billing/WebhookHttp.ts"
 import { AppConfig } from "./Config.ts"
 import * as Sql from "./Database/Sql.ts"
 import * as HealthHttp from "./Health/Http.ts"
+import { Executions } from "./Orchestrations/Executions.ts"
+import * as ExecutionWorkflow from "./Orchestrations/ExecutionWorkflow.ts"
 import * as OrchestrationsHttp from "./Orchestrations/Http.ts"
+import { ExecutionsRepo } from "./Orchestrations/Repo.ts"
 import { Models } from "./Models/Models.ts"
 import * as Cluster from "./Platform/Cluster.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
@@ -53,14 +57,15 @@ export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
   )
 }))
 
-/** The cluster and the entities it runs on this node, with what they need. */
-export const EntitiesLayer = Conversation.layer.pipe(
-  Layer.provide([Models.layer, AgentsRepo.layer]),
+/** The cluster and the entities and workflows it runs on this node, with what they need. */
+export const EntitiesLayer = Layer.mergeAll(Conversation.layer, ExecutionWorkflow.layer).pipe(
+  Layer.provide([Models.layer, AgentsRepo.layer, ExecutionsRepo.layer]),
+  Layer.provideMerge(ClusterWorkflowEngine.layer),
   Layer.provideMerge(Cluster.layer)
 )
 
 /** The whole service, given its settings. */
-export const ServiceLayer = HttpLayer.pipe(
+export const ServiceLayer = Layer.mergeAll(HttpLayer, Executions.sweeper.pipe(Layer.provide(Executions.layer))).pipe(
   Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer)
 )

@@ -3,7 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 import { PageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
-import { BadRequest, NotFound } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
 
 export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
 export type OrchestrationStatus = typeof OrchestrationStatus.Type
@@ -131,15 +131,91 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
   .annotateMerge(OpenApi.annotations({ title: "Orchestrations (management)" }))
 {}
 
+// ---------------------------------------------------------------------------
+// Executions
+// ---------------------------------------------------------------------------
+
+export const ExecutionStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
+export type ExecutionStatus = typeof ExecutionStatus.Type
+
+export const ExecuteRequest = Schema.Struct({
+  input: Schema.String.check(Schema.isMaxLength(maxPromptLength)),
+  variables: Schema.optionalKey(
+    Schema.Record(Schema.String, Schema.String.check(Schema.isMaxLength(maxPromptLength))).check(
+      Schema.isMaxProperties(100)
+    )
+  )
+})
+export type ExecuteRequest = typeof ExecuteRequest.Type
+
+export const ExecutionStarted = Schema.Struct({
+  executionId: Schema.String,
+  status: ExecutionStatus,
+  orchestrationId: Schema.String
+})
+
+export const Execution = Schema.Struct({
+  id: Schema.String,
+  orchestrationId: Schema.String,
+  status: ExecutionStatus,
+  output: Schema.NullOr(Schema.String),
+  error: Schema.NullOr(Schema.String),
+  tokensUsed: Schema.Int,
+  durationMs: Schema.NullOr(Schema.Int),
+  createdAt: Schema.Date,
+  completedAt: Schema.NullOr(Schema.Date)
+})
+export type Execution = typeof Execution.Type
+
+export const ExecutionList = Schema.Struct({
+  data: Schema.Array(Execution),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
 export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
   .add(
     HttpApiEndpoint.get("list", "/", {
       query: PageQuery,
       success: OrchestrationList,
       error: BadRequest
-    }).annotate(RequiredScope, "read")
+    }).annotate(RequiredScope, "read"),
+    HttpApiEndpoint.post("execute", "/:id/execute", {
+      params: { id: OrchestrationId },
+      headers: { "idempotency-key": Schema.optionalKey(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200))) },
+      payload: ExecuteRequest,
+      success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
+      error: [NotFound, BadRequest, Conflict, ServiceUnavailable]
+    }).annotate(RequiredScope, "execute")
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/orchestrations")
   .annotateMerge(OpenApi.annotations({ title: "Orchestrations (API key)" }))
+{}
+
+export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
+  .add(
+    HttpApiEndpoint.get("list", "/", {
+      query: {
+        ...PageQuery,
+        orchestrationId: Schema.optionalKey(Schema.String),
+        status: Schema.optionalKey(ExecutionStatus)
+      },
+      success: ExecutionList,
+      error: BadRequest
+    }).annotate(RequiredScope, "read"),
+    HttpApiEndpoint.get("get", "/:id", {
+      params: { id: Schema.String },
+      success: Execution,
+      error: NotFound
+    }).annotate(RequiredScope, "read"),
+    HttpApiEndpoint.post("cancel", "/:id/cancel", {
+      params: { id: Schema.String },
+      success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
+      error: [NotFound, Conflict]
+    }).annotate(RequiredScope, "execute")
+  )
+  .middleware(ApiKeyAuth)
+  .prefix("/api/v1/executions")
+  .annotateMerge(OpenApi.annotations({ title: "Executions (API key)" }))
 {}

@@ -2,6 +2,7 @@ import { Effect, Layer } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
+import { Executions } from "./Executions.ts"
 import { Orchestrations } from "./Orchestrations.ts"
 
 export const OrchestrationsHttp = HttpApiBuilder.group(
@@ -39,13 +40,42 @@ export const OrchestrationsV1Http = HttpApiBuilder.group(
   "v1Orchestrations",
   Effect.fn(function*(handlers) {
     const orchestrations = yield* Orchestrations
+    const executions = yield* Executions
     return handlers.handleAll({
       list: Effect.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.list(tenantId, { activeOnly: true, ...query })
+      }),
+      execute: Effect.fn(function*({ params, payload, headers }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* executions.start(tenantId, params.id, payload, headers["idempotency-key"])
       })
     })
   })
 )
 
-export const layer = Layer.mergeAll(OrchestrationsHttp, OrchestrationsV1Http).pipe(Layer.provide(Orchestrations.layer))
+export const ExecutionsV1Http = HttpApiBuilder.group(
+  Api,
+  "v1Executions",
+  Effect.fn(function*(handlers) {
+    const executions = yield* Executions
+    return handlers.handleAll({
+      list: Effect.fn(function*({ query }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* executions.list(tenantId, query)
+      }),
+      get: Effect.fn(function*({ params }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* executions.get(tenantId, params.id)
+      }),
+      cancel: Effect.fn(function*({ params }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* executions.cancel(tenantId, params.id)
+      })
+    })
+  })
+)
+
+export const layer = Layer.mergeAll(OrchestrationsHttp, OrchestrationsV1Http, ExecutionsV1Http).pipe(
+  Layer.provide([Orchestrations.layer, Executions.layer])
+)

@@ -1,8 +1,8 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlSchema } from "effect/sql"
-import { type AgentId, isId, newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
-import { Orchestration, type OrchestrationStatus, type Step } from "./Api.ts"
+import { type AgentId, isId, newId, type OrchestrationId, TenantId } from "../Domain/Ids.ts"
+import { Execution, ExecutionStatus, Orchestration, type OrchestrationStatus, Step } from "./Api.ts"
 
 const columns = "id, name, description, status, steps, timeout_ms, created_at, updated_at"
 
@@ -159,6 +159,152 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
           ? Effect.succeed(new Set<string>())
           : existingAgents(tenantId, candidates).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.existingAgents"))
       }
+    } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}
+
+// ---------------------------------------------------------------------------
+// Executions: the read model clients poll, written by the workflow
+// ---------------------------------------------------------------------------
+
+const executionColumns = `id, orchestration_id, status, output, error, tokens_used,
+  (EXTRACT(EPOCH FROM (COALESCE(completed_at, now()) - created_at)) * 1000)::int AS duration_ms,
+  created_at, completed_at`
+
+const Snapshot = Schema.Struct({
+  tenantId: TenantId,
+  status: ExecutionStatus,
+  input: Schema.String,
+  variables: Schema.Record(Schema.String, Schema.String),
+  steps: Schema.Array(Step),
+  timeoutMs: Schema.Int,
+  createdAt: Schema.Date
+})
+export type Snapshot = typeof Snapshot.Type
+
+const Claimed = Schema.Struct({
+  id: Schema.String,
+  orchestrationId: Schema.String,
+  status: ExecutionStatus,
+  requestHash: Schema.NullOr(Schema.String),
+  fresh: Schema.Boolean
+})
+
+export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-host/ExecutionsRepo", {
+  make: Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const cols = sql.literal(executionColumns)
+
+    /**
+     * Stores a new execution, or finds the one its idempotency key already
+     * names (keys last 24 hours). Committed before the 202 is sent.
+     */
+    const insert = (input: {
+      readonly id: string
+      readonly tenantId: TenantId
+      readonly orchestrationId: string
+      readonly input: string
+      readonly variables: Readonly<Record<string, string>>
+      readonly steps: ReadonlyArray<Step>
+      readonly timeoutMs: number
+      readonly idempotencyKey: string | null
+      readonly requestHash: string | null
+    }) =>
+      Effect.gen(function*() {
+        if (input.idempotencyKey !== null) {
+          // An expired key may be used again.
+          yield* sql`UPDATE executions SET idempotency_key = NULL
+                     WHERE tenant_id = ${input.tenantId} AND idempotency_key = ${input.idempotencyKey}
+                       AND created_at < now() - interval '24 hours'`
+        }
+        const rows = yield* sql`
+          WITH inserted AS (
+            INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms,
+                                    idempotency_key, request_hash)
+            VALUES (${input.id}, ${input.tenantId}, ${input.orchestrationId}, 'pending', ${input.input},
+                    ${sql.json(input.variables)}, ${sql.json(input.steps)}, ${input.timeoutMs},
+                    ${input.idempotencyKey}, ${input.requestHash})
+            ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+            RETURNING id, orchestration_id, status, request_hash, true AS fresh
+          )
+          SELECT * FROM inserted
+          UNION ALL
+          SELECT id, orchestration_id, status, request_hash, false AS fresh FROM executions
+          WHERE tenant_id = ${input.tenantId} AND idempotency_key = ${input.idempotencyKey}
+            AND NOT EXISTS (SELECT 1 FROM inserted)`
+        return yield* Schema.decodeUnknownEffect(Claimed)(rows[0])
+      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("ExecutionsRepo.insert"))
+
+    const get = SqlSchema.findOneOption({
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Result: Execution,
+      execute: ({ tenantId, id }) => sql`SELECT ${cols} FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`
+    })
+
+    const snapshot = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: Snapshot,
+      execute: (id) =>
+        sql`SELECT tenant_id, status, input, variables, steps, timeout_ms, created_at FROM executions WHERE id = ${id}`
+    })
+
+    const page = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        orchestrationId: Schema.NullOr(Schema.String),
+        status: Schema.NullOr(Schema.String),
+        before: Schema.NullOr(Schema.String),
+        limit: Schema.Int
+      }),
+      Result: Schema.Struct({ ...Execution.fields, total: Schema.Int }),
+      execute: (r) => {
+        const filters = sql.and([
+          sql`tenant_id = ${r.tenantId}`,
+          ...(r.orchestrationId === null ? [] : [sql`orchestration_id = ${r.orchestrationId}`]),
+          ...(r.status === null ? [] : [sql`status = ${r.status}`])
+        ])
+        return sql`SELECT ${cols}, (SELECT count(*)::int FROM executions WHERE ${filters}) AS total
+                   FROM executions WHERE ${filters} ${r.before === null ? sql`` : sql`AND id < ${r.before}`}
+                   ORDER BY id DESC LIMIT ${r.limit}`
+      }
+    })
+
+    /** Moves a status forward; final statuses never change again. */
+    const transition = (id: string, to: ExecutionStatus, fields: {
+      readonly output?: string
+      readonly error?: string
+      readonly tokensUsed?: number
+    } = {}) =>
+      sql`UPDATE executions SET
+            status = ${to},
+            output = COALESCE(${fields.output ?? null}, output),
+            error = COALESCE(${fields.error ?? null}, error),
+            tokens_used = COALESCE(${fields.tokensUsed ?? null}, tokens_used),
+            started_at = CASE WHEN ${to} = 'running' THEN COALESCE(started_at, now()) ELSE started_at END,
+            completed_at = CASE WHEN ${to} IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END
+          WHERE id = ${id} AND status IN ('pending', 'running')
+          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Effect.withSpan("ExecutionsRepo.transition"))
+
+    const unfinished = sql<{ id: string }>`SELECT id FROM executions WHERE status IN ('pending', 'running')`.pipe(
+      Effect.map((rows) => rows.map((row) => row.id)),
+      Effect.orDie
+    )
+
+    return {
+      insert,
+      get: (tenantId: TenantId, id: string) =>
+        isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
+      snapshot: (id: string) => snapshot(id).pipe(Effect.orDie),
+      page: (tenantId: TenantId, options: {
+        readonly orchestrationId: string | null
+        readonly status: string | null
+        readonly before: string | null
+        readonly limit: number
+      }) => page({ tenantId, ...options }).pipe(Effect.orDie),
+      transition,
+      unfinished
     } as const
   })
 }) {

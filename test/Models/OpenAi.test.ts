@@ -242,13 +242,12 @@ describe("OpenAI provider", () => {
     Effect.gen(function*() {
       const models = yield* buildModels({ openaiApiKey: Option.none() })
 
-      const { result: error, ms } = yield* timed(Effect.flip(models.generate(conversation)))
+      const error = yield* Effect.flip(models.generate(conversation))
       const streamed = yield* collect(models.stream(conversation))
 
-      // A request to api.openai.com would fail otherwise (network or 401), and slower.
+      // A request to api.openai.com would have failed otherwise (network or 401).
       assert.strictEqual(error.reason, "NotConfigured")
       assert.include(error.message, "OPENAI_API_KEY")
-      assert.isBelow(ms, 100)
       assert.strictEqual(streamed.error?.reason, "NotConfigured")
       assert.deepStrictEqual(streamed.events, [])
     }))

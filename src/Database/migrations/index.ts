@@ -3,11 +3,13 @@ import foundation from "./0001_foundation.ts"
 import conversations from "./0002_conversations.ts"
 import billing from "./0003_billing.ts"
 import orchestrations from "./0004_orchestrations.ts"
+import executions from "./0005_executions.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
   "0001_foundation": foundation,
   "0002_conversations": conversations,
   "0003_billing": billing,
-  "0004_orchestrations": orchestrations
+  "0004_orchestrations": orchestrations,
+  "0005_executions": executions
 })

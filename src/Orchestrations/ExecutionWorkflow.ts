@@ -1,0 +1,129 @@
+import { Clock, Duration, Effect, Option, Result, Schema } from "effect"
+import { Activity, Workflow } from "effect/workflow"
+import { AgentsRepo } from "../Agents/Repo.ts"
+import { AgentId } from "../Domain/Ids.ts"
+import { Models } from "../Models/Models.ts"
+import type { Step } from "./Api.ts"
+import { plan, render } from "./Orchestrations.ts"
+import { ExecutionsRepo } from "./Repo.ts"
+
+/**
+ * One execution is one durable workflow of effect's cluster. Each step is an
+ * activity: its result is stored when it completes, so after a crash or a
+ * restart a completed step is never asked again, a step that was in flight
+ * runs again, and the execution goes on from there. Every status change is
+ * written to the executions read model as it happens.
+ */
+export const ExecutionWorkflow = Workflow.make("Execution", {
+  payload: { executionId: Schema.String },
+  idempotencyKey: ({ executionId }) => executionId
+})
+
+const StepResult = Schema.Struct({ output: Schema.String, tokens: Schema.Int })
+
+class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", {
+  step: Schema.String,
+  message: Schema.String,
+  tokens: Schema.Int
+}) {}
+
+const SnapshotSchema = Schema.Struct({
+  tenantId: Schema.String,
+  status: Schema.String,
+  input: Schema.String,
+  variables: Schema.Record(Schema.String, Schema.String),
+  steps: Schema.Array(Schema.Struct({
+    id: Schema.String,
+    agentId: Schema.String,
+    prompt: Schema.String,
+    dependsOn: Schema.optionalKey(Schema.Array(Schema.String))
+  })),
+  timeoutMs: Schema.Int,
+  createdAtMs: Schema.Int
+})
+
+export const layer = ExecutionWorkflow.toLayer(Effect.fn("ExecutionWorkflow.run")(function*({ executionId }) {
+  const executions = yield* ExecutionsRepo
+  const agents = yield* AgentsRepo
+  const models = yield* Models
+
+  const snapshot = yield* Activity.make({
+    name: "load",
+    success: SnapshotSchema,
+    execute: Effect.map(executions.snapshot(executionId), (row) => ({
+      tenantId: row.tenantId,
+      status: row.status,
+      input: row.input,
+      variables: row.variables,
+      steps: row.steps,
+      timeoutMs: row.timeoutMs,
+      createdAtMs: row.createdAt.getTime()
+    }))
+  })
+  if (snapshot.status !== "pending" && snapshot.status !== "running") return
+  yield* Activity.make({ name: "start", execute: Effect.asVoid(executions.transition(executionId, "running")) })
+
+  const steps = new Map(snapshot.steps.map((step) => [step.id, step as Step]))
+  const deadline = snapshot.createdAtMs + snapshot.timeoutMs
+  const outputs: Record<string, string> = {}
+  let tokensUsed = 0
+
+  const runStep = (step: Step) =>
+    Activity.make({
+      name: `step:${step.id}`,
+      success: StepResult,
+      error: StepFailed,
+      execute: Effect.gen(function*() {
+        const fail = (message: string) => new StepFailed({ step: step.id, message, tokens: 0 })
+        const remaining = deadline - (yield* Clock.currentTimeMillis)
+        if (remaining <= 0) return yield* fail(`The execution timed out after ${snapshot.timeoutMs} ms`)
+        const agent = yield* agents.findById(snapshot.tenantId as never, AgentId.make(step.agentId))
+        if (Option.isNone(agent) || agent.value.status !== "active") {
+          return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
+        }
+        const prompt = render(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs })
+        const reply = yield* models.generate({
+          model: agent.value.model,
+          system: agent.value.instructions,
+          messages: [{ role: "user", content: prompt }]
+        }).pipe(
+          Effect.mapError((error) => fail(`Step ${step.id}: ${error.message}`)),
+          Effect.timeoutOrElse({
+            duration: Duration.millis(remaining),
+            orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
+          })
+        )
+        return { output: reply.text, tokens: reply.inputTokens + reply.outputTokens }
+      })
+    })
+
+  const planned = plan(snapshot.steps)
+  if (Result.isFailure(planned)) {
+    yield* Activity.make({
+      name: "finish",
+      execute: Effect.asVoid(
+        executions.transition(executionId, "failed", { error: "The orchestration's steps do not form a valid graph" })
+      )
+    })
+    return
+  }
+
+  const run = Effect.forEach(planned.success.layers, (layer) =>
+    Effect.forEach(layer, (id) =>
+      Effect.tap(runStep(steps.get(id)!), (result) =>
+        Effect.sync(() => {
+          outputs[id] = result.output
+          tokensUsed += result.tokens
+        })), { concurrency: "unbounded", discard: true }), { discard: true })
+
+  const outcome = yield* Effect.result(run)
+  const last = snapshot.steps[snapshot.steps.length - 1]!
+  yield* Activity.make({
+    name: "finish",
+    execute: Effect.asVoid(
+      Result.isSuccess(outcome)
+        ? executions.transition(executionId, "completed", { output: outputs[last.id] ?? "", tokensUsed })
+        : executions.transition(executionId, "failed", { error: outcome.failure.message, tokensUsed })
+    )
+  })
+}))

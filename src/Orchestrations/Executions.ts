@@ -1,0 +1,132 @@
+import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
+import type { WorkflowEngine } from "effect/workflow"
+import * as Crypto from "node:crypto"
+import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import { newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
+import { BadRequest, Conflict, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
+import { defaultPageSize } from "../Agents/Api.ts"
+import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
+import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
+import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
+import { ExecutionsRepo } from "./Repo.ts"
+
+const isFinal = (status: ExecutionStatus) => status === "completed" || status === "failed" || status === "cancelled"
+
+// The same request always hashes the same, whatever the order of its variables.
+const requestHash = (orchestrationId: string, request: ExecuteRequest) =>
+  Crypto.createHash("sha256").update(JSON.stringify([
+    orchestrationId,
+    request.input,
+    Object.entries(request.variables ?? {}).sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0)
+  ])).digest("hex")
+
+/** Starting, reading, listing and cancelling executions. */
+export class Executions extends Context.Service<Executions>()("agent-host/Executions", {
+  make: Effect.gen(function*() {
+    const orchestrations = yield* Orchestrations
+    const repo = yield* ExecutionsRepo
+    const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+
+    const startWorkflow = (executionId: string) =>
+      ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
+
+    const start = Effect.fn("Executions.start")(function*(
+      tenantId: TenantId,
+      orchestrationId: OrchestrationId,
+      request: ExecuteRequest,
+      idempotencyKey: string | undefined
+    ) {
+      const orchestration = yield* orchestrations.get(tenantId, orchestrationId)
+      if (orchestration.status !== "active") return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
+      const variables = request.variables ?? {}
+      const missing = [...variablesUsed(orchestration.steps)].filter((name) => !Object.hasOwn(variables, name))
+      if (missing.length > 0) {
+        return yield* new BadRequest({
+          detail: `Missing variables: ${missing.join(", ")}`,
+          errors: missing.map((name) => ({ path: ["payload", "variables", name], message: "Used by the orchestration's prompts" }))
+        })
+      }
+      const claimed = yield* repo.insert({
+        id: newId(),
+        tenantId,
+        orchestrationId,
+        input: request.input,
+        variables,
+        steps: orchestration.steps,
+        timeoutMs: orchestration.timeoutMs,
+        idempotencyKey: idempotencyKey ?? null,
+        requestHash: idempotencyKey === undefined ? null : requestHash(orchestrationId, request)
+      })
+      if (!claimed.fresh) {
+        if (claimed.requestHash !== requestHash(orchestrationId, request)) {
+          return yield* new Conflict({ detail: "This Idempotency-Key was used with a different request" })
+        }
+        return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
+      }
+      // The workflow's start message is stored by the cluster before this returns; an
+      // execution stored without it (a crash in between) is started by the sweep below.
+      yield* startWorkflow(claimed.id).pipe(
+        Effect.timeoutOrElse({
+          duration: Duration.seconds(10),
+          orElse: () => Effect.fail(new ServiceUnavailable({ detail: "The execution is stored and will start shortly" }))
+        })
+      )
+      return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
+    })
+
+    const get = Effect.fn("Executions.get")(function*(tenantId: TenantId, id: string) {
+      const execution = yield* repo.get(tenantId, id)
+      if (Option.isNone(execution)) return yield* new NotFound({ detail: `No execution ${id}` })
+      return execution.value
+    })
+
+    const list = Effect.fn("Executions.list")(function*(tenantId: TenantId, query: {
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+      readonly orchestrationId?: string | undefined
+      readonly status?: ExecutionStatus | undefined
+    }) {
+      const before = yield* decodeCursor(query.cursor)
+      const limit = query.limit ?? defaultPageSize
+      const rows = yield* repo.page(tenantId, {
+        orchestrationId: query.orchestrationId ?? null,
+        status: query.status ?? null,
+        before,
+        limit: limit + 1
+      })
+      const total = rows.length > 0 ? rows[0]!.total : 0
+      const data = rows.slice(0, limit).map(({ total: _, ...execution }) => execution)
+      return { data, total, nextCursor: rows.length > limit ? encodeCursor(data[data.length - 1]!.id) : null }
+    })
+
+    const cancel = Effect.fn("Executions.cancel")(function*(tenantId: TenantId, id: string) {
+      const execution = yield* get(tenantId, id)
+      if (isFinal(execution.status)) {
+        return yield* new Conflict({ detail: `The execution is already ${execution.status}` })
+      }
+      const cancelled = yield* repo.transition(id, "cancelled", { error: "Cancelled" })
+      if (!cancelled) return yield* new Conflict({ detail: "The execution has just finished" })
+      // Running steps are interrupted; the read model already says cancelled.
+      yield* Effect.flatMap(ExecutionWorkflow.executionId({ executionId: id }), (workflowId) =>
+        ExecutionWorkflow.interrupt(workflowId)).pipe(Effect.provideContext(engine))
+      return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
+    })
+
+    /** Starts what is unfinished (idempotent: a running workflow is left alone). */
+    const sweep = Effect.flatMap(repo.unfinished, (ids) => Effect.forEach(ids, startWorkflow, { discard: true }))
+
+    return { start, get, list, cancel, sweep } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer]))
+
+  /** At start and then every minute, unfinished executions are (re)started. */
+  static readonly sweeper = Layer.effectDiscard(Effect.gen(function*() {
+    const executions = yield* Executions
+    yield* executions.sweep.pipe(
+      Effect.catchCause((cause) => Effect.logWarning("Execution sweep failed", cause)),
+      Effect.repeat(Schedule.spaced("1 minute")),
+      Effect.forkScoped
+    )
+  }))
+}

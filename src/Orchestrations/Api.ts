@@ -209,6 +209,18 @@ export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
       success: Execution,
       error: NotFound
     }).annotate(RequiredScope, "read"),
+    HttpApiEndpoint.get("events", "/:id/events", {
+      params: { id: Schema.String },
+      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
+      error: NotFound
+    }).annotate(RequiredScope, "read").annotate(
+      OpenApi.Description,
+      "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
+        "`step.completed` (with the step's output and tokens), then one final `execution.completed`, " +
+        "`execution.failed` or `execution.cancelled`, after which the stream ends. A client that " +
+        "connects late first receives what already happened. Each event's `id` can be sent back " +
+        "as `Last-Event-ID` to resume."
+    ),
     HttpApiEndpoint.post("cancel", "/:id/cancel", {
       params: { id: Schema.String },
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),

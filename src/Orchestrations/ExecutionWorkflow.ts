@@ -82,6 +82,7 @@ export const layer = ExecutionWorkflow.toLayer(Effect.fn("ExecutionWorkflow.run"
           return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
         }
         const prompt = render(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs })
+        yield* executions.stepEvent(executionId, "step.started", step.id)
         const reply = yield* models.generate({
           model: agent.value.model,
           system: agent.value.instructions,
@@ -93,7 +94,9 @@ export const layer = ExecutionWorkflow.toLayer(Effect.fn("ExecutionWorkflow.run"
             orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
           })
         )
-        return { output: reply.text, tokens: reply.inputTokens + reply.outputTokens }
+        const result = { output: reply.text, tokens: reply.inputTokens + reply.outputTokens }
+        yield* executions.stepEvent(executionId, "step.completed", step.id, result)
+        return result
       })
     })
 

@@ -1,4 +1,4 @@
-import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
+import { Context, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
 import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
@@ -9,6 +9,16 @@ import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
 import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
+
+export interface ExecutionEvent {
+  readonly id: string
+  readonly type: string
+  readonly stepId: string | null
+  readonly data: unknown
+  readonly createdAt: Date
+}
+
+const finalEvents = new Set(["execution.completed", "execution.failed", "execution.cancelled"])
 
 const isFinal = (status: ExecutionStatus) => status === "completed" || status === "failed" || status === "cancelled"
 
@@ -112,10 +122,30 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
     })
 
+    /**
+     * The execution's events as they happen: what is logged already, then
+     * what follows (the log is polled), until the final event. Resumes after
+     * `lastEventId` when a client reconnects.
+     */
+    const events = Effect.fn("Executions.events")(function*(tenantId: TenantId, id: string, lastEventId: string) {
+      yield* get(tenantId, id)
+      const start = /^\d{1,18}$/.test(lastEventId) ? lastEventId : "0"
+      return Stream.paginate(start, (after: string) =>
+        Effect.gen(function*() {
+          const batch: ReadonlyArray<ExecutionEvent> = yield* repo.events(id, after)
+          if (batch.length === 0) {
+            yield* Effect.sleep("250 millis")
+            return [batch, Option.some(after)] as const
+          }
+          const done = batch.some((event) => finalEvents.has(event.type))
+          return [batch, done ? Option.none<string>() : Option.some(batch[batch.length - 1]!.id)] as const
+        }))
+    })
+
     /** Starts what is unfinished (idempotent: a running workflow is left alone). */
     const sweep = Effect.flatMap(repo.unfinished, (ids) => Effect.forEach(ids, startWorkflow, { discard: true }))
 
-    return { start, get, list, cancel, sweep } as const
+    return { start, get, list, cancel, events, sweep } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer]))

@@ -1,4 +1,5 @@
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Stream } from "effect"
+import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
@@ -54,6 +55,8 @@ export const OrchestrationsV1Http = HttpApiBuilder.group(
   })
 )
 
+const encoder = new TextEncoder()
+
 export const ExecutionsV1Http = HttpApiBuilder.group(
   Api,
   "v1Executions",
@@ -71,6 +74,19 @@ export const ExecutionsV1Http = HttpApiBuilder.group(
       cancel: Effect.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* executions.cancel(tenantId, params.id)
+      }),
+      events: Effect.fn(function*({ params, request }) {
+        const { tenantId } = yield* CurrentPrincipal
+        const events = yield* executions.events(tenantId, params.id, request.headers["last-event-id"] ?? "0")
+        return HttpServerResponse.stream(
+          Stream.map(events, (event) =>
+            encoder.encode(
+              `id: ${event.id}\nevent: ${event.type}\ndata: ${
+                JSON.stringify({ type: event.type, stepId: event.stepId, ...(event.data as object), at: event.createdAt })
+              }\n\n`
+            )),
+          { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+        )
       })
     })
   })

@@ -271,21 +271,43 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       }
     })
 
-    /** Moves a status forward; final statuses never change again. */
+    /**
+     * Moves a status forward (final statuses never change again) and logs the
+     * change as an event, in one statement.
+     */
     const transition = (id: string, to: ExecutionStatus, fields: {
       readonly output?: string
       readonly error?: string
       readonly tokensUsed?: number
     } = {}) =>
-      sql`UPDATE executions SET
-            status = ${to},
-            output = COALESCE(${fields.output ?? null}, output),
-            error = COALESCE(${fields.error ?? null}, error),
-            tokens_used = COALESCE(${fields.tokensUsed ?? null}, tokens_used),
-            started_at = CASE WHEN ${to} = 'running' THEN COALESCE(started_at, now()) ELSE started_at END,
-            completed_at = CASE WHEN ${to} IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END
-          WHERE id = ${id} AND status IN ('pending', 'running')
-          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Effect.withSpan("ExecutionsRepo.transition"))
+      sql`WITH updated AS (
+            UPDATE executions SET
+              status = ${to},
+              output = COALESCE(${fields.output ?? null}, output),
+              error = COALESCE(${fields.error ?? null}, error),
+              tokens_used = COALESCE(${fields.tokensUsed ?? null}, tokens_used),
+              started_at = CASE WHEN ${to} = 'running' THEN COALESCE(started_at, now()) ELSE started_at END,
+              completed_at = CASE WHEN ${to} IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END
+            WHERE id = ${id} AND status IN ('pending', 'running')
+            RETURNING id, status, output, error, tokens_used
+          )
+          INSERT INTO execution_events (execution_id, type, data)
+          SELECT id, 'execution.' || status,
+                 jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
+          FROM updated
+          RETURNING execution_id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Effect.withSpan("ExecutionsRepo.transition"))
+
+    /** Logs a step's progress. */
+    const stepEvent = (id: string, type: "step.started" | "step.completed", stepId: string, data: object = {}) =>
+      sql`INSERT INTO execution_events (execution_id, type, step_id, data)
+          VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(Effect.asVoid, Effect.orDie)
+
+    /** Events after `afterId`, oldest first. */
+    const events = (id: string, afterId: string) =>
+      sql<{ id: string; type: string; stepId: string | null; data: unknown; createdAt: Date }>`
+        SELECT id::text AS id, type, step_id, data, created_at FROM execution_events
+        WHERE execution_id = ${id} AND execution_events.id > ${afterId}::bigint
+        ORDER BY execution_events.id LIMIT 500`.pipe(Effect.orDie)
 
     const unfinished = sql<{ id: string }>`SELECT id FROM executions WHERE status IN ('pending', 'running')`.pipe(
       Effect.map((rows) => rows.map((row) => row.id)),
@@ -304,6 +326,8 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         readonly limit: number
       }) => page({ tenantId, ...options }).pipe(Effect.orDie),
       transition,
+      stepEvent,
+      events,
       unfinished
     } as const
   })

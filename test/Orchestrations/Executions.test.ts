@@ -85,9 +85,57 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         assert.strictEqual(execution.id, started.body.executionId)
         assert.isAtLeast(execution.durationMs, 300)
         assert.isString(execution.completedAt)
+        // The parallel pair takes the first two scripted replies in whichever order its requests arrive.
         const prompts = fake.requests.map((r) => r.body.messages[1].content)
         assert.sameMembers(prompts.slice(0, 2), ["Research otters for kids", "Outline otters"])
-        assert.strictEqual(prompts[2], "Write from R-facts and O-plan")
+        const replyTo = (prefix: string) => ["R-facts", "O-plan"][prompts.findIndex((p) => p.startsWith(prefix))]
+        assert.strictEqual(prompts[2], `Write from ${replyTo("Research")} and ${replyTo("Outline")}`)
+      }))
+  })
+
+  describe("GET /api/v1/executions/{id}/events", () => {
+    const readEvents = (baseUrl: string, key: string, id: string) =>
+      Effect.promise(async () => {
+        const response = await fetch(`${baseUrl}/api/v1/executions/${id}/events`, {
+          headers: { authorization: `Bearer ${key}` }
+        })
+        const text = await response.text()
+        return {
+          status: response.status,
+          contentType: response.headers.get("content-type"),
+          events: text.trim().split("\n\n").map((block) => {
+            const lines = Object.fromEntries(block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)]))
+            return { id: lines.id!, event: lines.event!, data: JSON.parse(lines.data!) }
+          })
+        }
+      })
+
+    it.effect("a client connected from the start sees the steps as they happen and the stream ends when final", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeOpenAi
+        fake.reset()
+        fake.setDefault({ delayMs: 200, text: "out" })
+        const { execute, key, waitFinal } = yield* setUp(threeSteps)
+        const client = yield* TestClient
+        const started = yield* execute({ input: "x", variables: { audience: "y" } })
+        const live = yield* readEvents(client.baseUrl, key, started.body.executionId)
+        assert.strictEqual(live.status, 200)
+        assert.match(live.contentType ?? "", /^text\/event-stream/)
+        const types = live.events.map((e) => e.event)
+        assert.strictEqual(types[0], "execution.running")
+        assert.strictEqual(types[types.length - 1], "execution.completed")
+        assert.strictEqual(types.filter((t) => t === "step.completed").length, 3)
+        const write = live.events.find((e) => e.event === "step.completed" && e.data.stepId === "write")!
+        assert.strictEqual(write.data.output, "out")
+        // `write` starts only after both of its dependencies completed.
+        const index = (event: string, stepId: string) => live.events.findIndex((e) => e.event === event && e.data.stepId === stepId)
+        assert.isAbove(index("step.started", "write"), index("step.completed", "research"))
+        assert.isAbove(index("step.started", "write"), index("step.completed", "outline"))
+        assert.strictEqual(live.events[live.events.length - 1]!.data.output, "out")
+
+        yield* waitFinal(started.body.executionId)
+        const late = yield* readEvents(client.baseUrl, key, started.body.executionId)
+        assert.deepStrictEqual(late.events, live.events)
       }))
   })
 

@@ -4,6 +4,7 @@ import conversations from "./0002_conversations.ts"
 import billing from "./0003_billing.ts"
 import orchestrations from "./0004_orchestrations.ts"
 import executions from "./0005_executions.ts"
+import executionEvents from "./0006_execution_events.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -11,5 +12,6 @@ export const migrations = Migrator.fromRecord({
   "0002_conversations": conversations,
   "0003_billing": billing,
   "0004_orchestrations": orchestrations,
-  "0005_executions": executions
+  "0005_executions": executions,
+  "0006_execution_events": executionEvents
 })

@@ -1,7 +1,7 @@
 import { Context, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../Config.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
-import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import { decodeCursor } from "../Domain/Cursor.ts"
 import { NotFound } from "../Domain/Problems.ts"
 import { type CreateAgent, defaultPageSize, type UpdateAgent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
@@ -20,16 +20,11 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       readonly cursor?: string | undefined
     }) {
       const after = yield* decodeCursor(options.cursor)
-      const page = yield* repo.list(tenantId, {
+      return yield* repo.list(tenantId, {
         activeOnly: options.activeOnly,
         after,
         limit: options.limit ?? defaultPageSize
       })
-      return {
-        data: page.data,
-        total: page.total,
-        nextCursor: page.lastId === null ? null : encodeCursor(page.lastId)
-      }
     })
 
     const create = Effect.fn("Agents.create")(function*(tenantId: TenantId, input: CreateAgent) {

@@ -1,6 +1,6 @@
 import { Context, Duration, Effect, Layer, Stream } from "effect"
 import { AppConfig } from "../Config.ts"
-import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import { decodeCursor } from "../Domain/Cursor.ts"
 import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
 import { BadGateway, GatewayTimeout, invalidField, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
 import { Agents } from "./Agents.ts"
@@ -87,12 +87,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     ) {
       yield* agents.get(tenantId, agentId)
       const after = yield* decodeCursor(page.cursor)
-      const result = yield* repo.conversations(tenantId, agentId, { after, limit: page.limit ?? defaultPageSize })
-      return {
-        data: result.data,
-        total: result.total,
-        nextCursor: result.lastId === null ? null : encodeCursor(result.lastId)
-      }
+      return yield* repo.conversations(tenantId, agentId, { after, limit: page.limit ?? defaultPageSize })
     })
 
     const turns = Effect.fn("Chat.turns")(function*(tenantId: TenantId, agentId: AgentId, conversationId: string) {

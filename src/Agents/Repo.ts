@@ -1,5 +1,6 @@
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
+import { pageOf } from "../Domain/Cursor.ts"
 import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from "./Api.ts"
 
@@ -45,9 +46,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       // One extra row tells whether another page follows.
       const rows = yield* page({ tenantId, activeOnly: options.activeOnly, after: options.after, limit: options.limit + 1 })
       const total = rows.length > 0 ? rows[0]!.total : yield* count(tenantId, options.activeOnly)
-      const hasMore = rows.length > options.limit
-      const data = (hasMore ? rows.slice(0, options.limit) : rows).map(({ total: _, ...agent }) => agent)
-      return { data, total, lastId: hasMore ? data[data.length - 1]!.id : null }
+      return pageOf(rows, options.limit, total)
     }, Effect.orDie)
 
     const insert = SqlSchema.findOne({
@@ -173,9 +172,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         sql<{ total: number }>`SELECT count(*)::int AS total FROM conversations
                                WHERE tenant_id = ${tenantId} AND agent_id = ${agentId}`
       ], { concurrency: 2 })
-      const hasMore = rows.length > options.limit
-      const data = hasMore ? rows.slice(0, options.limit) : rows
-      return { data, total: counted[0]?.total ?? 0, lastId: hasMore ? data[data.length - 1]!.id : null }
+      return pageOf(rows, options.limit, counted[0]?.total ?? 0)
     }, Effect.orDie)
 
     const forget = (tenantId: TenantId, agentId: AgentId, conversationId: string) =>

@@ -1,7 +1,7 @@
 import { Context, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
-import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
 import { newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, Conflict, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
@@ -104,9 +104,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         before,
         limit: limit + 1
       })
-      const total = rows.length > 0 ? rows[0]!.total : 0
-      const data = rows.slice(0, limit).map(({ total: _, ...execution }) => execution)
-      return { data, total, nextCursor: rows.length > limit ? encodeCursor(data[data.length - 1]!.id) : null }
+      return pageOf(rows, limit, rows.length > 0 ? rows[0]!.total : 0)
     })
 
     const cancel = Effect.fn("Executions.cancel")(function*(tenantId: TenantId, id: string) {

@@ -1,5 +1,5 @@
 import { Context, Effect, Layer, Option, Result } from "effect"
-import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
+import { decodeCursor } from "../Domain/Cursor.ts"
 import type { OrchestrationId, TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
@@ -309,16 +309,11 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       readonly cursor?: string | undefined
     }) {
       const after = yield* decodeCursor(options.cursor)
-      const page = yield* repo.list(tenantId, {
+      return yield* repo.list(tenantId, {
         activeOnly: options.activeOnly,
         after,
         limit: options.limit ?? defaultPageSize
       })
-      return {
-        data: page.data,
-        total: page.total,
-        nextCursor: page.lastId === null ? null : encodeCursor(page.lastId)
-      }
     })
 
     const create = Effect.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {

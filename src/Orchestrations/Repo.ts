@@ -1,6 +1,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlSchema } from "effect/sql"
+import { pageOf } from "../Domain/Cursor.ts"
 import { type AgentId, isId, newId, type OrchestrationId, TenantId } from "../Domain/Ids.ts"
 import { Execution, ExecutionStatus, Orchestration, type OrchestrationStatus, Step } from "./Api.ts"
 
@@ -51,9 +52,7 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
       // One extra row tells whether another page follows.
       const rows = yield* page({ tenantId, activeOnly: options.activeOnly, after: options.after, limit: options.limit + 1 })
       const total = rows.length > 0 ? rows[0]!.total : yield* count(tenantId, options.activeOnly)
-      const hasMore = rows.length > options.limit
-      const data = (hasMore ? rows.slice(0, options.limit) : rows).map(({ total: _, ...orchestration }) => orchestration)
-      return { data, total, lastId: hasMore ? data[data.length - 1]!.id : null }
+      return pageOf(rows, options.limit, total)
     }, Effect.orDie)
 
     const insert = SqlSchema.findOne({

@@ -1,4 +1,4 @@
-import { Config, Context, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Config, Context, Duration, Effect, Layer, type LogLevel, Option, Redacted, Schema } from "effect"
 import * as NodePath from "node:path"
 
 /**
@@ -54,7 +54,42 @@ export interface AppSettings {
   /** Stripe price ids that map to plans. */
   readonly stripePricePro: Option.Option<string>
   readonly stripePriceBusiness: Option.Option<string>
+  /**
+   * Multi-node mode: the host:port other nodes reach this node's cluster runner
+   * at. Absent: one node, entities and workflows run in this process only.
+   */
+  readonly runnerAddress: Option.Option<RunnerEndpoint>
+  /** Bind address of the runner socket; defaults to RUNNER_ADDRESS. */
+  readonly runnerListen: Option.Option<RunnerEndpoint>
+  /** How long a dead node's shards stay locked before the others take them over. */
+  readonly shardLockExpiration: Duration.Duration
+  /** Bound on handing a message to the cluster (start an execution, forget, cancel); past it, 503. */
+  readonly clusterCallTimeout: Duration.Duration
+  /** OTLP/HTTP endpoint for traces (e.g. http://collector:4318); absent: nothing is exported. */
+  readonly otelEndpoint: Option.Option<string>
+  readonly otelServiceName: string
+  /** Serves GET /metrics in the Prometheus text format. */
+  readonly metricsEnabled: boolean
+  /** Least severe log level written: Trace, Debug, Info, Warn, Error, Fatal or None. */
+  readonly logLevel: LogLevel.LogLevel
 }
+
+export interface RunnerEndpoint {
+  readonly host: string
+  readonly port: number
+}
+
+// host:port, the host a name, an IPv4 address or a bracketed IPv6 address.
+const hostPort = (name: string) =>
+  Config.schema(
+    Schema.String.check(Schema.isPattern(/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):([1-9]\d{0,4})$/)),
+    name
+  ).pipe(
+    Config.map((value): RunnerEndpoint => {
+      const cut = value.lastIndexOf(":")
+      return { host: value.slice(0, cut).replace(/^\[(.*)\]$/, "$1"), port: Number(value.slice(cut + 1)) }
+    })
+  )
 
 export const settingsConfig: Config.Config<AppSettings> = Config.all({
   port: Config.Port("PORT").pipe(Config.withDefault(3000)),
@@ -85,7 +120,18 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   proDailyLimit: Config.Int("PRO_DAILY_LIMIT").pipe(Config.withDefault(10_000)),
   stripeWebhookSecret: Config.option(Config.Redacted("STRIPE_WEBHOOK_SECRET")),
   stripePricePro: Config.option(Config.String("STRIPE_PRICE_PRO")),
-  stripePriceBusiness: Config.option(Config.String("STRIPE_PRICE_BUSINESS"))
+  stripePriceBusiness: Config.option(Config.String("STRIPE_PRICE_BUSINESS")),
+  runnerAddress: Config.option(hostPort("RUNNER_ADDRESS")),
+  runnerListen: Config.option(hostPort("RUNNER_LISTEN")),
+  // A dead node's shards move once its lock is this old, plus about a second.
+  shardLockExpiration: Config.Duration("SHARD_LOCK_EXPIRATION").pipe(Config.withDefault(Duration.seconds(6))),
+  clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  otelEndpoint: Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT")),
+  otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
+  metricsEnabled: Config.Boolean("METRICS_ENABLED").pipe(Config.withDefault(true)),
+  logLevel: Config.Literals(["All", "Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None"], "LOG_LEVEL").pipe(
+    Config.withDefault("Info" as const)
+  )
 })
 
 export class AppConfig extends Context.Service<AppConfig, AppSettings>()("agent-host/AppConfig") {

@@ -3,6 +3,7 @@ import { Duration, Effect, Layer } from "effect"
 import { ClusterWorkflowEngine } from "effect/cluster"
 import { HttpRouter } from "effect/http"
 import { HttpApiBuilder, HttpApiMiddleware, HttpApiScalar } from "effect/http-api"
+import { PrometheusMetrics } from "effect/observability"
 import { createServer } from "node:http"
 import * as Conversation from "./Agents/Conversation.ts"
 import * as AgentsHttp from "./Agents/Http.ts"
@@ -22,16 +23,22 @@ import * as OrchestrationsHttp from "./Orchestrations/Http.ts"
 import { ExecutionsRepo } from "./Orchestrations/Repo.ts"
 import { Models } from "./Models/Models.ts"
 import * as Cluster from "./Platform/Cluster.ts"
+import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
 
-const docsRoutes = [["GET", "/openapi.json"], ["GET", "/docs"]] as const
-
-/** Every route: the API, its OpenAPI document, the offline reference at /docs, and the request pipeline. */
-export const RoutesLayer = Layer.mergeAll(
-  HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
-  HttpApiScalar.layer(Api, { path: "/docs" }),
-  RequestPipeline.layer(Api, docsRoutes)
-).pipe(
+/** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, and the request pipeline. */
+export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  const extraRoutes: Array<readonly [string, string]> = [["GET", "/openapi.json"], ["GET", "/docs"]]
+  if (config.metricsEnabled) extraRoutes.push(["GET", "/metrics"])
+  return Layer.mergeAll(
+    HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
+    HttpApiScalar.layer(Api, { path: "/docs" }),
+    // Prometheus text format, unless METRICS_ENABLED=false.
+    config.metricsEnabled ? PrometheusMetrics.layerHttp({ path: "/metrics" }) : Layer.empty,
+    RequestPipeline.layer(Api, extraRoutes)
+  )
+})).pipe(
   Layer.provide([
     HealthHttp.layer,
     AuthHttp.layer,
@@ -67,7 +74,8 @@ export const EntitiesLayer = Layer.mergeAll(Conversation.layer, ExecutionWorkflo
 /** The whole service, given its settings. */
 export const ServiceLayer = Layer.mergeAll(HttpLayer, Executions.sweeper.pipe(Layer.provide(Executions.layer))).pipe(
   Layer.provide(EntitiesLayer),
-  Layer.provide(Sql.layer)
+  Layer.provide(Sql.layer),
+  Layer.provide(Observability.TracingLayer)
 )
 
 /** The whole service, configured from the environment. */

@@ -106,7 +106,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
         conversationId
       }).pipe(
         Effect.mapError(() => unreachable),
-        Effect.timeoutOrElse({ duration: Duration.seconds(30), orElse: () => Effect.fail(unreachable) })
+        Effect.timeoutOrElse({ duration: config.clusterCallTimeout, orElse: () => Effect.fail(unreachable) })
       )
       if (!removed) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
     })

@@ -113,6 +113,7 @@ export const layer = Conversation.toLayer(
 
     const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
       Effect.gen(function*() {
+        yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
         if (!input.memoryEnabled) return
         const turns = yield* loadHistory(input)
         yield* repo.appendTurn({

@@ -1,9 +1,10 @@
-import { Cache, Context, Duration, Effect, Exit, Layer, Option } from "effect"
+import { Cache, Context, Duration, Effect, Exit, Layer, Option, Queue, Schedule } from "effect"
 import { AppConfig } from "../Config.ts"
+import { ListenerSql } from "../Database/Sql.ts"
 import type { ApiKeyId, TenantId } from "../Domain/Ids.ts"
 import { NotFound } from "../Domain/Problems.ts"
 import type { Principal, Scope } from "./Api.ts"
-import { AuthRepo, toApiKey } from "./Repo.ts"
+import { apiKeyRevokedChannel, AuthRepo, toApiKey } from "./Repo.ts"
 import { constantTimeEqual, hashSecret, newSecret } from "./Secrets.ts"
 
 // `ak_` + 43 base64url characters (256 bits). Anything else cannot be a key,
@@ -38,6 +39,24 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
         timeToLive: (exit) =>
           Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.apiKeyCacheTtl : Duration.seconds(5)
       }
+    )
+
+    // Revocations on any node reach this one through Postgres notifications.
+    // While the listening connection is down nothing can be trusted, so each
+    // (re)connection starts from an empty cache.
+    const pg = yield* ListenerSql
+    yield* Effect.gen(function*() {
+      const revoked = yield* pg.listen(apiKeyRevokedChannel)
+      yield* Cache.invalidateAll(verified)
+      while (true) {
+        const notification = yield* Queue.take(revoked)
+        yield* Cache.invalidate(verified, notification.payload)
+      }
+    }).pipe(
+      Effect.scoped,
+      Effect.tapCause((cause) => Effect.logWarning("API key revocation listener lost; reconnecting", cause)),
+      Effect.retry(Schedule.spaced("1 second")),
+      Effect.forkScoped
     )
 
     const authenticate = Effect.fn("ApiKeys.authenticate")(function*(key: string) {

@@ -23,6 +23,7 @@ export const SessionAuthLayer = Layer.effect(
         if (token === "") return yield* missingSession
         const principal = yield* accounts.authenticate(token)
         if (Option.isNone(principal)) return yield* invalidSession
+        yield* Effect.annotateCurrentSpan("tenant.id", principal.value.tenantId)
         return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
       })
     return SessionAuth.of({
@@ -48,6 +49,7 @@ const makeApiKeyCheck = Effect.gen(function*() {
       if (key === "") return yield* missingKey
       const principal = yield* keys.authenticate(key)
       if (Option.isNone(principal)) return yield* invalidKey
+      yield* Effect.annotateCurrentSpan("tenant.id", principal.value.tenantId)
       const required = Context.get(endpoint.annotations, RequiredScope)
       if (!principal.value.scopes.includes(required)) {
         return yield* new Forbidden({ detail: `This API key lacks the "${required}" scope`, requiredScope: required })

@@ -140,10 +140,15 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
 
     /** Revokes and returns the hash, so the caller can drop it from caches. */
     const revokeApiKey = (tenantId: TenantId, id: ApiKeyId) =>
+      // The notification goes out with the commit, so every node drops the key
+      // from its cache exactly when the revocation becomes visible.
       sql<{ keyHash: string }>`
-        UPDATE api_keys SET revoked_at = now()
-        WHERE tenant_id = ${tenantId} AND id = ${id} AND revoked_at IS NULL
-        RETURNING key_hash`.pipe(
+        WITH revoked AS (
+          UPDATE api_keys SET revoked_at = now()
+          WHERE tenant_id = ${tenantId} AND id = ${id} AND revoked_at IS NULL
+          RETURNING key_hash
+        )
+        SELECT key_hash, pg_notify(${apiKeyRevokedChannel}, key_hash) FROM revoked`.pipe(
         Effect.map((rows) => Option.fromNullishOr(rows[0]?.keyHash)),
         Effect.orDie,
         Effect.withSpan("AuthRepo.revokeApiKey")
@@ -173,6 +178,9 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
 }) {
   static readonly layer = Layer.effect(this, this.make)
 }
+
+/** Channel on which a revoked key's hash is announced to every node. */
+export const apiKeyRevokedChannel = "api_key_revoked"
 
 export const toApiKey = (row: ApiKeyRow): ApiKey => ({
   id: row.id,

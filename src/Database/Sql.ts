@@ -2,7 +2,7 @@ import { NodeServices } from "@effect/platform-node"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Context, Effect, Layer, Option, type Redacted, String } from "effect"
 import { Reactivity } from "effect/reactivity"
-import type { SqlClient } from "effect/sql"
+import { SqlClient } from "effect/sql"
 import { AppConfig } from "../Config.ts"
 import * as Embedded from "./Embedded.ts"
 import { migrations } from "./migrations/index.ts"
@@ -58,14 +58,44 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
   ).pipe(Layer.provide(Reactivity.layer))
 }
 
-/** Applies pending migrations at start; safe to run from several nodes at once (the migrator locks its table). */
-export const MigratorLayer = PgMigrator.layer({ loader: migrations }).pipe(
-  Layer.provide(NodeServices.layer)
-)
+/**
+ * A pool of one connection of its own, for LISTEN: notifications never take a
+ * connection from the pool the requests use, and a lost connection is
+ * replaced when the listener reconnects.
+ */
+export class ListenerSql extends Context.Service<ListenerSql, PgClient.PgClient>()("agent-host/ListenerSql") {
+  static readonly layer = Layer.effect(
+    ListenerSql,
+    Effect.gen(function*() {
+      const url = yield* DatabaseUrl
+      return yield* PgClient.make({ url, maxConnections: 1, ...clientOptions, applicationName: "agent-host-listener" })
+    })
+  ).pipe(Layer.provide(Reactivity.layer))
+}
+
+// Any constant shared by every node: the advisory lock that serialises migrations.
+const migrationLock = 0x61676e74
+
+/**
+ * Applies pending migrations at start. Nodes starting together against a new
+ * database take turns under an advisory lock, so only the first creates the
+ * schema and the others find it done.
+ */
+export const MigratorLayer = Layer.effectDiscard(Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* Effect.scoped(Effect.gen(function*() {
+    const connection = yield* sql.reserve
+    yield* connection.executeRaw("SELECT pg_advisory_lock($1)", [migrationLock])
+    yield* PgMigrator.run({ loader: migrations }).pipe(
+      Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock($1)", [migrationLock])))
+    )
+  }))
+})).pipe(Layer.provide(NodeServices.layer))
 
 /** A migrated database, ready for the repos. */
 export const layer = MigratorLayer.pipe(
   Layer.provideMerge(ClientLayer),
   Layer.provideMerge(CounterSql.layer),
+  Layer.provideMerge(ListenerSql.layer),
   Layer.provide(DatabaseUrl.layer)
 )

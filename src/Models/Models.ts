@@ -1,7 +1,8 @@
-import { Context, Data, Duration, Effect, Layer, Option, Random, Redacted, Stream } from "effect"
+import { Context, Data, Duration, Effect, Layer, Metric, Option, Random, Redacted, Stream } from "effect"
 import { type AiError, LanguageModel, Prompt, type Response } from "effect/ai"
 import { FetchHttpClient, HttpClient } from "effect/http"
 import { AppConfig } from "../Config.ts"
+import { Metrics } from "../Platform/Observability.ts"
 import * as Anthropic from "./Anthropic.ts"
 import * as Local from "./Local.ts"
 import * as OpenAi from "./OpenAi.ts"
@@ -108,6 +109,52 @@ const toReply = (target: Target, text: string, modelId: string | undefined, usag
   outputTokens: usage.outputTokens.total ?? 0
 })
 
+/**
+ * A model call's span attributes, after the OpenTelemetry gen_ai semantic
+ * conventions (prompts and replies are never recorded).
+ */
+const requestAttributes = (model: string) => {
+  const { name, provider } = splitModel(model)
+  return {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.system": provider,
+    "gen_ai.provider.name": provider,
+    "gen_ai.request.model": name === "" ? model : name
+  }
+}
+
+/** `provider/name` as its parts; a bare word is a provider with no name. */
+const splitModel = (model: string) => {
+  const slash = model.indexOf("/")
+  return slash === -1 ? { provider: model, name: "" } : { provider: model.slice(0, slash), name: model.slice(slash + 1) }
+}
+
+/** Usage on the current span and in the token metric. */
+const recordUsage = (model: string, reply: ModelReply) =>
+  Effect.gen(function*() {
+    yield* Effect.annotateCurrentSpan({
+      "gen_ai.response.model": reply.model,
+      "gen_ai.usage.input_tokens": reply.inputTokens,
+      "gen_ai.usage.output_tokens": reply.outputTokens
+    })
+    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model, direction: "input" }), reply.inputTokens)
+    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model, direction: "output" }), reply.outputTokens)
+  })
+
+/** A client span named after the operation and model, with usage, and the call's duration by outcome. */
+const observed = (model: string) => <E, R>(call: Effect.Effect<ModelReply, E, R>) =>
+  Effect.gen(function*() {
+    const startedAt = performance.now()
+    const exit = yield* Effect.exit(call)
+    const outcome = exit._tag === "Success" ? "ok" : "error"
+    yield* Metric.update(
+      Metric.withAttributes(Metrics.modelDuration, { model, outcome }),
+      (performance.now() - startedAt) / 1000
+    )
+    if (exit._tag === "Success") yield* recordUsage(model, exit.value)
+    return yield* exit
+  }).pipe(Effect.withSpan(`chat ${model}`, { kind: "client", attributes: requestAttributes(model) }))
+
 export const make = Effect.gen(function*() {
   const config = yield* AppConfig
   const client = yield* HttpClient.HttpClient
@@ -128,9 +175,7 @@ export const make = Effect.gen(function*() {
     if (model === Local.modelId) {
       return { provider: "local", name: Local.modelId, languageModel: yield* Local.make } satisfies Target
     }
-    const slash = model.indexOf("/")
-    const provider = slash === -1 ? model : model.slice(0, slash)
-    const name = slash === -1 ? "" : model.slice(slash + 1)
+    const { name, provider } = splitModel(model)
     if (provider !== "openai" && provider !== "anthropic") {
       return yield* new ModelError({
         reason: "UnknownModel",
@@ -305,13 +350,13 @@ export const make = Effect.gen(function*() {
     return loop(0)
   }
 
-  const generate = Effect.fn("Models.generate")(function*(request: ModelRequest) {
-    yield* Effect.annotateCurrentSpan("model", request.model)
-    const target = yield* resolve(request.model)
-    const response = yield* generateWithRetries(target, toPrompt(request))
-    const metadata = response.content.find((part) => part.type === "response-metadata")
-    return toReply(target, response.text, metadata?.modelId, response.usage)
-  })
+  const generate = (request: ModelRequest) =>
+    Effect.gen(function*() {
+      const target = yield* resolve(request.model)
+      const response = yield* generateWithRetries(target, toPrompt(request))
+      const metadata = response.content.find((part) => part.type === "response-metadata")
+      return toReply(target, response.text, metadata?.modelId, response.usage)
+    }).pipe(observed(request.model))
 
   const stream = (request: ModelRequest): Stream.Stream<ModelEvent, ModelError> =>
     Stream.unwrap(Effect.map(resolve(request.model), (target) =>
@@ -334,21 +379,21 @@ export const make = Effect.gen(function*() {
               return []
           }
         }
-        const done = Stream.sync((): ModelEvent => ({
-          _tag: "Done",
-          reply: {
+        const done = Stream.fromEffect(Effect.suspend(() => {
+          const reply: ModelReply = {
             text,
             model: replyModel(target, modelId),
             inputTokens: usage?.inputTokens.total ?? 0,
             outputTokens: usage?.outputTokens.total ?? 0
           }
+          return Effect.as(recordUsage(request.model, reply), { _tag: "Done", reply } as ModelEvent)
         }))
         return streamWithRetries(target, toPrompt(request)).pipe(
           Stream.map(toEvents),
           Stream.flattenIterable,
           Stream.concat(done)
         )
-      }))).pipe(Stream.withSpan("Models.stream", { attributes: { model: request.model } }))
+      }))).pipe(Stream.withSpan(`chat ${request.model}`, { kind: "client", attributes: requestAttributes(request.model) }))
 
   const contextBudget = (_model: string) => config.modelContextTokens
 

@@ -121,6 +121,8 @@ const statusFailure = Effect.fnUntraced(function*(
  * POSTs `body` as JSON and returns the response when its status is 2xx.
  * Anything else fails with an `AiError` whose reason carries the status, the
  * retry headers and the error body; connection failures are `NetworkError`s.
+ * The request carries the W3C `traceparent` of the current span, so a
+ * self-hosted model server or gateway can join the trace.
  */
 export const postJson = (options: {
   readonly client: HttpClient.HttpClient
@@ -141,9 +143,7 @@ export const postJson = (options: {
       response.status >= 200 && response.status < 300
         ? Effect.succeed(response)
         : Effect.flatMap(statusFailure(options.module, options.method, response), Effect.fail)
-    ),
-    // Trace context stays inside the service; providers are third parties.
-    Effect.provideService(HttpClient.TracerPropagationEnabled, false)
+    )
   )
 
 /** The JSON body of a 2xx response. */

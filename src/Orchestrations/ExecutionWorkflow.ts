@@ -1,8 +1,9 @@
-import { Clock, Duration, Effect, Option, Result, Schema } from "effect"
+import { Clock, Duration, Effect, Metric, Option, Result, Schema } from "effect"
 import { Activity, Workflow } from "effect/workflow"
 import { AgentsRepo } from "../Agents/Repo.ts"
 import { AgentId } from "../Domain/Ids.ts"
 import { Models } from "../Models/Models.ts"
+import { Metrics } from "../Platform/Observability.ts"
 import type { Step } from "./Api.ts"
 import { plan, render } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
@@ -42,7 +43,7 @@ const SnapshotSchema = Schema.Struct({
   createdAtMs: Schema.Int
 })
 
-export const layer = ExecutionWorkflow.toLayer(Effect.fn("ExecutionWorkflow.run")(function*({ executionId }) {
+const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { readonly executionId: string }) {
   const executions = yield* ExecutionsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models
@@ -96,6 +97,7 @@ export const layer = ExecutionWorkflow.toLayer(Effect.fn("ExecutionWorkflow.run"
         )
         const result = { output: reply.text, tokens: reply.inputTokens + reply.outputTokens }
         yield* executions.stepEvent(executionId, "step.completed", step.id, result)
+        yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
         return result
       })
     })
@@ -121,12 +123,23 @@ export const layer = ExecutionWorkflow.toLayer(Effect.fn("ExecutionWorkflow.run"
 
   const outcome = yield* Effect.result(run)
   const last = snapshot.steps[snapshot.steps.length - 1]!
+  const final = Result.isSuccess(outcome) ? "completed" : "failed"
   yield* Activity.make({
     name: "finish",
-    execute: Effect.asVoid(
-      Result.isSuccess(outcome)
+    execute: Effect.gen(function*() {
+      const moved = yield* Result.isSuccess(outcome)
         ? executions.transition(executionId, "completed", { output: outputs[last.id] ?? "", tokensUsed })
         : executions.transition(executionId, "failed", { error: outcome.failure.message, tokensUsed })
-    )
+      if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: final }), 1)
+    })
   })
-}))
+})
+
+/** Counts the workflows running on this node while they run. */
+export const layer = ExecutionWorkflow.toLayer((payload) =>
+  Effect.acquireUseRelease(
+    Metric.modify(Metrics.workflowsInFlight, 1),
+    () => run(payload),
+    () => Metric.modify(Metrics.workflowsInFlight, -1)
+  )
+)

@@ -1,6 +1,9 @@
-import { Context, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
+import { Context, Effect, Layer, Metric, Option, Schedule, Stream } from "effect"
+import { Singleton } from "effect/cluster"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
+import { AppConfig } from "../Config.ts"
+import { Metrics } from "../Platform/Observability.ts"
 import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
 import { newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, Conflict, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
@@ -36,6 +39,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const orchestrations = yield* Orchestrations
     const repo = yield* ExecutionsRepo
     const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+    const config = yield* AppConfig
 
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
@@ -77,7 +81,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       // execution stored without it (a crash in between) is started by the sweep below.
       yield* startWorkflow(claimed.id).pipe(
         Effect.timeoutOrElse({
-          duration: Duration.seconds(10),
+          duration: config.clusterCallTimeout,
           orElse: () => Effect.fail(new ServiceUnavailable({ detail: "The execution is stored and will start shortly" }))
         })
       )
@@ -114,9 +118,19 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       }
       const cancelled = yield* repo.transition(id, "cancelled", { error: "Cancelled" })
       if (!cancelled) return yield* new Conflict({ detail: "The execution has just finished" })
+      yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: "cancelled" }), 1)
       // Running steps are interrupted; the read model already says cancelled.
       yield* Effect.flatMap(ExecutionWorkflow.executionId({ executionId: id }), (workflowId) =>
-        ExecutionWorkflow.interrupt(workflowId)).pipe(Effect.provideContext(engine))
+        ExecutionWorkflow.interrupt(workflowId)).pipe(
+        Effect.provideContext(engine),
+        // The read model says cancelled for good (nothing moves an execution out
+        // of a final state); a workflow that cannot be reached in time only
+        // runs its steps in flight to their end, with no effect on the result.
+        Effect.timeoutOrElse({
+          duration: config.clusterCallTimeout,
+          orElse: () => Effect.logWarning("Cancel: the workflow could not be interrupted in time", { executionId: id })
+        })
+      )
       return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
     })
 
@@ -148,13 +162,18 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer]))
 
-  /** At start and then every minute, unfinished executions are (re)started. */
-  static readonly sweeper = Layer.effectDiscard(Effect.gen(function*() {
-    const executions = yield* Executions
-    yield* executions.sweep.pipe(
-      Effect.catchCause((cause) => Effect.logWarning("Execution sweep failed", cause)),
-      Effect.repeat(Schedule.spaced("1 minute")),
-      Effect.forkScoped
-    )
-  }))
+  /**
+   * At start and then every minute, unfinished executions are (re)started. A
+   * cluster singleton: one node sweeps, and another takes over if it stops.
+   */
+  static readonly sweeper = Singleton.make(
+    "ExecutionsSweep",
+    Effect.gen(function*() {
+      const executions = yield* Executions
+      yield* executions.sweep.pipe(
+        Effect.catchCause((cause) => Effect.logWarning("Execution sweep failed", cause)),
+        Effect.repeat(Schedule.spaced("1 minute"))
+      )
+    })
+  )
 }

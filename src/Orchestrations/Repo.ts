@@ -218,7 +218,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                      WHERE tenant_id = ${input.tenantId} AND idempotency_key = ${input.idempotencyKey}
                        AND created_at < now() - interval '24 hours'`
         }
-        const rows = yield* sql`
+        const claim = sql`
           WITH inserted AS (
             INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms,
                                     idempotency_key, request_hash)
@@ -233,6 +233,11 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
           SELECT id, orchestration_id, status, request_hash, false AS fresh FROM executions
           WHERE tenant_id = ${input.tenantId} AND idempotency_key = ${input.idempotencyKey}
             AND NOT EXISTS (SELECT 1 FROM inserted)`
+        // When another request with the same key commits while this statement
+        // waits on it, the insert does nothing and the statement's snapshot
+        // cannot see that row yet; the next statement can.
+        let rows = yield* claim
+        for (let attempt = 0; rows.length === 0 && attempt < 3; attempt++) rows = yield* claim
         return yield* Schema.decodeUnknownEffect(Claimed)(rows[0])
       }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("ExecutionsRepo.insert"))
 

@@ -1,17 +1,87 @@
-import { NodeCrypto } from "@effect/platform-node"
-import { Layer } from "effect"
-import { RunnerHealth, Runners, Sharding, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "effect/cluster"
+import { NodeClusterSocket, NodeCrypto } from "@effect/platform-node"
+import { Duration, Effect, Layer, Option } from "effect"
+import {
+  RunnerAddress,
+  RunnerHealth,
+  Runners,
+  Sharding,
+  ShardingConfig,
+  SocketRunner,
+  SqlMessageStorage,
+  SqlRunnerStorage
+} from "effect/cluster"
+import { RpcSerialization } from "effect/rpc"
+import { AppConfig, type AppSettings } from "../Config.ts"
 
 /**
- * effect's cluster on one node: entities run in this process, with message
- * and runner storage in our Postgres. The sharding settings are given here
- * explicitly, because the cluster's own environment reading would take our
- * PORT and HOST for its runner address.
+ * The sharding settings, always given explicitly: the cluster's own
+ * environment reading would take our PORT and HOST (the HTTP server's) for its
+ * runner address.
+ *
+ * A node that dies keeps its shard locks until `shardLockExpiration` passes
+ * without a refresh (a node stopped with SIGTERM releases them at once); the
+ * refresh and assignment intervals are tightened to match, so survivors notice
+ * and take over well within that bound.
  */
-export const layer = Sharding.layer.pipe(
-  Layer.provideMerge(Runners.layerNoop),
-  Layer.provideMerge(SqlMessageStorage.layer),
-  Layer.provide([Layer.orDie(SqlRunnerStorage.layer), RunnerHealth.layerNoop]),
-  Layer.provide(ShardingConfig.layer({})),
-  Layer.provide(NodeCrypto.layerDigest)
-)
+export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.ShardingConfig["Service"]> => {
+  const expiration = config.shardLockExpiration
+  const refresh = Duration.max(Duration.seconds(1), Duration.divideUnsafe(expiration, 4))
+  return {
+    runnerAddress: Option.map(config.runnerAddress, (address) => RunnerAddress.make(address.host, address.port)),
+    runnerListenAddress: Option.map(config.runnerListen, (address) => RunnerAddress.make(address.host, address.port)),
+    shardLockExpiration: expiration,
+    shardLockRefreshInterval: refresh,
+    refreshAssignmentsInterval: Duration.seconds(1),
+    runnerHealthCheckInterval: refresh,
+    // Messages persisted for this node's shards by other nodes are also pushed
+    // over the socket; the poll is the fallback that catches the rest.
+    entityMessagePollInterval: Duration.seconds(1),
+    entityTerminationTimeout: Duration.min(config.shutdownGrace, Duration.seconds(15))
+  }
+}
+
+/**
+ * One node: entities run in this process, with message and runner storage in
+ * our Postgres.
+ */
+const singleNode = (config: AppSettings) =>
+  Sharding.layer.pipe(
+    Layer.provideMerge(Runners.layerNoop),
+    Layer.provideMerge(SqlMessageStorage.layer),
+    Layer.provide([Layer.orDie(SqlRunnerStorage.layer), RunnerHealth.layerNoop]),
+    // The runner address only names this node in storage: nothing listens on it.
+    Layer.provide(ShardingConfig.layer({
+      ...shardingSettings(config),
+      runnerAddress: ShardingConfig.defaults.runnerAddress,
+      runnerListenAddress: Option.none()
+    })),
+    Layer.provide(NodeCrypto.layerDigest)
+  )
+
+/**
+ * Several nodes on one Postgres: each node is a runner that listens on its
+ * socket (RUNNER_LISTEN, else RUNNER_ADDRESS) and is reached by the others at
+ * RUNNER_ADDRESS. Shards are spread over the healthy runners; their locks,
+ * the runner table and every persisted message live in the shared database.
+ */
+const multiNode = (config: AppSettings) =>
+  SocketRunner.layer.pipe(
+    Layer.provide(
+      RunnerHealth.layerPing.pipe(
+        Layer.provide(Runners.layerRpc),
+        Layer.provide(NodeClusterSocket.layerClientProtocol)
+      )
+    ),
+    Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
+    Layer.provideMerge(SqlMessageStorage.layer),
+    Layer.provide(Layer.orDie(SqlRunnerStorage.layer)),
+    Layer.provide(ShardingConfig.layer(shardingSettings(config))),
+    Layer.provide(RpcSerialization.layerSchemaBinary()),
+    Layer.provide(NodeCrypto.layerDigest)
+  )
+
+/** The cluster this node takes part in: a single node unless RUNNER_ADDRESS is set. */
+export const layer = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  return Option.isSome(config.runnerAddress) ? multiNode(config) : singleNode(config)
+}))

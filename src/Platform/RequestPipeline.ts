@@ -1,4 +1,4 @@
-import { Cause, Effect } from "effect"
+import { Cause, Effect, Metric } from "effect"
 import {
   FindMyWay,
   HttpIncomingMessage,
@@ -12,6 +12,7 @@ import * as Crypto from "node:crypto"
 import { STATUS_CODES } from "node:http"
 import type { unhandled } from "effect/Types"
 import { AppConfig } from "../Config.ts"
+import { Metrics } from "./Observability.ts"
 
 const requestIdHeader = "x-request-id"
 const acceptedRequestId = /^[A-Za-z0-9._:-]{1,128}$/
@@ -22,16 +23,24 @@ interface RouteTable {
   readonly groups: Record<string, { readonly endpoints: Record<string, { readonly method: string; readonly path: string }> }>
 }
 
-/** For a path that exists under other methods, the methods it has (for 405 and `Allow`). */
-const makeAllowedMethods = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]>) => {
-  const router = FindMyWay.make<true>()
+/**
+ * The route table as a matcher: the template a request matched (for metrics
+ * and spans, never the raw path with its ids), and for a path that exists
+ * under other methods, the methods it has (for 405 and `Allow`).
+ */
+const makeRouteMatcher = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]>) => {
+  const router = FindMyWay.make<string>()
   for (const group of Object.values(api.groups)) {
     for (const endpoint of Object.values(group.endpoints)) {
-      router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, true)
+      router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, endpoint.path)
     }
   }
-  for (const [method, path] of extraRoutes) router.on(method, path as FindMyWay.PathInput, true)
-  return (url: string): ReadonlyArray<string> => methods.filter((method) => router.find(method, url) !== undefined)
+  for (const [method, path] of extraRoutes) router.on(method, path as FindMyWay.PathInput, path)
+  return {
+    allowedMethods: (url: string): ReadonlyArray<string> =>
+      methods.filter((method) => router.find(method, url) !== undefined),
+    template: (method: string, url: string): string => router.find(method, url)?.handler ?? "unmatched"
+  }
 }
 
 const isRouteNotFound = (cause: Cause.Cause<unknown>) =>
@@ -74,7 +83,22 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
     Effect.gen(function*() {
       const config = yield* AppConfig
       const maxBodyBytes = config.maxBodyBytes
-      const allowedMethods = makeAllowedMethods(api, extraRoutes)
+      const routes = makeRouteMatcher(api, extraRoutes)
+      // The labelled request metrics, made once per method, route and status.
+      const series = new Map<string, { readonly requests: Metric.Counter<number>; readonly duration: Metric.Histogram<number> }>()
+      const seriesOf = (method: string, route: string, status: number) => {
+        const key = `${method} ${route} ${status}`
+        let found = series.get(key)
+        if (found === undefined) {
+          const labels = { method, route, status: String(status) }
+          found = {
+            requests: Metric.withAttributes(Metrics.httpRequests, labels),
+            duration: Metric.withAttributes(Metrics.httpDuration, labels)
+          }
+          series.set(key, found)
+        }
+        return found
+      }
       return (
         httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unhandled>
       ): Effect.Effect<HttpServerResponse.HttpServerResponse, unhandled, HttpServerRequest.HttpServerRequest> =>
@@ -101,7 +125,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
             if (exit._tag === "Success") {
               response = exit.value
             } else if (isRouteNotFound(exit.cause)) {
-              const allowed = allowedMethods(request.url)
+              const allowed = routes.allowedMethods(request.url)
               response = allowed.length > 0
                 ? problem(405, requestId, `${request.method} is not allowed here`, { allow: allowed.join(", ") })
                 : problem(404, requestId, defaultDetails[404])
@@ -117,13 +141,20 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
           if (response.status >= 400 && !isProblem(response)) {
             response = problem(response.status, requestId, defaultDetails[response.status], bodylessHeaders(response))
           }
+          const route = routes.template(request.method, request.url)
+          const seconds = (performance.now() - startedAt) / 1000
+          const series = seriesOf(request.method, route, response.status)
+          yield* Metric.update(series.requests, 1)
+          yield* Metric.update(series.duration, seconds)
+          yield* Effect.annotateCurrentSpan({ "http.route": route, "request.id": requestId })
           yield* Effect.logInfo("request").pipe(
             Effect.annotateLogs({
               requestId,
               method: request.method,
               path: request.url.split("?")[0],
+              route,
               status: response.status,
-              durationMs: Math.round((performance.now() - startedAt) * 100) / 100
+              durationMs: Math.round(seconds * 100_000) / 100
             })
           )
           return HttpServerResponse.setHeader(response, requestIdHeader, requestId)

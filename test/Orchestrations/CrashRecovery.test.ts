@@ -1,19 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { awaitFinal, executeMany, orchestrationSetup, request, requestJson, twoStepSetup } from "../support/Cluster.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import { spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
-
-const json = async (url: string, init: { method?: string; headers?: Record<string, string>; body?: unknown } = {}) => {
-  const response = await fetch(url, {
-    method: init.method ?? "GET",
-    headers: { "content-type": "application/json", ...init.headers },
-    body: init.body === undefined ? null : JSON.stringify(init.body)
-  })
-  const text = await response.text()
-  if (response.status >= 300) throw new Error(`${init.method ?? "GET"} ${url}: ${response.status} ${text}`)
-  return JSON.parse(text)
-}
 
 const count = 5
 
@@ -30,39 +20,8 @@ describe("crash recovery", () => {
       const first = yield* spawnService(env)
       yield* waitReady(first)
       const ids = yield* Effect.promise(async () => {
-        const base = first.baseUrl
-        await json(`${base}/api/auth/register`, { method: "POST", body: { email: "crash@example.com", password: "12345678" } })
-        const { token } = await json(`${base}/api/auth/login`, {
-          method: "POST",
-          body: { email: "crash@example.com", password: "12345678" }
-        })
-        const session = { authorization: `Bearer ${token}` }
-        const { key } = await json(`${base}/api/keys`, { method: "POST", headers: session, body: { name: "k" } })
-        const agent = await json(`${base}/api/agents`, {
-          method: "POST",
-          headers: session,
-          body: { name: "Worker", model: "openai/gpt-4o-mini" }
-        })
-        const orchestration = await json(`${base}/api/orchestrations`, {
-          method: "POST",
-          headers: session,
-          body: {
-            name: "Two steps",
-            steps: [
-              { id: "a", agentId: agent.id, prompt: "A {{input}}" },
-              { id: "b", agentId: agent.id, prompt: "B {{input}} after {{steps.a.output}}", dependsOn: ["a"] }
-            ]
-          }
-        })
-        const started = []
-        for (let i = 0; i < count; i++) {
-          started.push(await json(`${base}/api/v1/orchestrations/${orchestration.id}/execute`, {
-            method: "POST",
-            headers: { authorization: `Bearer ${key}` },
-            body: { input: `run-${i}` }
-          }))
-        }
-        return { key: key as string, executions: started.map((s) => s.executionId as string) }
+        const setup = await twoStepSetup(first.baseUrl, "crash@example.com")
+        return { bearer: setup.bearer, executions: await executeMany([first.baseUrl], setup, count) }
       })
 
       // Wait until every `b` has been asked, then kill the process outright.
@@ -77,23 +36,7 @@ describe("crash recovery", () => {
       const second = yield* spawnService(env)
       yield* waitReady(second)
       const startedAt = Date.now()
-      const finals = yield* Effect.promise(async () => {
-        const results: Array<any> = []
-        for (const id of ids.executions) {
-          for (;;) {
-            const execution = await json(`${second.baseUrl}/api/v1/executions/${id}`, {
-              headers: { authorization: `Bearer ${ids.key}` }
-            })
-            if (["completed", "failed", "cancelled"].includes(execution.status)) {
-              results.push(execution)
-              break
-            }
-            if (Date.now() - startedAt > 90_000) throw new Error(`execution ${id} still ${execution.status}`)
-            await new Promise((resolve) => setTimeout(resolve, 200))
-          }
-        }
-        return results
-      })
+      const finals = yield* Effect.promise(() => awaitFinal([second.baseUrl], ids.bearer, ids.executions, 90_000))
       console.log(`after the restart, all ${count} executions finished within ${Date.now() - startedAt} ms`)
 
       assert.deepStrictEqual(finals.map((e) => e.status), Array(count).fill("completed"))
@@ -107,4 +50,42 @@ describe("crash recovery", () => {
       second.child.kill("SIGTERM")
       yield* Effect.promise(() => second.exited)
     }), 180_000)
+})
+
+describe("executions whose start did not reach the cluster", () => {
+  it.live("an execute answered 503 (the cluster did not take the start in time) still runs: the sweep starts it", () =>
+    Effect.gen(function*() {
+      const databaseUrl = yield* TestDatabaseUrl
+      // Every hand-over to the cluster times out at once: the row is stored, the start may not be.
+      const first = yield* spawnService({
+        DATABASE_URL: databaseUrl,
+        CLUSTER_CALL_TIMEOUT: "0 millis",
+        ENFORCE_DAILY_LIMITS: "false"
+      })
+      yield* waitReady(first)
+      const setup = yield* Effect.promise(async () => {
+        const tenant = await orchestrationSetup(first.baseUrl, "sweep@example.com", "local", [
+          { id: "s", prompt: "Say {{input}}" }
+        ])
+        const started = await request(`${first.baseUrl}/api/v1/orchestrations/${tenant.orchestrationId}/execute`, {
+          method: "POST",
+          headers: tenant.bearer,
+          body: { input: "hello" }
+        })
+        assert.strictEqual(started.status, 503, started.text)
+        assert.strictEqual(started.body.detail, "The execution is stored and will start shortly")
+        const listed = await requestJson(`${first.baseUrl}/api/v1/executions`, { headers: tenant.bearer })
+        assert.strictEqual(listed.total, 1)
+        return { bearer: tenant.bearer, id: listed.data[0].id as string }
+      })
+      first.child.kill("SIGKILL")
+      yield* Effect.promise(() => first.exited)
+
+      const second = yield* spawnService({ DATABASE_URL: databaseUrl, ENFORCE_DAILY_LIMITS: "false" })
+      yield* waitReady(second)
+      const [final] = yield* Effect.promise(() => awaitFinal([second.baseUrl], setup.bearer, [setup.id], 30_000))
+      assert.strictEqual(final.status, "completed")
+      second.child.kill("SIGTERM")
+      yield* Effect.promise(() => second.exited)
+    }), 120_000)
 })

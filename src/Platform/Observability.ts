@@ -1,0 +1,96 @@
+import { Context, Effect, Layer, Logger, Metric, Option, References, Tracer } from "effect"
+import { FetchHttpClient } from "effect/http"
+import { OtlpSerialization, OtlpTracer } from "effect/observability"
+import * as Os from "node:os"
+import { AppConfig, type AppSettings } from "../Config.ts"
+
+/**
+ * Structured JSON log lines, each naming the node that wrote it and, when
+ * there is one, the trace and span of the work that wrote it, so a line can
+ * be found from a trace and back.
+ */
+export const jsonFormat = (node: string) =>
+  Logger.make((options) => {
+    const line: Record<string, unknown> = { ...Logger.formatStructured.log(options), node }
+    const span = Context.getOrUndefined(options.fiber.context, Tracer.ParentSpan)
+    if (span !== undefined) {
+      line.traceId = span.traceId
+      line.spanId = span.spanId
+    }
+    return JSON.stringify(line)
+  })
+
+/** The name of this node in logs and traces: its runner address, or its host name on a single node. */
+export const nodeName = (config: AppSettings) =>
+  Option.match(config.runnerAddress, {
+    onSome: (address) => `${address.host}:${address.port}`,
+    onNone: () => Os.hostname()
+  })
+
+/**
+ * JSON lines on stdout, written in batches: one write per window instead of
+ * one per line keeps logging off the request path. What is buffered is
+ * flushed when the process stops.
+ */
+export const LoggerLayer = Layer.unwrap(Effect.map(AppConfig, (config) =>
+  Layer.merge(
+    Logger.layer([
+      Logger.batched(jsonFormat(nodeName(config)), {
+        window: "50 millis",
+        flush: (lines) => Effect.sync(() => void process.stdout.write(lines.join("\n") + "\n"))
+      })
+    ]),
+    Layer.succeed(References.MinimumLogLevel, config.logLevel)
+  )))
+
+/**
+ * Traces over OTLP/HTTP (JSON) to OTEL_EXPORTER_OTLP_ENDPOINT, with
+ * OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES as the resource; without an
+ * endpoint the built-in tracer stays and nothing is exported.
+ */
+export const TracingLayer = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  if (Option.isNone(config.otelEndpoint)) return Layer.empty
+  const base = config.otelEndpoint.value.replace(/\/+$/, "")
+  return OtlpTracer.layer({
+    url: `${base}/v1/traces`,
+    resource: {
+      serviceName: config.otelServiceName,
+      serviceVersion: "0.1.0",
+      attributes: { "service.instance.id": nodeName(config) }
+    },
+    exportInterval: "1 second"
+  }).pipe(
+    Layer.provide([OtlpSerialization.layerJson, FetchHttpClient.layer])
+  )
+}))
+
+// Latency buckets in seconds, from a cache hit to a slow model call.
+const latencyBoundaries = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
+/** Metrics served at GET /metrics. */
+export const Metrics = {
+  httpRequests: Metric.counter("http_requests_total", {
+    description: "HTTP requests answered, by method, route template and status",
+    incremental: true
+  }),
+  httpDuration: Metric.histogram("http_request_duration_seconds", {
+    description: "Time to answer an HTTP request, by method, route template and status",
+    boundaries: latencyBoundaries
+  }),
+  executions: Metric.counter("executions_total", {
+    description: "Executions that reached a status, by status",
+    incremental: true
+  }),
+  workflowsInFlight: Metric.gauge("workflows_in_flight", {
+    description: "Execution workflows running on this node"
+  }),
+  modelTokens: Metric.counter("model_tokens_total", {
+    description: "Tokens sent to and received from models, by model and direction",
+    incremental: true
+  }),
+  modelDuration: Metric.histogram("model_request_duration_seconds", {
+    description: "Duration of model calls, retries included, by model and outcome",
+    boundaries: latencyBoundaries
+  })
+} as const

@@ -1,0 +1,107 @@
+import { assert, describe, layer } from "@effect/vitest"
+import { Duration, Effect } from "effect"
+import * as TestServer from "../support/TestServer.ts"
+import { TestClient } from "../support/TestServer.ts"
+
+/** The value of one Prometheus sample line, e.g. `name{a="b"} 3`. */
+const sample = (text: string, name: string, labels: Record<string, string>) => {
+  for (const line of text.split("\n")) {
+    if (line.startsWith(`${name} `) && Object.keys(labels).length === 0) return Number(line.slice(name.length + 1))
+    if (!line.startsWith(`${name}{`)) continue
+    const inside = line.slice(name.length + 1, line.lastIndexOf("}"))
+    if (Object.entries(labels).every(([key, value]) => inside.includes(`${key}="${value}"`))) {
+      return Number(line.slice(line.lastIndexOf(" ") + 1))
+    }
+  }
+  return undefined
+}
+
+/** A new tenant's one-step orchestration on the local model, executed once; the execute response. */
+const executeOneStep = (prepared?: { account: TestServer.Account; key: string; agentId: string }) =>
+  Effect.gen(function*() {
+    const client = yield* TestClient
+    const account = prepared?.account ?? (yield* TestServer.signUp())
+    const key = prepared?.key ?? (yield* TestServer.createKey(account)).key
+    const agentId = prepared?.agentId ?? (yield* TestServer.createAgent(account, { model: "local" })).id
+    const orchestration = yield* client.request("POST", "/api/orchestrations", {
+      headers: TestServer.bearer(account.token),
+      body: { name: "One", steps: [{ id: "s", agentId, prompt: "Say {{input}}" }] }
+    })
+    return yield* client.request("POST", `/api/v1/orchestrations/${orchestration.body.id}/execute`, {
+      headers: TestServer.bearer(key),
+      body: { input: "hello" }
+    })
+  })
+
+describe("GET /metrics", () => {
+  layer(TestServer.layer(), { excludeTestServices: true })((it) => {
+    it.effect("serves request counts and latency by route template and status, executions and model tokens", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const account = yield* TestServer.signUp()
+        const key = yield* TestServer.createKey(account)
+        const agent = yield* TestServer.createAgent(account, { model: "local" })
+        for (let i = 0; i < 3; i++) {
+          const listed = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
+          assert.strictEqual(listed.status, 200)
+        }
+        const missing = yield* client.request("GET", "/api/agents/00000000-0000-7000-8000-000000000000/conversations", {
+          headers: TestServer.bearer(account.token)
+        })
+        assert.strictEqual(missing.status, 404)
+        const started = yield* executeOneStep({ account, key: key.key, agentId: agent.id })
+        assert.strictEqual(started.status, 202)
+        for (let i = 0; i < 100; i++) {
+          const polled = yield* client.request("GET", `/api/v1/executions/${started.body.executionId}`, {
+            headers: TestServer.bearer(key.key)
+          })
+          if (polled.body.status === "completed") break
+          yield* Effect.sleep("50 millis")
+        }
+
+        // The read model says "completed" a moment before the workflow returns and counts itself out:
+        // scrape until the execution is counted and no workflow is in flight (bounded).
+        let metrics = yield* client.request("GET", "/metrics")
+        for (let i = 0; i < 100; i++) {
+          if (
+            sample(metrics.text, "executions_total", { status: "completed" }) === 1 &&
+            sample(metrics.text, "workflows_in_flight", {}) === 0
+          ) break
+          yield* Effect.sleep("20 millis")
+          metrics = yield* client.request("GET", "/metrics")
+        }
+        assert.strictEqual(metrics.status, 200)
+        assert.match(metrics.headers.get("content-type") ?? "", /^text\/plain/)
+        const text = metrics.text
+        assert.strictEqual(sample(text, "http_requests_total", { method: "GET", route: "/api/v1/agents", status: "200" }), 3)
+        assert.strictEqual(
+          sample(text, "http_requests_total", { route: "/api/agents/:id/conversations", status: "404" }),
+          1
+        )
+        assert.strictEqual(
+          sample(text, "http_request_duration_seconds_count", { route: "/api/v1/agents", status: "200" }),
+          3
+        )
+        assert.isDefined(sample(text, "http_request_duration_seconds_bucket", { route: "/api/v1/agents", le: "0.1" }))
+        assert.strictEqual(sample(text, "executions_total", { status: "completed" }), 1)
+        assert.strictEqual(sample(text, "workflows_in_flight", {}), 0)
+        assert.isAbove(sample(text, "model_tokens_total", { model: "local", direction: "output" }) ?? 0, 0)
+        // Ids never become labels: the route is the template.
+        assert.notInclude(text, agent.id)
+      }))
+  })
+
+  layer(TestServer.layer({ metricsEnabled: false, clusterCallTimeout: Duration.zero }), { excludeTestServices: true })((it) => {
+    it.effect("METRICS_ENABLED=false: no /metrics; a cluster that does not take the start in time is a 503 problem", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const metrics = yield* client.request("GET", "/metrics")
+        assert.strictEqual(metrics.status, 404)
+
+        const started = yield* executeOneStep()
+        assert.strictEqual(started.status, 503)
+        assert.strictEqual(started.headers.get("content-type"), "application/problem+json")
+        assert.strictEqual(started.body.detail, "The execution is stored and will start shortly")
+      }))
+  })
+})

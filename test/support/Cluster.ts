@@ -1,0 +1,156 @@
+import { Effect } from "effect"
+import { freePort, type ServiceProcess, spawnService, waitReady } from "./Process.ts"
+
+export interface ClusterNode extends ServiceProcess {
+  /** The runner address the node advertises, which is also the `node` of its log lines. */
+  readonly runnerAddress: string
+}
+
+/**
+ * `count` nodes of the service as child processes on one database, each a
+ * cluster runner on its own loopback port. They start together, so they also
+ * race for the migrations.
+ */
+export const startNodes = (count: number, env: Record<string, string>) =>
+  Effect.gen(function*() {
+    const nodes: Array<ClusterNode> = []
+    for (let i = 0; i < count; i++) {
+      const runnerAddress = `127.0.0.1:${yield* freePort}`
+      const service = yield* spawnService({ ...env, RUNNER_ADDRESS: runnerAddress })
+      nodes.push({ ...service, runnerAddress })
+    }
+    yield* Effect.forEach(nodes, (node) => waitReady(node), { concurrency: "unbounded" })
+    return nodes
+  })
+
+/** The JSON log lines a node has written so far. */
+export const logLines = (node: ServiceProcess): Array<Record<string, any>> =>
+  node.stdout().split("\n").flatMap((line) => {
+    if (!line.startsWith("{")) return []
+    try {
+      return [JSON.parse(line)]
+    } catch {
+      return []
+    }
+  })
+
+/** Log lines with this message, from every node, with the node that wrote each. */
+export const linesWith = (nodes: ReadonlyArray<ClusterNode>, message: string) =>
+  nodes.flatMap((node) =>
+    logLines(node).filter((line) => line.message === message).map((line) => ({ node: node.runnerAddress, line }))
+  )
+
+export interface JsonInit {
+  readonly method?: string
+  readonly headers?: Record<string, string>
+  readonly body?: unknown
+}
+
+/** A JSON request that must succeed (2xx); its parsed body. */
+export const requestJson = async (url: string, init: JsonInit = {}) => {
+  const { status, body, text } = await request(url, init)
+  if (status >= 300) throw new Error(`${init.method ?? "GET"} ${url}: ${status} ${text}`)
+  return body
+}
+
+/** A JSON request, whatever its status. */
+export const request = async (url: string, init: JsonInit = {}) => {
+  const response = await fetch(url, {
+    method: init.method ?? "GET",
+    headers: { "content-type": "application/json", ...init.headers },
+    body: init.body === undefined ? null : JSON.stringify(init.body)
+  })
+  const text = await response.text()
+  let body: any = undefined
+  try {
+    body = text === "" ? undefined : JSON.parse(text)
+  } catch {
+    body = undefined
+  }
+  return { status: response.status, headers: response.headers, body, text }
+}
+
+/** A tenant with a session and an API key, signed up through `baseUrl`. */
+export const signUpTenant = async (baseUrl: string, email: string) => {
+  await requestJson(`${baseUrl}/api/auth/register`, { method: "POST", body: { email, password: "12345678" } })
+  const { token } = await requestJson(`${baseUrl}/api/auth/login`, {
+    method: "POST",
+    body: { email, password: "12345678" }
+  })
+  const session = { authorization: `Bearer ${token}` }
+  const created = await requestJson(`${baseUrl}/api/keys`, { method: "POST", headers: session, body: { name: "k" } })
+  return { session, key: created.key as string, keyId: created.id as string, bearer: { authorization: `Bearer ${created.key}` } }
+}
+
+/** Polls until every execution is final; their bodies, in order. */
+export const awaitFinal = async (
+  baseUrls: ReadonlyArray<string>,
+  bearer: Record<string, string>,
+  ids: ReadonlyArray<string>,
+  timeoutMs: number
+) => {
+  const deadline = Date.now() + timeoutMs
+  const finals = new Map<string, any>()
+  let turn = 0
+  while (finals.size < ids.length) {
+    for (const id of ids) {
+      if (finals.has(id)) continue
+      const base = baseUrls[turn++ % baseUrls.length]!
+      const { status, body } = await request(`${base}/api/v1/executions/${id}`, { headers: bearer })
+      if (status !== 200 && status !== 503) throw new Error(`GET execution ${id}: ${status}`)
+      if (status === 200 && ["completed", "failed", "cancelled"].includes(body.status)) finals.set(id, body)
+    }
+    if (finals.size === ids.length) break
+    if (Date.now() > deadline) {
+      throw new Error(`${ids.length - finals.size} executions not final after ${timeoutMs} ms`)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  return ids.map((id) => finals.get(id))
+}
+
+/**
+ * A new tenant with an agent on `model` and an orchestration of `steps`
+ * (each `{ id, prompt, dependsOn? }`, all run by that agent).
+ */
+export const orchestrationSetup = async (
+  baseUrl: string,
+  email: string,
+  model: string,
+  steps: ReadonlyArray<{ readonly id: string; readonly prompt: string; readonly dependsOn?: ReadonlyArray<string> }>
+) => {
+  const tenant = await signUpTenant(baseUrl, email)
+  const agent = await requestJson(`${baseUrl}/api/agents`, {
+    method: "POST",
+    headers: tenant.session,
+    body: { name: "Worker", model }
+  })
+  const orchestration = await requestJson(`${baseUrl}/api/orchestrations`, {
+    method: "POST",
+    headers: tenant.session,
+    body: { name: `${steps.length} steps`, steps: steps.map((step) => ({ ...step, agentId: agent.id })) }
+  })
+  return { ...tenant, agentId: agent.id as string, orchestrationId: orchestration.id as string }
+}
+
+/** A tenant with an agent on the fake model and a two-step orchestration (b after a). */
+export const twoStepSetup = (baseUrl: string, email: string) =>
+  orchestrationSetup(baseUrl, email, "openai/gpt-4o-mini", [
+    { id: "a", prompt: "A {{input}}" },
+    { id: "b", prompt: "B {{input}} after {{steps.a.output}}", dependsOn: ["a"] }
+  ])
+
+/** Starts `count` executions, round-robin over the nodes; their ids, in input order `run-<i>`. */
+export const executeMany = (
+  urls: ReadonlyArray<string>,
+  setup: { readonly orchestrationId: string; readonly bearer: Record<string, string> },
+  count: number
+) =>
+  Promise.all(Array.from({ length: count }, async (_, i) => {
+    const started = await requestJson(`${urls[i % urls.length]}/api/v1/orchestrations/${setup.orchestrationId}/execute`, {
+      method: "POST",
+      headers: setup.bearer,
+      body: { input: `run-${i}` }
+    })
+    return started.executionId as string
+  }))

@@ -14,6 +14,11 @@ import { ExecutionsRepo } from "./Repo.ts"
  * restart a completed step is never asked again, a step that was in flight
  * runs again, and the execution goes on from there. Every status change is
  * written to the executions read model as it happens.
+ *
+ * Only the steps are activities. The rest is idempotent and simply runs again
+ * when a run is replayed: the definition was fixed when the execution was
+ * accepted, and a status moves only while the execution is unfinished. That
+ * keeps a one-step run to two stored cluster messages (the run and its step).
  */
 export const ExecutionWorkflow = Workflow.make("Execution", {
   payload: { executionId: Schema.String },
@@ -28,41 +33,14 @@ class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", {
   tokens: Schema.Int
 }) {}
 
-const SnapshotSchema = Schema.Struct({
-  tenantId: Schema.String,
-  status: Schema.String,
-  input: Schema.String,
-  variables: Schema.Record(Schema.String, Schema.String),
-  steps: Schema.Array(Schema.Struct({
-    id: Schema.String,
-    agentId: Schema.String,
-    prompt: Schema.String,
-    dependsOn: Schema.optionalKey(Schema.Array(Schema.String))
-  })),
-  timeoutMs: Schema.Int,
-  createdAtMs: Schema.Int
-})
-
 const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { readonly executionId: string }) {
   const executions = yield* ExecutionsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models
 
-  const snapshot = yield* Activity.make({
-    name: "load",
-    success: SnapshotSchema,
-    execute: Effect.map(executions.snapshot(executionId), (row) => ({
-      tenantId: row.tenantId,
-      status: row.status,
-      input: row.input,
-      variables: row.variables,
-      steps: row.steps,
-      timeoutMs: row.timeoutMs,
-      createdAtMs: row.createdAt.getTime()
-    }))
-  })
-  if (snapshot.status !== "pending" && snapshot.status !== "running") return
-  yield* Activity.make({ name: "start", execute: Effect.asVoid(executions.transition(executionId, "running")) })
+  const row = yield* executions.begin(executionId)
+  if (row.status !== "running") return
+  const snapshot = { ...row, createdAtMs: row.createdAt.getTime() }
 
   const steps = new Map(snapshot.steps.map((step) => [step.id, step as Step]))
   const deadline = snapshot.createdAtMs + snapshot.timeoutMs
@@ -104,12 +82,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
 
   const planned = plan(snapshot.steps)
   if (Result.isFailure(planned)) {
-    yield* Activity.make({
-      name: "finish",
-      execute: Effect.asVoid(
-        executions.transition(executionId, "failed", { error: "The orchestration's steps do not form a valid graph" })
-      )
-    })
+    yield* executions.transition(executionId, "failed", { error: "The orchestration's steps do not form a valid graph" })
     return
   }
 
@@ -124,15 +97,10 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const outcome = yield* Effect.result(run)
   const last = snapshot.steps[snapshot.steps.length - 1]!
   const final = Result.isSuccess(outcome) ? "completed" : "failed"
-  yield* Activity.make({
-    name: "finish",
-    execute: Effect.gen(function*() {
-      const moved = yield* Result.isSuccess(outcome)
-        ? executions.transition(executionId, "completed", { output: outputs[last.id] ?? "", tokensUsed })
-        : executions.transition(executionId, "failed", { error: outcome.failure.message, tokensUsed })
-      if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: final }), 1)
-    })
-  })
+  const moved = yield* Result.isSuccess(outcome)
+    ? executions.transition(executionId, "completed", { output: outputs[last.id] ?? "", tokensUsed })
+    : executions.transition(executionId, "failed", { error: outcome.failure.message, tokensUsed })
+  if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: final }), 1)
 })
 
 /** Counts the workflows running on this node while they run. */

@@ -247,11 +247,26 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       execute: ({ tenantId, id }) => sql`SELECT ${cols} FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`
     })
 
-    const snapshot = SqlSchema.findOne({
+    // Moves a pending run to running (with its event) and returns its
+    // definition, fixed when it was accepted, in one statement. On a run
+    // already running it changes nothing; a finished run comes back as it is.
+    const begin = SqlSchema.findOne({
       Request: Schema.String,
       Result: Snapshot,
       execute: (id) =>
-        sql`SELECT tenant_id, status, input, variables, steps, timeout_ms, created_at FROM executions WHERE id = ${id}`
+        sql`WITH started AS (
+              UPDATE executions SET status = 'running', started_at = COALESCE(started_at, now())
+              WHERE id = ${id} AND status = 'pending'
+              RETURNING id, status, output, error, tokens_used
+            ), event AS (
+              INSERT INTO execution_events (execution_id, type, data)
+              SELECT id, 'execution.' || status,
+                     jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
+              FROM started
+            )
+            SELECT tenant_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
+                   input, variables, steps, timeout_ms, created_at
+            FROM executions WHERE id = ${id}`
     })
 
     const page = SqlSchema.findAll({
@@ -322,7 +337,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       insert,
       get: (tenantId: TenantId, id: string) =>
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
-      snapshot: (id: string) => snapshot(id).pipe(Effect.orDie),
+      begin: (id: string) => begin(id).pipe(Effect.orDie, Effect.withSpan("ExecutionsRepo.begin")),
       page: (tenantId: TenantId, options: {
         readonly orchestrationId: string | null
         readonly status: string | null

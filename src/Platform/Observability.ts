@@ -50,7 +50,7 @@ export const LoggerLayer = Layer.unwrap(Effect.map(AppConfig, (config) =>
  */
 export const TracingLayer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
-  if (Option.isNone(config.otelEndpoint)) return Layer.empty
+  if (Option.isNone(config.otelEndpoint)) return Layer.succeed(References.TracerEnabled, false)
   const base = config.otelEndpoint.value.replace(/\/+$/, "")
   return OtlpTracer.layer({
     url: `${base}/v1/traces`,

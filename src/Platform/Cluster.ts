@@ -1,6 +1,7 @@
 import { NodeClusterSocket, NodeCrypto } from "@effect/platform-node"
 import { Duration, Effect, Layer, Option } from "effect"
 import {
+  MessageStorage,
   RunnerAddress,
   RunnerHealth,
   Runners,
@@ -11,6 +12,7 @@ import {
   SqlRunnerStorage
 } from "effect/cluster"
 import { RpcSerialization } from "effect/rpc"
+import { SqlClient } from "effect/sql"
 import { AppConfig, type AppSettings } from "../Config.ts"
 
 /**
@@ -41,13 +43,53 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
 }
 
 /**
+ * The cluster's message storage, plus the index its poll for unprocessed
+ * messages needs: without it every poll (each node, every second) reads the
+ * whole message table, so it costs more the longer the service has run. With
+ * it, a poll reads only the messages still waiting.
+ *
+ * Built in the background once the cluster has made its tables, without
+ * blocking writes, by whichever starting node takes the lock first (the
+ * others go on; a build that fails is tried again at the next start).
+ */
+const MessageStorageLayer = Layer.effectDiscard(Effect.gen(function*() {
+  yield* MessageStorage.MessageStorage
+  const sql = yield* SqlClient.SqlClient
+  yield* Effect.scoped(Effect.gen(function*() {
+    const connection = yield* sql.reserve
+    // Any fixed pair of numbers: the lock only keeps two nodes from building the index at once.
+    const [locked] = yield* connection.executeValues("SELECT pg_try_advisory_lock(4242, 1)", [])
+    if (locked?.[0] !== true) return
+    yield* Effect.gen(function*() {
+      const [existing] = yield* connection.executeValues(
+        `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+         WHERE c.relname = 'cluster_messages_unprocessed_idx'`,
+        []
+      )
+      if (existing?.[0] === true) return
+      // A build cut short (the node stopped meanwhile) leaves an invalid index behind: start over.
+      if (existing !== undefined) {
+        yield* connection.executeRaw("DROP INDEX CONCURRENTLY IF EXISTS cluster_messages_unprocessed_idx", [])
+      }
+      yield* connection.executeRaw(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS cluster_messages_unprocessed_idx ON cluster_messages (rowid) WHERE NOT processed",
+        []
+      )
+    }).pipe(Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock(4242, 1)", []))))
+  })).pipe(
+    Effect.catchCause((cause) => Effect.logWarning("Could not build the index of unprocessed cluster messages", cause)),
+    Effect.forkScoped
+  )
+})).pipe(Layer.provideMerge(SqlMessageStorage.layer), Layer.orDie)
+
+/**
  * One node: entities run in this process, with message and runner storage in
  * our Postgres.
  */
 const singleNode = (config: AppSettings) =>
   Sharding.layer.pipe(
     Layer.provideMerge(Runners.layerNoop),
-    Layer.provideMerge(SqlMessageStorage.layer),
+    Layer.provideMerge(MessageStorageLayer),
     Layer.provide([Layer.orDie(SqlRunnerStorage.layer), RunnerHealth.layerNoop]),
     // The runner address only names this node in storage: nothing listens on it.
     Layer.provide(ShardingConfig.layer({
@@ -73,7 +115,7 @@ const multiNode = (config: AppSettings) =>
       )
     ),
     Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
-    Layer.provideMerge(SqlMessageStorage.layer),
+    Layer.provideMerge(MessageStorageLayer),
     Layer.provide(Layer.orDie(SqlRunnerStorage.layer)),
     Layer.provide(ShardingConfig.layer(shardingSettings(config))),
     Layer.provide(RpcSerialization.layerSchemaBinary()),

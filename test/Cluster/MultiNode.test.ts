@@ -4,6 +4,7 @@ import pg from "pg"
 import Stripe from "stripe"
 import {
   awaitFinal,
+  type ClusterNode,
   executeMany,
   linesWith,
   request,
@@ -55,12 +56,33 @@ const revokeOnARefusedOnC = async (
   throw new Error("node C still accepts the revoked key after 5 s")
 }
 
+/**
+ * Nodes that start together join one after another, and shards move to a
+ * joining node only once their previous holder lets them go. Chats (on new
+ * conversations, round-robin) until a conversation has lived on every node:
+ * from then on the shards are spread over all three.
+ */
+const untilSpread = async (nodes: ReadonlyArray<ClusterNode>, agentId: string, bearer: Record<string, string>) => {
+  const deadline = Date.now() + 30_000
+  for (let i = 0; Date.now() < deadline; i++) {
+    await requestJson(`${nodes[i % 3]!.baseUrl}/api/v1/agents/${agentId}/chat`, {
+      method: "POST",
+      headers: bearer,
+      body: { message: `warm-up ${i}` }
+    })
+    await new Promise((resolve) => setTimeout(resolve, 100)) // the nodes' log batches
+    if (new Set(linesWith(nodes, "Conversation turn").map((turn) => turn.node)).size === 3) return
+  }
+  throw new Error("the shards did not spread over the three nodes within 30 s")
+}
+
 describe("three nodes on one database", () => {
   it.live("executions and conversations are spread over all three nodes, whichever node takes the request", () =>
     Effect.gen(function*() {
       const { fake, nodes, urls } = yield* threeNodes({ ENFORCE_DAILY_LIMITS: "false" })
       fake.setDefault({ text: "done" })
       const setup = yield* Effect.promise(() => twoStepSetup(urls[0]!, "spread@example.com"))
+      yield* Effect.promise(() => untilSpread(nodes, setup.agentId, setup.bearer))
       const ids = yield* Effect.promise(() => executeMany(urls, setup, 30))
       const finals = yield* Effect.promise(() => awaitFinal(urls, setup.bearer, ids, 60_000))
       assert.deepStrictEqual(finals.map((e) => e.status), Array(30).fill("completed"))
@@ -104,7 +126,8 @@ describe("three nodes on one database", () => {
       assert.strictEqual(asked.filter((prompt) => prompt.startsWith("A ")).length, 30)
       assert.strictEqual(asked.filter((prompt) => prompt.startsWith("B ")).length, 30)
       const ranSteps = new Map(nodes.map((node) => [node.runnerAddress, linesWith([node], "Step completed").length]))
-      const turns = linesWith(nodes, "Conversation turn")
+      const ours = new Set(conversations.map((c) => c.conversationId as string))
+      const turns = linesWith(nodes, "Conversation turn").filter(({ line }) => ours.has(line.annotations.conversationId))
       const turnsByNode = new Map(nodes.map((node) => [node.runnerAddress, 0]))
       for (const { node } of turns) turnsByNode.set(node, turnsByNode.get(node)! + 1)
       console.log("steps run per node:", Object.fromEntries(ranSteps))

@@ -157,19 +157,37 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     /** Starts what is unfinished (idempotent: a running workflow is left alone). */
     const sweep = Effect.flatMap(repo.unfinished, (ids) => Effect.forEach(ids, startWorkflow, { discard: true }))
 
-    return { start, get, list, cancel, events, sweep } as const
+    // Under overload a stored start can sit unread for a while; a start sent
+    // again is a no-op for a run that exists, and wakes one that waits.
+    const nudge = Effect.gen(function*() {
+      const ids = yield* repo.notStarted(10)
+      if (ids.length === 0) return
+      yield* Effect.logWarning("Executions accepted over 10 s ago have not started; starting them again").pipe(
+        Effect.annotateLogs({ count: ids.length })
+      )
+      yield* Effect.forEach(ids, startWorkflow, { discard: true })
+    })
+
+    return { start, get, list, cancel, events, sweep, nudge } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer]))
 
   /**
-   * At start and then every minute, unfinished executions are (re)started. A
+   * At start and then every minute, unfinished executions are (re)started;
+   * every 5 s, those accepted over 10 s ago and not yet started are. A
    * cluster singleton: one node sweeps, and another takes over if it stops.
    */
   static readonly sweeper = Singleton.make(
     "ExecutionsSweep",
     Effect.gen(function*() {
       const executions = yield* Executions
+      yield* executions.nudge.pipe(
+        Effect.delay("5 seconds"),
+        Effect.catchCause((cause) => Effect.logWarning("Execution nudge failed", cause)),
+        Effect.forever,
+        Effect.forkScoped
+      )
       yield* executions.sweep.pipe(
         Effect.catchCause((cause) => Effect.logWarning("Execution sweep failed", cause)),
         Effect.repeat(Schedule.spaced("1 minute"))

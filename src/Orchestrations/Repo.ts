@@ -333,7 +333,16 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       Effect.orDie
     )
 
+    /** Executions accepted more than `seconds` ago that have not started yet. */
+    const notStarted = (seconds: number) =>
+      sql<{ id: string }>`SELECT id FROM executions
+        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})`.pipe(
+        Effect.map((rows) => rows.map((row) => row.id)),
+        Effect.orDie
+      )
+
     return {
+      notStarted,
       insert,
       get: (tenantId: TenantId, id: string) =>
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),

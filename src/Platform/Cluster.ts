@@ -12,8 +12,8 @@ import {
   SqlRunnerStorage
 } from "effect/cluster"
 import { RpcSerialization } from "effect/rpc"
-import { SqlClient } from "effect/sql"
 import { AppConfig, type AppSettings } from "../Config.ts"
+import * as Sql from "../Database/Sql.ts"
 
 /**
  * The sharding settings, always given explicitly: the cluster's own
@@ -54,32 +54,7 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
  */
 const MessageStorageLayer = Layer.effectDiscard(Effect.gen(function*() {
   yield* MessageStorage.MessageStorage
-  const sql = yield* SqlClient.SqlClient
-  yield* Effect.scoped(Effect.gen(function*() {
-    const connection = yield* sql.reserve
-    // Any fixed pair of numbers: the lock only keeps two nodes from building the index at once.
-    const [locked] = yield* connection.executeValues("SELECT pg_try_advisory_lock(4242, 1)", [])
-    if (locked?.[0] !== true) return
-    yield* Effect.gen(function*() {
-      const [existing] = yield* connection.executeValues(
-        `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-         WHERE c.relname = 'cluster_messages_unprocessed_idx'`,
-        []
-      )
-      if (existing?.[0] === true) return
-      // A build cut short (the node stopped meanwhile) leaves an invalid index behind: start over.
-      if (existing !== undefined) {
-        yield* connection.executeRaw("DROP INDEX CONCURRENTLY IF EXISTS cluster_messages_unprocessed_idx", [])
-      }
-      yield* connection.executeRaw(
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS cluster_messages_unprocessed_idx ON cluster_messages (rowid) WHERE NOT processed",
-        []
-      )
-    }).pipe(Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock(4242, 1)", []))))
-  })).pipe(
-    Effect.catchCause((cause) => Effect.logWarning("Could not build the index of unprocessed cluster messages", cause)),
-    Effect.forkScoped
-  )
+  yield* Effect.forkScoped(Sql.indexUnprocessedClusterMessages)
 })).pipe(Layer.provideMerge(SqlMessageStorage.layer), Layer.orDie)
 
 /**

@@ -155,7 +155,10 @@ const main = async () => {
     const list = await load(pid, { url: `${service.url}/api/v1/agents`, headers: keyHeader })
     await warm(`${uncounted.url}/api/v1/agents`, { headers: keyHeader })
     const listUncounted = await load(uncounted.child.pid!, { url: `${uncounted.url}/api/v1/agents`, headers: keyHeader })
+    // Both run the cluster on one database in single-node mode: the second
+    // must be gone before the executions, or the two would share the shards.
     uncounted.child.kill("SIGTERM")
+    await new Promise((resolve) => uncounted.child.once("exit", resolve))
 
     // Writes: execute (202 once the run is durable) against one INSERT; then
     // how fast the accepted one-step runs complete on the instant local model.

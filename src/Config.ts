@@ -65,6 +65,8 @@ export interface AppSettings {
   readonly shardLockExpiration: Duration.Duration
   /** Bound on handing a message to the cluster (start an execution, forget, cancel); past it, 503. */
   readonly clusterCallTimeout: Duration.Duration
+  /** How long the cluster's stored messages of a finished execution's workflow are kept. */
+  readonly executionMessagesRetention: Duration.Duration
   /** OTLP/HTTP endpoint for traces (e.g. http://collector:4318); absent: nothing is exported. */
   readonly otelEndpoint: Option.Option<string>
   readonly otelServiceName: string
@@ -126,6 +128,9 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   // A dead node's shards move once its lock is this old, plus about a second.
   shardLockExpiration: Config.Duration("SHARD_LOCK_EXPIRATION").pipe(Config.withDefault(Duration.seconds(6))),
   clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
+    Config.withDefault(Duration.hours(1))
+  ),
   otelEndpoint: Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT")),
   otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
   metricsEnabled: Config.Boolean("METRICS_ENABLED").pipe(Config.withDefault(true)),

@@ -101,34 +101,37 @@ export const layer = MigratorLayer.pipe(
 )
 
 /**
- * The index the cluster's poll for unprocessed messages needs (see
- * Platform/Cluster.ts), on the cluster's own table, so it runs once the
- * cluster has made its tables rather than as a migration. Built without
- * blocking writes by whichever node takes the try-lock; an invalid leftover of
- * a build cut short is rebuilt. Failures are logged: the next start tries again.
+ * Indexes on the cluster's own message table, made once the cluster has made
+ * its tables rather than as migrations (see Platform/Cluster.ts):
+ * - the poll for unprocessed messages (each node, every second) reads only the
+ *   messages still waiting, not the whole table;
+ * - pruning a finished execution's messages finds them by entity id.
+ * Built without blocking writes by whichever node takes the try-lock; an
+ * invalid leftover of a build cut short is rebuilt. Failures are logged: the
+ * next start tries again.
  */
-export const indexUnprocessedClusterMessages = Effect.gen(function*() {
+const clusterMessageIndexes = [
+  ["cluster_messages_unprocessed_idx", "ON cluster_messages (rowid) WHERE NOT processed"],
+  ["cluster_messages_entity_idx", "ON cluster_messages (entity_id)"]
+] as const
+
+export const indexClusterMessages = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const connection = yield* sql.reserve
-  // Any fixed pair of numbers: the lock only keeps two nodes from building the index at once.
+  // Any fixed pair of numbers: the lock only keeps two nodes from building the indexes at once.
   const [locked] = yield* connection.executeValues("SELECT pg_try_advisory_lock(4242, 1)", [])
   if (locked?.[0] !== true) return
-  yield* Effect.gen(function*() {
-    const [existing] = yield* connection.executeValues(
-      `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-       WHERE c.relname = 'cluster_messages_unprocessed_idx'`,
-      []
-    )
-    if (existing?.[0] === true) return
-    if (existing !== undefined) {
-      yield* connection.executeRaw("DROP INDEX CONCURRENTLY IF EXISTS cluster_messages_unprocessed_idx", [])
-    }
-    yield* connection.executeRaw(
-      "CREATE INDEX CONCURRENTLY IF NOT EXISTS cluster_messages_unprocessed_idx ON cluster_messages (rowid) WHERE NOT processed",
-      []
-    )
-  }).pipe(Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock(4242, 1)", []))))
+  yield* Effect.forEach(clusterMessageIndexes, ([name, definition]) =>
+    Effect.gen(function*() {
+      const [existing] = yield* connection.executeValues(
+        `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = '${name}'`,
+        []
+      )
+      if (existing?.[0] === true) return
+      if (existing !== undefined) yield* connection.executeRaw(`DROP INDEX CONCURRENTLY IF EXISTS ${name}`, [])
+      yield* connection.executeRaw(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${name} ${definition}`, [])
+    })).pipe(Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock(4242, 1)", []))))
 }).pipe(
   Effect.scoped,
-  Effect.catchCause((cause) => Effect.logWarning("Could not build the index of unprocessed cluster messages", cause))
+  Effect.catchCause((cause) => Effect.logWarning("Could not build the indexes of cluster messages", cause))
 )

@@ -1,4 +1,4 @@
-import { Context, Effect, Layer, Metric, Option, Schedule, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Metric, Option, Schedule, Stream } from "effect"
 import { Singleton } from "effect/cluster"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
@@ -168,13 +168,32 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* Effect.forEach(ids, startWorkflow, { discard: true })
     })
 
-    return { start, get, list, cancel, events, sweep, nudge } as const
+    // The cluster keeps every stored message of a workflow after it ends;
+    // the read model has what clients need, so those of executions finished
+    // over EXECUTION_MESSAGES_RETENTION ago are deleted, a batch at a time.
+    const entityType = `Workflow/${ExecutionWorkflow._tag}`
+    const prune = Effect.gen(function*() {
+      const seconds = Duration.toSeconds(config.executionMessagesRetention)
+      let pruned = 0
+      for (let batch = 0; batch < 20; batch++) {
+        const ids = yield* repo.unpruned(seconds, 500)
+        if (ids.length === 0) break
+        const entityIds = yield* Effect.forEach(ids, (executionId) => ExecutionWorkflow.executionId({ executionId }))
+        yield* repo.pruneMessages(ids, entityType, entityIds)
+        pruned += ids.length
+        if (ids.length < 500) break
+      }
+      return pruned
+    })
+
+    return { start, get, list, cancel, events, sweep, nudge, prune } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer]))
 
   /**
-   * At start and then every minute, unfinished executions are (re)started;
+   * At start and then every minute, unfinished executions are (re)started
+   * and finished ones' stored workflow messages past their retention deleted;
    * every 5 s, those accepted over 10 s ago and not yet started are. A
    * cluster singleton: one node sweeps, and another takes over if it stops.
    */
@@ -189,6 +208,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         Effect.forkScoped
       )
       yield* executions.sweep.pipe(
+        Effect.andThen(executions.prune),
         Effect.catchCause((cause) => Effect.logWarning("Execution sweep failed", cause)),
         Effect.repeat(Schedule.spaced("1 minute"))
       )

@@ -341,7 +341,32 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         Effect.orDie
       )
 
+    /** Finished executions whose workflow messages are older than `seconds` and still stored; oldest first. */
+    const unpruned = (seconds: number, limit: number) =>
+      sql<{ id: string }>`SELECT id FROM executions
+        WHERE NOT messages_pruned AND status IN ('completed', 'failed', 'cancelled')
+          AND completed_at < now() - make_interval(secs => ${seconds})
+        ORDER BY completed_at LIMIT ${limit}`.pipe(
+        Effect.map((rows) => rows.map((row) => row.id)),
+        Effect.orDie
+      )
+
+    /**
+     * Deletes the cluster's stored messages (and their replies) of these
+     * finished executions' workflows, given the workflows' entity ids, and
+     * marks the executions as pruned; in one transaction.
+     */
+    const pruneMessages = (ids: ReadonlyArray<string>, entityType: string, entityIds: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        yield* sql`DELETE FROM cluster_replies WHERE request_id IN (
+                     SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
+        yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
+        yield* sql`UPDATE executions SET messages_pruned = true WHERE id IN ${sql.in(ids)}`
+      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("ExecutionsRepo.pruneMessages"))
+
     return {
+      unpruned,
+      pruneMessages,
       notStarted,
       insert,
       get: (tenantId: TenantId, id: string) =>

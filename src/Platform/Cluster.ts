@@ -43,18 +43,15 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
 }
 
 /**
- * The cluster's message storage, plus the index its poll for unprocessed
- * messages needs: without it every poll (each node, every second) reads the
- * whole message table, so it costs more the longer the service has run. With
- * it, a poll reads only the messages still waiting.
- *
- * Built in the background once the cluster has made its tables, without
- * blocking writes, by whichever starting node takes the lock first (the
- * others go on; a build that fails is tried again at the next start).
+ * The cluster's message storage, plus the indexes our use of it needs
+ * (Sql.indexClusterMessages): without them every poll for unprocessed
+ * messages (each node, every second) reads the whole message table, so it
+ * costs more the longer the service has run. Built in the background once the
+ * cluster has made its tables.
  */
 const MessageStorageLayer = Layer.effectDiscard(Effect.gen(function*() {
   yield* MessageStorage.MessageStorage
-  yield* Effect.forkScoped(Sql.indexUnprocessedClusterMessages)
+  yield* Effect.forkScoped(Sql.indexClusterMessages)
 })).pipe(Layer.provideMerge(SqlMessageStorage.layer), Layer.orDie)
 
 /**

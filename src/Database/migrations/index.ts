@@ -5,6 +5,7 @@ import billing from "./0003_billing.ts"
 import orchestrations from "./0004_orchestrations.ts"
 import executions from "./0005_executions.ts"
 import executionEvents from "./0006_execution_events.ts"
+import executionMessagesPruned from "./0007_execution_messages_pruned.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -13,5 +14,6 @@ export const migrations = Migrator.fromRecord({
   "0003_billing": billing,
   "0004_orchestrations": orchestrations,
   "0005_executions": executions,
-  "0006_execution_events": executionEvents
+  "0006_execution_events": executionEvents,
+  "0007_execution_messages_pruned": executionMessagesPruned
 })

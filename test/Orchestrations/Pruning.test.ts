@@ -1,0 +1,90 @@
+import { assert, describe, layer } from "@effect/vitest"
+import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { SqlClient } from "effect/sql"
+import { Executions } from "../../src/Orchestrations/Executions.ts"
+import { ExecutionWorkflow } from "../../src/Orchestrations/ExecutionWorkflow.ts"
+import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import * as TestServer from "../support/TestServer.ts"
+import { TestClient } from "../support/TestServer.ts"
+
+const openaiKey = "sk-pruning-test"
+
+// Finished executions' workflow messages are due at once (retention zero).
+const withFake = Layer.unwrap(Effect.gen(function*() {
+  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
+  return Executions.layer.pipe(
+    Layer.provideMerge(TestServer.layer({
+      openaiBaseUrl: openai.url,
+      openaiApiKey: Option.some(Redacted.make(openaiKey)),
+      modelTimeout: Duration.seconds(20),
+      modelMaxRetries: 0,
+      executionMessagesRetention: Duration.zero,
+      // The hanging step holds its node's shutdown this long at most.
+      shutdownGrace: Duration.seconds(1)
+    })),
+    Layer.merge(Layer.succeed(FakeOpenAi, openai))
+  )
+}))
+
+/** Stored cluster messages and replies of an execution's workflow. */
+const storedFor = (executionId: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const entityId = yield* ExecutionWorkflow.executionId({ executionId })
+    const [row] = yield* sql<{ messages: number; replies: number }>`
+      SELECT (SELECT count(*)::int FROM cluster_messages WHERE entity_id = ${entityId}) AS messages,
+             (SELECT count(*)::int FROM cluster_replies WHERE request_id IN
+               (SELECT id FROM cluster_messages WHERE entity_id = ${entityId})) AS replies`
+    return row!
+  })
+
+describe("pruning finished executions' workflow messages", () => {
+  layer(withFake, { excludeTestServices: true })((it) => {
+    it.effect("deletes the stored messages of finished executions only, keeping their results", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const fake = yield* FakeOpenAi
+        const executions = yield* Executions
+        fake.script({ hang: true })
+        fake.setDefault({ text: "done" })
+        const account = yield* TestServer.signUp()
+        const { key } = yield* TestServer.createKey(account)
+        const agent = yield* TestServer.createAgent(account, { model: "openai/gpt-4o-mini" })
+        const orchestration = yield* client.request("POST", "/api/orchestrations", {
+          headers: TestServer.bearer(account.token),
+          body: { name: "One", steps: [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }] }
+        })
+        const execute = (input: string) =>
+          client.request("POST", `/api/v1/orchestrations/${orchestration.body.id}/execute`, {
+            headers: TestServer.bearer(key),
+            body: { input }
+          }).pipe(Effect.map((started) => started.body.executionId as string))
+        const poll = (id: string) => client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })
+
+        // One execution whose step hangs at the model, then one that completes.
+        const unfinished = yield* execute("hang")
+        while (fake.requests.length === 0) yield* Effect.sleep("20 millis")
+        const finished = yield* execute("finish")
+        for (let i = 0; i < 200 && (yield* poll(finished)).body.status !== "completed"; i++) {
+          yield* Effect.sleep("50 millis")
+        }
+        assert.strictEqual((yield* poll(finished)).body.status, "completed")
+        const before = yield* storedFor(finished)
+        assert.isAbove(before.messages, 0)
+        assert.isAbove(before.replies, 0)
+        const unfinishedBefore = yield* storedFor(unfinished)
+        assert.isAbove(unfinishedBefore.messages, 0)
+
+        assert.strictEqual(yield* executions.prune, 1)
+        assert.deepStrictEqual(yield* storedFor(finished), { messages: 0, replies: 0 })
+        assert.deepStrictEqual(yield* storedFor(unfinished), unfinishedBefore)
+        // The result is the read model's, untouched.
+        const read = yield* poll(finished)
+        assert.strictEqual(read.body.status, "completed")
+        assert.strictEqual(read.body.output, "done")
+        assert.strictEqual((yield* poll(unfinished)).body.status, "running")
+        // Pruned executions are not taken again.
+        assert.strictEqual(yield* executions.prune, 0)
+      }), { timeout: 30_000 })
+  })
+})

@@ -1,4 +1,4 @@
-import { Context, Duration, Effect, Layer, Metric, Option, Schedule, Stream } from "effect"
+import { Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedule, Stream } from "effect"
 import { Singleton } from "effect/cluster"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
@@ -60,31 +60,45 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           errors: missing.map((name) => ({ path: ["payload", "variables", name], message: "Used by the orchestration's prompts" }))
         })
       }
-      const claimed = yield* repo.insert({
-        id: newId(),
-        tenantId,
-        orchestrationId,
-        input: request.input,
-        variables,
-        steps: orchestration.steps,
-        timeoutMs: orchestration.timeoutMs,
-        idempotencyKey: idempotencyKey ?? null,
-        requestHash: idempotencyKey === undefined ? null : requestHash(orchestrationId, request)
-      })
-      if (!claimed.fresh) {
-        if (claimed.requestHash !== requestHash(orchestrationId, request)) {
+      const hash = idempotencyKey === undefined ? null : requestHash(orchestrationId, request)
+      // Once the execution is stored, its start goes out even if the caller
+      // hangs up or its answer gives up waiting: the two are not interrupted
+      // in between, and the start runs on its own fiber, which the request
+      // only waits for.
+      const { claimed, starting } = yield* Effect.uninterruptible(Effect.gen(function*() {
+        const claimed = yield* repo.insert({
+          id: newId(),
+          tenantId,
+          orchestrationId,
+          input: request.input,
+          variables,
+          steps: orchestration.steps,
+          timeoutMs: orchestration.timeoutMs,
+          idempotencyKey: idempotencyKey ?? null,
+          requestHash: hash
+        })
+        // The workflow's start message is stored by the cluster before this
+        // completes; an execution stored without it (a crash in between) is
+        // started by the sweeps below.
+        const starting = claimed.fresh
+          ? yield* Effect.forkDetach(startWorkflow(claimed.id).pipe(Effect.timeoutOrElse({
+            duration: "1 minute",
+            orElse: () => Effect.logWarning("An execution's start was not taken within a minute; the sweeps will start it")
+          })))
+          : undefined
+        return { claimed, starting }
+      }))
+      if (starting === undefined) {
+        if (claimed.requestHash !== hash) {
           return yield* new Conflict({ detail: "This Idempotency-Key was used with a different request" })
         }
         return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
       }
-      // The workflow's start message is stored by the cluster before this returns; an
-      // execution stored without it (a crash in between) is started by the sweep below.
-      yield* startWorkflow(claimed.id).pipe(
-        Effect.timeoutOrElse({
-          duration: config.clusterCallTimeout,
-          orElse: () => Effect.fail(new ServiceUnavailable({ detail: "The execution is stored and will start shortly" }))
-        })
-      )
+      // The answer waits a bounded time; the start itself goes on regardless.
+      yield* Fiber.join(starting).pipe(Effect.timeoutOrElse({
+        duration: config.clusterCallTimeout,
+        orElse: () => Effect.fail(new ServiceUnavailable({ detail: "The execution is stored and will start shortly" }))
+      }))
       return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
     })
 

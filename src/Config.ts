@@ -61,8 +61,13 @@ export interface AppSettings {
   readonly runnerAddress: Option.Option<RunnerEndpoint>
   /** Bind address of the runner socket; defaults to RUNNER_ADDRESS. */
   readonly runnerListen: Option.Option<RunnerEndpoint>
-  /** How long a dead node's shards stay locked before the others take them over. */
-  readonly shardLockExpiration: Duration.Duration
+  /**
+   * How long a dead node's shards stay locked before the others take them
+   * over. Unset: 6 s with several nodes, 30 s for a single node (nothing else
+   * takes its shards over, and a longer lease leaves its refresh more room
+   * under load).
+   */
+  readonly shardLockExpiration: Option.Option<Duration.Duration>
   /** Bound on handing a message to the cluster (start an execution, forget, cancel); past it, 503. */
   readonly clusterCallTimeout: Duration.Duration
   /** How long the cluster's stored messages of a finished execution's workflow are kept. */
@@ -126,7 +131,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   runnerAddress: Config.option(hostPort("RUNNER_ADDRESS")),
   runnerListen: Config.option(hostPort("RUNNER_LISTEN")),
   // A dead node's shards move once its lock is this old, plus about a second.
-  shardLockExpiration: Config.Duration("SHARD_LOCK_EXPIRATION").pipe(Config.withDefault(Duration.seconds(6))),
+  shardLockExpiration: Config.option(Config.Duration("SHARD_LOCK_EXPIRATION")),
   clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
   executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))

@@ -26,7 +26,10 @@ import * as Sql from "../Database/Sql.ts"
  * and take over well within that bound.
  */
 export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.ShardingConfig["Service"]> => {
-  const expiration = config.shardLockExpiration
+  const expiration = Option.getOrElse(
+    config.shardLockExpiration,
+    () => Option.isSome(config.runnerAddress) ? Duration.seconds(6) : Duration.seconds(30)
+  )
   const refresh = Duration.max(Duration.seconds(1), Duration.divideUnsafe(expiration, 4))
   return {
     runnerAddress: Option.map(config.runnerAddress, (address) => RunnerAddress.make(address.host, address.port)),

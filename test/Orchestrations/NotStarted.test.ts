@@ -19,23 +19,16 @@ describe("executions stored without their start (a crash in between)", () => {
       Effect.gen(function*() {
         const client = yield* TestClient
         const repo = yield* ExecutionsRepo
-        const account = yield* TestServer.signUp()
-        const { key } = yield* TestServer.createKey(account)
-        const agent = yield* TestServer.createAgent(account, { model: "local" })
-        const steps = [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }]
-        const orchestration = yield* client.request("POST", "/api/orchestrations", {
-          headers: TestServer.bearer(account.token),
-          body: { name: "One", steps }
-        })
+        const { account, key, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
         // What execute stores before it hands the start to the cluster.
         const acceptedAt = Date.now()
         const stored = yield* repo.insert({
           id: newId(),
           tenantId: TenantId.make(account.tenantId),
-          orchestrationId: orchestration.body.id,
+          orchestrationId,
           input: "hello",
           variables: {},
-          steps: orchestration.body.steps,
+          steps,
           timeoutMs: 60_000,
           idempotencyKey: null,
           requestHash: null
@@ -63,14 +56,8 @@ describe("an execute whose answer gives up on the cluster", () => {
     it.effect("answers 503, and the start it handed over still goes out: the run completes without any sweep", () =>
       Effect.gen(function*() {
         const client = yield* TestClient
-        const account = yield* TestServer.signUp()
-        const { key } = yield* TestServer.createKey(account)
-        const agent = yield* TestServer.createAgent(account, { model: "local" })
-        const orchestration = yield* client.request("POST", "/api/orchestrations", {
-          headers: TestServer.bearer(account.token),
-          body: { name: "One", steps: [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }] }
-        })
-        const started = yield* client.request("POST", `/api/v1/orchestrations/${orchestration.body.id}/execute`, {
+        const { key, orchestrationId } = yield* TestServer.oneStepOrchestration("local")
+        const started = yield* client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
           headers: TestServer.bearer(key),
           body: { input: "hello" }
         })

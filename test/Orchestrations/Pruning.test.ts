@@ -47,15 +47,9 @@ describe("pruning finished executions' workflow messages", () => {
         const executions = yield* Executions
         fake.script({ hang: true })
         fake.setDefault({ text: "done" })
-        const account = yield* TestServer.signUp()
-        const { key } = yield* TestServer.createKey(account)
-        const agent = yield* TestServer.createAgent(account, { model: "openai/gpt-4o-mini" })
-        const orchestration = yield* client.request("POST", "/api/orchestrations", {
-          headers: TestServer.bearer(account.token),
-          body: { name: "One", steps: [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }] }
-        })
+        const { key, orchestrationId } = yield* TestServer.oneStepOrchestration("openai/gpt-4o-mini")
         const execute = (input: string) =>
-          client.request("POST", `/api/v1/orchestrations/${orchestration.body.id}/execute`, {
+          client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
             headers: TestServer.bearer(key),
             body: { input }
           }).pipe(Effect.map((started) => started.body.executionId as string))

@@ -16,44 +16,34 @@ const sample = (text: string, name: string, labels: Record<string, string>) => {
   return undefined
 }
 
-/** A new tenant's one-step orchestration on the local model, executed once; the execute response. */
-const executeOneStep = (prepared?: { account: TestServer.Account; key: string; agentId: string }) =>
-  Effect.gen(function*() {
-    const client = yield* TestClient
-    const account = prepared?.account ?? (yield* TestServer.signUp())
-    const key = prepared?.key ?? (yield* TestServer.createKey(account)).key
-    const agentId = prepared?.agentId ?? (yield* TestServer.createAgent(account, { model: "local" })).id
-    const orchestration = yield* client.request("POST", "/api/orchestrations", {
-      headers: TestServer.bearer(account.token),
-      body: { name: "One", steps: [{ id: "s", agentId, prompt: "Say {{input}}" }] }
-    })
-    return yield* client.request("POST", `/api/v1/orchestrations/${orchestration.body.id}/execute`, {
-      headers: TestServer.bearer(key),
+/** Executes the tenant's one-step orchestration once; the execute response. */
+const executeOnce = (setup: { readonly key: string; readonly orchestrationId: string }) =>
+  Effect.flatMap(TestClient, (client) =>
+    client.request("POST", `/api/v1/orchestrations/${setup.orchestrationId}/execute`, {
+      headers: TestServer.bearer(setup.key),
       body: { input: "hello" }
-    })
-  })
+    }))
 
 describe("GET /metrics", () => {
   layer(TestServer.layer(), { excludeTestServices: true })((it) => {
     it.effect("serves request counts and latency by route template and status, executions and model tokens", () =>
       Effect.gen(function*() {
         const client = yield* TestClient
-        const account = yield* TestServer.signUp()
-        const key = yield* TestServer.createKey(account)
-        const agent = yield* TestServer.createAgent(account, { model: "local" })
+        const setup = yield* TestServer.oneStepOrchestration("local")
+        const { account } = setup
         for (let i = 0; i < 3; i++) {
-          const listed = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
+          const listed = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(setup.key) })
           assert.strictEqual(listed.status, 200)
         }
         const missing = yield* client.request("GET", "/api/agents/00000000-0000-7000-8000-000000000000/conversations", {
           headers: TestServer.bearer(account.token)
         })
         assert.strictEqual(missing.status, 404)
-        const started = yield* executeOneStep({ account, key: key.key, agentId: agent.id })
+        const started = yield* executeOnce(setup)
         assert.strictEqual(started.status, 202)
         for (let i = 0; i < 100; i++) {
           const polled = yield* client.request("GET", `/api/v1/executions/${started.body.executionId}`, {
-            headers: TestServer.bearer(key.key)
+            headers: TestServer.bearer(setup.key)
           })
           if (polled.body.status === "completed") break
           yield* Effect.sleep("50 millis")
@@ -87,7 +77,7 @@ describe("GET /metrics", () => {
         assert.strictEqual(sample(text, "workflows_in_flight", {}), 0)
         assert.isAbove(sample(text, "model_tokens_total", { model: "local", direction: "output" }) ?? 0, 0)
         // Ids never become labels: the route is the template.
-        assert.notInclude(text, agent.id)
+        assert.notInclude(text, setup.agentId)
       }))
   })
 
@@ -98,7 +88,7 @@ describe("GET /metrics", () => {
         const metrics = yield* client.request("GET", "/metrics")
         assert.strictEqual(metrics.status, 404)
 
-        const started = yield* executeOneStep()
+        const started = yield* executeOnce(yield* TestServer.oneStepOrchestration("local"))
         assert.strictEqual(started.status, 503)
         assert.strictEqual(started.headers.get("content-type"), "application/problem+json")
         assert.strictEqual(started.body.detail, "The execution is stored and will start shortly")

@@ -144,6 +144,21 @@ export const createKey = (account: Account, scopes?: ReadonlyArray<string>) =>
     return { id: created.body.id as string, key: created.body.key as string }
   })
 
+/** A new tenant with an API key, an agent on `model`, and a one-step orchestration over it ("Say {{input}}"). */
+export const oneStepOrchestration = (model: string) =>
+  Effect.gen(function*() {
+    const client = yield* TestClient
+    const account = yield* signUp()
+    const { key } = yield* createKey(account)
+    const agent = yield* createAgent(account, { model })
+    const created = yield* client.request("POST", "/api/orchestrations", {
+      headers: bearer(account.token),
+      body: { name: "One", steps: [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }] }
+    })
+    if (created.status !== 201) return yield* Effect.die(new Error(`create orchestration: ${created.status} ${created.text}`))
+    return { account, key, agentId: agent.id, orchestrationId: created.body.id as string, steps: created.body.steps }
+  })
+
 /** Creates an agent through the management API. */
 export const createAgent = (account: Account, body: Record<string, unknown> = {}) =>
   Effect.gen(function*() {

@@ -13,8 +13,12 @@ export interface AppSettings {
   readonly host: string
   /** External PostgreSQL; when absent an embedded server is started. */
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
-  /** Directory for the embedded PostgreSQL's files. */
-  readonly embeddedPostgresDataDir: string
+  /**
+   * Directory for the embedded PostgreSQL's files. Absent: `./.data/postgres`,
+   * or, as root when the OS user that runs PostgreSQL cannot reach the project
+   * directory, a stable directory under /var/lib/agent-host (see Embedded.ts).
+   */
+  readonly embeddedPostgresDataDir: Option.Option<string>
   readonly embeddedPostgresPort: number
   /** OS user the embedded PostgreSQL runs as when the service runs as root. */
   readonly embeddedPostgresUser: string
@@ -77,6 +81,18 @@ export interface AppSettings {
   readonly otelServiceName: string
   /** Serves GET /metrics in the Prometheus text format. */
   readonly metricsEnabled: boolean
+  /** When set, GET /metrics needs `Authorization: Bearer <token>`. */
+  readonly metricsToken: Option.Option<Redacted.Redacted<string>>
+  /**
+   * Models named in metric labels; any other model counts as `<provider>/other`,
+   * so tenants' model names cannot grow the label set.
+   */
+  readonly metricsModels: ReadonlyArray<string>
+  /**
+   * Origins (`scheme://host[:port]`) from which cookie-authenticated writes are
+   * accepted. Empty: only the request's own origin.
+   */
+  readonly allowedOrigins: ReadonlyArray<string>
   /** Least severe log level written: Trace, Debug, Info, Warn, Error, Fatal or None. */
   readonly logLevel: LogLevel.LogLevel
 }
@@ -98,12 +114,46 @@ const hostPort = (name: string) =>
     })
   )
 
+/** A comma-separated list; blanks are dropped. */
+const commaList = (name: string, fallback: ReadonlyArray<string>) =>
+  Config.String(name).pipe(
+    Config.map((value): ReadonlyArray<string> => value.split(",").map((item) => item.trim()).filter((item) => item !== "")),
+    Config.withDefault(fallback)
+  )
+
+/** Well-known models labelled by name in /metrics unless METRICS_MODELS says otherwise. */
+export const defaultMetricsModels: ReadonlyArray<string> = [
+  "local",
+  ...[
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4.1",
+    "gpt-4.1-mini",
+    "gpt-4.1-nano",
+    "gpt-5",
+    "gpt-5-mini",
+    "gpt-5-nano",
+    "o3",
+    "o3-mini",
+    "o4-mini"
+  ].map((name) => `openai/${name}`),
+  ...[
+    "claude-opus-4-1",
+    "claude-opus-4-0",
+    "claude-sonnet-4-5",
+    "claude-sonnet-4-0",
+    "claude-haiku-4-5",
+    "claude-3-7-sonnet-latest",
+    "claude-3-5-haiku-latest"
+  ].map((name) => `anthropic/${name}`)
+]
+
 export const settingsConfig: Config.Config<AppSettings> = Config.all({
   port: Config.Port("PORT").pipe(Config.withDefault(3000)),
   host: Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
   databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
-  embeddedPostgresDataDir: Config.String("EMBEDDED_POSTGRES_DATA_DIR").pipe(
-    Config.withDefault(NodePath.join(process.cwd(), ".data", "postgres"))
+  embeddedPostgresDataDir: Config.option(
+    Config.String("EMBEDDED_POSTGRES_DATA_DIR").pipe(Config.map((dir) => NodePath.resolve(dir)))
   ),
   embeddedPostgresPort: Config.Port("EMBEDDED_POSTGRES_PORT").pipe(Config.withDefault(54329)),
   embeddedPostgresUser: Config.String("EMBEDDED_POSTGRES_USER").pipe(Config.withDefault("postgres")),
@@ -139,6 +189,14 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   otelEndpoint: Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT")),
   otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
   metricsEnabled: Config.Boolean("METRICS_ENABLED").pipe(Config.withDefault(true)),
+  metricsToken: Config.option(Config.Redacted("METRICS_TOKEN")).pipe(
+    // An empty token would let anyone in with `Bearer `: treat it as unset.
+    Config.map(Option.filter((token) => Redacted.value(token) !== ""))
+  ),
+  metricsModels: commaList("METRICS_MODELS", defaultMetricsModels),
+  allowedOrigins: commaList("ALLOWED_ORIGINS", []).pipe(
+    Config.map((origins) => origins.map((origin) => origin.replace(/\/+$/, "").toLowerCase()))
+  ),
   logLevel: Config.Literals(["All", "Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None"], "LOG_LEVEL").pipe(
     Config.withDefault("Info" as const)
   )

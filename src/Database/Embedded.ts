@@ -21,8 +21,13 @@ export class EmbeddedPostgresError extends Data.TaggedError("EmbeddedPostgresErr
 }> {}
 
 export interface EmbeddedOptions {
-  /** Created if missing; initialised on first run. */
-  readonly dataDir: string
+  /**
+   * Created if missing; initialised on first run. Absent: `<projectDir>/.data/postgres`,
+   * or {@link fallbackDataDir} when PostgreSQL runs as another OS user who cannot reach it.
+   */
+  readonly dataDir?: string | undefined
+  /** The directory the default data directory is derived from; the working directory by default. */
+  readonly projectDir?: string | undefined
   /** TCP port on 127.0.0.1. */
   readonly port: number
   /** OS user that runs PostgreSQL when this process runs as root; created if missing. */
@@ -36,6 +41,8 @@ export interface EmbeddedServer {
   readonly port: number
   /** True when a server already running on this data directory was adopted. */
   readonly reused: boolean
+  /** Where its data is. */
+  readonly dataDir: string
 }
 
 const superuser = "postgres"
@@ -324,6 +331,41 @@ const prepareParent = (dataDir: string, runAs: RunAs | undefined) =>
         }
       })
     }
+  })
+
+/** Where the data of a project lives when its own directory is closed to PostgreSQL's OS user. */
+export const fallbackRoot = "/var/lib/agent-host"
+
+/**
+ * A data directory outside the project for `projectDir`, the same on every start
+ * so the data is kept: named after the project's real path (its base name for
+ * people, a hash of the whole path so two clones do not share a cluster).
+ */
+export const fallbackDataDir = (projectDir: string) =>
+  Effect.promise(async () => {
+    const real = await Fs.realpath(projectDir).catch(() => Path.resolve(projectDir))
+    const name = Path.basename(real).replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 40) || "root"
+    const hash = Crypto.createHash("sha256").update(real).digest("hex").slice(0, 12)
+    return Path.join(fallbackRoot, `${name}-${hash}`, "postgres")
+  })
+
+/**
+ * The data directory when none is configured: `<projectDir>/.data/postgres`, unless
+ * PostgreSQL runs as another OS user (we are root) who cannot enter the project
+ * directory (a clone under /root, mode 700); then a stable directory under /var/lib.
+ */
+const defaultDataDir = (projectDir: string, runAs: RunAs | undefined) =>
+  Effect.gen(function*() {
+    const inProject = Path.join(Path.resolve(projectDir), ".data", "postgres")
+    if (runAs === undefined) return inProject
+    const blocked = yield* firstBlockedAncestor(Path.dirname(inProject), runAs)
+    if (blocked === undefined) return inProject
+    const fallback = yield* fallbackDataDir(projectDir)
+    yield* Effect.logInfo(
+      `The embedded PostgreSQL runs as the OS user "${runAs.name}", who cannot enter ${blocked.dir}; ` +
+        `its data is kept in ${fallback} instead (EMBEDDED_POSTGRES_DATA_DIR chooses another directory)`
+    )
+    return fallback
   })
 
 type DataDirState = "missing" | "empty" | "initialised"
@@ -784,7 +826,11 @@ const launchUntilReady = (
  */
 export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, EmbeddedPostgresError, Scope.Scope> =
   Effect.fn("EmbeddedPostgres.start")(function*(options: EmbeddedOptions) {
-    const dataDir = Path.resolve(options.dataDir)
+    // Resolved before anything else: the default data directory depends on who runs PostgreSQL.
+    const runAs = yield* resolveRunAs(options.osUser)
+    const dataDir = options.dataDir === undefined
+      ? yield* defaultDataDir(options.projectDir ?? process.cwd(), runAs)
+      : Path.resolve(options.dataDir)
     yield* Effect.annotateCurrentSpan({ dataDir, port: options.port })
 
     const running = yield* adoptRunning(dataDir)
@@ -805,13 +851,12 @@ export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, 
       yield* Effect.logInfo(
         `Adopted the embedded PostgreSQL already running on 127.0.0.1:${running.port} (pid ${running.pid}${
           orphan ? ", left behind by a killed run" : ""
-        })`
+        }; data in ${dataDir})`
       )
-      return { url: makeUrl(password, running.port), port: running.port, reused: true } satisfies EmbeddedServer
+      return { url: makeUrl(password, running.port), port: running.port, reused: true, dataDir } satisfies EmbeddedServer
     }
 
     yield* ensurePortFree(options.port)
-    const runAs = yield* resolveRunAs(options.osUser)
     const binaries = yield* resolveBinaries(runAs)
     yield* prepareParent(dataDir, runAs)
     const output = options.log ? sinkOutput(options.log) : fileOutput(`${dataDir}.log`)
@@ -824,5 +869,5 @@ export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, 
     yield* launchUntilReady(binaries, dataDir, options.port, runAs, output)
     yield* Effect.annotateCurrentSpan({ reused: false })
     yield* Effect.logInfo(`Started the embedded PostgreSQL on 127.0.0.1:${options.port} (data in ${dataDir})`)
-    return { url: makeUrl(password, options.port), port: options.port, reused: false } satisfies EmbeddedServer
+    return { url: makeUrl(password, options.port), port: options.port, reused: false, dataDir } satisfies EmbeddedServer
   })

@@ -15,7 +15,7 @@ export class DatabaseUrl extends Context.Service<DatabaseUrl, Redacted.Redacted<
       const config = yield* AppConfig
       if (Option.isSome(config.databaseUrl)) return config.databaseUrl.value
       const server = yield* Embedded.start({
-        dataDir: config.embeddedPostgresDataDir,
+        dataDir: Option.getOrUndefined(config.embeddedPostgresDataDir),
         port: config.embeddedPostgresPort,
         osUser: config.embeddedPostgresUser
       })

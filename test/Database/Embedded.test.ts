@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Exit, Redacted, Scope } from "effect"
+import { Effect, Exit, Logger, Redacted, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs/promises"
@@ -162,7 +162,56 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
     }))
 
   it.live.runIf(process.getuid?.() === 0)(
-    "as root, names the directory the postgres user cannot enter",
+    "as root in a project the postgres user cannot enter, keeps the data in a stable directory under /var/lib",
+    () =>
+      Effect.gen(function*() {
+        // A clone under /root: a project directory of mode 700 that only root can enter.
+        const projectDir = yield* Effect.acquireRelease(
+          Effect.promise(async () => {
+            const dir = await Fs.mkdtemp(Path.join(Os.tmpdir(), "embedded-pg-project-"))
+            await Fs.chmod(dir, 0o700)
+            return dir
+          }),
+          (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
+        )
+        const expected = yield* Embedded.fallbackDataDir(projectDir)
+        yield* Effect.addFinalizer(() =>
+          Effect.promise(() => Fs.rm(Path.dirname(expected), { recursive: true, force: true }))
+        )
+        expect(expected.startsWith(`${Embedded.fallbackRoot}/`)).toBe(true)
+        const port = yield* freePort
+        const logs: Array<string> = []
+        const logger = Logger.make((options) => void logs.push(String(options.message)))
+
+        const first = yield* startIn({ port, osUser, projectDir }).pipe(
+          Effect.provide(Logger.layer([logger]))
+        )
+        expect(first.server.dataDir).toBe(expected)
+        expect(logs.join("\n")).toContain(expected)
+        yield* Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`CREATE TABLE kept (note text)`
+          yield* sql`INSERT INTO kept VALUES ('still here')`
+        }).pipe(Effect.provide(PgClient.layer({ url: first.server.url })), Effect.orDie)
+        yield* first.close
+        const inProject = yield* Effect.promise(() => Fs.readdir(projectDir))
+        expect(inProject).toEqual([])
+
+        // The same project again: the same directory, the same data.
+        const second = yield* startIn({ port, osUser, projectDir })
+        expect(second.server.reused).toBe(false)
+        expect(second.server.dataDir).toBe(expected)
+        const notes = yield* Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          return yield* sql<{ readonly note: string }>`SELECT note FROM kept`
+        }).pipe(Effect.provide(PgClient.layer({ url: second.server.url })), Effect.orDie)
+        expect(notes.map((row) => row.note)).toEqual(["still here"])
+        yield* second.close
+      })
+  )
+
+  it.live.runIf(process.getuid?.() === 0)(
+    "as root, names the directory the postgres user cannot enter when EMBEDDED_POSTGRES_DATA_DIR points there",
     () =>
       Effect.gen(function*() {
         const dataDir = yield* tempDataDir

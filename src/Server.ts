@@ -3,7 +3,6 @@ import { Duration, Effect, Layer } from "effect"
 import { ClusterWorkflowEngine } from "effect/cluster"
 import { HttpRouter } from "effect/http"
 import { HttpApiBuilder, HttpApiMiddleware, HttpApiScalar } from "effect/http-api"
-import { PrometheusMetrics } from "effect/observability"
 import { createServer } from "node:http"
 import * as Conversation from "./Agents/Conversation.ts"
 import * as AgentsHttp from "./Agents/Http.ts"
@@ -23,6 +22,7 @@ import * as OrchestrationsHttp from "./Orchestrations/Http.ts"
 import { ExecutionsRepo } from "./Orchestrations/Repo.ts"
 import { Models } from "./Models/Models.ts"
 import * as Cluster from "./Platform/Cluster.ts"
+import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
 
@@ -34,8 +34,8 @@ export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
   return Layer.mergeAll(
     HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
     HttpApiScalar.layer(Api, { path: "/docs" }),
-    // Prometheus text format, unless METRICS_ENABLED=false.
-    config.metricsEnabled ? PrometheusMetrics.layerHttp({ path: "/metrics" }) : Layer.empty,
+    // Prometheus text format, unless METRICS_ENABLED=false; behind METRICS_TOKEN when set.
+    config.metricsEnabled ? MetricsHttp.layer : Layer.empty,
     RequestPipeline.layer(Api, extraRoutes)
   )
 })).pipe(

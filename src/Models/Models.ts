@@ -129,35 +129,47 @@ const splitModel = (model: string) => {
   return slash === -1 ? { provider: model, name: "" } : { provider: model.slice(0, slash), name: model.slice(slash + 1) }
 }
 
-/** Usage on the current span and in the token metric. */
-const recordUsage = (model: string, reply: ModelReply) =>
+/**
+ * The `model` label of the model metrics. Tenants choose model names freely, so
+ * only the operator's bounded list (METRICS_MODELS) is named; any other model
+ * counts as `<provider>/other`, and an unknown provider as `other`.
+ */
+export const metricLabel = (known: ReadonlySet<string>) => (model: string): string => {
+  if (known.has(model)) return model
+  const { provider } = splitModel(model)
+  return provider === "openai" || provider === "anthropic" ? `${provider}/other` : "other"
+}
+
+/** Usage on the current span and in the token metric, labelled with `label`. */
+const recordUsage = (label: string, reply: ModelReply) =>
   Effect.gen(function*() {
     yield* Effect.annotateCurrentSpan({
       "gen_ai.response.model": reply.model,
       "gen_ai.usage.input_tokens": reply.inputTokens,
       "gen_ai.usage.output_tokens": reply.outputTokens
     })
-    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model, direction: "input" }), reply.inputTokens)
-    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model, direction: "output" }), reply.outputTokens)
+    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model: label, direction: "input" }), reply.inputTokens)
+    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model: label, direction: "output" }), reply.outputTokens)
   })
 
 /** A client span named after the operation and model, with usage, and the call's duration by outcome. */
-const observed = (model: string) => <E, R>(call: Effect.Effect<ModelReply, E, R>) =>
+const observed = (model: string, label: string) => <E, R>(call: Effect.Effect<ModelReply, E, R>) =>
   Effect.gen(function*() {
     const startedAt = performance.now()
     const exit = yield* Effect.exit(call)
     const outcome = exit._tag === "Success" ? "ok" : "error"
     yield* Metric.update(
-      Metric.withAttributes(Metrics.modelDuration, { model, outcome }),
+      Metric.withAttributes(Metrics.modelDuration, { model: label, outcome }),
       (performance.now() - startedAt) / 1000
     )
-    if (exit._tag === "Success") yield* recordUsage(model, exit.value)
+    if (exit._tag === "Success") yield* recordUsage(label, exit.value)
     return yield* exit
   }).pipe(Effect.withSpan(`chat ${model}`, { kind: "client", attributes: requestAttributes(model) }))
 
 export const make = Effect.gen(function*() {
   const config = yield* AppConfig
   const client = yield* HttpClient.HttpClient
+  const labelOf = metricLabel(new Set(config.metricsModels))
 
   const secrets = [config.openaiApiKey, config.anthropicApiKey].flatMap((key) =>
     Option.isSome(key) && Redacted.value(key.value).length >= 8 ? [Redacted.value(key.value)] : []
@@ -356,7 +368,7 @@ export const make = Effect.gen(function*() {
       const response = yield* generateWithRetries(target, toPrompt(request))
       const metadata = response.content.find((part) => part.type === "response-metadata")
       return toReply(target, response.text, metadata?.modelId, response.usage)
-    }).pipe(observed(request.model))
+    }).pipe(observed(request.model, labelOf(request.model)))
 
   const stream = (request: ModelRequest): Stream.Stream<ModelEvent, ModelError> =>
     Stream.unwrap(Effect.map(resolve(request.model), (target) =>
@@ -386,7 +398,7 @@ export const make = Effect.gen(function*() {
             inputTokens: usage?.inputTokens.total ?? 0,
             outputTokens: usage?.outputTokens.total ?? 0
           }
-          return Effect.as(recordUsage(request.model, reply), { _tag: "Done", reply } as ModelEvent)
+          return Effect.as(recordUsage(labelOf(request.model), reply), { _tag: "Done", reply } as ModelEvent)
         }))
         return streamWithRetries(target, toPrompt(request)).pipe(
           Stream.map(toEvents),

@@ -1,5 +1,6 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -94,4 +95,65 @@ describe("GET /metrics", () => {
         assert.strictEqual(started.body.detail, "The execution is stored and will start shortly")
       }))
   })
+
+  const openaiKey = "sk-metrics-test-openai"
+  const withFakeOpenAi = (settings: Parameters<typeof TestServer.layer>[0] = {}) =>
+    Layer.unwrap(Effect.gen(function*() {
+      const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
+      return TestServer.layer({
+        openaiBaseUrl: openai.url,
+        openaiApiKey: Option.some(Redacted.make(openaiKey)),
+        ...settings
+      })
+    }))
+
+  layer(withFakeOpenAi(), { excludeTestServices: true })((it) => {
+    it.effect("model labels are bounded: a tenant's made-up model name counts as openai/other", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const account = yield* TestServer.signUp()
+        const key = yield* TestServer.createKey(account, ["chat"])
+        for (const model of ["openai/some-made-up-name", "openai/gpt-4o-mini"]) {
+          const agent = yield* TestServer.createAgent(account, { model })
+          const chat = yield* client.request("POST", `/api/v1/agents/${agent.id}/chat`, {
+            headers: TestServer.bearer(key.key),
+            body: { message: "hello there" }
+          })
+          assert.strictEqual(chat.status, 200)
+        }
+        const metrics = yield* client.request("GET", "/metrics")
+        assert.strictEqual(metrics.status, 200)
+        assert.notInclude(metrics.text, "some-made-up-name")
+        assert.isAbove(sample(metrics.text, "model_tokens_total", { model: "openai/other", direction: "output" }) ?? 0, 0)
+        assert.isAbove(
+          sample(metrics.text, "model_tokens_total", { model: "openai/gpt-4o-mini", direction: "output" }) ?? 0,
+          0
+        )
+        assert.isDefined(sample(metrics.text, "model_request_duration_seconds_count", { model: "openai/other" }))
+      }))
+  })
+
+  const metricsToken = "metrics-scrape-token-0123456789"
+  layer(TestServer.layer({ metricsToken: Option.some(Redacted.make(metricsToken)) }), { excludeTestServices: true })(
+    (it) => {
+      it.effect("METRICS_TOKEN: /metrics answers 401 problem+json without the bearer token, 200 with it", () =>
+        Effect.gen(function*() {
+          const client = yield* TestClient
+          for (const headers of [{}, TestServer.bearer("wrong"), TestServer.bearer(`${metricsToken}x`), {
+            authorization: `Basic ${metricsToken}`
+          }]) {
+            const refused = yield* client.request("GET", "/metrics", { headers })
+            assert.strictEqual(refused.status, 401)
+            assert.strictEqual(refused.headers.get("content-type"), "application/problem+json")
+            assert.strictEqual(refused.headers.get("www-authenticate"), "Bearer")
+            assert.strictEqual(refused.body.status, 401)
+            assert.match(refused.body.detail, /METRICS_TOKEN/)
+            assert.notInclude(refused.text, "http_requests_total")
+          }
+          const scraped = yield* client.request("GET", "/metrics", { headers: TestServer.bearer(metricsToken) })
+          assert.strictEqual(scraped.status, 200)
+          assert.include(scraped.text, "http_requests_total")
+        }))
+    }
+  )
 })

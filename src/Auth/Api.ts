@@ -51,7 +51,8 @@ export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
     sessionCookie,
     sessionToken: HttpApiSecurity.bearer
   },
-  error: Unauthorized
+  // Forbidden: a cookie-authenticated write from a foreign Origin.
+  error: [Unauthorized, Forbidden]
 }) {}
 
 /** /api/v1: `Authorization: Bearer <API key>`. */

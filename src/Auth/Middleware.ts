@@ -1,9 +1,9 @@
 import { Clock, Context, Effect, Layer, Option, Redacted } from "effect"
-import { HttpEffect, HttpServerResponse } from "effect/http"
+import { HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint } from "effect/http-api"
 import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
 import { Accounts } from "./Accounts.ts"
-import { ApiKeyAuth, CurrentPrincipal, RequiredScope, SessionAuth } from "./Api.ts"
+import { ApiKeyAuth, CurrentPrincipal, RequiredScope, SessionAuth, sessionCookieName } from "./Api.ts"
 import { Quota } from "../Billing/Quota.ts"
 import { AppConfig } from "../Config.ts"
 import { ApiKeys } from "./ApiKeys.ts"
@@ -13,10 +13,59 @@ const invalidSession = new Unauthorized({ detail: "Invalid or expired session" }
 const missingKey = new Unauthorized({ detail: "Missing API key" })
 const invalidKey = new Unauthorized({ detail: "Invalid or revoked API key" })
 
+const safeMethods: ReadonlySet<string> = new Set(["GET", "HEAD", "OPTIONS"])
+
+// The first value of a header a proxy may have appended to.
+const firstValue = (header: string | undefined) => header?.split(",")[0]?.trim().toLowerCase() || undefined
+
+const withoutDefaultPort = (origin: string) => origin.replace(/^(https:\/\/[^/]+):443$|^(http:\/\/[^/]+):80$/, "$1$2")
+
+/**
+ * The origin the request was sent to: the Host (or X-Forwarded-Host) with the
+ * scheme a proxy reports, else https when COOKIE_SECURE says the service is
+ * behind HTTPS. Trusting these headers is safe here: a cross-site page cannot
+ * set them on a victim's request without a CORS preflight, which fails.
+ */
+const ownOrigin = (request: HttpServerRequest.HttpServerRequest, https: boolean) => {
+  const host = firstValue(request.headers["x-forwarded-host"]) ?? firstValue(request.headers["host"])
+  if (host === undefined) return undefined
+  const scheme = firstValue(request.headers["x-forwarded-proto"]) ?? (https ? "https" : "http")
+  return withoutDefaultPort(`${scheme}://${host}`)
+}
+
+/**
+ * Cross-site request forgery guard for writes authenticated by the session
+ * cookie: the browser's Origin must be the service's own or one of
+ * ALLOWED_ORIGINS. Browsers send Origin on every cross-origin write, so a write
+ * without one comes from a non-browser client (or an old browser, which
+ * SameSite=Lax already keeps the cookie from on cross-site POSTs); it passes
+ * unless Sec-Fetch-Site says it is cross-site.
+ */
+const makeOriginCheck = Effect.gen(function*() {
+  const config = yield* AppConfig
+  const allowed = new Set(config.allowedOrigins.map(withoutDefaultPort))
+  return Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    if (safeMethods.has(request.method.toUpperCase())) return
+    const origin = request.headers["origin"]
+    if (origin === undefined) {
+      const site = request.headers["sec-fetch-site"]
+      if (site === undefined || site === "same-origin" || site === "none") return
+      return yield* new Forbidden({ detail: `Cross-site write refused (Sec-Fetch-Site: ${site})` })
+    }
+    const normalised = withoutDefaultPort(origin.trim().toLowerCase())
+    if (allowed.has(normalised) || normalised === ownOrigin(request, config.cookieSecure)) return
+    return yield* new Forbidden({
+      detail: "Cookie-authenticated writes are only accepted from this service's own origin or ALLOWED_ORIGINS"
+    })
+  })
+})
+
 export const SessionAuthLayer = Layer.effect(
   SessionAuth,
   Effect.gen(function*() {
     const accounts = yield* Accounts
+    const originCheck = yield* makeOriginCheck
     const check = <A, E, R>(httpEffect: Effect.Effect<A, E, R>, credential: Redacted.Redacted) =>
       Effect.gen(function*() {
         const token = Redacted.value(credential)
@@ -27,11 +76,27 @@ export const SessionAuthLayer = Layer.effect(
         return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
       })
     return SessionAuth.of({
-      sessionCookie: (httpEffect, { credential }) => check(httpEffect, credential),
-      sessionToken: (httpEffect, { credential }) => check(httpEffect, credential)
+      // Checked before the session is looked up. A refusal here lets the bearer
+      // token, tried next, still authenticate the request.
+      sessionCookie: (httpEffect, { credential }) =>
+        Redacted.value(credential) === ""
+          ? missingSession
+          : Effect.andThen(originCheck, check(httpEffect, credential)),
+      sessionToken: (httpEffect, { credential }) =>
+        Effect.gen(function*() {
+          // No bearer token: the cookie was the only credential, so its origin
+          // refusal is the answer rather than "missing session".
+          if (Redacted.value(credential) === "" && (yield* hasSessionCookie)) yield* originCheck
+          return yield* check(httpEffect, credential)
+        })
     })
   })
 ).pipe(Layer.provide(Accounts.layer))
+
+const hasSessionCookie = Effect.map(
+  HttpServerRequest.HttpServerRequest,
+  (request) => (request.cookies[sessionCookieName] ?? "") !== ""
+)
 
 // The API-key check, kept apart from its credential so that the X-API-Key
 // routes of /api/public can share it.

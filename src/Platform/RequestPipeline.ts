@@ -84,6 +84,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
       const config = yield* AppConfig
       const maxBodyBytes = config.maxBodyBytes
       const routes = makeRouteMatcher(api, extraRoutes)
+      const securityHeaders = securityHeadersFor(config.cookieSecure)
       // The labelled request metrics, made once per method, route and status.
       const series = new Map<string, { readonly requests: Metric.Counter<number>; readonly duration: Metric.Histogram<number> }>()
       const seriesOf = (method: string, route: string, status: number) => {
@@ -157,7 +158,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
               durationMs: Math.round(seconds * 100_000) / 100
             })
           )
-          return HttpServerResponse.setHeader(response, requestIdHeader, requestId)
+          return HttpServerResponse.setHeader(withSecurityHeaders(response, securityHeaders), requestIdHeader, requestId)
         })
     }),
     { global: true }
@@ -175,3 +176,26 @@ const bodylessHeaders = (response: HttpServerResponse.HttpServerResponse): Recor
 const isProblem = (response: HttpServerResponse.HttpServerResponse) =>
   response.body._tag === "Uint8Array" && response.body.contentType === ProblemDetails.contentType
 
+/**
+ * Headers every response carries unless its route set its own. Responses hold
+ * tokens, keys and tenants' data, so nothing is cached or sniffed; nothing is
+ * framed (clickjacking of the dashboard to come) or leaks its URL in a
+ * Referer. HSTS only when the service says it is behind HTTPS (COOKIE_SECURE).
+ */
+const securityHeadersFor = (https: boolean): Record<string, string> => ({
+  "x-content-type-options": "nosniff",
+  "cache-control": "no-store",
+  "content-security-policy": "frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'",
+  "x-frame-options": "DENY",
+  "referrer-policy": "no-referrer",
+  "cross-origin-opener-policy": "same-origin",
+  ...(https ? { "strict-transport-security": "max-age=31536000" } : {})
+})
+
+const withSecurityHeaders = (response: HttpServerResponse.HttpServerResponse, headers: Record<string, string>) => {
+  const missing: Record<string, string> = {}
+  for (const [name, value] of Object.entries(headers)) {
+    if (response.headers[name] === undefined) missing[name] = value
+  }
+  return HttpServerResponse.setHeaders(response, missing)
+}

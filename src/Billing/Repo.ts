@@ -88,6 +88,7 @@ const TenantLink = Schema.Struct({
   id: TenantId,
   stripeCustomerId: Schema.NullOr(Schema.String),
   stripeSubscriptionId: Schema.NullOr(Schema.String),
+  subscriptionStatus: Schema.NullOr(Schema.String),
   subscriptionEventAt: Schema.NullOr(Schema.Date)
 })
 type TenantLink = typeof TenantLink.Type
@@ -123,9 +124,9 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
     // check below cannot race another delivery.
     const lockTenant = (where: { readonly id: string } | { readonly customer: string }) =>
       ("id" in where
-        ? sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_event_at
+        ? sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_status, subscription_event_at
               FROM tenants WHERE id = ${where.id} FOR UPDATE`
-        : sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_event_at
+        : sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_status, subscription_event_at
               FROM tenants WHERE stripe_customer_id = ${where.customer} FOR UPDATE`).pipe(
           Effect.flatMap(decodeTenantLinks),
           Effect.map((rows) => Option.fromNullishOr(rows[0])),

@@ -112,6 +112,29 @@ const SubscriptionEvent = eventOf(Schema.Struct({
 // Stripe sends another update when a payment brings the subscription back.
 const entitledStatuses: ReadonlySet<string> = new Set(["active", "trialing"])
 
+/**
+ * How far along its life a subscription is, to order events from the same
+ * second: incomplete first, then past due and the like, then paying, then
+ * ended. So a reordered `created` (incomplete) never overrides an `active` of
+ * the same second, while a cancellation always applies.
+ */
+const lifecycleRank = (type: string, status: string): number => {
+  if (type === "customer.subscription.deleted") return 3
+  switch (status) {
+    case "incomplete":
+      return 0
+    case "active":
+    case "trialing":
+      return 2
+    case "canceled":
+    case "incomplete_expired":
+      return 3
+    default:
+      // past_due, unpaid, paused, and any status Stripe adds later.
+      return 1
+  }
+}
+
 const subscriptionEventTypes: ReadonlySet<string> = new Set([
   "customer.subscription.created",
   "customer.subscription.updated",
@@ -205,6 +228,21 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
           return ignored(
             `Event created ${new Date(envelope.created * 1000).toISOString()} is older than the last applied ` +
               `subscription event (${current.subscriptionEventAt.toISOString()})`,
+            current.id
+          )
+        }
+        // `created` has whole seconds, and a new subscription's created
+        // (incomplete) and updated (active) events usually share one: within a
+        // second, the subscription's own lifecycle orders them.
+        const eventRank = lifecycleRank(envelope.type, subscription.status)
+        if (
+          current.subscriptionEventAt !== null && current.subscriptionEventAt.getTime() === envelope.created * 1000 &&
+          current.stripeSubscriptionId === subscription.id && current.subscriptionStatus !== null &&
+          eventRank < lifecycleRank("customer.subscription.updated", current.subscriptionStatus)
+        ) {
+          return ignored(
+            `Event created in the same second as the last applied subscription event; "${subscription.status}" ` +
+              `comes before the applied "${current.subscriptionStatus}" in a subscription's life`,
             current.id
           )
         }

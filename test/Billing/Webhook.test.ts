@@ -394,6 +394,58 @@ layer(
       }))
   })
 
+  describe("events from the same second", () => {
+    it.effect("a reordered created (incomplete) does not downgrade an active subscription; a cancellation still applies", () =>
+      Effect.gen(function*() {
+        const { account, customer } = yield* customerWithCheckout("sub_S")
+        const second = nowSeconds() - 30
+        const event = (type: "created" | "updated" | "deleted", status: string) =>
+          subscriptionEvent({ type, customer, status, price: "price_pro", subscription: "sub_S", created: second })
+
+        // Stripe sent created (incomplete), then updated (active), in one second; they arrive swapped.
+        const active = yield* deliver(event("updated", "active"))
+        assert.strictEqual(active.body.outcome, "processed")
+        assert.strictEqual(yield* planOf(account), "pro")
+        const created = event("created", "incomplete")
+        const late = yield* deliver(created)
+        assert.deepStrictEqual(late.body, { received: true, outcome: "ignored" })
+        assert.strictEqual(yield* planOf(account), "pro")
+        assert.strictEqual((yield* tenantRow(account.tenantId)).subscriptionStatus, "active")
+        const [row] = yield* eventRows(created.id)
+        assert.match(row!.error!, /same second/)
+
+        // Nor does a same-second past_due behind it.
+        assert.strictEqual((yield* deliver(event("updated", "past_due"))).body.outcome, "ignored")
+        assert.strictEqual(yield* planOf(account), "pro")
+
+        // A plan change between paying states in that second applies.
+        const business = yield* deliver(
+          subscriptionEvent({ customer, status: "active", price: "price_biz", subscription: "sub_S", created: second })
+        )
+        assert.strictEqual(business.body.outcome, "processed")
+        assert.strictEqual(yield* planOf(account), "business")
+
+        // A real cancellation in the same second ends the plan, and nothing from that second brings it back.
+        assert.strictEqual((yield* deliver(event("deleted", "canceled"))).body.outcome, "processed")
+        assert.strictEqual(yield* planOf(account), "free")
+        assert.strictEqual((yield* deliver(event("updated", "active"))).body.outcome, "ignored")
+        assert.strictEqual(yield* planOf(account), "free")
+      }))
+
+    it.effect("in order, created (incomplete) then updated (active) of one second give the paid plan", () =>
+      Effect.gen(function*() {
+        const { account, customer } = yield* customerWithCheckout("sub_T")
+        const second = nowSeconds() - 30
+        for (const [type, status] of [["created", "incomplete"], ["updated", "active"]] as const) {
+          const response = yield* deliver(
+            subscriptionEvent({ type, customer, status, price: "price_pro", subscription: "sub_T", created: second })
+          )
+          assert.strictEqual(response.body.outcome, "processed", `${type} ${status}`)
+        }
+        assert.strictEqual(yield* planOf(account), "pro")
+      }))
+  })
+
   describe("refusals change nothing", () => {
     it.effect("a tampered body: 400, no plan change, nothing recorded", () =>
       Effect.gen(function*() {

@@ -30,8 +30,18 @@ export interface AppSettings {
   readonly defaultModel: string
   /** Grace period for in-flight requests on SIGTERM. */
   readonly shutdownGrace: Duration.Duration
-  /** Longest chat message accepted, in characters. */
+  /** Longest chat message, and longest execution input, accepted, in characters. */
   readonly maxMessageChars: number
+  /** Longest prompt a step may render to, in characters (a definition that could exceed it is refused). */
+  readonly maxPromptChars: number
+  /** Most steps in one orchestration. */
+  readonly maxSteps: number
+  /** Most variables in one execute request. */
+  readonly maxVariables: number
+  /** Longest variable name accepted, in characters. */
+  readonly maxVariableNameChars: number
+  /** Longest variable value accepted, in characters. */
+  readonly maxVariableChars: number
   /** OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM, LM Studio, llama.cpp). */
   readonly openaiBaseUrl: string
   readonly openaiApiKey: Option.Option<Redacted.Redacted<string>>
@@ -115,6 +125,12 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   defaultModel: Config.String("DEFAULT_MODEL").pipe(Config.withDefault("local")),
   shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20))),
   maxMessageChars: Config.Int("MAX_MESSAGE_CHARS").pipe(Config.withDefault(32_000)),
+  // Unset: 4 x MAX_MESSAGE_CHARS (filled in below), room for four inputs' worth of text.
+  maxPromptChars: Config.option(Config.Int("MAX_PROMPT_CHARS")),
+  maxSteps: Config.Int("MAX_STEPS").pipe(Config.withDefault(50)),
+  maxVariables: Config.Int("MAX_VARIABLES").pipe(Config.withDefault(100)),
+  maxVariableNameChars: Config.Int("MAX_VARIABLE_NAME_CHARS").pipe(Config.withDefault(64)),
+  maxVariableChars: Config.Int("MAX_VARIABLE_CHARS").pipe(Config.withDefault(8_000)),
   openaiBaseUrl: Config.String("OPENAI_BASE_URL").pipe(Config.withDefault("https://api.openai.com/v1")),
   openaiApiKey: Config.option(Config.Redacted("OPENAI_API_KEY")),
   anthropicBaseUrl: Config.String("ANTHROPIC_BASE_URL").pipe(Config.withDefault("https://api.anthropic.com")),
@@ -142,7 +158,10 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   logLevel: Config.Literals(["All", "Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None"], "LOG_LEVEL").pipe(
     Config.withDefault("Info" as const)
   )
-})
+}).pipe(Config.map((settings): AppSettings => ({
+  ...settings,
+  maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)
+})))
 
 export class AppConfig extends Context.Service<AppConfig, AppSettings>()("agent-host/AppConfig") {
   /** Reads the environment once, at start. */

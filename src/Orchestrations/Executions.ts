@@ -44,12 +44,52 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
 
+    /** What is over the configured bounds in an execute request, one entry per field. */
+    const requestIssues = (request: ExecuteRequest) => {
+      const issues: Array<{ path: Array<string>; message: string }> = []
+      if (request.input.length > config.maxMessageChars) {
+        issues.push({ path: ["payload", "input"], message: `Expected at most ${config.maxMessageChars} characters` })
+      }
+      const entries = Object.entries(request.variables ?? {})
+      if (entries.length > config.maxVariables) {
+        issues.push({
+          path: ["payload", "variables"],
+          message: `Expected at most ${config.maxVariables} variables (MAX_VARIABLES)`
+        })
+      }
+      for (const [name, value] of entries) {
+        if (name.length > config.maxVariableNameChars) {
+          // The path names the variable, shortened: the name is the problem.
+          issues.push({
+            path: ["payload", "variables", `${name.slice(0, config.maxVariableNameChars)}…`],
+            message: `Expected a variable name of at most ${config.maxVariableNameChars} characters (MAX_VARIABLE_NAME_CHARS)`
+          })
+        } else if (value.length > config.maxVariableChars) {
+          issues.push({
+            path: ["payload", "variables", name],
+            message: `Expected at most ${config.maxVariableChars} characters (MAX_VARIABLE_CHARS)`
+          })
+        }
+        if (issues.length >= 20) break
+      }
+      return issues
+    }
+
     const start = Effect.fn("Executions.start")(function*(
       tenantId: TenantId,
       orchestrationId: OrchestrationId,
       request: ExecuteRequest,
       idempotencyKey: string | undefined
     ) {
+      const issues = requestIssues(request)
+      if (issues.length > 0) {
+        return yield* new BadRequest({
+          detail: `${issues[0]!.path.join(".")}: ${issues[0]!.message}${
+            issues.length > 1 ? ` (and ${issues.length - 1} more)` : ""
+          }`,
+          errors: issues
+        })
+      }
       const orchestration = yield* orchestrations.get(tenantId, orchestrationId)
       if (orchestration.status !== "active") return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
       const variables = request.variables ?? {}

@@ -80,6 +80,10 @@ export interface AppSettings {
   readonly shardLockExpiration: Option.Option<Duration.Duration>
   /** Bound on handing a message to the cluster (start an execution, forget, cancel); past it, 503. */
   readonly clusterCallTimeout: Duration.Duration
+  /** Event streams of executions one tenant may hold open on one node; past it, 429. */
+  readonly maxEventStreamsPerTenant: number
+  /** Longest an execution's event stream stays open (it also ends at the execution's own timeout). */
+  readonly eventStreamMaxDuration: Duration.Duration
   /** How long the cluster's stored messages of a finished execution's workflow are kept. */
   readonly executionMessagesRetention: Duration.Duration
   /** OTLP/HTTP endpoint for traces (e.g. http://collector:4318); absent: nothing is exported. */
@@ -149,6 +153,8 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   // A dead node's shards move once its lock is this old, plus about a second.
   shardLockExpiration: Config.option(Config.Duration("SHARD_LOCK_EXPIRATION")),
   clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  maxEventStreamsPerTenant: Config.Int("MAX_EVENT_STREAMS_PER_TENANT").pipe(Config.withDefault(10)),
+  eventStreamMaxDuration: Config.Duration("EVENT_STREAM_MAX_DURATION").pipe(Config.withDefault(Duration.minutes(10))),
   executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))
   ),

@@ -34,8 +34,18 @@ export interface AppSettings {
   readonly defaultModel: string
   /** Grace period for in-flight requests on SIGTERM. */
   readonly shutdownGrace: Duration.Duration
-  /** Longest chat message accepted, in characters. */
+  /** Longest chat message, and longest execution input, accepted, in characters. */
   readonly maxMessageChars: number
+  /** Longest prompt a step may render to, in characters (a definition that could exceed it is refused). */
+  readonly maxPromptChars: number
+  /** Most steps in one orchestration. */
+  readonly maxSteps: number
+  /** Most variables in one execute request. */
+  readonly maxVariables: number
+  /** Longest variable name accepted, in characters. */
+  readonly maxVariableNameChars: number
+  /** Longest variable value accepted, in characters. */
+  readonly maxVariableChars: number
   /** OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM, LM Studio, llama.cpp). */
   readonly openaiBaseUrl: string
   readonly openaiApiKey: Option.Option<Redacted.Redacted<string>>
@@ -74,6 +84,10 @@ export interface AppSettings {
   readonly shardLockExpiration: Option.Option<Duration.Duration>
   /** Bound on handing a message to the cluster (start an execution, forget, cancel); past it, 503. */
   readonly clusterCallTimeout: Duration.Duration
+  /** Event streams of executions one tenant may hold open on one node; past it, 429. */
+  readonly maxEventStreamsPerTenant: number
+  /** Longest an execution's event stream stays open (it also ends at the execution's own timeout). */
+  readonly eventStreamMaxDuration: Duration.Duration
   /** How long the cluster's stored messages of a finished execution's workflow are kept. */
   readonly executionMessagesRetention: Duration.Duration
   /** OTLP/HTTP endpoint for traces (e.g. http://collector:4318); absent: nothing is exported. */
@@ -165,6 +179,12 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   defaultModel: Config.String("DEFAULT_MODEL").pipe(Config.withDefault("local")),
   shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20))),
   maxMessageChars: Config.Int("MAX_MESSAGE_CHARS").pipe(Config.withDefault(32_000)),
+  // Unset: 4 x MAX_MESSAGE_CHARS (filled in below), room for four inputs' worth of text.
+  maxPromptChars: Config.option(Config.Int("MAX_PROMPT_CHARS")),
+  maxSteps: Config.Int("MAX_STEPS").pipe(Config.withDefault(50)),
+  maxVariables: Config.Int("MAX_VARIABLES").pipe(Config.withDefault(100)),
+  maxVariableNameChars: Config.Int("MAX_VARIABLE_NAME_CHARS").pipe(Config.withDefault(64)),
+  maxVariableChars: Config.Int("MAX_VARIABLE_CHARS").pipe(Config.withDefault(8_000)),
   openaiBaseUrl: Config.String("OPENAI_BASE_URL").pipe(Config.withDefault("https://api.openai.com/v1")),
   openaiApiKey: Config.option(Config.Redacted("OPENAI_API_KEY")),
   anthropicBaseUrl: Config.String("ANTHROPIC_BASE_URL").pipe(Config.withDefault("https://api.anthropic.com")),
@@ -183,6 +203,8 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   // A dead node's shards move once its lock is this old, plus about a second.
   shardLockExpiration: Config.option(Config.Duration("SHARD_LOCK_EXPIRATION")),
   clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  maxEventStreamsPerTenant: Config.Int("MAX_EVENT_STREAMS_PER_TENANT").pipe(Config.withDefault(10)),
+  eventStreamMaxDuration: Config.Duration("EVENT_STREAM_MAX_DURATION").pipe(Config.withDefault(Duration.minutes(10))),
   executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))
   ),
@@ -200,7 +222,10 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   logLevel: Config.Literals(["All", "Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None"], "LOG_LEVEL").pipe(
     Config.withDefault("Info" as const)
   )
-})
+}).pipe(Config.map((settings): AppSettings => ({
+  ...settings,
+  maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)
+})))
 
 export class AppConfig extends Context.Service<AppConfig, AppSettings>()("agent-host/AppConfig") {
   /** Reads the environment once, at start. */

@@ -123,7 +123,11 @@ export const Turn = Schema.Struct({
 })
 export type Turn = typeof Turn.Type
 
-export const TurnList = Schema.Struct({ data: Schema.Array(Turn), total: Schema.Int })
+export const TurnList = Schema.Struct({
+  data: Schema.Array(Turn),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
 
 const conversationParams = { id: AgentId, conversationId: ConversationId }
 
@@ -162,9 +166,10 @@ export class AgentsApi extends HttpApiGroup.make("agents")
     }),
     HttpApiEndpoint.get("turns", "/:id/conversations/:conversationId/messages", {
       params: conversationParams,
+      query: PageQuery,
       success: TurnList,
-      error: NotFound
-    }),
+      error: [NotFound, BadRequest]
+    }).annotate(OpenApi.Description, "The conversation's turns, oldest first, a page at a time (`limit`, `cursor`)."),
     HttpApiEndpoint.delete("forget", "/:id/conversations/:conversationId", {
       params: conversationParams,
       success: HttpApiSchema.NoContent,

@@ -1,6 +1,6 @@
-import { Context, Duration, Effect, Layer, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
 import { AppConfig } from "../Config.ts"
-import { decodeCursor } from "../Domain/Cursor.ts"
+import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
 import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
 import { BadGateway, GatewayTimeout, invalidField, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
 import { Agents } from "./Agents.ts"
@@ -90,11 +90,32 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       return yield* repo.conversations(tenantId, agentId, { after, limit: page.limit ?? defaultPageSize })
     })
 
-    const turns = Effect.fn("Chat.turns")(function*(tenantId: TenantId, agentId: AgentId, conversationId: string) {
+    /** A page of a conversation's turns, oldest first; the cursor is the last turn's index. */
+    const turns = Effect.fn("Chat.turns")(function*(
+      tenantId: TenantId,
+      agentId: AgentId,
+      conversationId: string,
+      page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
+    ) {
       yield* agents.get(tenantId, agentId)
-      const rows = yield* repo.turns(tenantId, agentId, conversationId)
-      if (rows.length === 0) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
-      return { data: rows, total: rows.length }
+      const cursor = yield* decodeCursor(page.cursor)
+      if (cursor !== null && !/^[1-9]\d{0,8}$/.test(cursor)) {
+        return yield* invalidField("cursor", "Expected the nextCursor of a previous page", "query")
+      }
+      const total = yield* repo.turnCount(tenantId, agentId, conversationId)
+      if (Option.isNone(total)) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
+      const limit = page.limit ?? defaultPageSize
+      // One extra row tells whether another page follows.
+      const rows = yield* repo.turnPage(tenantId, agentId, conversationId, {
+        after: cursor === null ? null : Number(cursor),
+        limit: limit + 1
+      })
+      const data = rows.slice(0, limit)
+      return {
+        data,
+        total: total.value,
+        nextCursor: rows.length > limit ? encodeCursor(String(data[data.length - 1]!.index)) : null
+      }
     })
 
     /** Forgets through the entity, so its cached history goes with the rows. */

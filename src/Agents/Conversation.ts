@@ -9,8 +9,9 @@ import { AgentsRepo } from "./Repo.ts"
 /**
  * One conversation (tenant, agent, conversationId) is one entity of effect's
  * cluster: its messages are handled one at a time and in order, while other
- * conversations run in parallel. The entity keeps the history in memory once
- * loaded, so a turn costs one model call and one INSERT.
+ * conversations run in parallel. The entity keeps the newest turns that fit
+ * the model's context budget in memory once loaded, so a turn costs one model
+ * call and one INSERT, and a long conversation costs no more than a short one.
  *
  * Messages are volatile (not persisted in the cluster's storage): a chat is a
  * synchronous request, and a caller whose node fails gets an error to retry
@@ -64,6 +65,12 @@ interface StoredTurn {
   readonly cost: number
 }
 
+interface StoredRow {
+  readonly seq: number
+  readonly message: string
+  readonly reply: string
+}
+
 const toChatFailed = (error: ModelError) =>
   new ChatFailed({
     reason: error.reason,
@@ -75,18 +82,43 @@ export const layer = Conversation.toLayer(
   Effect.gen(function*() {
     const models = yield* Models
     const repo = yield* AgentsRepo
-    // Loaded on the first message that needs it; the entity is the only writer of its conversation.
+    // Only the newest turns whose tokens fit the model's whole context budget
+    // (the most any prompt can carry) are held, oldest first; older turns stay
+    // in Postgres. Loaded on the first message that needs them; the entity is
+    // the only writer of its conversation.
     let history: Array<StoredTurn> | undefined
+    let held = 0
 
+    const costOf = (message: string, reply: string) => models.countTokens(message) + models.countTokens(reply)
+
+    // Newest first, a batch at a time, until a turn does not fit: a long
+    // conversation costs what fits the budget, not its whole history.
+    const loadBatch = 32
+    const newestBefore = (input: TurnInput, before: number | null): Effect.Effect<ReadonlyArray<StoredRow>> =>
+      repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
+        before,
+        limit: loadBatch
+      })
     const loadHistory = (input: TurnInput) =>
       Effect.gen(function*() {
         if (history !== undefined) return history
-        const rows = yield* repo.turns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId)
-        history = rows.map((row) => ({
-          message: row.message,
-          reply: row.reply,
-          cost: models.countTokens(row.message) + models.countTokens(row.reply)
-        }))
+        const budget = models.contextBudget(input.model)
+        const newestFirst: Array<StoredTurn> = []
+        let total = 0
+        let before: number | null = null
+        load: while (true) {
+          const rows: ReadonlyArray<StoredRow> = yield* newestBefore(input, before)
+          for (const row of rows) {
+            const cost = costOf(row.message, row.reply)
+            if (total + cost > budget) break load
+            total += cost
+            newestFirst.push({ message: row.message, reply: row.reply, cost })
+          }
+          if (rows.length < loadBatch) break
+          before = rows[rows.length - 1]!.seq
+        }
+        history = newestFirst.reverse()
+        held = total
         return history
       })
 
@@ -128,11 +160,12 @@ export const layer = Conversation.toLayer(
           createdAt,
           completedAt: new Date()
         })
-        turns.push({
-          message: input.message,
-          reply: reply.text,
-          cost: models.countTokens(input.message) + models.countTokens(reply.text)
-        })
+        const cost = costOf(input.message, reply.text)
+        turns.push({ message: input.message, reply: reply.text, cost })
+        held += cost
+        // The oldest turns leave memory once they could no longer be sent.
+        const budget = models.contextBudget(input.model)
+        while (turns.length > 0 && held > budget) held -= turns.shift()!.cost
       })
 
     const toResponse = (input: TurnInput, reply: ModelReply): ChatResponse => ({
@@ -172,6 +205,7 @@ export const layer = Conversation.toLayer(
         })),
       Forget: Effect.fn("Conversation.forget")(function*({ payload }) {
         history = undefined
+        held = 0
         return yield* repo.forget(payload.tenantId as TenantId, payload.agentId as AgentId, payload.conversationId)
       })
     })

@@ -54,9 +54,9 @@ export const AgentsHttp = HttpApiBuilder.group(
         const { tenantId } = yield* CurrentPrincipal
         return yield* chat.conversations(tenantId, params.id, query)
       }),
-      turns: Effect.fn(function*({ params }) {
+      turns: Effect.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
-        return yield* chat.turns(tenantId, params.id, params.conversationId)
+        return yield* chat.turns(tenantId, params.id, params.conversationId, query)
       }),
       forget: Effect.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal

@@ -106,16 +106,60 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
 
     // --- conversations -----------------------------------------------------
 
-    const turns = SqlSchema.findAll({
-      Request: Schema.Struct({ tenantId: Schema.String, agentId: Schema.String, conversationId: Schema.String }),
+    // Oldest first, a page at a time: a long conversation is never read whole.
+    const turnPage = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        agentId: Schema.String,
+        conversationId: Schema.String,
+        after: Schema.NullOr(Schema.Int),
+        limit: Schema.Int
+      }),
       Result: Turn,
-      execute: (key) =>
+      execute: (request) =>
         sql`SELECT seq AS index, message, reply, model, input_tokens, output_tokens,
                    input_tokens + output_tokens AS tokens, created_at, completed_at
             FROM conversation_turns
-            WHERE tenant_id = ${key.tenantId} AND agent_id = ${key.agentId} AND conversation_id = ${key.conversationId}
-            ORDER BY seq`
+            WHERE ${
+          sql.and([
+            sql`tenant_id = ${request.tenantId}`,
+            sql`agent_id = ${request.agentId}`,
+            sql`conversation_id = ${request.conversationId}`,
+            ...(request.after === null ? [] : [sql`seq > ${request.after}`])
+          ])
+        } ORDER BY seq LIMIT ${request.limit}`
     })
+
+    // Newest first, for the entity to take what fits its budget and stop.
+    const RecentTurn = Schema.Struct({ seq: Schema.Int, message: Schema.String, reply: Schema.String })
+    const recentTurns = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        agentId: Schema.String,
+        conversationId: Schema.String,
+        before: Schema.NullOr(Schema.Int),
+        limit: Schema.Int
+      }),
+      Result: RecentTurn,
+      execute: (request) =>
+        sql`SELECT seq, message, reply FROM conversation_turns
+            WHERE ${
+          sql.and([
+            sql`tenant_id = ${request.tenantId}`,
+            sql`agent_id = ${request.agentId}`,
+            sql`conversation_id = ${request.conversationId}`,
+            ...(request.before === null ? [] : [sql`seq < ${request.before}`])
+          ])
+        } ORDER BY seq DESC LIMIT ${request.limit}`
+    })
+
+    const turnCount = (tenantId: TenantId, agentId: AgentId, conversationId: string) =>
+      sql<{ turnCount: number }>`SELECT turn_count FROM conversations
+                                 WHERE tenant_id = ${tenantId} AND agent_id = ${agentId} AND id = ${conversationId}`.pipe(
+        Effect.map((rows) => Option.map(Option.fromNullishOr(rows[0]), (row) => row.turnCount)),
+        Effect.orDie,
+        Effect.withSpan("AgentsRepo.turnCount")
+      )
 
     /** Stores one turn, creating the conversation on its first. One statement, so a turn is all or nothing. */
     const appendTurn = (turn: {
@@ -180,8 +224,23 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
           RETURNING id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Effect.withSpan("AgentsRepo.forget"))
 
     return {
-      turns: (tenantId: TenantId, agentId: AgentId, conversationId: string) =>
-        turns({ tenantId, agentId, conversationId }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.turns")),
+      turnPage: (tenantId: TenantId, agentId: AgentId, conversationId: string, options: {
+        readonly after: number | null
+        readonly limit: number
+      }) =>
+        turnPage({ tenantId, agentId, conversationId, ...options }).pipe(
+          Effect.orDie,
+          Effect.withSpan("AgentsRepo.turnPage")
+        ),
+      recentTurns: (tenantId: TenantId, agentId: AgentId, conversationId: string, options: {
+        readonly before: number | null
+        readonly limit: number
+      }) =>
+        recentTurns({ tenantId, agentId, conversationId, ...options }).pipe(
+          Effect.orDie,
+          Effect.withSpan("AgentsRepo.recentTurns")
+        ),
+      turnCount,
       appendTurn,
       conversations,
       forget,

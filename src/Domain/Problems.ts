@@ -60,6 +60,14 @@ export class TooManyRequests extends HttpApiError.Problem<TooManyRequests>()("To
   resetAt: Schema.String
 }) {}
 
+export class TooManyStreams extends HttpApiError.Problem<TooManyStreams>()("TooManyStreams", {
+  type: problemType("too-many-streams"),
+  status: 429,
+  title: "Too Many Requests"
+}, {
+  limit: Schema.Int
+}) {}
+
 /** The 400 problem, with one entry per bad field: the same shape request decoding produces. */
 export const BadRequest = HttpApiError.BadRequestProblem
 export type BadRequest = HttpApiError.BadRequestProblem

@@ -3,7 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 import { PageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
-import { BadRequest, Conflict, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound, ServiceUnavailable, TooManyStreams } from "../Domain/Problems.ts"
 
 export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
 export type OrchestrationStatus = typeof OrchestrationStatus.Type
@@ -212,14 +212,16 @@ export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
     HttpApiEndpoint.get("events", "/:id/events", {
       params: { id: Schema.String },
       success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
-      error: NotFound
+      error: [NotFound, TooManyStreams]
     }).annotate(RequiredScope, "read").annotate(
       OpenApi.Description,
       "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
         "`step.completed` (with the step's output and tokens), then one final `execution.completed`, " +
         "`execution.failed` or `execution.cancelled`, after which the stream ends. A client that " +
         "connects late first receives what already happened. Each event's `id` can be sent back " +
-        "as `Last-Event-ID` to resume."
+        "as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
+        "execution's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or " +
+        "`executionTimeout`) instead. Beyond MAX_EVENT_STREAMS_PER_TENANT open streams the answer is 429."
     ),
     HttpApiEndpoint.post("cancel", "/:id/cancel", {
       params: { id: Schema.String },

@@ -1,11 +1,12 @@
 import { Clock, Duration, Effect, Metric, Option, Result, Schema } from "effect"
 import { Activity, Workflow } from "effect/workflow"
 import { AgentsRepo } from "../Agents/Repo.ts"
+import { AppConfig } from "../Config.ts"
 import { AgentId } from "../Domain/Ids.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import type { Step } from "./Api.ts"
-import { plan, render } from "./Orchestrations.ts"
+import { plan, renderWithin } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
 
 /**
@@ -37,6 +38,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const executions = yield* ExecutionsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models
+  const { maxPromptChars } = yield* AppConfig
 
   const row = yield* executions.begin(executionId)
   if (row.status !== "running") return
@@ -60,7 +62,15 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         if (Option.isNone(agent) || agent.value.status !== "active") {
           return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
         }
-        const prompt = render(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs })
+        // Outputs of earlier steps are as long as the models made them: only
+        // now is the size known, and rendering stops as soon as it is too much.
+        const rendered = renderWithin(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs }, maxPromptChars)
+        if (Result.isFailure(rendered)) {
+          return yield* fail(
+            `Step ${step.id}: its prompt renders to more than ${maxPromptChars} characters (MAX_PROMPT_CHARS)`
+          )
+        }
+        const prompt = rendered.success
         yield* executions.stepEvent(executionId, "step.started", step.id)
         const reply = yield* models.generate({
           model: agent.value.model,

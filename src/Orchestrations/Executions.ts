@@ -1,4 +1,4 @@
-import { Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedule, Stream } from "effect"
+import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedule, Stream } from "effect"
 import { Singleton } from "effect/cluster"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
@@ -6,7 +6,7 @@ import { AppConfig } from "../Config.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
 import { newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
-import { BadRequest, Conflict, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound, ServiceUnavailable, TooManyStreams } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
 import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
@@ -20,6 +20,15 @@ export interface ExecutionEvent {
   readonly data: unknown
   readonly createdAt: Date
 }
+
+/** The last event of a stream that ran out of time before the execution finished. */
+export interface StreamEnd {
+  readonly type: "stream.end"
+  readonly reason: "maxDuration" | "executionTimeout"
+}
+
+// A run that times out writes its final event just after its deadline.
+const finalEventGraceMs = 2_000
 
 const finalEvents = new Set(["execution.completed", "execution.failed", "execution.cancelled"])
 
@@ -44,12 +53,52 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
 
+    /** What is over the configured bounds in an execute request, one entry per field. */
+    const requestIssues = (request: ExecuteRequest) => {
+      const issues: Array<{ path: Array<string>; message: string }> = []
+      if (request.input.length > config.maxMessageChars) {
+        issues.push({ path: ["payload", "input"], message: `Expected at most ${config.maxMessageChars} characters` })
+      }
+      const entries = Object.entries(request.variables ?? {})
+      if (entries.length > config.maxVariables) {
+        issues.push({
+          path: ["payload", "variables"],
+          message: `Expected at most ${config.maxVariables} variables (MAX_VARIABLES)`
+        })
+      }
+      for (const [name, value] of entries) {
+        if (name.length > config.maxVariableNameChars) {
+          // The path names the variable, shortened: the name is the problem.
+          issues.push({
+            path: ["payload", "variables", `${name.slice(0, config.maxVariableNameChars)}…`],
+            message: `Expected a variable name of at most ${config.maxVariableNameChars} characters (MAX_VARIABLE_NAME_CHARS)`
+          })
+        } else if (value.length > config.maxVariableChars) {
+          issues.push({
+            path: ["payload", "variables", name],
+            message: `Expected at most ${config.maxVariableChars} characters (MAX_VARIABLE_CHARS)`
+          })
+        }
+        if (issues.length >= 20) break
+      }
+      return issues
+    }
+
     const start = Effect.fn("Executions.start")(function*(
       tenantId: TenantId,
       orchestrationId: OrchestrationId,
       request: ExecuteRequest,
       idempotencyKey: string | undefined
     ) {
+      const issues = requestIssues(request)
+      if (issues.length > 0) {
+        return yield* new BadRequest({
+          detail: `${issues[0]!.path.join(".")}: ${issues[0]!.message}${
+            issues.length > 1 ? ` (and ${issues.length - 1} more)` : ""
+          }`,
+          errors: issues
+        })
+      }
       const orchestration = yield* orchestrations.get(tenantId, orchestrationId)
       if (orchestration.status !== "active") return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
       const variables = request.variables ?? {}
@@ -148,15 +197,54 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
     })
 
+    // Open event streams by tenant, on this node. Each stream polls Postgres,
+    // so a tenant holds at most MAX_EVENT_STREAMS_PER_TENANT of them at once.
+    const openStreams = new Map<string, number>()
+    const holdStream = (tenantId: TenantId) =>
+      Effect.gen(function*() {
+        const open = openStreams.get(tenantId) ?? 0
+        if (open >= config.maxEventStreamsPerTenant) {
+          return yield* new TooManyStreams({
+            detail: `At most ${config.maxEventStreamsPerTenant} event streams may be open at once; close one first`,
+            limit: config.maxEventStreamsPerTenant
+          })
+        }
+        openStreams.set(tenantId, open + 1)
+        // Released with the request's scope: when the stream ends, fails or
+        // the client goes away, even before the body started.
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            const left = (openStreams.get(tenantId) ?? 1) - 1
+            if (left <= 0) openStreams.delete(tenantId)
+            else openStreams.set(tenantId, left)
+          })
+        )
+      })
+
     /**
      * The execution's events as they happen: what is logged already, then
      * what follows (the log is polled), until the final event. Resumes after
-     * `lastEventId` when a client reconnects.
+     * `lastEventId` when a client reconnects. A stream lasts at most
+     * EVENT_STREAM_MAX_DURATION and never past the execution's own timeout
+     * (plus a moment for its final event to be written); then it ends with a
+     * `stream.end` event saying why.
      */
     const events = Effect.fn("Executions.events")(function*(tenantId: TenantId, id: string, lastEventId: string) {
-      yield* get(tenantId, id)
-      const start = /^\d{1,18}$/.test(lastEventId) ? lastEventId : "0"
-      return Stream.paginate(start, (after: string) =>
+      const deadline = yield* repo.deadline(tenantId, id)
+      if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No execution ${id}` })
+      yield* holdStream(tenantId)
+      const now = yield* Clock.currentTimeMillis
+      const executionEnd = deadline.value + finalEventGraceMs
+      const streamEnd = now + Duration.toMillis(config.eventStreamMaxDuration)
+      const end: StreamEnd = {
+        type: "stream.end",
+        reason: executionEnd <= streamEnd ? "executionTimeout" : "maxDuration"
+      }
+
+      // What the client has received: where a last catch-up starts, and whether it is over.
+      let delivered = /^\d{1,18}$/.test(lastEventId) ? lastEventId : "0"
+      let finished = false
+      const live = Stream.paginate(delivered, (after: string) =>
         Effect.gen(function*() {
           const batch: ReadonlyArray<ExecutionEvent> = yield* repo.events(id, after)
           if (batch.length === 0) {
@@ -165,7 +253,23 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           }
           const done = batch.some((event) => finalEvents.has(event.type))
           return [batch, done ? Option.none<string>() : Option.some(batch[batch.length - 1]!.id)] as const
-        }))
+        })).pipe(
+          Stream.interruptWhen(Effect.sleep(Duration.millis(Math.max(0, Math.min(executionEnd, streamEnd) - now)))),
+          Stream.tap((event) =>
+            Effect.sync(() => {
+              delivered = event.id
+              if (finalEvents.has(event.type)) finished = true
+            })
+          )
+        )
+      // Out of time: whatever was logged meanwhile, then `stream.end` unless the run just finished.
+      const last = Stream.unwrap(Effect.suspend(() =>
+        finished ? Effect.succeed(Stream.empty) : Effect.map(repo.events(id, delivered), (batch) =>
+          Stream.fromIterable<ExecutionEvent | StreamEnd>(
+            batch.some((event) => finalEvents.has(event.type)) ? batch : [...batch, end]
+          ))
+      ))
+      return Stream.concat<ExecutionEvent | StreamEnd, never, never, ExecutionEvent | StreamEnd, never, never>(live, last)
     })
 
     /** Starts what is unfinished (idempotent: a running workflow is left alone). */

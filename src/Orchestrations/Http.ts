@@ -81,9 +81,12 @@ export const ExecutionsV1Http = HttpApiBuilder.group(
         return HttpServerResponse.stream(
           Stream.map(events, (event) =>
             encoder.encode(
-              `id: ${event.id}\nevent: ${event.type}\ndata: ${
-                JSON.stringify({ type: event.type, stepId: event.stepId, ...(event.data as object), at: event.createdAt })
-              }\n\n`
+              "reason" in event
+                // No id: a client resuming with Last-Event-ID goes on from the last real event.
+                ? `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
+                : `id: ${event.id}\nevent: ${event.type}\ndata: ${
+                  JSON.stringify({ type: event.type, stepId: event.stepId, ...(event.data as object), at: event.createdAt })
+                }\n\n`
             )),
           { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
         )

@@ -1,4 +1,5 @@
 import { Context, Effect, Layer, Option, Result } from "effect"
+import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import type { OrchestrationId, TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
@@ -74,6 +75,21 @@ export interface RenderContext {
 const lookup = (record: Readonly<Record<string, string>>, key: string) =>
   Object.hasOwn(record, key) ? record[key]! : ""
 
+const valueOf = (part: TemplatePart, context: RenderContext): string => {
+  switch (part._tag) {
+    case "Text":
+      return part.text
+    case "Input":
+      return context.input
+    case "Variable":
+      return lookup(context.variables, part.name)
+    case "StepOutput":
+      return lookup(context.outputs, part.step)
+    case "Unknown":
+      return part.placeholder
+  }
+}
+
 /**
  * The template with its placeholders replaced, in one pass: text coming from
  * the input, a variable or an output is never read as a template itself.
@@ -81,22 +97,56 @@ const lookup = (record: Readonly<Record<string, string>>, key: string) =>
  * `variablesUsed` before starting, and `plan` runs a step only after its
  * ancestors, so with a validated definition nothing is absent.
  * Unknown placeholders (refused when a definition is saved) stay as written.
+ *
+ * Past `maxChars` it stops and fails with the length reached so far: the
+ * pieces are only measured until then, so a template that repeats a large
+ * value thousands of times never builds its huge result.
  */
+export const renderWithin = (
+  template: string,
+  context: RenderContext,
+  maxChars: number
+): Result.Result<string, { readonly atLeast: number }> => {
+  const pieces: Array<string> = []
+  let length = 0
+  for (const part of parseTemplate(template)) {
+    const piece = valueOf(part, context)
+    length += piece.length
+    if (length > maxChars) return Result.fail({ atLeast: length })
+    pieces.push(piece)
+  }
+  return Result.succeed(pieces.join(""))
+}
+
+/** `renderWithin` with no bound. */
 export const render = (template: string, context: RenderContext): string =>
-  parseTemplate(template).map((part) => {
-    switch (part._tag) {
-      case "Text":
-        return part.text
-      case "Input":
-        return context.input
-      case "Variable":
-        return lookup(context.variables, part.name)
-      case "StepOutput":
-        return lookup(context.outputs, part.step)
-      case "Unknown":
-        return part.placeholder
-    }
-  }).join("")
+  Result.getOrThrow(renderWithin(template, context, Number.POSITIVE_INFINITY))
+
+/** The sizes that bound what a step's prompt can render to. */
+export interface PromptLimits {
+  readonly maxPromptChars: number
+  /** Largest execution input. */
+  readonly maxInputChars: number
+  readonly maxVariableChars: number
+}
+
+/**
+ * The most characters `template` can render to from the input and variables
+ * alone (each placeholder at its largest allowed value), and whether it also
+ * uses step outputs, whose size only the run knows.
+ */
+export const largestRendering = (template: string, limits: PromptLimits) => {
+  let chars = 0
+  let inputs = 0
+  let variables = 0
+  for (const part of parseTemplate(template)) {
+    if (part._tag === "Text") chars += part.text.length
+    else if (part._tag === "Unknown") chars += part.placeholder.length
+    else if (part._tag === "Input") inputs++
+    else if (part._tag === "Variable") variables++
+  }
+  return { chars: chars + inputs * limits.maxInputChars + variables * limits.maxVariableChars, inputs, variables }
+}
 
 // ---------------------------------------------------------------------------
 // The dependency graph
@@ -262,6 +312,34 @@ export const stepIssues = (steps: ReadonlyArray<Step>): ReadonlyArray<Issue> => 
   return [...structure, ...templates]
 }
 
+/**
+ * Steps over `maxSteps`, and prompts that could render past `maxPromptChars`
+ * from the input and variables alone: a certain risk, refused when saved.
+ * Prompts that reach the bound only through step outputs fail at run time.
+ */
+export const boundIssues = (
+  steps: ReadonlyArray<Pick<Step, "id" | "prompt">>,
+  limits: PromptLimits & { readonly maxSteps: number }
+): ReadonlyArray<Issue> => {
+  const issues: Array<Issue> = []
+  if (steps.length > limits.maxSteps) {
+    issues.push({ path: ["payload", "steps"], message: `Expected at most ${limits.maxSteps} steps (MAX_STEPS)` })
+  }
+  steps.forEach((step, index) => {
+    const largest = largestRendering(step.prompt, limits)
+    if (largest.chars > limits.maxPromptChars) {
+      issues.push({
+        path: ["payload", "steps", index, "prompt"],
+        message: `Step \`${step.id}\` can render to ${largest.chars} characters ` +
+          `(${largest.inputs} {{input}} of up to ${limits.maxInputChars}, ` +
+          `${largest.variables} variables of up to ${limits.maxVariableChars}), ` +
+          `over the ${limits.maxPromptChars} allowed (MAX_PROMPT_CHARS)`
+      })
+    }
+  })
+  return issues
+}
+
 /** The 400 listing every issue; its detail names the first. */
 export const invalidSteps = (issues: ReadonlyArray<Issue>): BadRequest => {
   const first = issues[0]!
@@ -282,6 +360,13 @@ const notFound = (id: string) => new NotFound({ detail: `No orchestration ${id}`
 export class Orchestrations extends Context.Service<Orchestrations>()("agent-host/Orchestrations", {
   make: Effect.gen(function*() {
     const repo = yield* OrchestrationsRepo
+    const config = yield* AppConfig
+    const limits = {
+      maxPromptChars: config.maxPromptChars,
+      maxInputChars: config.maxMessageChars,
+      maxVariableChars: config.maxVariableChars,
+      maxSteps: config.maxSteps
+    }
 
     /**
      * The whole definition is checked whenever steps are written. Every agent
@@ -293,7 +378,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       tenantId: TenantId,
       steps: ReadonlyArray<Step>
     ) {
-      const issues = [...stepIssues(steps)]
+      const issues = [...boundIssues(steps, limits), ...stepIssues(steps)]
       const known = yield* repo.existingAgents(tenantId, [...new Set(steps.map((step) => step.agentId))])
       steps.forEach((step, index) => {
         if (!known.has(step.agentId)) {

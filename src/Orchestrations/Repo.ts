@@ -328,6 +328,18 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         WHERE execution_id = ${id} AND execution_events.id > ${afterId}::bigint
         ORDER BY execution_events.id LIMIT 500`.pipe(Effect.orDie)
 
+    /** When an execution's own timeout runs out, for bounding its event streams. */
+    const deadline = (tenantId: TenantId, id: string) =>
+      isId(id)
+        ? sql<{ createdAt: Date; timeoutMs: number }>`
+            SELECT created_at, timeout_ms FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
+          Effect.map((rows) =>
+            Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)
+          ),
+          Effect.orDie
+        )
+        : Effect.succeed(Option.none<number>())
+
     const unfinished = sql<{ id: string }>`SELECT id FROM executions WHERE status IN ('pending', 'running')`.pipe(
       Effect.map((rows) => rows.map((row) => row.id)),
       Effect.orDie
@@ -381,6 +393,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       transition,
       stepEvent,
       events,
+      deadline,
       unfinished
     } as const
   })

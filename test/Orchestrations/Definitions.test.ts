@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Result } from "effect"
 import type { AgentId } from "../../src/Domain/Ids.ts"
 import type { Step } from "../../src/Orchestrations/Api.ts"
-import { parseTemplate, plan, render, stepIssues, variablesUsed } from "../../src/Orchestrations/Orchestrations.ts"
+import { parseTemplate, plan, render, renderWithin, stepIssues, variablesUsed } from "../../src/Orchestrations/Orchestrations.ts"
 
 const step = (id: string, prompt: string, dependsOn?: ReadonlyArray<string>): Step => ({
   id,
@@ -82,6 +82,18 @@ describe("render", () => {
       render("[{{variables.missing}}][{{variables.constructor}}][{{steps.toString.output}}]", context),
       "[][][]"
     )
+  })
+
+  it("renderWithin stops as soon as the bound is passed, and renders in full within it", () => {
+    const input = "x".repeat(32_000)
+    const bomb = renderWithin("{{input}}".repeat(3555), { input, variables: {}, outputs: {} }, 128_000)
+    // Stopped at the fifth copy: the 113,760,000 characters were never put together.
+    assert.deepStrictEqual(bomb, Result.fail({ atLeast: 160_000 }))
+    assert.deepStrictEqual(
+      renderWithin("{{input}}-{{input}}", { input: "ab", variables: {}, outputs: {} }, 5),
+      Result.succeed("ab-ab")
+    )
+    assert.isTrue(Result.isFailure(renderWithin("{{input}}-{{input}}", { input: "ab", variables: {}, outputs: {} }, 4)))
   })
 })
 

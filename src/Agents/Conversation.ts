@@ -1,6 +1,7 @@
 import { Effect, Schema, Stream } from "effect"
 import { ClusterSchema, Entity } from "effect/cluster"
 import { Rpc } from "effect/rpc"
+import { TokenBudget } from "../Billing/Budget.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
 import { ChatResponse } from "./Api.ts"
@@ -75,6 +76,7 @@ export const layer = Conversation.toLayer(
   Effect.gen(function*() {
     const models = yield* Models
     const repo = yield* AgentsRepo
+    const budget = yield* TokenBudget
     // Loaded on the first message that needs it; the entity is the only writer of its conversation.
     let history: Array<StoredTurn> | undefined
 
@@ -113,6 +115,8 @@ export const layer = Conversation.toLayer(
 
     const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
       Effect.gen(function*() {
+        // Charged here, where the tokens are known, even if the caller has stopped waiting.
+        yield* budget.charge(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens)
         yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
         if (!input.memoryEnabled) return
         const turns = yield* loadHistory(input)

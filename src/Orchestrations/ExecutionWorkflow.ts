@@ -1,7 +1,8 @@
 import { Clock, Duration, Effect, Metric, Option, Result, Schema } from "effect"
 import { Activity, Workflow } from "effect/workflow"
 import { AgentsRepo } from "../Agents/Repo.ts"
-import { AgentId } from "../Domain/Ids.ts"
+import { TokenBudget } from "../Billing/Budget.ts"
+import { AgentId, TenantId } from "../Domain/Ids.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import type { Step } from "./Api.ts"
@@ -37,6 +38,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const executions = yield* ExecutionsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models
+  const budget = yield* TokenBudget
 
   const row = yield* executions.begin(executionId)
   if (row.status !== "running") return
@@ -60,6 +62,11 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         if (Option.isNone(agent) || agent.value.status !== "active") {
           return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
         }
+        // The plan is read again before each step: the model may not be one it
+        // may use (any more), and the day's tokens may be spent.
+        yield* budget.admit(TenantId.make(snapshot.tenantId), agent.value.model).pipe(
+          Effect.mapError((refused) => fail(`Step ${step.id}: ${refused.detail}`))
+        )
         const prompt = render(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs })
         yield* executions.stepEvent(executionId, "step.started", step.id)
         const reply = yield* models.generate({
@@ -74,6 +81,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
           })
         )
         const result = { output: reply.text, tokens: reply.inputTokens + reply.outputTokens }
+        yield* budget.charge(TenantId.make(snapshot.tenantId), result.tokens)
         yield* executions.stepEvent(executionId, "step.completed", step.id, result)
         yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
         return result

@@ -2,6 +2,7 @@ import { Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedule, Stre
 import { Singleton } from "effect/cluster"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
+import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
@@ -40,6 +41,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const repo = yield* ExecutionsRepo
     const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
     const config = yield* AppConfig
+    const budget = yield* TokenBudget
 
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
@@ -50,6 +52,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       request: ExecuteRequest,
       idempotencyKey: string | undefined
     ) {
+      // A spent token budget refuses the run up front; each step checks again.
+      yield* budget.admitWork(tenantId)
       const orchestration = yield* orchestrations.get(tenantId, orchestrationId)
       if (orchestration.status !== "active") return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
       const variables = request.variables ?? {}
@@ -203,7 +207,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     return { start, get, list, cancel, events, sweep, nudge, prune } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer]))
 
   /**
    * At start and then every minute, unfinished executions are (re)started

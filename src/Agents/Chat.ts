@@ -118,6 +118,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     return { send, stream, conversations, turns, forget } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer])
+  )
 }
 

@@ -32,7 +32,8 @@ export const modelAllowed = (patterns: Option.Option<ReadonlyArray<string>>, mod
  * after, so the count is one number per tenant and day, kept in Postgres
  * (the same row as the request count) and exact across nodes. A call is
  * admitted while tokens remain, so calls running together may end a little
- * past the budget; the next one is refused.
+ * past the budget; the next one is refused. Team runs, when they come, call
+ * `admit` before each model call and `charge` after it, as execution steps do.
  */
 export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/TokenBudget", {
   make: Effect.gen(function*() {

@@ -63,6 +63,28 @@ export interface AppSettings {
   /** API-key requests per UTC day of each plan; business is unlimited. */
   readonly freeDailyLimit: number
   readonly proDailyLimit: number
+  /** Model tokens (input plus output) per UTC day of each plan, across chat, executions and team runs; business is unlimited. */
+  readonly freeDailyTokens: number
+  readonly proDailyTokens: number
+  /**
+   * The models each plan may use: exact ids, or prefixes ending in `*`
+   * (`openai/*`). None: every model.
+   */
+  readonly freeModels: Option.Option<ReadonlyArray<string>>
+  readonly proModels: Option.Option<ReadonlyArray<string>>
+  readonly businessModels: Option.Option<ReadonlyArray<string>>
+  /** Login and register attempts allowed per client address, and per e-mail, in each AUTH_THROTTLE_WINDOW. */
+  readonly authAttemptsPerAddress: number
+  readonly authAttemptsPerAccount: number
+  readonly authThrottleWindow: Duration.Duration
+  /**
+   * Reverse proxies in front of the service that append to X-Forwarded-For;
+   * 0: the header is ignored and the client is the socket's peer.
+   */
+  readonly trustedProxyHops: number
+  /** Password hashes (scrypt, 32 MiB each) computed at once, and how many may wait; beyond, 503. */
+  readonly passwordHashConcurrency: number
+  readonly passwordHashQueue: number
   /** Signing secret of the Stripe webhook endpoint; without it the webhook answers 503. */
   readonly stripeWebhookSecret: Option.Option<Redacted.Redacted<string>>
   /** Stripe price ids that map to plans. */
@@ -162,6 +184,15 @@ export const defaultMetricsModels: ReadonlyArray<string> = [
   ].map((name) => `anthropic/${name}`)
 ]
 
+// A comma-separated list of model ids or `prefix*` patterns; unset or blank: every model.
+const modelList = (name: string) =>
+  Config.option(Config.String(name)).pipe(
+    Config.map(Option.flatMap((value) => {
+      const entries = value.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "")
+      return entries.length === 0 ? Option.none() : Option.some(entries)
+    }))
+  )
+
 export const settingsConfig: Config.Config<AppSettings> = Config.all({
   port: Config.Port("PORT").pipe(Config.withDefault(3000)),
   host: Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
@@ -195,6 +226,17 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   enforceDailyLimits: Config.Boolean("ENFORCE_DAILY_LIMITS").pipe(Config.withDefault(true)),
   freeDailyLimit: Config.Int("FREE_DAILY_LIMIT").pipe(Config.withDefault(100)),
   proDailyLimit: Config.Int("PRO_DAILY_LIMIT").pipe(Config.withDefault(10_000)),
+  freeDailyTokens: Config.Int("FREE_DAILY_TOKENS").pipe(Config.withDefault(100_000)),
+  proDailyTokens: Config.Int("PRO_DAILY_TOKENS").pipe(Config.withDefault(5_000_000)),
+  freeModels: modelList("FREE_MODELS"),
+  proModels: modelList("PRO_MODELS"),
+  businessModels: modelList("BUSINESS_MODELS"),
+  authAttemptsPerAddress: Config.Int("AUTH_ATTEMPTS_PER_ADDRESS").pipe(Config.withDefault(100)),
+  authAttemptsPerAccount: Config.Int("AUTH_ATTEMPTS_PER_ACCOUNT").pipe(Config.withDefault(10)),
+  authThrottleWindow: Config.Duration("AUTH_THROTTLE_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
+  trustedProxyHops: Config.Int("TRUSTED_PROXY_HOPS").pipe(Config.withDefault(0)),
+  passwordHashConcurrency: Config.Int("PASSWORD_HASH_CONCURRENCY").pipe(Config.withDefault(2)),
+  passwordHashQueue: Config.Int("PASSWORD_HASH_QUEUE").pipe(Config.withDefault(32)),
   stripeWebhookSecret: Config.option(Config.Redacted("STRIPE_WEBHOOK_SECRET")),
   stripePricePro: Config.option(Config.String("STRIPE_PRICE_PRO")),
   stripePriceBusiness: Config.option(Config.String("STRIPE_PRICE_BUSINESS")),

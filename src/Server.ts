@@ -10,6 +10,7 @@ import { AgentsRepo } from "./Agents/Repo.ts"
 import { Api } from "./Api.ts"
 import * as AuthHttp from "./Auth/Http.ts"
 import * as AuthMiddleware from "./Auth/Middleware.ts"
+import { TokenBudget } from "./Billing/Budget.ts"
 import * as BillingHttp from "./Billing/Http.ts"
 import { Quota } from "./Billing/Quota.ts"
 import * as StripeWebhookHttp from "./Billing/WebhookHttp.ts"
@@ -66,7 +67,7 @@ export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
 
 /** The cluster and the entities and workflows it runs on this node, with what they need. */
 export const EntitiesLayer = Layer.mergeAll(Conversation.layer, ExecutionWorkflow.layer).pipe(
-  Layer.provide([Models.layer, AgentsRepo.layer, ExecutionsRepo.layer]),
+  Layer.provide([Models.layer, AgentsRepo.layer, ExecutionsRepo.layer, TokenBudget.layer]),
   Layer.provideMerge(ClusterWorkflowEngine.layer),
   Layer.provideMerge(Cluster.layer)
 )

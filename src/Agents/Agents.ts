@@ -1,4 +1,5 @@
 import { Context, Effect, Layer, Option } from "effect"
+import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
@@ -13,6 +14,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
   make: Effect.gen(function*() {
     const repo = yield* AgentsRepo
     const config = yield* AppConfig
+    const budget = yield* TokenBudget
 
     const list = Effect.fn("Agents.list")(function*(tenantId: TenantId, options: {
       readonly activeOnly: boolean
@@ -28,10 +30,12 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     })
 
     const create = Effect.fn("Agents.create")(function*(tenantId: TenantId, input: CreateAgent) {
+      const model = input.model ?? config.defaultModel
+      yield* budget.checkModel(tenantId, model)
       return yield* repo.insert(tenantId, {
         name: input.name,
         description: input.description ?? "",
-        model: input.model ?? config.defaultModel,
+        model,
         instructions: input.instructions ?? "",
         status: input.status ?? "active",
         memoryEnabled: input.memoryEnabled ?? true
@@ -45,6 +49,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     })
 
     const update = Effect.fn("Agents.update")(function*(tenantId: TenantId, id: AgentId, input: UpdateAgent) {
+      if (input.model !== undefined) yield* budget.checkModel(tenantId, input.model)
       const agent = yield* repo.update(tenantId, id, input)
       if (Option.isNone(agent)) return yield* notFound(id)
       return agent.value
@@ -58,5 +63,5 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     return { list, create, get, update, remove } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(AgentsRepo.layer))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AgentsRepo.layer, TokenBudget.layer]))
 }

@@ -2,7 +2,15 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId } from "../Domain/Ids.ts"
-import { BadGateway, BadRequest, GatewayTimeout, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
+import {
+  BadGateway,
+  BadRequest,
+  GatewayTimeout,
+  ModelNotAllowed,
+  NotFound,
+  ServiceUnavailable,
+  TokenBudgetSpent
+} from "../Domain/Problems.ts"
 
 export const AgentStatus = Schema.Literals(["active", "inactive"])
 export type AgentStatus = typeof AgentStatus.Type
@@ -140,7 +148,8 @@ export class AgentsApi extends HttpApiGroup.make("agents")
     }),
     HttpApiEndpoint.post("create", "/", {
       payload: CreateAgent,
-      success: Agent.pipe(HttpApiSchema.status(201))
+      success: Agent.pipe(HttpApiSchema.status(201)),
+      error: ModelNotAllowed
     }),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: AgentId },
@@ -151,7 +160,7 @@ export class AgentsApi extends HttpApiGroup.make("agents")
       params: { id: AgentId },
       payload: UpdateAgent,
       success: Agent,
-      error: NotFound
+      error: [NotFound, ModelNotAllowed]
     }),
     HttpApiEndpoint.delete("remove", "/:id", {
       params: { id: AgentId },
@@ -192,7 +201,15 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
       params: { id: AgentId },
       payload: ChatRequest,
       success: ChatResponse,
-      error: [NotFound, BadRequest, BadGateway, GatewayTimeout, ServiceUnavailable]
+      error: [
+        NotFound,
+        BadRequest,
+        BadGateway,
+        GatewayTimeout,
+        ServiceUnavailable,
+        TokenBudgetSpent,
+        ModelNotAllowed
+      ]
     }).annotate(RequiredScope, "chat").annotate(
       OpenApi.Description,
       "Sends a message and returns the reply. With `Accept: text/event-stream` the reply streams as " +

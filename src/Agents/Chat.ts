@@ -1,4 +1,5 @@
 import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
+import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
 import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
@@ -34,6 +35,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     const agents = yield* Agents
     const repo = yield* AgentsRepo
     const config = yield* AppConfig
+    const budget = yield* TokenBudget
     const clientFor = yield* Conversation.client
     // A turn may take every retry of the model call; past that the cluster is not answering.
     const callBound = Duration.sum(
@@ -48,6 +50,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       }
       const agent = yield* agents.get(tenantId, agentId)
       if (agent.status !== "active") return yield* new NotFound({ detail: `No active agent ${agentId}` })
+      // The turn's tokens are charged by the conversation once the model has answered.
+      yield* budget.admit(tenantId, agent.model)
       const conversationId = request.conversationId ?? newId()
       return {
         client: clientFor(entityId(tenantId, agentId, conversationId)),
@@ -135,6 +139,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     return { send, stream, conversations, turns, forget } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Agents.layer, AgentsRepo.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer])
+  )
 }
 

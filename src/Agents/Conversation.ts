@@ -1,6 +1,7 @@
 import { Effect, Schema, Stream } from "effect"
 import { ClusterSchema, Entity } from "effect/cluster"
 import { Rpc } from "effect/rpc"
+import { TokenBudget } from "../Billing/Budget.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
 import { ChatResponse } from "./Api.ts"
@@ -82,6 +83,7 @@ export const layer = Conversation.toLayer(
   Effect.gen(function*() {
     const models = yield* Models
     const repo = yield* AgentsRepo
+    const tokenBudget = yield* TokenBudget
     // Only the newest turns whose tokens fit the model's whole context budget
     // (the most any prompt can carry) are held, oldest first; older turns stay
     // in Postgres. Loaded on the first message that needs them; the entity is
@@ -145,6 +147,8 @@ export const layer = Conversation.toLayer(
 
     const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
       Effect.gen(function*() {
+        // Charged here, where the tokens are known, even if the caller has stopped waiting.
+        yield* tokenBudget.charge(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens)
         yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
         if (!input.memoryEnabled) return
         const turns = yield* loadHistory(input)

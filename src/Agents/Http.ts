@@ -3,6 +3,7 @@ import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
+import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Agents } from "./Agents.ts"
 import { Chat } from "./Chat.ts"
 import type { ChatEvent } from "./Conversation.ts"
@@ -80,9 +81,9 @@ export const AgentsV1Http = HttpApiBuilder.group(
       chat: Effect.fn(function*({ params, payload, request }) {
         const { tenantId } = yield* CurrentPrincipal
         if (wantsEventStream(request)) {
-          return toEventStream(yield* chat.stream(tenantId, params.id, payload))
+          return toEventStream(yield* withBudgetHeaders(chat.stream(tenantId, params.id, payload)))
         }
-        return yield* chat.send(tenantId, params.id, payload)
+        return yield* withBudgetHeaders(chat.send(tenantId, params.id, payload))
       })
     })
   })

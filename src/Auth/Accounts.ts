@@ -4,7 +4,8 @@ import { newId, SessionId, type UserId } from "../Domain/Ids.ts"
 import { Conflict, Unauthorized } from "../Domain/Problems.ts"
 import type { Principal } from "./Api.ts"
 import { AuthRepo } from "./Repo.ts"
-import { hashPassword, hashSecret, newSecret, verifyPassword } from "./Secrets.ts"
+import { hashPassword, hashSecret, newSecret, PasswordHasher } from "./Secrets.ts"
+import { AuthThrottle } from "./Throttle.ts"
 
 const invalidCredentials = new Unauthorized({ detail: "Invalid e-mail or password" })
 
@@ -13,15 +14,19 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
   make: Effect.gen(function*() {
     const repo = yield* AuthRepo
     const config = yield* AppConfig
+    const hasher = yield* PasswordHasher
+    const throttle = yield* AuthThrottle
     // Unknown e-mails are checked against this hash, so they cost the same time as a wrong password.
     const decoyHash = yield* Effect.cached(hashPassword(newSecret("st_")))
 
+    /** `client`: the caller's address, for throttling. */
     const register = Effect.fn("Accounts.register")(function*(input: {
       readonly email: string
       readonly password: string
       readonly name?: string | undefined
-    }) {
-      const passwordHash = yield* hashPassword(input.password)
+    }, client: string) {
+      yield* throttle.attempt(client, input.email)
+      const passwordHash = yield* hasher.hash(input.password)
       return yield* repo.createAccount({
         email: input.email.trim(),
         name: input.name ?? null,
@@ -33,10 +38,15 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
       )
     })
 
-    const login = Effect.fn("Accounts.login")(function*(input: { readonly email: string; readonly password: string }) {
+    const login = Effect.fn("Accounts.login")(function*(
+      input: { readonly email: string; readonly password: string },
+      client: string
+    ) {
+      // Before the lookup: a known and an unknown e-mail are throttled alike.
+      yield* throttle.attempt(client, input.email)
       const user = yield* repo.findUserByEmail(input.email.trim())
       const storedHash = Option.isSome(user) ? user.value.passwordHash : yield* decoyHash
-      const matches = yield* verifyPassword(input.password, storedHash)
+      const matches = yield* hasher.verify(input.password, storedHash)
       if (Option.isNone(user) || !matches) return yield* invalidCredentials
       const token = newSecret("st_")
       const now = yield* DateTime.now
@@ -80,6 +90,8 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
     return { register, login, authenticate, logout, account } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(AuthRepo.layer))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([AuthRepo.layer, PasswordHasher.layer, AuthThrottle.layer])
+  )
   static readonly sessionCookieMaxAge = (ttl: Duration.Duration) => Duration.toSeconds(ttl)
 }

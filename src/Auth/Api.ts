@@ -8,7 +8,15 @@ import {
   OpenApi
 } from "effect/http-api"
 import { ApiKeyId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
-import { Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized } from "../Domain/Problems.ts"
+import {
+  Conflict,
+  Forbidden,
+  NotFound,
+  ServiceUnavailable,
+  TooManyAttempts,
+  TooManyRequests,
+  Unauthorized
+} from "../Domain/Problems.ts"
 
 // ---------------------------------------------------------------------------
 // Who is calling
@@ -122,12 +130,12 @@ export class AuthApi extends HttpApiGroup.make("auth")
     HttpApiEndpoint.post("register", "/register", {
       payload: RegisterRequest,
       success: Account.pipe(HttpApiSchema.status(201)),
-      error: Conflict
+      error: [Conflict, TooManyAttempts, ServiceUnavailable]
     }),
     HttpApiEndpoint.post("login", "/login", {
       payload: LoginRequest,
       success: LoginResponse,
-      error: Unauthorized
+      error: [Unauthorized, TooManyAttempts, ServiceUnavailable]
     }),
     HttpApiEndpoint.post("logout", "/logout", {
       success: HttpApiSchema.NoContent

@@ -1,4 +1,5 @@
 import { Effect, Layer } from "effect"
+import { ServiceUnavailable, TooManyAttempts } from "../Domain/Problems.ts"
 import { HttpEffect, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
@@ -7,6 +8,17 @@ import { Accounts } from "./Accounts.ts"
 import { CurrentPrincipal, sessionCookie, sessionCookieName } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { currentSession } from "./Middleware.ts"
+import { clientAddress } from "./Throttle.ts"
+
+/** Retry-After on a throttled attempt, and on a 503 for too many password hashes at once. */
+const withRetryAfter = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.tapError(effect, (error) => {
+    if (!(error instanceof TooManyAttempts) && !(error instanceof ServiceUnavailable)) return Effect.void
+    const seconds = error instanceof TooManyAttempts ? error.retryAfter : 1
+    return HttpEffect.appendPreResponseHandler((_request, response) =>
+      Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(seconds)))
+    )
+  })
 
 export const AuthHttp = HttpApiBuilder.group(
   Api,
@@ -15,9 +27,10 @@ export const AuthHttp = HttpApiBuilder.group(
     const accounts = yield* Accounts
     const config = yield* AppConfig
     return handlers.handleAll({
-      register: ({ payload }) => accounts.register(payload),
-      login: Effect.fn(function*({ payload }) {
-        const session = yield* accounts.login(payload)
+      register: ({ payload, request }) =>
+        withRetryAfter(accounts.register(payload, clientAddress(request, config.trustedProxyHops))),
+      login: Effect.fn(function*({ payload, request }) {
+        const session = yield* withRetryAfter(accounts.login(payload, clientAddress(request, config.trustedProxyHops)))
         yield* HttpApiBuilder.securitySetCookie(sessionCookie, session.token, {
           httpOnly: true,
           sameSite: "lax",

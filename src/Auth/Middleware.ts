@@ -130,7 +130,7 @@ const makeApiKeyCheck = Effect.gen(function*() {
 })
 
 /** RateLimit-* headers (and Retry-After when refused) on whatever response this request gets. */
-const setLimitHeaders = (limit: number, remaining: number, resetAt: Date, refused: boolean) =>
+export const setLimitHeaders = (limit: number, remaining: number, resetAt: Date, refused: boolean) =>
   Effect.gen(function*() {
     const seconds = String(Math.max(0, Math.ceil((resetAt.getTime() - (yield* Clock.currentTimeMillis)) / 1000)))
     const headers: Record<string, string> = {

@@ -1,5 +1,6 @@
 import { Context, Data, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
+import { CounterSql } from "../Database/Sql.ts"
 import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
 
@@ -190,3 +191,49 @@ export const toApiKey = (row: ApiKeyRow): ApiKey => ({
   scopes: row.scopes ?? allScopes,
   createdAt: row.createdAt
 })
+
+/**
+ * The leaky buckets of login and register throttling, on the counting pool
+ * (losing the last fraction of a second in a database crash only forgets a
+ * few attempts).
+ */
+export class ThrottleRepo extends Context.Service<ThrottleRepo>()("agent-host/ThrottleRepo", {
+  make: Effect.gen(function*() {
+    const sql = yield* CounterSql
+
+    /**
+     * One attempt against the bucket `key` (at most `capacity` attempts,
+     * draining at `perSecond`), in one statement: the row lock of the upsert
+     * makes attempts from any number of nodes add up exactly. A refused
+     * attempt does not fill the bucket. `level` is the bucket after it.
+     */
+    const attempt = (key: string, capacity: number, perSecond: number) =>
+      sql<{ level: number; refused: boolean }>`
+        INSERT INTO auth_throttle AS b (key, level, refused, updated_at)
+        VALUES (${key}, 1, false, now())
+        ON CONFLICT (key) DO UPDATE SET
+          level = CASE
+            WHEN GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${perSecond}) + 1 <= ${capacity}
+            THEN GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${perSecond}) + 1
+            ELSE GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${perSecond}) END,
+          refused = GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${perSecond}) + 1 > ${capacity},
+          updated_at = now()
+        RETURNING level, refused`.pipe(
+        Effect.map((rows) => rows[0]!),
+        Effect.orDie,
+        Effect.withSpan("ThrottleRepo.attempt")
+      )
+
+    /** Buckets untouched for `seconds` are empty: forget them. */
+    const forgetIdle = (seconds: number) =>
+      sql`DELETE FROM auth_throttle WHERE updated_at < now() - make_interval(secs => ${seconds})`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Effect.withSpan("ThrottleRepo.forgetIdle")
+      )
+
+    return { attempt, forgetIdle } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}

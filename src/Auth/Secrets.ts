@@ -1,4 +1,6 @@
-import { Effect } from "effect"
+import { Context, Effect, Layer, Semaphore } from "effect"
+import { AppConfig } from "../Config.ts"
+import { ServiceUnavailable } from "../Domain/Problems.ts"
 import * as Crypto from "node:crypto"
 
 // scrypt parameters: 32 MiB and ~50 ms per hash on a small machine. They are
@@ -47,4 +49,43 @@ export const constantTimeEqual = (a: string, b: string): boolean => {
   const left = Buffer.from(a)
   const right = Buffer.from(b)
   return left.length === right.length && Crypto.timingSafeEqual(left, right)
+}
+
+/**
+ * A bound on work running at once: at most `concurrency` run, at most
+ * `queue` more wait, and beyond that `busy` fails at once instead of piling up.
+ */
+export const makeGate = <E>(concurrency: number, queue: number, busy: () => E) =>
+  Effect.map(Semaphore.make(Math.max(1, concurrency)), (semaphore) => {
+    let admitted = 0
+    return <A, E2, R>(effect: Effect.Effect<A, E2, R>): Effect.Effect<A, E | E2, R> =>
+      Effect.suspend((): Effect.Effect<A, E | E2, R> => {
+        if (admitted >= Math.max(1, concurrency) + Math.max(0, queue)) return Effect.fail(busy())
+        admitted++
+        return semaphore.withPermits(1)(effect).pipe(Effect.ensuring(Effect.sync(() => admitted--)))
+      })
+  })
+
+/**
+ * Password hashing with bounded concurrency. Each scrypt takes 32 MiB and a
+ * thread of libuv's pool, which DNS lookups and file I/O share: a flood of
+ * logins must neither exhaust memory nor starve the rest of the service, so
+ * at most PASSWORD_HASH_CONCURRENCY hashes run and PASSWORD_HASH_QUEUE wait;
+ * beyond that the answer is 503 with Retry-After.
+ */
+export class PasswordHasher extends Context.Service<PasswordHasher>()("agent-host/PasswordHasher", {
+  make: Effect.gen(function*() {
+    const config = yield* AppConfig
+    const gate = yield* makeGate(
+      config.passwordHashConcurrency,
+      config.passwordHashQueue,
+      () => new ServiceUnavailable({ detail: "Too many logins at once; try again in a moment" })
+    )
+    return {
+      hash: (password: string) => gate(hashPassword(password)),
+      verify: (password: string, stored: string) => gate(verifyPassword(password, stored))
+    } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
 }

@@ -7,6 +7,14 @@ export const BillingStatus = Schema.Struct({
   limit: Schema.NullOr(Schema.Int).annotate({ description: "Requests per UTC day; null when unlimited." }),
   usedToday: Schema.Int,
   remainingToday: Schema.NullOr(Schema.Int),
+  tokenBudget: Schema.NullOr(Schema.Int).annotate({
+    description: "Model tokens (input plus output) per UTC day, across chat and executions; null when unlimited."
+  }),
+  tokensUsedToday: Schema.Int,
+  tokensRemainingToday: Schema.NullOr(Schema.Int),
+  models: Schema.NullOr(Schema.Array(Schema.String)).annotate({
+    description: "The models the plan may use (exact ids, or prefixes ending in `*`); null: every model."
+  }),
   resetAt: Schema.Date
 })
 

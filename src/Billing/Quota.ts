@@ -1,4 +1,4 @@
-import { Clock, Context, Deferred, Effect, Layer } from "effect"
+import { Clock, Context, Deferred, Effect, Layer, Option } from "effect"
 import type { Plan } from "../Auth/Api.ts"
 import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
@@ -17,7 +17,8 @@ export interface Allowance {
 
 const dayMs = 86_400_000
 
-const utcDay = (now: number) => {
+/** The UTC day of `now` (YYYY-MM-DD) and the moment it ends. */
+export const utcDay = (now: number) => {
   const start = now - (now % dayMs)
   return { day: new Date(start).toISOString().slice(0, 10), resetAt: new Date(start + dayMs) }
 }
@@ -58,13 +59,22 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
           yield* repo.ensureDay(tenantId, day)
           knownRows.add(tenantId)
         }
-        const counted = yield* repo.consume({
+        const request = {
           tenantId,
           day,
           n: waiters.length,
           freeLimit: config.freeDailyLimit,
           proLimit: config.proDailyLimit
-        })
+        }
+        let found = yield* repo.consume(request)
+        if (Option.isNone(found)) {
+          // The row this node knew of is gone (deleted by an operator, or a
+          // restored backup): make it again rather than fail until midnight.
+          yield* repo.ensureDay(tenantId, day)
+          found = yield* repo.consume(request)
+        }
+        if (Option.isNone(found)) return yield* Effect.die(new Error(`No tenant ${tenantId} to count for`))
+        const counted = found.value
         const limit = limitOf(counted.plan)
         const granted = counted.after - counted.before
         for (const [i, waiter] of waiters.entries()) {

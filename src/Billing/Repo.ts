@@ -13,7 +13,7 @@ const Consumed = Schema.Struct({
   plan: Plan
 })
 
-const Usage = Schema.Struct({ plan: Plan, used: Schema.Int })
+const Usage = Schema.Struct({ plan: Plan, used: Schema.Int, tokens: Schema.Number })
 
 /** The SQL of request counting, on the counting pool. */
 export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/BillingRepo", {
@@ -30,7 +30,10 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
      * batches from any number of nodes add up exactly. The plan is read in the
      * same statement, so a plan change counts from the very next batch.
      */
-    const consume = SqlSchema.findOne({
+    // No row when the day's row is missing (an operator deleted it to reset a
+    // tenant's usage, or a restored backup lacks it): the caller creates it
+    // and counts again.
+    const consume = SqlSchema.findOneOption({
       Request: Schema.Struct({
         tenantId: Schema.String,
         day: Schema.String,
@@ -63,13 +66,27 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
       Request: Schema.Struct({ tenantId: Schema.String, day: Schema.String }),
       Result: Usage,
       execute: (r) =>
-        sql`SELECT t.plan, COALESCE(u.count, 0) AS used
+        sql`SELECT t.plan, COALESCE(u.count, 0) AS used, COALESCE(u.tokens, 0)::float8 AS tokens
             FROM tenants t LEFT JOIN daily_usage u ON u.tenant_id = t.id AND u.day = ${r.day}
             WHERE t.id = ${r.tenantId}`
     })
 
+    /**
+     * Adds model tokens to a tenant's day in one statement (the row lock of
+     * the upsert makes concurrent additions from any node add up exactly);
+     * a missing row is created, whatever happened to it.
+     */
+    const chargeTokens = (tenantId: TenantId, day: string, tokens: number) =>
+      sql`INSERT INTO daily_usage (tenant_id, day, count, tokens) VALUES (${tenantId}, ${day}, 0, ${tokens})
+          ON CONFLICT (tenant_id, day) DO UPDATE SET tokens = daily_usage.tokens + EXCLUDED.tokens`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Effect.withSpan("BillingRepo.chargeTokens")
+      )
+
     return {
       ensureDay,
+      chargeTokens,
       consume: (request: typeof consume extends (r: infer R) => any ? R : never) =>
         consume(request).pipe(Effect.orDie, Effect.withSpan("BillingRepo.consume")),
       usage: (tenantId: TenantId, day: string) =>

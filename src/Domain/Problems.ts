@@ -78,3 +78,34 @@ export const invalidField = (field: string, message: string, slot: "payload" | "
     detail: `${slot}.${field}: ${message}`,
     errors: [{ path: [slot, field], message }]
   })
+
+/** The tenant's plan has spent its model tokens for the UTC day. */
+export class TokenBudgetSpent extends HttpApiError.Problem<TokenBudgetSpent>()("TokenBudgetSpent", {
+  type: problemType("token-budget-spent"),
+  status: 429,
+  title: "Too Many Requests"
+}, {
+  plan: Schema.String,
+  budget: Schema.Int.annotate({ description: "Model tokens per UTC day of the plan." }),
+  used: Schema.Int,
+  resetAt: Schema.String
+}) {}
+
+/** The tenant's plan may not use this model (see FREE_MODELS / PRO_MODELS / BUSINESS_MODELS). */
+export class ModelNotAllowed extends HttpApiError.Problem<ModelNotAllowed>()("ModelNotAllowed", {
+  type: problemType("model-not-allowed"),
+  status: 403,
+  title: "Forbidden"
+}, {
+  plan: Schema.String,
+  model: Schema.String
+}) {}
+
+/** Too many login or register attempts from one client address or for one e-mail. */
+export class TooManyAttempts extends HttpApiError.Problem<TooManyAttempts>()("TooManyAttempts", {
+  type: problemType("too-many-attempts"),
+  status: 429,
+  title: "Too Many Requests"
+}, {
+  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before trying again (also in Retry-After)." })
+}) {}

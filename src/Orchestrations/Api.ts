@@ -3,7 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 import { PageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
-import { BadRequest, Conflict, NotFound, ServiceUnavailable, TooManyStreams } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyStreams } from "../Domain/Problems.ts"
 
 export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
 export type OrchestrationStatus = typeof OrchestrationStatus.Type
@@ -185,7 +185,7 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
       headers: { "idempotency-key": Schema.optionalKey(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200))) },
       payload: ExecuteRequest,
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
-      error: [NotFound, BadRequest, Conflict, ServiceUnavailable]
+      error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent]
     }).annotate(RequiredScope, "execute")
   )
   .middleware(ApiKeyAuth)

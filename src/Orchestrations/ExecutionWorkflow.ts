@@ -1,8 +1,9 @@
 import { Clock, Duration, Effect, Metric, Option, Result, Schema } from "effect"
 import { Activity, Workflow } from "effect/workflow"
 import { AgentsRepo } from "../Agents/Repo.ts"
+import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
-import { AgentId } from "../Domain/Ids.ts"
+import { AgentId, TenantId } from "../Domain/Ids.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import type { Step } from "./Api.ts"
@@ -39,6 +40,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const agents = yield* AgentsRepo
   const models = yield* Models
   const { maxPromptChars } = yield* AppConfig
+  const budget = yield* TokenBudget
 
   const row = yield* executions.begin(executionId)
   if (row.status !== "running") return
@@ -62,6 +64,11 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         if (Option.isNone(agent) || agent.value.status !== "active") {
           return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
         }
+        // The plan is read again before each step: the model may not be one it
+        // may use (any more), and the day's tokens may be spent.
+        yield* budget.admit(TenantId.make(snapshot.tenantId), agent.value.model).pipe(
+          Effect.mapError((refused) => fail(`Step ${step.id}: ${refused.detail}`))
+        )
         // Outputs of earlier steps are as long as the models made them: only
         // now is the size known, and rendering stops as soon as it is too much.
         const rendered = renderWithin(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs }, maxPromptChars)
@@ -84,6 +91,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
           })
         )
         const result = { output: reply.text, tokens: reply.inputTokens + reply.outputTokens }
+        yield* budget.charge(TenantId.make(snapshot.tenantId), result.tokens)
         yield* executions.stepEvent(executionId, "step.completed", step.id, result)
         yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
         return result

@@ -2,6 +2,7 @@ import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedul
 import { Singleton } from "effect/cluster"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
+import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
@@ -49,6 +50,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const repo = yield* ExecutionsRepo
     const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
     const config = yield* AppConfig
+    const budget = yield* TokenBudget
 
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
@@ -99,6 +101,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           errors: issues
         })
       }
+      // A spent token budget refuses the run up front; each step checks again.
+      yield* budget.admitWork(tenantId)
       const orchestration = yield* orchestrations.get(tenantId, orchestrationId)
       if (orchestration.status !== "active") return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
       const variables = request.variables ?? {}
@@ -307,7 +311,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     return { start, get, list, cancel, events, sweep, nudge, prune } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer]))
 
   /**
    * At start and then every minute, unfinished executions are (re)started

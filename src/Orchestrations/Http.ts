@@ -3,6 +3,7 @@ import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
+import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Executions } from "./Executions.ts"
 import { Orchestrations } from "./Orchestrations.ts"
 
@@ -49,7 +50,7 @@ export const OrchestrationsV1Http = HttpApiBuilder.group(
       }),
       execute: Effect.fn(function*({ params, payload, headers }) {
         const { tenantId } = yield* CurrentPrincipal
-        return yield* executions.start(tenantId, params.id, payload, headers["idempotency-key"])
+        return yield* withBudgetHeaders(executions.start(tenantId, params.id, payload, headers["idempotency-key"]))
       })
     })
   })

@@ -136,6 +136,26 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
         }))
     })
 
+    describe("a missing day row", () => {
+      it.effect("deleting the tenant's daily_usage row starts the count again instead of failing", () =>
+        Effect.gen(function*() {
+          const { account, key } = yield* setUp
+          const sql = yield* SqlClient.SqlClient
+          for (let i = 0; i < 3; i++) assert.strictEqual((yield* listAgents(key)).status, 200)
+          // An operator resets the tenant's usage; this node believes the row exists.
+          yield* sql`DELETE FROM daily_usage WHERE tenant_id = ${account.tenantId}`
+          const responses = yield* Effect.forEach(Array.from({ length: 5 }), () => listAgents(key), {
+            concurrency: "unbounded"
+          })
+          assert.deepStrictEqual(responses.map((r) => r.status), [200, 200, 200, 200, 200])
+          const remaining = responses.map((r) => Number(r.headers.get("ratelimit-remaining")))
+          assert.deepStrictEqual([...remaining].sort((a, b) => a - b), [95, 96, 97, 98, 99])
+          assert.strictEqual((yield* billing(account)).body.usedToday, 5)
+          yield* sql`DELETE FROM daily_usage WHERE tenant_id = ${account.tenantId}`
+          assert.strictEqual((yield* listAgents(key)).headers.get("ratelimit-remaining"), "99")
+        }))
+    })
+
     describe("the UTC day", () => {
       it.effect("the count starts again at midnight UTC", () =>
         Effect.gen(function*() {

@@ -6,6 +6,7 @@ import orchestrations from "./0004_orchestrations.ts"
 import executions from "./0005_executions.ts"
 import executionEvents from "./0006_execution_events.ts"
 import executionMessagesPruned from "./0007_execution_messages_pruned.ts"
+import jsonKeysAsGiven from "./0008_json_keys_as_given.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -15,5 +16,6 @@ export const migrations = Migrator.fromRecord({
   "0004_orchestrations": orchestrations,
   "0005_executions": executions,
   "0006_execution_events": executionEvents,
-  "0007_execution_messages_pruned": executionMessagesPruned
+  "0007_execution_messages_pruned": executionMessagesPruned,
+  "0008_json_keys_as_given": jsonKeysAsGiven
 })

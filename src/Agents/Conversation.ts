@@ -1,6 +1,8 @@
-import { Effect, Schema, Stream } from "effect"
+import { Duration, Effect, Schema, Stream } from "effect"
 import { ClusterSchema, Entity } from "effect/cluster"
 import { Rpc } from "effect/rpc"
+import { isSqlError } from "effect/sql/SqlError"
+import { isTransient, retryTransient } from "../Database/Errors.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
 import { ChatResponse } from "./Api.ts"
@@ -33,7 +35,7 @@ const TurnInput = Schema.Struct({
 type TurnInput = typeof TurnInput.Type
 
 export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
-  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel"]),
+  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel", "DatabaseUnavailable"]),
   message: Schema.String,
   status: Schema.optionalKey(Schema.Int)
 }) {}
@@ -71,6 +73,24 @@ const toChatFailed = (error: ModelError) =>
     ...(error.status === undefined ? {} : { status: error.status })
   })
 
+/**
+ * The conversation's statements, tried again a few seconds while the database
+ * is briefly unreachable, then a typed failure (a 503 for the client). A
+ * defect would restart the entity and replay the turn, asking the model again
+ * while the client waits.
+ */
+const withDatabase = <A, R>(effect: Effect.Effect<A, never, R>): Effect.Effect<A, ChatFailed, R> =>
+  retryTransient(
+    Effect.catchDefect(effect, (defect) => isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect)),
+    Duration.seconds(10)
+  ).pipe(
+    Effect.catch((error) =>
+      isTransient(error)
+        ? Effect.fail(new ChatFailed({ reason: "DatabaseUnavailable", message: "The database is unavailable; try again shortly" }))
+        : Effect.die(error)
+    )
+  )
+
 export const layer = Conversation.toLayer(
   Effect.gen(function*() {
     const models = yield* Models
@@ -81,7 +101,7 @@ export const layer = Conversation.toLayer(
     const loadHistory = (input: TurnInput) =>
       Effect.gen(function*() {
         if (history !== undefined) return history
-        const rows = yield* repo.turns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId)
+        const rows = yield* withDatabase(repo.turns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId))
         history = rows.map((row) => ({
           message: row.message,
           reply: row.reply,
@@ -116,7 +136,7 @@ export const layer = Conversation.toLayer(
         yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
         if (!input.memoryEnabled) return
         const turns = yield* loadHistory(input)
-        yield* repo.appendTurn({
+        yield* withDatabase(repo.appendTurn({
           tenantId: input.tenantId as TenantId,
           agentId: input.agentId as AgentId,
           conversationId: input.conversationId,
@@ -127,7 +147,7 @@ export const layer = Conversation.toLayer(
           outputTokens: reply.outputTokens,
           createdAt,
           completedAt: new Date()
-        })
+        }))
         turns.push({
           message: input.message,
           reply: reply.text,
@@ -160,7 +180,7 @@ export const layer = Conversation.toLayer(
           const messages = yield* prompt(payload)
           return models.stream({ model: payload.model, system: payload.instructions, messages }).pipe(
             Stream.mapError(toChatFailed),
-            Stream.mapEffect((event): Effect.Effect<ChatEvent> =>
+            Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> =>
               event._tag === "Delta"
                 ? Effect.succeed({ _tag: "Delta", text: event.text })
                 : Effect.as(remember(payload, event.reply, createdAt), {

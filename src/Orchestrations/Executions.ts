@@ -99,7 +99,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       // The execution is stored either way, so a 503 names it: the client
       // polls it instead of executing again.
       const notStarted = new ExecutionNotStarted({
-        detail: "The execution is stored and will start shortly; poll it by executionId",
+        detail: "The execution is stored and will start shortly",
         executionId: claimed.id
       })
       yield* Fiber.join(starting).pipe(

@@ -23,6 +23,10 @@ export interface AppSettings {
   /** OS user the embedded PostgreSQL runs as when the service runs as root. */
   readonly embeddedPostgresUser: string
   readonly databasePoolSize: number
+  /** Bound on one SQL statement (Postgres statement_timeout on every pooled connection). */
+  readonly databaseStatementTimeout: Duration.Duration
+  /** Bound on opening a connection to Postgres. */
+  readonly databaseConnectTimeout: Duration.Duration
   /** Largest request body accepted, in bytes. */
   readonly maxBodyBytes: number
   readonly sessionTtl: Duration.Duration
@@ -203,6 +207,10 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   embeddedPostgresPort: Config.Port("EMBEDDED_POSTGRES_PORT").pipe(Config.withDefault(54329)),
   embeddedPostgresUser: Config.String("EMBEDDED_POSTGRES_USER").pipe(Config.withDefault("postgres")),
   databasePoolSize: Config.Int("DATABASE_POOL_SIZE").pipe(Config.withDefault(10)),
+  databaseStatementTimeout: Config.Duration("DATABASE_STATEMENT_TIMEOUT").pipe(
+    Config.withDefault(Duration.seconds(30))
+  ),
+  databaseConnectTimeout: Config.Duration("DATABASE_CONNECT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(5))),
   maxBodyBytes: Config.Int("MAX_BODY_BYTES").pipe(Config.withDefault(1024 * 1024)),
   sessionTtl: Config.Duration("SESSION_TTL").pipe(Config.withDefault(Duration.days(7))),
   cookieSecure: Config.Boolean("COOKIE_SECURE").pipe(Config.withDefault(false)),

@@ -25,6 +25,7 @@ const fromChatFailed = (error: ChatFailed) => {
       return new BadGateway({ detail: error.message })
     case "NotConfigured":
     case "UnknownModel":
+    case "DatabaseUnavailable":
       return new ServiceUnavailable({ detail: error.message })
   }
 }

@@ -1,8 +1,11 @@
-import { Effect, Schema, Stream } from "effect"
+import { Duration, Effect, Schema, Stream } from "effect"
 import { ClusterSchema, Entity } from "effect/cluster"
 import { Rpc } from "effect/rpc"
+import { isSqlError } from "effect/sql/SqlError"
+import { isTransient, retryTransient } from "../Database/Errors.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
+import { storable } from "../Domain/Text.ts"
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
 import { ChatResponse } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
@@ -35,7 +38,7 @@ const TurnInput = Schema.Struct({
 type TurnInput = typeof TurnInput.Type
 
 export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
-  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel"]),
+  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel", "DatabaseUnavailable"]),
   message: Schema.String,
   status: Schema.optionalKey(Schema.Int)
 }) {}
@@ -79,6 +82,24 @@ const toChatFailed = (error: ModelError) =>
     ...(error.status === undefined ? {} : { status: error.status })
   })
 
+/**
+ * The conversation's statements, tried again a few seconds while the database
+ * is briefly unreachable, then a typed failure (a 503 for the client). A
+ * defect would restart the entity and replay the turn, asking the model again
+ * while the client waits.
+ */
+const withDatabase = <A, R>(effect: Effect.Effect<A, never, R>): Effect.Effect<A, ChatFailed, R> =>
+  retryTransient(
+    Effect.catchDefect(effect, (defect) => isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect)),
+    Duration.seconds(10)
+  ).pipe(
+    Effect.catch((error) =>
+      isTransient(error)
+        ? Effect.fail(new ChatFailed({ reason: "DatabaseUnavailable", message: "The database is unavailable; try again shortly" }))
+        : Effect.die(error)
+    )
+  )
+
 export const layer = Conversation.toLayer(
   Effect.gen(function*() {
     const models = yield* Models
@@ -96,11 +117,11 @@ export const layer = Conversation.toLayer(
     // Newest first, a batch at a time, until a turn does not fit: a long
     // conversation costs what fits the budget, not its whole history.
     const loadBatch = 32
-    const newestBefore = (input: TurnInput, before: number | null): Effect.Effect<ReadonlyArray<StoredRow>> =>
-      repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
+    const newestBefore = (input: TurnInput, before: number | null): Effect.Effect<ReadonlyArray<StoredRow>, ChatFailed> =>
+      withDatabase(repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
         before,
         limit: loadBatch
-      })
+      }))
     const loadHistory = (input: TurnInput) =>
       Effect.gen(function*() {
         if (history !== undefined) return history
@@ -148,22 +169,22 @@ export const layer = Conversation.toLayer(
     const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
       Effect.gen(function*() {
         // Charged here, where the tokens are known, even if the caller has stopped waiting.
-        yield* tokenBudget.charge(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens)
+        yield* withDatabase(tokenBudget.charge(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens))
         yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
         if (!input.memoryEnabled) return
         const turns = yield* loadHistory(input)
-        yield* repo.appendTurn({
+        yield* withDatabase(repo.appendTurn({
           tenantId: input.tenantId as TenantId,
           agentId: input.agentId as AgentId,
           conversationId: input.conversationId,
           message: input.message,
-          reply: reply.text,
+          reply: storable(reply.text),
           model: reply.model,
           inputTokens: reply.inputTokens,
           outputTokens: reply.outputTokens,
           createdAt,
           completedAt: new Date()
-        })
+        }))
         const cost = costOf(input.message, reply.text)
         turns.push({ message: input.message, reply: reply.text, cost })
         held += cost
@@ -197,7 +218,7 @@ export const layer = Conversation.toLayer(
           const messages = yield* prompt(payload)
           return models.stream({ model: payload.model, system: payload.instructions, messages }).pipe(
             Stream.mapError(toChatFailed),
-            Stream.mapEffect((event): Effect.Effect<ChatEvent> =>
+            Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> =>
               event._tag === "Delta"
                 ? Effect.succeed({ _tag: "Delta", text: event.text })
                 : Effect.as(remember(payload, event.reply, createdAt), {

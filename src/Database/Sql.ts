@@ -1,6 +1,6 @@
 import { NodeServices } from "@effect/platform-node"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Context, Effect, Layer, Option, type Redacted, String } from "effect"
+import { Context, Duration, Effect, Layer, Option, type Redacted, String } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import { AppConfig } from "../Config.ts"
@@ -24,17 +24,42 @@ export class DatabaseUrl extends Context.Service<DatabaseUrl, Redacted.Redacted<
   )
 }
 
+// Only column names are renamed: JSON values (steps, variables, event data)
+// are the user's and round-trip exactly as given.
 const clientOptions = {
   applicationName: "agent-host",
   transformResultNames: String.snakeToCamel,
-  transformQueryNames: String.camelToSnake
+  transformQueryNames: String.camelToSnake,
+  transformJson: false
 }
+
+/**
+ * Bounds shared by every connection: a connection attempt gives up after
+ * DATABASE_CONNECT_TIMEOUT, and TCP keepalive (probes after 10 s idle, then
+ * Node's 10 probes a second apart) finds a silently dead socket, such as the
+ * idle LISTEN connection after a network partition, within about 20 s.
+ */
+const connectionOptions = Effect.gen(function*() {
+  const url = yield* DatabaseUrl
+  const config = yield* AppConfig
+  return { url, connectTimeout: config.databaseConnectTimeout, keepAlive: Duration.seconds(10), ...clientOptions }
+})
+
+// A statement never runs longer than DATABASE_STATEMENT_TIMEOUT, so a request
+// waiting on the database is bounded even when Postgres is stuck.
+const statementTimeout = (config: { readonly databaseStatementTimeout: Duration.Duration }) => ({
+  statement_timeout: `${Math.max(1, Math.round(Duration.toMillis(config.databaseStatementTimeout)))}`
+})
 
 /** The Postgres client. Columns are snake_case in SQL and camelCase in rows. */
 export const ClientLayer = Layer.unwrap(Effect.gen(function*() {
-  const url = yield* DatabaseUrl
+  const options = yield* connectionOptions
   const config = yield* AppConfig
-  return PgClient.layer({ url, maxConnections: config.databasePoolSize, ...clientOptions })
+  return PgClient.layer({
+    ...options,
+    maxConnections: config.databasePoolSize,
+    startupParameters: statementTimeout(config)
+  })
 }))
 
 /**
@@ -47,12 +72,12 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
   static readonly layer = Layer.effect(
     CounterSql,
     Effect.gen(function*() {
-      const url = yield* DatabaseUrl
+      const options = yield* connectionOptions
+      const config = yield* AppConfig
       return yield* PgClient.make({
-        url,
+        ...options,
         maxConnections: 4,
-        startupParameters: { synchronous_commit: "off" },
-        ...clientOptions
+        startupParameters: { synchronous_commit: "off", ...statementTimeout(config) }
       })
     })
   ).pipe(Layer.provide(Reactivity.layer))
@@ -67,8 +92,8 @@ export class ListenerSql extends Context.Service<ListenerSql, PgClient.PgClient>
   static readonly layer = Layer.effect(
     ListenerSql,
     Effect.gen(function*() {
-      const url = yield* DatabaseUrl
-      return yield* PgClient.make({ url, maxConnections: 1, ...clientOptions, applicationName: "agent-host-listener" })
+      const options = yield* connectionOptions
+      return yield* PgClient.make({ ...options, maxConnections: 1, applicationName: "agent-host-listener" })
     })
   ).pipe(Layer.provide(Reactivity.layer))
 }
@@ -79,18 +104,20 @@ const migrationLock = 0x61676e74
 /**
  * Applies pending migrations at start. Nodes starting together against a new
  * database take turns under an advisory lock, so only the first creates the
- * schema and the others find it done.
+ * schema and the others find it done. Migrations run on a client of their
+ * own, without the statement timeout: waiting for another node's migrations
+ * or rewriting a large table may take longer.
  */
-export const MigratorLayer = Layer.effectDiscard(Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* Effect.scoped(Effect.gen(function*() {
-    const connection = yield* sql.reserve
-    yield* connection.executeRaw("SELECT pg_advisory_lock($1)", [migrationLock])
-    yield* PgMigrator.run({ loader: migrations }).pipe(
-      Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock($1)", [migrationLock])))
-    )
-  }))
-})).pipe(Layer.provide(NodeServices.layer))
+export const MigratorLayer = Layer.effectDiscard(Effect.scoped(Effect.gen(function*() {
+  const options = yield* connectionOptions
+  const sql = yield* PgClient.make({ ...options, maxConnections: 2, applicationName: "agent-host-migrator" })
+  const connection = yield* sql.reserve
+  yield* connection.executeRaw("SELECT pg_advisory_lock($1)", [migrationLock])
+  yield* PgMigrator.run({ loader: migrations }).pipe(
+    Effect.provideService(SqlClient.SqlClient, sql),
+    Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock($1)", [migrationLock])))
+  )
+}))).pipe(Layer.provide([NodeServices.layer, Reactivity.layer]))
 
 /** A migrated database, ready for the repos. */
 export const layer = MigratorLayer.pipe(
@@ -121,6 +148,10 @@ export const indexClusterMessages = Effect.gen(function*() {
   // Any fixed pair of numbers: the lock only keeps two nodes from building the indexes at once.
   const [locked] = yield* connection.executeValues("SELECT pg_try_advisory_lock(4242, 1)", [])
   if (locked?.[0] !== true) return
+  // Building an index on a large table may take longer than the statement
+  // timeout; the connection goes back to the pool with its default restored.
+  yield* connection.executeRaw("SET statement_timeout = 0", [])
+  yield* Effect.addFinalizer(() => Effect.ignore(connection.executeRaw("RESET statement_timeout", [])))
   yield* Effect.forEach(clusterMessageIndexes, ([name, definition]) =>
     Effect.gen(function*() {
       const [existing] = yield* connection.executeValues(

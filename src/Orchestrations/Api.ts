@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { PageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
@@ -154,6 +154,18 @@ export const ExecutionStarted = Schema.Struct({
   orchestrationId: Schema.String
 })
 
+/**
+ * The execution is stored and will run, but its start could not be confirmed
+ * in time: poll it by `executionId` rather than executing again.
+ */
+export class ExecutionNotStarted extends HttpApiError.Problem<ExecutionNotStarted>()("ExecutionNotStarted", {
+  type: "urn:agent-host:problem:execution-not-started",
+  status: 503,
+  title: "Service Unavailable"
+}, {
+  executionId: Schema.String
+}) {}
+
 export const Execution = Schema.Struct({
   id: Schema.String,
   orchestrationId: Schema.String,
@@ -185,7 +197,7 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
       headers: { "idempotency-key": Schema.optionalKey(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200))) },
       payload: ExecuteRequest,
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
-      error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent]
+      error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted]
     }).annotate(RequiredScope, "execute")
   )
   .middleware(ApiKeyAuth)

@@ -1,9 +1,12 @@
-import { Clock, Duration, Effect, Metric, Option, Result, Schema } from "effect"
+import { Cause, Clock, Duration, Effect, Metric, Option, Result, Schema } from "effect"
+import { isSqlError } from "effect/sql/SqlError"
 import { Activity, Workflow } from "effect/workflow"
 import { AgentsRepo } from "../Agents/Repo.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { AgentId, TenantId } from "../Domain/Ids.ts"
+import { retryTransient } from "../Database/Errors.ts"
+import { storable } from "../Domain/Text.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import type { Step } from "./Api.ts"
@@ -21,6 +24,13 @@ import { ExecutionsRepo } from "./Repo.ts"
  * when a run is replayed: the definition was fixed when the execution was
  * accepted, and a status moves only while the execution is unfinished. That
  * keeps a one-step run to two stored cluster messages (the run and its step).
+ *
+ * The database may fail under a run (a cut connection, a restart, a
+ * statement timeout): each statement is tried again with backoff while the
+ * error is transient, for up to two minutes; what still fails, and anything
+ * unexpected, moves the execution to `failed` with the reason rather than
+ * ending the workflow with the execution left unfinished. If even that
+ * cannot be written, the sweep fails the execution at its timeout.
  */
 export const ExecutionWorkflow = Workflow.make("Execution", {
   payload: { executionId: Schema.String },
@@ -35,6 +45,14 @@ class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", {
   tokens: Schema.Int
 }) {}
 
+// Repos that die on SQL errors (the request path maps those defects to
+// 503/400) have them back as typed failures here, to be retried.
+const sqlErrorsTyped = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.catchDefect(effect, (defect) => isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect))
+
+const databaseFailure = (error: { readonly message: string }) =>
+  storable(`The database could not be reached or refused a write: ${error.message}`)
+
 const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { readonly executionId: string }) {
   const executions = yield* ExecutionsRepo
   const agents = yield* AgentsRepo
@@ -42,7 +60,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const { maxPromptChars } = yield* AppConfig
   const budget = yield* TokenBudget
 
-  const row = yield* executions.begin(executionId)
+  const row = yield* retryTransient(executions.begin(executionId))
   if (row.status !== "running") return
   const snapshot = { ...row, createdAtMs: row.createdAt.getTime() }
 
@@ -60,7 +78,10 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         const fail = (message: string) => new StepFailed({ step: step.id, message, tokens: 0 })
         const remaining = deadline - (yield* Clock.currentTimeMillis)
         if (remaining <= 0) return yield* fail(`The execution timed out after ${snapshot.timeoutMs} ms`)
-        const agent = yield* agents.findById(snapshot.tenantId as never, AgentId.make(step.agentId))
+        const databaseFailed = (error: { readonly message: string }) =>
+          fail(`Step ${step.id}: ${databaseFailure(error)}`)
+        const agent = yield* retryTransient(sqlErrorsTyped(agents.findById(snapshot.tenantId as never, AgentId.make(step.agentId))))
+          .pipe(Effect.mapError(databaseFailed))
         if (Option.isNone(agent) || agent.value.status !== "active") {
           return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
         }
@@ -78,7 +99,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
           )
         }
         const prompt = rendered.success
-        yield* executions.stepEvent(executionId, "step.started", step.id)
+        yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(Effect.mapError(databaseFailed))
         const reply = yield* models.generate({
           model: agent.value.model,
           system: agent.value.instructions,
@@ -90,9 +111,13 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
             orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
           })
         )
-        const result = { output: reply.text, tokens: reply.inputTokens + reply.outputTokens }
-        yield* budget.charge(TenantId.make(snapshot.tenantId), result.tokens)
-        yield* executions.stepEvent(executionId, "step.completed", step.id, result)
+        const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
+        yield* retryTransient(sqlErrorsTyped(budget.charge(TenantId.make(snapshot.tenantId), result.tokens))).pipe(
+          Effect.mapError(databaseFailed)
+        )
+        yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
+          Effect.mapError(databaseFailed)
+        )
         yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
         return result
       })
@@ -100,7 +125,9 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
 
   const planned = plan(snapshot.steps)
   if (Result.isFailure(planned)) {
-    yield* executions.transition(executionId, "failed", { error: "The orchestration's steps do not form a valid graph" })
+    yield* retryTransient(
+      executions.transition(executionId, "failed", { error: "The orchestration's steps do not form a valid graph" })
+    )
     return
   }
 
@@ -115,17 +142,46 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const outcome = yield* Effect.result(run)
   const last = snapshot.steps[snapshot.steps.length - 1]!
   const final = Result.isSuccess(outcome) ? "completed" : "failed"
-  const moved = yield* Result.isSuccess(outcome)
-    ? executions.transition(executionId, "completed", { output: outputs[last.id] ?? "", tokensUsed })
-    : executions.transition(executionId, "failed", { error: outcome.failure.message, tokensUsed })
+  const moved = yield* retryTransient(
+    Result.isSuccess(outcome)
+      ? executions.transition(executionId, "completed", { output: outputs[last.id] ?? "", tokensUsed })
+      : executions.transition(executionId, "failed", { error: storable(outcome.failure.message), tokensUsed })
+  )
   if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: final }), 1)
 })
+
+/**
+ * Whatever ended the run without a final status (a database error that
+ * outlived its retries, a defect) fails the execution with the reason.
+ * Interruptions (a cancel, a node stopping) pass: the run resumes elsewhere.
+ */
+const failUnfinished = (executionId: string) => (cause: Cause.Cause<unknown>) =>
+  Effect.gen(function*() {
+    if (Cause.hasInterrupts(cause)) return yield* Effect.interrupt
+    const error = Cause.squash(cause)
+    const message = isSqlError(error)
+      ? databaseFailure(error)
+      : "The execution failed unexpectedly"
+    yield* Effect.logError("Execution failed unexpectedly", cause).pipe(Effect.annotateLogs({ executionId }))
+    const executions = yield* ExecutionsRepo
+    const moved = yield* retryTransient(executions.transition(executionId, "failed", { error: message })).pipe(
+      Effect.catchCause((cause) =>
+        Effect.as(
+          Effect.logError("Could not record an execution's failure; it fails at its timeout", cause).pipe(
+            Effect.annotateLogs({ executionId })
+          ),
+          false
+        )
+      )
+    )
+    if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: "failed" }), 1)
+  })
 
 /** Counts the workflows running on this node while they run. */
 export const layer = ExecutionWorkflow.toLayer((payload) =>
   Effect.acquireUseRelease(
     Metric.modify(Metrics.workflowsInFlight, 1),
-    () => run(payload),
+    () => run(payload).pipe(Effect.catchCause(failUnfinished(payload.executionId))),
     () => Metric.modify(Metrics.workflowsInFlight, -1)
   )
 )

@@ -1,4 +1,4 @@
-import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedule, Stream } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedule, Stream } from "effect"
 import { Singleton } from "effect/cluster"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
@@ -7,9 +7,9 @@ import { AppConfig } from "../Config.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
 import { newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
-import { BadRequest, Conflict, NotFound, ServiceUnavailable, TooManyStreams } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound, TooManyStreams } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
-import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
+import { type ExecuteRequest, ExecutionNotStarted, type ExecutionStatus } from "./Api.ts"
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
 import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
@@ -145,13 +145,29 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         if (claimed.requestHash !== hash) {
           return yield* new Conflict({ detail: "This Idempotency-Key was used with a different request" })
         }
-        return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
+        // A replay reports where the execution is now.
+        return { executionId: claimed.id, status: claimed.status, orchestrationId: claimed.orchestrationId }
       }
       // The answer waits a bounded time; the start itself goes on regardless.
-      yield* Fiber.join(starting).pipe(Effect.timeoutOrElse({
-        duration: config.clusterCallTimeout,
-        orElse: () => Effect.fail(new ServiceUnavailable({ detail: "The execution is stored and will start shortly" }))
-      }))
+      // The execution is stored either way, so a 503 names it: the client
+      // polls it instead of executing again.
+      const notStarted = new ExecutionNotStarted({
+        detail: "The execution is stored and will start shortly",
+        executionId: claimed.id
+      })
+      yield* Fiber.join(starting).pipe(
+        Effect.timeoutOrElse({ duration: config.clusterCallTimeout, orElse: () => Effect.fail(notStarted) }),
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause)
+            ? Effect.failCause(cause)
+            : Effect.andThen(
+              Effect.logWarning("An execution's start failed; the sweeps will start it", cause).pipe(
+                Effect.annotateLogs({ executionId: claimed.id })
+              ),
+              Effect.fail(notStarted)
+            )
+        )
+      )
       return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
     })
 
@@ -183,7 +199,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       if (isFinal(execution.status)) {
         return yield* new Conflict({ detail: `The execution is already ${execution.status}` })
       }
-      const cancelled = yield* repo.transition(id, "cancelled", { error: "Cancelled" })
+      const cancelled = yield* repo.transition(id, "cancelled", { error: "Cancelled" }).pipe(Effect.orDie)
       if (!cancelled) return yield* new Conflict({ detail: "The execution has just finished" })
       yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: "cancelled" }), 1)
       // Running steps are interrupted; the read model already says cancelled.
@@ -308,7 +324,27 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return pruned
     })
 
-    return { start, get, list, cancel, events, sweep, nudge, prune } as const
+    // An execution's timeout holds whatever became of its workflow (its node
+    // died, it crashed, the database failed under it): past created_at +
+    // timeoutMs (and a few seconds for a live run to record its own timeout)
+    // it is failed here, and its workflow, if any, interrupted.
+    const reap = Effect.gen(function*() {
+      const ids = yield* repo.failTimedOut(5)
+      if (ids.length === 0) return
+      yield* Effect.logWarning("Executions past their timeout failed by the sweep").pipe(
+        Effect.annotateLogs({ count: ids.length })
+      )
+      yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: "failed" }), ids.length)
+      yield* Effect.forEach(ids, (executionId) =>
+        Effect.flatMap(ExecutionWorkflow.executionId({ executionId }), (workflowId) =>
+          ExecutionWorkflow.interrupt(workflowId)).pipe(
+            Effect.provideContext(engine),
+            Effect.timeout(config.clusterCallTimeout),
+            Effect.ignore
+          ), { discard: true, concurrency: 10 })
+    })
+
+    return { start, get, list, cancel, events, sweep, nudge, reap, prune } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer]))
@@ -316,7 +352,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
   /**
    * At start and then every minute, unfinished executions are (re)started
    * and finished ones' stored workflow messages past their retention deleted;
-   * every 5 s, those accepted over 10 s ago and not yet started are. A
+   * every 5 s, those accepted over 10 s ago and not yet started are, and
+   * those past their timeout are failed. A
    * cluster singleton: one node sweeps, and another takes over if it stops.
    */
   static readonly sweeper = Singleton.make(
@@ -326,6 +363,12 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* executions.nudge.pipe(
         Effect.delay("5 seconds"),
         Effect.catchCause((cause) => Effect.logWarning("Execution nudge failed", cause)),
+        Effect.forever,
+        Effect.forkScoped
+      )
+      yield* executions.reap.pipe(
+        Effect.catchCause((cause) => Effect.logWarning("Execution timeout sweep failed", cause)),
+        Effect.delay("5 seconds"),
         Effect.forever,
         Effect.forkScoped
       )

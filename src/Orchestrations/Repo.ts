@@ -14,9 +14,8 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
     const sql = yield* PgClient.PgClient
     const cols = sql.literal(columns)
 
-    // The client turns jsonb keys camelCase on the way out and snake_case on
-    // the way in (as it does column names), so `agentId` is stored as
-    // `agent_id`; Orchestration decodes the steps read back.
+    // JSON is stored as given (the client renames columns only), so steps
+    // keep `agentId` and `dependsOn`; Orchestration decodes the steps read back.
 
     // The page and the total in one statement; only an empty page needs the count on its own.
     const OrchestrationWithTotal = Schema.Struct({ ...Orchestration.fields, total: Schema.Int })
@@ -314,12 +313,37 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
           SELECT id, 'execution.' || status,
                  jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
           FROM updated
-          RETURNING execution_id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Effect.withSpan("ExecutionsRepo.transition"))
+          RETURNING execution_id`.pipe(Effect.map((rows) => rows.length > 0), Effect.withSpan("ExecutionsRepo.transition"))
 
     /** Logs a step's progress. */
     const stepEvent = (id: string, type: "step.started" | "step.completed", stepId: string, data: object = {}) =>
       sql`INSERT INTO execution_events (execution_id, type, step_id, data)
-          VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(Effect.asVoid, Effect.orDie)
+          VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(Effect.asVoid, Effect.withSpan("ExecutionsRepo.stepEvent"))
+
+    /**
+     * Fails every unfinished execution past its timeout (plus `graceSeconds`,
+     * so a live run records its own timeout first), whatever its workflow's
+     * state, with its event; returns their ids.
+     */
+    const failTimedOut = (graceSeconds: number) =>
+      sql<{ id: string }>`WITH reaped AS (
+            UPDATE executions SET status = 'failed',
+              error = 'The execution timed out after ' || timeout_ms || ' ms',
+              completed_at = now()
+            WHERE status IN ('pending', 'running')
+              AND created_at < now() - make_interval(secs => timeout_ms / 1000.0 + ${graceSeconds})
+            RETURNING id, status, output, error, tokens_used
+          ), event AS (
+            INSERT INTO execution_events (execution_id, type, data)
+            SELECT id, 'execution.' || status,
+                   jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
+            FROM reaped
+          )
+          SELECT id FROM reaped`.pipe(
+        Effect.map((rows) => rows.map((row) => row.id)),
+        Effect.orDie,
+        Effect.withSpan("ExecutionsRepo.failTimedOut")
+      )
 
     /** Events after `afterId`, oldest first. */
     const events = (id: string, afterId: string) =>
@@ -383,7 +407,9 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       insert,
       get: (tenantId: TenantId, id: string) =>
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
-      begin: (id: string) => begin(id).pipe(Effect.orDie, Effect.withSpan("ExecutionsRepo.begin")),
+      // The workflow's statements keep their errors typed: it retries what is
+      // transient and fails the execution with what is not (ExecutionWorkflow.ts).
+      begin: (id: string) => begin(id).pipe(Effect.withSpan("ExecutionsRepo.begin")),
       page: (tenantId: TenantId, options: {
         readonly orchestrationId: string | null
         readonly status: string | null
@@ -392,6 +418,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       }) => page({ tenantId, ...options }).pipe(Effect.orDie),
       transition,
       stepEvent,
+      failTimedOut,
       events,
       deadline,
       unfinished

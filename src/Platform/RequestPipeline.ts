@@ -12,6 +12,7 @@ import * as Crypto from "node:crypto"
 import { STATUS_CODES } from "node:http"
 import type { unhandled } from "effect/Types"
 import { AppConfig } from "../Config.ts"
+import { findSqlError, isDataException, isUnavailable } from "../Database/Errors.ts"
 import { Metrics } from "./Observability.ts"
 
 const requestIdHeader = "x-request-id"
@@ -70,13 +71,18 @@ const defaultDetails: Record<number, string> = {
   503: "The service is shutting down or not ready"
 }
 
+// Seconds a client should wait before trying a 503 again.
+const retryAfterSeconds = "5"
+
 /**
  * Wraps every request: a request id (taken from `X-Request-Id` when sane),
  * the body size limit, 405 for known paths under another method, one access
  * log line, and problem+json for every error response, including those the
  * router and the HTTP layer produce on their own. Unexpected failures are
  * logged with their cause and answered with a 500 that carries only the
- * request id.
+ * request id. A database that cannot be reached (or a statement that timed
+ * out) is a 503 with `Retry-After` wherever it surfaces, and a value
+ * Postgres refuses (SQLSTATE class 22) a 400: neither is the service's bug.
  */
 export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]> = []) =>
   HttpRouter.middleware(
@@ -131,12 +137,26 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
                 ? problem(405, requestId, `${request.method} is not allowed here`, { allow: allowed.join(", ") })
                 : problem(404, requestId, defaultDetails[404])
             } else {
-              const [failed, cause] = yield* HttpServerError.causeResponse(exit.cause)
-              response = failed
-              if (failed.status >= 500 && failed.status !== 503) {
-                yield* Effect.logError("Unexpected failure", cause).pipe(Effect.annotateLogs({ requestId }))
+              const sqlError = findSqlError(exit.cause)
+              if (sqlError !== undefined && isUnavailable(sqlError)) {
+                yield* Effect.logWarning("Database unavailable", sqlError.message).pipe(Effect.annotateLogs({ requestId }))
+                response = problem(503, requestId, "The database is unavailable; try again shortly")
+              } else if (sqlError !== undefined && isDataException(sqlError)) {
+                yield* Effect.logWarning("Value refused by the database", sqlError.message).pipe(
+                  Effect.annotateLogs({ requestId })
+                )
+                response = problem(400, requestId, "A value in the request cannot be stored")
+              } else {
+                const [failed, cause] = yield* HttpServerError.causeResponse(exit.cause)
+                response = failed
+                if (failed.status >= 500 && failed.status !== 503) {
+                  yield* Effect.logError("Unexpected failure", cause).pipe(Effect.annotateLogs({ requestId }))
+                }
               }
             }
+          }
+          if (response.status === 503 && response.headers["retry-after"] === undefined) {
+            response = HttpServerResponse.setHeader(response, "retry-after", retryAfterSeconds)
           }
 
           if (response.status >= 400 && !isProblem(response)) {

@@ -93,6 +93,7 @@ describe("GET /metrics", () => {
         assert.strictEqual(started.status, 503)
         assert.strictEqual(started.headers.get("content-type"), "application/problem+json")
         assert.strictEqual(started.body.detail, "The execution is stored and will start shortly")
+        assert.isString(started.body.executionId)
       }))
   })
 

@@ -7,6 +7,7 @@ import executions from "./0005_executions.ts"
 import executionEvents from "./0006_execution_events.ts"
 import executionMessagesPruned from "./0007_execution_messages_pruned.ts"
 import tokenBudgetAndAuthThrottle from "./0008_token_budget_and_auth_throttle.ts"
+import jsonKeysAsGiven from "./0009_json_keys_as_given.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -17,5 +18,6 @@ export const migrations = Migrator.fromRecord({
   "0005_executions": executions,
   "0006_execution_events": executionEvents,
   "0007_execution_messages_pruned": executionMessagesPruned,
-  "0008_token_budget_and_auth_throttle": tokenBudgetAndAuthThrottle
+  "0008_token_budget_and_auth_throttle": tokenBudgetAndAuthThrottle,
+  "0009_json_keys_as_given": jsonKeysAsGiven
 })

@@ -4,7 +4,7 @@ import { decodeCursor } from "../Domain/Cursor.ts"
 import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
 import { BadGateway, GatewayTimeout, invalidField, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
 import { Agents } from "./Agents.ts"
-import { type ChatRequest, defaultPageSize } from "./Api.ts"
+import { type ChatRequest, defaultPageSize, isConversationId } from "./Api.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
 
@@ -86,7 +86,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
     ) {
       yield* agents.get(tenantId, agentId)
-      const after = yield* decodeCursor(page.cursor)
+      const after = yield* decodeCursor(page.cursor, isConversationId)
       return yield* repo.conversations(tenantId, agentId, { after, limit: page.limit ?? defaultPageSize })
     })
 

@@ -19,6 +19,10 @@ export class Api extends HttpApi.make("agent-host")
   .add(OrchestrationsV1Api)
   .add(ExecutionsV1Api)
   .middleware(HttpApiMiddleware.ProblemDetails)
+  // A 400 names every bad field of the part that failed (params, headers,
+  // query, payload), not just the first. Each request string aborts at its
+  // first failed check (src/Domain/Input.ts), so that is one entry per field.
+  .annotate(HttpApi.ParseOptions, { errors: "all" })
   .annotateMerge(OpenApi.annotations({
     title: "Agent Host API",
     version: "0.1.0",

@@ -197,6 +197,52 @@ const modelList = (name: string) =>
     }))
   )
 
+/**
+ * A setting that names one of `choices` (keyed in lower case), read in any
+ * case and without surrounding spaces: `LOG_LEVEL=warn` means `Warn`. Anything
+ * else stops the start with a message naming the variable, its value and the
+ * accepted values, rather than a bare schema mismatch.
+ */
+const oneOf = <A>(name: string, choices: Readonly<Record<string, A>>, shown: ReadonlyArray<string>) => {
+  const pick = (raw: string): A | undefined => {
+    const key = raw.trim().toLowerCase()
+    return Object.hasOwn(choices, key) ? choices[key] : undefined
+  }
+  return Config.schema(
+    Schema.String.check(Schema.makeFilter((raw: string) =>
+      pick(raw) !== undefined || `Expected one of ${shown.join(", ")} (in any case), got ${JSON.stringify(raw)}`
+    )),
+    name
+  ).pipe(Config.map((raw) => pick(raw)!))
+}
+
+const flag = (name: string) =>
+  oneOf(
+    name,
+    { true: true, yes: true, on: true, "1": true, y: true, false: false, no: false, off: false, "0": false, n: false },
+    ["true", "false", "yes", "no", "on", "off", "1", "0"]
+  )
+
+const logLevels = ["Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None", "All"] as const
+const logLevel = oneOf(
+  "LOG_LEVEL",
+  Object.fromEntries(logLevels.map((level) => [level.toLowerCase(), level])) as Record<string, typeof logLevels[number]>,
+  logLevels
+)
+
+// `local`, `openai/<model>` or `anthropic/<model>`: the provider is read in any
+// case, the model name as given (providers' names are case-sensitive).
+const defaultModel = Config.schema(
+  Schema.String.check(Schema.isPattern(/^\s*(local|(openai|anthropic)\/[^\s/][^\s]*)\s*$/i, {
+    message: "Expected `local`, `openai/<model>` or `anthropic/<model>`"
+  })),
+  "DEFAULT_MODEL"
+).pipe(Config.map((raw) => {
+  const value = raw.trim()
+  const slash = value.indexOf("/")
+  return slash === -1 ? value.toLowerCase() : value.slice(0, slash).toLowerCase() + value.slice(slash)
+}))
+
 export const settingsConfig: Config.Config<AppSettings> = Config.all({
   port: Config.Port("PORT").pipe(Config.withDefault(3000)),
   host: Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
@@ -213,9 +259,9 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   databaseConnectTimeout: Config.Duration("DATABASE_CONNECT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(5))),
   maxBodyBytes: Config.Int("MAX_BODY_BYTES").pipe(Config.withDefault(1024 * 1024)),
   sessionTtl: Config.Duration("SESSION_TTL").pipe(Config.withDefault(Duration.days(7))),
-  cookieSecure: Config.Boolean("COOKIE_SECURE").pipe(Config.withDefault(false)),
+  cookieSecure: flag("COOKIE_SECURE").pipe(Config.withDefault(false)),
   apiKeyCacheTtl: Config.Duration("API_KEY_CACHE_TTL").pipe(Config.withDefault(Duration.seconds(60))),
-  defaultModel: Config.String("DEFAULT_MODEL").pipe(Config.withDefault("local")),
+  defaultModel: defaultModel.pipe(Config.withDefault("local")),
   shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20))),
   maxMessageChars: Config.Int("MAX_MESSAGE_CHARS").pipe(Config.withDefault(32_000)),
   // Unset: 4 x MAX_MESSAGE_CHARS (filled in below), room for four inputs' worth of text.
@@ -231,7 +277,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   modelTimeout: Config.Duration("MODEL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
   modelMaxRetries: Config.Int("MODEL_MAX_RETRIES").pipe(Config.withDefault(3)),
   modelContextTokens: Config.Int("MODEL_CONTEXT_TOKENS").pipe(Config.withDefault(16_000)),
-  enforceDailyLimits: Config.Boolean("ENFORCE_DAILY_LIMITS").pipe(Config.withDefault(true)),
+  enforceDailyLimits: flag("ENFORCE_DAILY_LIMITS").pipe(Config.withDefault(true)),
   freeDailyLimit: Config.Int("FREE_DAILY_LIMIT").pipe(Config.withDefault(100)),
   proDailyLimit: Config.Int("PRO_DAILY_LIMIT").pipe(Config.withDefault(10_000)),
   freeDailyTokens: Config.Int("FREE_DAILY_TOKENS").pipe(Config.withDefault(100_000)),
@@ -260,7 +306,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   ),
   otelEndpoint: Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT")),
   otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
-  metricsEnabled: Config.Boolean("METRICS_ENABLED").pipe(Config.withDefault(true)),
+  metricsEnabled: flag("METRICS_ENABLED").pipe(Config.withDefault(true)),
   metricsToken: Config.option(Config.Redacted("METRICS_TOKEN")).pipe(
     // An empty token would let anyone in with `Bearer `: treat it as unset.
     Config.map(Option.filter((token) => Redacted.value(token) !== ""))
@@ -269,9 +315,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   allowedOrigins: commaList("ALLOWED_ORIGINS", []).pipe(
     Config.map((origins) => origins.map((origin) => origin.replace(/\/+$/, "").toLowerCase()))
   ),
-  logLevel: Config.Literals(["All", "Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None"], "LOG_LEVEL").pipe(
-    Config.withDefault("Info" as const)
-  )
+  logLevel: logLevel.pipe(Config.withDefault("Info" as const))
 }).pipe(Config.map((settings): AppSettings => ({
   ...settings,
   maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)

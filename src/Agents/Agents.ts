@@ -1,7 +1,7 @@
 import { Context, Effect, Layer, Option } from "effect"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
-import type { AgentId, TenantId } from "../Domain/Ids.ts"
+import { type AgentId, isId, type TenantId } from "../Domain/Ids.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { NotFound } from "../Domain/Problems.ts"
 import { type CreateAgent, defaultPageSize, type UpdateAgent } from "./Api.ts"
@@ -21,7 +21,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
-      const after = yield* decodeCursor(options.cursor)
+      const after = yield* decodeCursor(options.cursor, isId)
       return yield* repo.list(tenantId, {
         activeOnly: options.activeOnly,
         after,

@@ -1,7 +1,9 @@
-import { Schema } from "effect"
+import { Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
-import { AgentId } from "../Domain/Ids.ts"
+import { cursorParam } from "../Domain/Cursor.ts"
+import { AgentId, isId } from "../Domain/Ids.ts"
+import { text } from "../Domain/Input.ts"
 import {
   BadGateway,
   BadRequest,
@@ -16,19 +18,19 @@ export const AgentStatus = Schema.Literals(["active", "inactive"])
 export type AgentStatus = typeof AgentStatus.Type
 
 // `local` is the built-in offline model; anything else is `provider/name`.
-export const ModelId = Schema.String.check(
+export const ModelId = text(
   Schema.isMaxLength(200),
   Schema.isPattern(/^(local|(openai|anthropic)\/[^\s/][^\s]*)$/, {
     message: "Expected `local`, `openai/<model>` or `anthropic/<model>`"
   })
 )
 
-const Name = Schema.String.check(
+const Name = text(
   Schema.isMinLength(1, { message: "Expected a non-empty name" }),
   Schema.isMaxLength(200)
 )
-const Description = Schema.String.check(Schema.isMaxLength(2000))
-const Instructions = Schema.String.check(Schema.isMaxLength(32_000))
+const Description = text(Schema.isMaxLength(2000))
+const Instructions = text(Schema.isMaxLength(32_000))
 
 export const Agent = Schema.Struct({
   id: AgentId,
@@ -42,6 +44,15 @@ export const Agent = Schema.Struct({
   updatedAt: Schema.Date
 })
 export type Agent = typeof Agent.Type
+
+/**
+ * An agent as the key-authenticated API shows it: the reference's fields only.
+ * Its instructions (the tenant's system prompt) stay on the management routes,
+ * out of reach of a key that is often embedded in a less trusted client.
+ */
+export const V1Agent = Agent.mapFields(
+  Struct.pick(["id", "name", "description", "model", "status", "memoryEnabled", "createdAt"])
+)
 
 export const CreateAgent = Schema.Struct({
   name: Name,
@@ -66,17 +77,27 @@ export type UpdateAgent = typeof UpdateAgent.Type
 export const defaultPageSize = 50
 export const maxPageSize = 200
 
-export const PageQuery = {
+/** `limit` and `cursor` of a list whose keys (and so whose cursors' contents) are what `isKey` accepts. */
+const pageQuery = (isKey: (key: string) => boolean) => ({
   limit: Schema.optionalKey(
     Schema.NumberFromString.pipe(
       Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxPageSize })))
     ).annotate({ description: `Page size, 1 to ${maxPageSize} (default ${defaultPageSize}).` })
   ),
-  cursor: Schema.optionalKey(Schema.String.annotate({ description: "`nextCursor` of the previous page." }))
-}
+  cursor: Schema.optionalKey(cursorParam(isKey))
+})
+
+/** The page query of the lists keyed by our ids. */
+export const PageQuery = pageQuery(isId)
 
 export const AgentList = Schema.Struct({
   data: Schema.Array(Agent),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export const V1AgentList = Schema.Struct({
+  data: Schema.Array(V1Agent),
   total: Schema.Int,
   nextCursor: Schema.NullOr(Schema.String)
 })
@@ -85,14 +106,26 @@ export const AgentList = Schema.Struct({
 // Chat and conversations
 // ---------------------------------------------------------------------------
 
-export const ConversationId = Schema.String.check(
+export const ConversationId = text(
   Schema.isMinLength(1, { message: "Expected a non-empty conversationId" }),
   Schema.isMaxLength(200),
   Schema.isPattern(/^[^\u0000-\u001f\u007f]*$/, { message: "Expected no control characters" })
 )
 
+/** Whether a string can be a conversationId: the conversations list is keyed by them, so its cursors hold one. */
+export const isConversationId = Schema.is(ConversationId)
+
+/** The page query of an agent's conversations. */
+export const ConversationPageQuery = pageQuery(isConversationId)
+
+/** Whether a string can be a turn's index: a conversation's messages are paged by it. */
+export const isTurnIndex = (key: string) => /^[1-9]\d{0,8}$/.test(key)
+
+/** The page query of a conversation's turns. */
+export const TurnPageQuery = pageQuery(isTurnIndex)
+
 export const ChatRequest = Schema.Struct({
-  message: Schema.String.check(Schema.isMinLength(1, { message: "Expected a non-empty message" })),
+  message: text(Schema.isMinLength(1, { message: "Expected a non-empty message" })),
   conversationId: Schema.optionalKey(ConversationId)
 })
 export type ChatRequest = typeof ChatRequest.Type
@@ -169,13 +202,13 @@ export class AgentsApi extends HttpApiGroup.make("agents")
     }),
     HttpApiEndpoint.get("conversations", "/:id/conversations", {
       params: { id: AgentId },
-      query: PageQuery,
+      query: ConversationPageQuery,
       success: ConversationList,
       error: [NotFound, BadRequest]
     }),
     HttpApiEndpoint.get("turns", "/:id/conversations/:conversationId/messages", {
       params: conversationParams,
-      query: PageQuery,
+      query: TurnPageQuery,
       success: TurnList,
       error: [NotFound, BadRequest]
     }).annotate(OpenApi.Description, "The conversation's turns, oldest first, a page at a time (`limit`, `cursor`)."),
@@ -194,7 +227,7 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
   .add(
     HttpApiEndpoint.get("list", "/", {
       query: PageQuery,
-      success: AgentList,
+      success: V1AgentList,
       error: BadRequest
     }).annotate(RequiredScope, "read"),
     HttpApiEndpoint.post("chat", "/:id/chat", {

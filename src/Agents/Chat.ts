@@ -5,7 +5,7 @@ import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
 import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
 import { BadGateway, GatewayTimeout, invalidField, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
 import { Agents } from "./Agents.ts"
-import { type ChatRequest, defaultPageSize } from "./Api.ts"
+import { type ChatRequest, defaultPageSize, isConversationId, isTurnIndex } from "./Api.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
 
@@ -91,7 +91,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
     ) {
       yield* agents.get(tenantId, agentId)
-      const after = yield* decodeCursor(page.cursor)
+      const after = yield* decodeCursor(page.cursor, isConversationId)
       return yield* repo.conversations(tenantId, agentId, { after, limit: page.limit ?? defaultPageSize })
     })
 
@@ -103,10 +103,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
     ) {
       yield* agents.get(tenantId, agentId)
-      const cursor = yield* decodeCursor(page.cursor)
-      if (cursor !== null && !/^[1-9]\d{0,8}$/.test(cursor)) {
-        return yield* invalidField("cursor", "Expected the nextCursor of a previous page", "query")
-      }
+      const cursor = yield* decodeCursor(page.cursor, isTurnIndex)
       const total = yield* repo.turnCount(tenantId, agentId, conversationId)
       if (Option.isNone(total)) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
       const limit = page.limit ?? defaultPageSize

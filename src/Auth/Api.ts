@@ -8,6 +8,7 @@ import {
   OpenApi
 } from "effect/http-api"
 import { ApiKeyId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
+import { boundedArray, text } from "../Domain/Input.ts"
 import {
   Conflict,
   Forbidden,
@@ -79,12 +80,12 @@ export class ApiKeyAuth extends HttpApiMiddleware.Service<ApiKeyAuth, {
 // Accounts and sessions
 // ---------------------------------------------------------------------------
 
-export const Email = Schema.String.check(
+export const Email = text(
   Schema.isMaxLength(254),
   Schema.isPattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: "Expected an e-mail address" })
 )
 
-export const Password = Schema.String.check(
+export const Password = text(
   Schema.isMinLength(8, { message: "Expected a password of at least 8 characters" }),
   Schema.isMaxLength(1024)
 )
@@ -109,14 +110,14 @@ export type Tenant = typeof Tenant.Type
 export const RegisterRequest = Schema.Struct({
   email: Email,
   password: Password,
-  name: Schema.optionalKey(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200)))
+  name: Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200)))
 })
 
 export const Account = Schema.Struct({ user: User, tenant: Tenant })
 
 export const LoginRequest = Schema.Struct({
-  email: Schema.String.check(Schema.isMaxLength(254)),
-  password: Schema.String.check(Schema.isMaxLength(1024))
+  email: text(Schema.isMaxLength(254)),
+  password: text(Schema.isMaxLength(1024))
 })
 
 export const LoginResponse = Schema.Struct({
@@ -167,9 +168,15 @@ export const CreatedApiKey = Schema.Struct({
 })
 
 export const CreateApiKeyRequest = Schema.Struct({
-  name: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200)),
+  name: text(Schema.isMinLength(1), Schema.isMaxLength(200)),
   scopes: Schema.optionalKey(
-    Schema.Array(Scope).check(Schema.isMinLength(1, { message: "Expected at least one scope; omit scopes for all" }))
+    // Duplicates are dropped, so a list longer than the scopes themselves has nothing to say.
+    boundedArray(Scope, {
+      min: 1,
+      max: allScopes.length,
+      tooFew: "Expected at least one scope; omit scopes for all",
+      tooMany: `Expected at most ${allScopes.length} scopes`
+    })
   )
 })
 

@@ -1,5 +1,6 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { Text } from "../Domain/Input.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 
 /**
@@ -34,7 +35,7 @@ export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
   .add(
     HttpApiEndpoint.post("receive", "/api/webhooks/stripe", {
       headers: {
-        "stripe-signature": Schema.optionalKey(Schema.String).annotate({
+        "stripe-signature": Schema.optionalKey(Text).annotate({
           description: "`t=<unix seconds>,v1=<hex HMAC-SHA256>`, as Stripe signs every delivery."
         })
       },

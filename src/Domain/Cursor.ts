@@ -1,16 +1,34 @@
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 import { invalidField } from "./Problems.ts"
+import { text } from "./Input.ts"
 
-// Page cursors are opaque to clients: the last id of the page, base64url-encoded.
-export const encodeCursor = (id: string) => Buffer.from(id, "utf8").toString("base64url")
+// Page cursors are opaque to clients: the last key of the page (an id, or a
+// conversation's own id), base64url-encoded.
+export const encodeCursor = (key: string) => Buffer.from(key, "utf8").toString("base64url")
 
-/** The id a `cursor` query parameter stands for (null when absent), or a 400 naming it. */
-export const decodeCursor = (cursor: string | undefined) => {
+const cursorMessage = "Expected the nextCursor of a previous page of this list"
+
+/**
+ * The key a cursor stands for, if it is the canonical encoding of a key of its
+ * list. A tampered cursor (`AA` decodes to a NUL) or one from another list
+ * (a conversation id on a list of UUIDs) is not.
+ */
+const keyOf = (cursor: string, isKey: (key: string) => boolean): string | undefined => {
+  const key = Buffer.from(cursor, "base64url").toString("utf8")
+  return encodeCursor(key) === cursor && isKey(key) ? key : undefined
+}
+
+/** The `cursor` query parameter of a list keyed by what `isKey` accepts; anything else is a 400 naming it. */
+export const cursorParam = (isKey: (key: string) => boolean) =>
+  text(Schema.makeFilter((cursor: string) => keyOf(cursor, isKey) !== undefined || cursorMessage)).annotate({
+    description: "`nextCursor` of the previous page."
+  })
+
+/** The key a `cursor` stands for (null when absent), or a 400 naming it. */
+export const decodeCursor = (cursor: string | undefined, isKey: (key: string) => boolean) => {
   if (cursor === undefined) return Effect.succeed(null)
-  const id = Buffer.from(cursor, "base64url").toString("utf8")
-  return id !== "" && encodeCursor(id) === cursor
-    ? Effect.succeed(id)
-    : Effect.fail(invalidField("cursor", "Expected the nextCursor of a previous page", "query"))
+  const key = keyOf(cursor, isKey)
+  return key !== undefined ? Effect.succeed(key) : Effect.fail(invalidField("cursor", cursorMessage, "query"))
 }
 
 export interface Page<A> {

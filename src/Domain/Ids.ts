@@ -1,24 +1,26 @@
 import { Schema } from "effect"
 import * as Crypto from "node:crypto"
+import { Text } from "./Input.ts"
 
 // Ids are UUIDv7 strings: time-ordered, so the id alone is a stable cursor for
 // keyset pagination and keeps primary-key inserts at the end of the index.
-export const TenantId = Schema.String.pipe(Schema.brand("TenantId"))
+// Ids arrive in paths and bodies, so they are request text like any other.
+export const TenantId = Text.pipe(Schema.brand("TenantId"))
 export type TenantId = typeof TenantId.Type
 
-export const UserId = Schema.String.pipe(Schema.brand("UserId"))
+export const UserId = Text.pipe(Schema.brand("UserId"))
 export type UserId = typeof UserId.Type
 
-export const SessionId = Schema.String.pipe(Schema.brand("SessionId"))
+export const SessionId = Text.pipe(Schema.brand("SessionId"))
 export type SessionId = typeof SessionId.Type
 
-export const ApiKeyId = Schema.String.pipe(Schema.brand("ApiKeyId"))
+export const ApiKeyId = Text.pipe(Schema.brand("ApiKeyId"))
 export type ApiKeyId = typeof ApiKeyId.Type
 
-export const AgentId = Schema.String.pipe(Schema.brand("AgentId"))
+export const AgentId = Text.pipe(Schema.brand("AgentId"))
 export type AgentId = typeof AgentId.Type
 
-export const OrchestrationId = Schema.String.pipe(Schema.brand("OrchestrationId"))
+export const OrchestrationId = Text.pipe(Schema.brand("OrchestrationId"))
 export type OrchestrationId = typeof OrchestrationId.Type
 
 /** A new UUIDv7 (RFC 9562): 48-bit millisecond timestamp, then random bits. */

@@ -1,8 +1,9 @@
-import { Schema } from "effect"
+import { Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { PageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
+import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
 import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyStreams } from "../Domain/Problems.ts"
 
 export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
@@ -17,7 +18,7 @@ export const defaultTimeoutMs = 300_000
 /** Step ids and variable names: what may follow `steps.` and `variables.` in a template. */
 export const namePattern = /^[A-Za-z0-9_-]{1,64}$/
 
-export const StepId = Schema.String.check(
+export const StepId = text(
   Schema.isPattern(namePattern, { message: "Expected 1 to 64 letters, digits, `_` or `-`" })
 )
 
@@ -33,7 +34,7 @@ export type Step = typeof Step.Type
 export const StepInput = Schema.Struct({
   id: StepId,
   agentId: AgentId.check(Schema.isMaxLength(200)),
-  prompt: Schema.String.check(
+  prompt: text(
     Schema.isMinLength(1, { message: "Expected a non-empty prompt" }),
     Schema.isMaxLength(maxPromptLength, { message: `Expected a prompt of at most ${maxPromptLength} characters` })
   ).annotate({
@@ -41,22 +42,26 @@ export const StepInput = Schema.Struct({
       "STEP_ID is a step this one depends on, directly or through other steps."
   }),
   dependsOn: Schema.optionalKey(
-    Schema.Array(Schema.String).check(Schema.isMaxLength(maxSteps)).annotate({
+    boundedArray(Text, {
+      max: maxSteps,
       description: "Ids of the steps whose outputs this step waits for. Steps with no pending dependencies run in parallel."
     })
   )
 })
 
-export const Steps = Schema.Array(StepInput).check(
-  Schema.isMinLength(1, { message: "Expected at least one step" }),
-  Schema.isMaxLength(maxSteps, { message: `Expected at most ${maxSteps} steps` })
-).annotate({ description: "The output of an execution is the output of the last step of this list." })
+export const Steps = boundedArray(StepInput, {
+  min: 1,
+  max: maxSteps,
+  tooFew: "Expected at least one step",
+  tooMany: `Expected at most ${maxSteps} steps`,
+  description: "The output of an execution is the output of the last step of this list."
+})
 
-const Name = Schema.String.check(
+const Name = text(
   Schema.isMinLength(1, { message: "Expected a non-empty name" }),
   Schema.isMaxLength(200)
 )
-const Description = Schema.String.check(Schema.isMaxLength(2000))
+const Description = text(Schema.isMaxLength(2000))
 const TimeoutMs = Schema.Int.check(
   Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })
 ).annotate({ description: `Milliseconds an execution may run, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).` })
@@ -72,6 +77,12 @@ export const Orchestration = Schema.Struct({
   updatedAt: Schema.Date
 })
 export type Orchestration = typeof Orchestration.Type
+
+/**
+ * An orchestration as the key-authenticated API shows it. The reference uses
+ * only its id; its steps (prompts and agent ids) stay on the management routes.
+ */
+export const V1Orchestration = Orchestration.mapFields(Struct.pick(["id", "name", "description", "status", "createdAt"]))
 
 export const CreateOrchestration = Schema.Struct({
   name: Name,
@@ -93,6 +104,12 @@ export type UpdateOrchestration = typeof UpdateOrchestration.Type
 
 export const OrchestrationList = Schema.Struct({
   data: Schema.Array(Orchestration),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export const V1OrchestrationList = Schema.Struct({
+  data: Schema.Array(V1Orchestration),
   total: Schema.Int,
   nextCursor: Schema.NullOr(Schema.String)
 })
@@ -139,11 +156,9 @@ export const ExecutionStatus = Schema.Literals(["pending", "running", "completed
 export type ExecutionStatus = typeof ExecutionStatus.Type
 
 export const ExecuteRequest = Schema.Struct({
-  input: Schema.String.check(Schema.isMaxLength(maxPromptLength)),
+  input: text(Schema.isMaxLength(maxPromptLength)),
   variables: Schema.optionalKey(
-    Schema.Record(Schema.String, Schema.String.check(Schema.isMaxLength(maxPromptLength))).check(
-      Schema.isMaxProperties(100)
-    )
+    textRecord(text(Schema.isMaxLength(maxPromptLength)), { max: 100 })
   )
 })
 export type ExecuteRequest = typeof ExecuteRequest.Type
@@ -189,12 +204,12 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
   .add(
     HttpApiEndpoint.get("list", "/", {
       query: PageQuery,
-      success: OrchestrationList,
+      success: V1OrchestrationList,
       error: BadRequest
     }).annotate(RequiredScope, "read"),
     HttpApiEndpoint.post("execute", "/:id/execute", {
       params: { id: OrchestrationId },
-      headers: { "idempotency-key": Schema.optionalKey(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200))) },
+      headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
       payload: ExecuteRequest,
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
       error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted]
@@ -210,19 +225,19 @@ export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
     HttpApiEndpoint.get("list", "/", {
       query: {
         ...PageQuery,
-        orchestrationId: Schema.optionalKey(Schema.String),
+        orchestrationId: Schema.optionalKey(Text),
         status: Schema.optionalKey(ExecutionStatus)
       },
       success: ExecutionList,
       error: BadRequest
     }).annotate(RequiredScope, "read"),
     HttpApiEndpoint.get("get", "/:id", {
-      params: { id: Schema.String },
+      params: { id: Text },
       success: Execution,
       error: NotFound
     }).annotate(RequiredScope, "read"),
     HttpApiEndpoint.get("events", "/:id/events", {
-      params: { id: Schema.String },
+      params: { id: Text },
       success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
       error: [NotFound, TooManyStreams]
     }).annotate(RequiredScope, "read").annotate(
@@ -236,7 +251,7 @@ export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
         "`executionTimeout`) instead. Beyond MAX_EVENT_STREAMS_PER_TENANT open streams the answer is 429."
     ),
     HttpApiEndpoint.post("cancel", "/:id/cancel", {
-      params: { id: Schema.String },
+      params: { id: Text },
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
       error: [NotFound, Conflict]
     }).annotate(RequiredScope, "execute")

@@ -6,7 +6,7 @@ import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
-import { newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
+import { isId, newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, Conflict, NotFound, TooManyStreams } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
 import { type ExecuteRequest, ExecutionNotStarted, type ExecutionStatus } from "./Api.ts"
@@ -183,7 +183,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       readonly orchestrationId?: string | undefined
       readonly status?: ExecutionStatus | undefined
     }) {
-      const before = yield* decodeCursor(query.cursor)
+      const before = yield* decodeCursor(query.cursor, isId)
       const limit = query.limit ?? defaultPageSize
       const rows = yield* repo.page(tenantId, {
         orchestrationId: query.orchestrationId ?? null,

@@ -1,7 +1,7 @@
 import { Context, Effect, Layer, Option, Result } from "effect"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
-import type { OrchestrationId, TenantId } from "../Domain/Ids.ts"
+import { isId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
 import {
@@ -393,7 +393,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
-      const after = yield* decodeCursor(options.cursor)
+      const after = yield* decodeCursor(options.cursor, isId)
       return yield* repo.list(tenantId, {
         activeOnly: options.activeOnly,
         after,

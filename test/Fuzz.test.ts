@@ -42,6 +42,7 @@ layer(FuzzServer, { excludeTestServices: true })("fuzz", (it) => {
       const ready = yield* client.request("GET", "/health/ready")
       assert.strictEqual(ready.status, 200, `not ready after the fuzz run (FUZZ_SEED=${seed})`)
       assert.strictEqual(report.failures.length, 0, `${Fuzz.formatFailures(report)}\n${Fuzz.formatCounts(report)}`)
+      assert.deepStrictEqual(report.untried, [], "every route was tried with every kind of credential")
       // The run reached past authentication and validation into the handlers.
       const ok = Object.entries(report.byStatus).filter(([status]) => status.startsWith("2")).reduce((n, [, c]) => n + c, 0)
       assert.isAbove(ok, requests / 20, Fuzz.formatCounts(report))

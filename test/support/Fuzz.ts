@@ -263,7 +263,7 @@ export const prepare = async (
       orchestration: orchestrations,
       execution: { stable: executions, mutable: executions, expendable: executions },
       key: { stable: [bearer.id], mutable: [bearer.id], expendable: [...expendableKeys.map((k) => k.id), revoked.id] },
-      conversation: { stable: conversations, mutable: conversations, expendable: conversations.slice(2) }
+      conversation: { stable: conversations.slice(0, 2), mutable: conversations.slice(0, 2), expendable: conversations.slice(2) }
     },
     foreignIds: [foreignAgent, foreignKey],
     cursors,
@@ -634,6 +634,13 @@ const stripeEvent = (rng: Rng) => {
   return { id: `evt_${rng.int(1e9)}`, type, created: Math.floor(Date.now() / 1000) - rng.int(1000), data: { object } }
 }
 
+// The method acts on the last id of the path; the ids before it name parents, always stable ones.
+const pathId = (operation: Operation, name: string, method: string, fixtures: Fixtures, rng: Rng) => {
+  const kind = kindOf(operation.path, name)
+  const last = operation.path.match(/\{(\w+)\}/g)?.pop() === `{${name}}`
+  return kind === undefined ? text(rng) : rng.pick(poolFor(fixtures, kind, last ? method : "GET"))
+}
+
 /** The valid request of an operation, with real ids; mutations start from it. */
 const baseDraft = (operation: Operation, fixtures: Fixtures, rng: Rng): Draft => {
   let path = operation.path
@@ -642,9 +649,7 @@ const baseDraft = (operation: Operation, fixtures: Fixtures, rng: Rng): Draft =>
   let sign = false
   for (const parameter of operation.parameters) {
     if (parameter.in === "path") {
-      const kind = kindOf(operation.path, parameter.name)
-      const value = kind === undefined ? text(rng) : rng.pick(poolFor(fixtures, kind, operation.method))
-      path = path.replace(`{${parameter.name}}`, encodeURIComponent(value))
+      path = path.replace(`{${parameter.name}}`, encodeURIComponent(pathId(operation, parameter.name, operation.method, fixtures, rng)))
     } else if (parameter.in === "query") {
       if (!parameter.required && rng.chance(0.5)) continue
       const value = parameter.name === "limit"
@@ -815,7 +820,10 @@ const paramMutators: ReadonlyArray<readonly [number, Mutator]> = [
       return
     }
     const name = rng.pick(names)
-    const otherKinds = Object.values(fixtures.ids).flatMap((pools) => pools.stable)
+    // Ids of other kinds only: a stable id of the right kind could delete what later requests need.
+    const otherKinds = Object.entries(fixtures.ids)
+      .filter(([kind]) => kind !== kindOf(operation.path, name))
+      .flatMap(([, pools]) => pools.stable)
     const id = rng.weighted<string>([
       [6, rng.pick(badIds)],
       [2, rng.pick(otherKinds)],
@@ -932,8 +940,12 @@ const headerMutators: ReadonlyArray<readonly [number, Mutator]> = [
   }]
 ]
 
-const methodMutator: Mutator = (draft, _operation, _fixtures, rng) => {
+const methodMutator: Mutator = (draft, operation, fixtures, rng) => {
   draft.method = rng.pick(oddMethods)
+  // A DELETE may land on a route that has one: aim it at expendable resources only.
+  if (draft.method === "DELETE" && operation.method !== "DELETE") {
+    draft.path = operation.path.replace(/\{(\w+)\}/g, (_, name: string) => encodeURIComponent(pathId(operation, name, "DELETE", fixtures, rng)))
+  }
   draft.mutation = "method"
   draft.detail = draft.method
 }
@@ -1048,15 +1060,17 @@ const targetOf = (draft: Draft) =>
 
 /**
  * Request `index` of run `seed`: an operation and a credential (cycling so
- * every pair comes up, half the time the credential the operation wants), a
+ * every pair comes up, every other round the credential the operation wants), a
  * valid request with real ids, then one kind of breakage (or none).
  */
 export const generate = (operations: ReadonlyArray<Operation>, fixtures: Fixtures, seed: number, index: number): FuzzRequest => {
   const rng = new Rng(requestSeed(seed, index))
   const operation = operations[index % operations.length]!
-  const credential = rng.chance(0.5)
-    ? rng.pick(credentialsFor(operation))
-    : credentialKinds[Math.floor(index / operations.length) % credentialKinds.length]!
+  // Even rounds walk the credential kinds (every pair within 2 x operations x kinds requests), odd rounds use the right one.
+  const round = Math.floor(index / operations.length)
+  const credential = round % 2 === 0
+    ? credentialKinds[(round / 2) % credentialKinds.length]!
+    : rng.pick(credentialsFor(operation))
   const draft = baseDraft(operation, fixtures, rng)
   draft.headers.unshift(...credentialHeaders(credential, fixtures, rng))
   let framing: typeof framings[number] | undefined
@@ -1247,6 +1261,8 @@ export interface Report {
   readonly byStatus: Record<string, number>
   readonly byRoute: Record<string, Record<string, number>>
   readonly failures: ReadonlyArray<Failure>
+  /** `operation [credential]` pairs that no request tried. */
+  readonly untried: ReadonlyArray<string>
   /** The slowest requests, slowest first. */
   readonly slowest: ReadonlyArray<{ readonly request: FuzzRequest; readonly ms: number; readonly status: string }>
 }
@@ -1270,6 +1286,7 @@ export const run = async (options: RunOptions): Promise<Report> => {
   const byRoute: Record<string, Record<string, number>> = {}
   const failures: Array<Failure> = []
   const slowest: Array<{ readonly request: FuzzRequest; readonly ms: number; readonly status: string }> = []
+  const tried = new Set<string>()
   let next = 0
   const worker = async () => {
     while (next < options.requests) {
@@ -1279,6 +1296,7 @@ export const run = async (options: RunOptions): Promise<Report> => {
       if (request.operation.endsWith("/logout") && request.headers.some(([, value]) => value.includes(options.fixtures.sessionToken))) {
         request = await withFreshSession(options.baseUrl, options.fixtures, request)
       }
+      tried.add(`${request.operation} [${request.credential}]`)
       const sentAt = performance.now()
       const outcome = await send(port, request, options.timeoutMs ?? 20_000)
       const status = outcome.status === undefined ? "none" : String(outcome.status)
@@ -1292,7 +1310,10 @@ export const run = async (options: RunOptions): Promise<Report> => {
     }
   }
   await Promise.all(Array.from({ length: options.concurrency ?? 4 }, worker))
-  return { seed: options.seed, requests: options.requests, durationMs: performance.now() - startedAt, byStatus, byRoute, failures, slowest }
+  const untried = operations.flatMap((operation) =>
+    credentialKinds.filter((credential) => !tried.has(`${operation.name} [${credential}]`)).map((credential) => `${operation.name} [${credential}]`)
+  )
+  return { seed: options.seed, requests: options.requests, durationMs: performance.now() - startedAt, byStatus, byRoute, failures, untried, slowest }
 }
 
 const withFreshSession = async (baseUrl: string, fixtures: Fixtures, request: FuzzRequest): Promise<FuzzRequest> => {

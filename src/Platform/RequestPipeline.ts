@@ -9,7 +9,7 @@ import {
   ProblemDetails
 } from "effect/http"
 import * as Crypto from "node:crypto"
-import { STATUS_CODES } from "node:http"
+import { type Server, STATUS_CODES } from "node:http"
 import type { unhandled } from "effect/Types"
 import { AppConfig } from "../Config.ts"
 import { findSqlError, isDataException, isUnavailable } from "../Database/Errors.ts"
@@ -119,7 +119,9 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
 
           let response: HttpServerResponse.HttpServerResponse
           const declaredLength = Number(request.headers["content-length"] ?? 0)
-          if (declaredLength > maxBodyBytes) {
+          if (lacksHost(request)) {
+            response = problem(400, requestId, "An HTTP/1.1 request needs a Host header")
+          } else if (declaredLength > maxBodyBytes) {
             response = problem(413, requestId, `The request body is larger than ${maxBodyBytes} bytes`, {
               connection: "close"
             })
@@ -219,3 +221,50 @@ const withSecurityHeaders = (response: HttpServerResponse.HttpServerResponse, he
   }
   return HttpServerResponse.setHeaders(response, missing)
 }
+
+// Node's own Host check (off, see answerUnparsable) would answer with a bare 400; HTTP/1.0 needs no Host.
+const lacksHost = (request: HttpServerRequest.HttpServerRequest) =>
+  request.headers.host === undefined && (request.source as { readonly httpVersion?: string }).httpVersion === "1.1"
+
+/**
+ * Node answers a request it cannot parse (broken framing, a bad header line,
+ * an unknown method, headers over its size limit) on its own, before the
+ * pipeline ever sees it, with a bare status line. This gives those answers
+ * the same problem+json body and a request id. The server must be created
+ * with `requireHostHeader: false`: the pipeline answers a missing Host.
+ */
+export const answerUnparsable = (server: Server): Server =>
+  server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
+    // Nothing to answer on a reset socket, and nothing more once a response has started.
+    if (error.code === "ECONNRESET" || !socket.writable || (socket as { bytesWritten?: number }).bytesWritten !== 0) {
+      socket.destroy()
+      return
+    }
+    const status = error.code === "HPE_HEADER_OVERFLOW"
+      ? 431
+      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+      ? 408
+      : 400
+    const requestId = Crypto.randomUUID()
+    const body = JSON.stringify({
+      type: "about:blank",
+      title: STATUS_CODES[status],
+      status,
+      detail: status === 431
+        ? "The request headers are larger than the limit"
+        : status === 408
+        ? "The request took too long to arrive"
+        : "The request is not valid HTTP",
+      requestId
+    })
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n` +
+        `content-type: ${ProblemDetails.contentType}\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\n` +
+        `${requestIdHeader}: ${requestId}\r\n` +
+        "x-content-type-options: nosniff\r\n" +
+        "cache-control: no-store\r\n" +
+        "connection: close\r\n\r\n" +
+        body
+    )
+  })

@@ -87,7 +87,10 @@ const main = async () => {
         ANTHROPIC_API_KEY: "sk-ant-fuzz",
         MODEL_MAX_RETRIES: "0",
         STRIPE_WEBHOOK_SECRET: stripeSecret,
-        METRICS_ENABLED: "true"
+        METRICS_ENABLED: "true",
+        // Its accounts log in again and again; throttling is tested on its own.
+        AUTH_ATTEMPTS_PER_ACCOUNT: "1000000",
+        AUTH_ATTEMPTS_PER_ADDRESS: "1000000"
       },
       stdio: ["ignore", log, log]
     })

@@ -22,7 +22,11 @@ const FuzzServer = Layer.unwrap(Effect.gen(function*() {
     anthropicBaseUrl: anthropic.url,
     anthropicApiKey: Option.some(Redacted.make("sk-ant-fuzz")),
     modelMaxRetries: 0,
-    stripeWebhookSecret: Option.some(Redacted.make(stripeSecret))
+    stripeWebhookSecret: Option.some(Redacted.make(stripeSecret)),
+    // The fuzzer logs its accounts in again and again (fresh sessions for
+    // logouts); throttling has tests of its own (test/Auth/Throttle.test.ts).
+    authAttemptsPerAccount: 1_000_000,
+    authAttemptsPerAddress: 1_000_000
   })
 }))
 

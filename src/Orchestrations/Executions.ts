@@ -86,6 +86,16 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return issues
     }
 
+    // The answer to a request whose Idempotency-Key names an execution already
+    // accepted: that execution where it is now, or a 409 for another request.
+    const replayOf = (
+      claimed: { readonly id: string; readonly orchestrationId: string; readonly status: ExecutionStatus; readonly requestHash: string | null },
+      hash: string | null
+    ) =>
+      claimed.requestHash !== hash
+        ? Effect.fail(new Conflict({ detail: "This Idempotency-Key was used with a different request" }))
+        : Effect.succeed({ executionId: claimed.id, status: claimed.status, orchestrationId: claimed.orchestrationId })
+
     const start = Effect.fn("Executions.start")(function*(
       tenantId: TenantId,
       orchestrationId: OrchestrationId,
@@ -101,8 +111,18 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           errors: issues
         })
       }
-      // A spent token budget refuses the run up front; each step checks again.
-      yield* budget.admitWork(tenantId)
+      // A spent token budget refuses a new run up front (each step checks
+      // again), but not the replay of one accepted before: that answers as
+      // any replay does, with the execution the key names.
+      const spent = yield* budget.admitWork(tenantId).pipe(
+        Effect.as(undefined),
+        Effect.catchTag("TokenBudgetSpent", Effect.succeed)
+      )
+      if (spent !== undefined) {
+        const earlier = idempotencyKey === undefined ? Option.none() : yield* repo.claimedBy(tenantId, idempotencyKey)
+        if (Option.isNone(earlier)) return yield* spent
+        return yield* replayOf(earlier.value, requestHash(orchestrationId, request))
+      }
       const orchestration = yield* orchestrations.get(tenantId, orchestrationId)
       if (orchestration.status !== "active") return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
       const variables = request.variables ?? {}
@@ -141,13 +161,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           : undefined
         return { claimed, starting }
       }))
-      if (starting === undefined) {
-        if (claimed.requestHash !== hash) {
-          return yield* new Conflict({ detail: "This Idempotency-Key was used with a different request" })
-        }
-        // A replay reports where the execution is now.
-        return { executionId: claimed.id, status: claimed.status, orchestrationId: claimed.orchestrationId }
-      }
+      if (starting === undefined) return yield* replayOf(claimed, hash)
       // The answer waits a bounded time; the start itself goes on regardless.
       // The execution is stored either way, so a 503 names it: the client
       // polls it instead of executing again.

@@ -240,6 +240,16 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         return yield* Schema.decodeUnknownEffect(Claimed)(rows[0])
       }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("ExecutionsRepo.insert"))
 
+    /** The execution an idempotency key (still valid) names, if any, as insert would find it. */
+    const claimedBy = SqlSchema.findOneOption({
+      Request: Schema.Struct({ tenantId: Schema.String, idempotencyKey: Schema.String }),
+      Result: Claimed,
+      execute: ({ tenantId, idempotencyKey }) =>
+        sql`SELECT id, orchestration_id, status, request_hash, false AS fresh FROM executions
+            WHERE tenant_id = ${tenantId} AND idempotency_key = ${idempotencyKey}
+              AND created_at >= now() - interval '24 hours'`
+    })
+
     const get = SqlSchema.findOneOption({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
       Result: Execution,
@@ -405,6 +415,8 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       pruneMessages,
       notStarted,
       insert,
+      claimedBy: (tenantId: TenantId, idempotencyKey: string) =>
+        claimedBy({ tenantId, idempotencyKey }).pipe(Effect.orDie, Effect.withSpan("ExecutionsRepo.claimedBy")),
       get: (tenantId: TenantId, id: string) =>
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
       // The workflow's statements keep their errors typed: it retries what is

@@ -119,10 +119,12 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
           }
         })
         assert.strictEqual(created.status, 201, created.text)
-        const started = yield* client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
-          headers: TestServer.bearer(key),
-          body: { input: "x" }
-        })
+        const execute = (idempotencyKey: string, input: string) =>
+          client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
+            headers: { ...TestServer.bearer(key), "idempotency-key": idempotencyKey },
+            body: { input }
+          })
+        const started = yield* execute("budget-run", "x")
         assert.strictEqual(started.status, 202, started.text)
         const execution = yield* waitFinal(key, started.body.executionId)
         assert.strictEqual(execution.status, "failed")
@@ -132,6 +134,22 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
         // Only the first step reached the model.
         assert.strictEqual(fake.requests.length, 1)
         assert.deepInclude((yield* billing(account)).body, { tokensUsedToday: 1050, tokensRemainingToday: 0 })
+
+        // With the budget spent, a replay still answers with the execution
+        // its key names; a new run, or the key with another body, does not.
+        const replay = yield* execute("budget-run", "x")
+        assert.strictEqual(replay.status, 202, replay.text)
+        assert.deepStrictEqual(replay.body, {
+          executionId: started.body.executionId,
+          status: "failed",
+          orchestrationId: created.body.id
+        })
+        const other = yield* execute("budget-run", "y")
+        assert.strictEqual(other.status, 409, other.text)
+        const fresh = yield* execute("another-run", "x")
+        assert.strictEqual(fresh.status, 429, fresh.text)
+        assert.strictEqual(fresh.body.type, "urn:agent-host:problem:token-budget-spent")
+        assert.strictEqual(fake.requests.length, 1)
       }))
 
     it.effect("the count is exact under concurrent chats: it is the sum of the turns' tokens", () =>

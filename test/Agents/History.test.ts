@@ -1,5 +1,5 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
@@ -8,16 +8,9 @@ import { TestClient } from "../support/TestServer.ts"
 const openaiKey = "sk-history-test"
 const instructions = "You are Scout."
 
-const withFake = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  return TestServer.layer({
-    openaiBaseUrl: openai.url,
-    openaiApiKey: Option.some(Redacted.make(openaiKey)),
-    modelTimeout: Duration.seconds(20),
-    modelMaxRetries: 0,
+const withFake = TestServer.layerWithFakeOpenAi(openaiKey, {
     modelContextTokens: 16_000
-  }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-}))
+})
 
 const setUp = Effect.gen(function*() {
   const client = yield* TestClient

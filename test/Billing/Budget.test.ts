@@ -1,5 +1,5 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Option } from "effect"
 import { SqlClient } from "effect/sql"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
@@ -8,18 +8,11 @@ import { type Account, TestClient } from "../support/TestServer.ts"
 const openaiKey = "sk-budget-test"
 
 // Free: 1,000 tokens a day and two models; pro: any OpenAI model.
-const withFake = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  return TestServer.layer({
-    openaiBaseUrl: openai.url,
-    openaiApiKey: Option.some(Redacted.make(openaiKey)),
-    modelTimeout: Duration.seconds(20),
-    modelMaxRetries: 0,
+const withFake = TestServer.layerWithFakeOpenAi(openaiKey, {
     freeDailyTokens: 1000,
     freeModels: Option.some(["local", "openai/gpt-4o-mini"]),
     proModels: Option.some(["local", "openai/*"])
-  }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-}))
+})
 
 const billing = (account: Account) =>
   Effect.flatMap(TestClient, (client) =>

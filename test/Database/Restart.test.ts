@@ -3,27 +3,16 @@ import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Scope } from "effect"
 import { Reactivity } from "effect/reactivity"
 import * as Fs from "node:fs/promises"
-import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Embedded from "../../src/Database/Embedded.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { freePort } from "../support/Process.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
 const openaiKey = "sk-restart-test"
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen({ host: "127.0.0.1", port: 0 }, () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
 
 /** Waits for `condition` (checked every 100 ms), failing the test past `seconds`. */
 const waitUntil = (what: string, seconds: number, condition: Effect.Effect<boolean>) =>
@@ -48,7 +37,7 @@ describe("a Postgres restart under load", () => {
         yield* Effect.promise(() => Fs.chmod(root, 0o755))
         const options = {
           dataDir: Path.join(root, "postgres"),
-          port: yield* Effect.promise(freePort),
+          port: yield* freePort,
           osUser: process.env.EMBEDDED_POSTGRES_USER ?? "postgres"
         }
         const startPostgres = Effect.gen(function*() {

@@ -1,5 +1,5 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Effect } from "effect"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -8,21 +8,14 @@ const openaiKey = "sk-bounds-test"
 
 // Small bounds, so that each one is easy to cross: a prompt may render to 300
 // characters, an input is at most 100 and a variable value at most 50.
-const withFake = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  return TestServer.layer({
-    openaiBaseUrl: openai.url,
-    openaiApiKey: Option.some(Redacted.make(openaiKey)),
-    modelTimeout: Duration.seconds(20),
-    modelMaxRetries: 0,
+const withFake = TestServer.layerWithFakeOpenAi(openaiKey, {
     maxMessageChars: 100,
     maxPromptChars: 300,
     maxVariableChars: 50,
     maxVariables: 2,
     maxVariableNameChars: 64,
     maxSteps: 3
-  }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-}))
+})
 
 const setUp = Effect.gen(function*() {
   const client = yield* TestClient

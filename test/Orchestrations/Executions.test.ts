@@ -1,20 +1,12 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Effect } from "effect"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
 const openaiKey = "sk-exec-test"
 
-const withFake = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  return TestServer.layer({
-    openaiBaseUrl: openai.url,
-    openaiApiKey: Option.some(Redacted.make(openaiKey)),
-    modelTimeout: Duration.seconds(20),
-    modelMaxRetries: 0
-  }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-}))
+const withFake = TestServer.layerWithFakeOpenAi(openaiKey)
 
 const setUp = (orchestration: (agentId: string) => Record<string, unknown>) =>
   Effect.gen(function*() {

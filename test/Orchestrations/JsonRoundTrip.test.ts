@@ -1,6 +1,6 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Duration, Effect, Option } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { AppConfig } from "../../src/Config.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
@@ -9,15 +9,7 @@ import { TestClient } from "../support/TestServer.ts"
 
 const openaiKey = "sk-json-test"
 
-const withFake = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  return TestServer.layer({
-    openaiBaseUrl: openai.url,
-    openaiApiKey: Option.some(Redacted.make(openaiKey)),
-    modelTimeout: Duration.seconds(20),
-    modelMaxRetries: 0
-  }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-}))
+const withFake = TestServer.layerWithFakeOpenAi(openaiKey)
 
 // The service's own database, read as stored: no renaming of anything.
 const rawSql = Effect.gen(function*() {

@@ -1,5 +1,5 @@
 import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer, Logger, Option, Redacted } from "effect"
+import { Context, Duration, Effect, Layer, Logger, Option, Redacted } from "effect"
 import { HttpServer } from "effect/http"
 import { SqlClient } from "effect/sql"
 import * as Crypto from "node:crypto"
@@ -7,6 +7,7 @@ import { inject } from "vitest"
 import { AppConfig, type AppSettings } from "../../src/Config.ts"
 import * as Sql from "../../src/Database/Sql.ts"
 import * as Server from "../../src/Server.ts"
+import { FakeOpenAi } from "./FakeOpenAi.ts"
 
 /** A database of its own for one test file, dropped when the file is done. */
 export const TestDatabaseUrl = Effect.gen(function*() {
@@ -170,3 +171,19 @@ export const createAgent = (account: Account, body: Record<string, unknown> = {}
     if (created.status !== 201) return yield* Effect.die(new Error(`create agent: ${created.status} ${created.text}`))
     return created.body as { id: string; name: string; status: string }
   })
+
+/**
+ * The service with its OpenAI provider on a fake at loopback that expects
+ * `apiKey` (20 s per call, no retries), and the fake itself for the test.
+ */
+export const layerWithFakeOpenAi = (apiKey: string, overrides: Partial<AppSettings> = {}) =>
+  Layer.unwrap(Effect.gen(function*() {
+    const openai = yield* FakeOpenAi.make({ apiKey })
+    return layer({
+      openaiBaseUrl: openai.url,
+      openaiApiKey: Option.some(Redacted.make(apiKey)),
+      modelTimeout: Duration.seconds(20),
+      modelMaxRetries: 0,
+      ...overrides
+    }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
+  }))

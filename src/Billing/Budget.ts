@@ -88,6 +88,8 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
 
     /** Before a model call: the plan may use `model` and has tokens left today. */
     const admit = Effect.fn("TokenBudget.admit")(function*(tenantId: TenantId, model: string) {
+      // Nothing to read when nothing is enforced and every plan may use every model.
+      if (!config.enforceDailyLimits && [config.freeModels, config.proModels, config.businessModels].every(Option.isNone)) return
       const today = yield* standing(tenantId)
       if (!modelAllowed(modelsOf(today.plan), model)) return yield* refuseModel(today.plan, model)
       return yield* unspent(today)
@@ -95,7 +97,9 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
 
     /** Before work that will call models (an execution): the plan has tokens left today. */
     const admitWork = Effect.fn("TokenBudget.admitWork")(function*(tenantId: TenantId) {
-      return yield* unspent(yield* standing(tenantId))
+      // Nothing to read when nothing is enforced.
+      if (!config.enforceDailyLimits) return
+      yield* unspent(yield* standing(tenantId))
     })
 
     /** After a model call: its tokens (input plus output) count against today's budget. */

@@ -15,10 +15,13 @@ const Consumed = Schema.Struct({
 
 const Usage = Schema.Struct({ plan: Plan, used: Schema.Int, tokens: Schema.Number })
 
-/** The SQL of request counting, on the counting pool. */
+/** The SQL of request and token counting: writes on the counting pool, reads on the main one. */
 export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/BillingRepo", {
   make: Effect.gen(function*() {
     const sql = yield* CounterSql
+    // Reading a day's standing commits nothing: it leaves the counting pool's
+    // few connections to the counts themselves.
+    const reads = yield* SqlClient.SqlClient
 
     const ensureDay = (tenantId: TenantId, day: string) =>
       sql`INSERT INTO daily_usage (tenant_id, day, count) VALUES (${tenantId}, ${day}, 0)
@@ -66,7 +69,7 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
       Request: Schema.Struct({ tenantId: Schema.String, day: Schema.String }),
       Result: Usage,
       execute: (r) =>
-        sql`SELECT t.plan, COALESCE(u.count, 0) AS used, COALESCE(u.tokens, 0)::float8 AS tokens
+        reads`SELECT t.plan, COALESCE(u.count, 0) AS used, COALESCE(u.tokens, 0)::float8 AS tokens
             FROM tenants t LEFT JOIN daily_usage u ON u.tenant_id = t.id AND u.day = ${r.day}
             WHERE t.id = ${r.tenantId}`
     })

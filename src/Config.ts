@@ -116,6 +116,10 @@ export interface AppSettings {
   readonly eventStreamMaxDuration: Duration.Duration
   /** How long the cluster's stored messages of a finished execution's workflow are kept. */
   readonly executionMessagesRetention: Duration.Duration
+  /** Bound on the closing turn of a team run that reached a limit (it may run past the run's timeout by this much). */
+  readonly teamClosingTurnTimeout: Duration.Duration
+  /** How long the cluster's stored messages of a finished team run's workflow are kept. */
+  readonly teamRunMessagesRetention: Duration.Duration
   /** OTLP/HTTP endpoint for traces (e.g. http://collector:4318); absent: nothing is exported. */
   readonly otelEndpoint: Option.Option<string>
   readonly otelServiceName: string
@@ -135,6 +139,20 @@ export interface AppSettings {
   readonly allowedOrigins: ReadonlyArray<string>
   /** Least severe log level written: Trace, Debug, Info, Warn, Error, Fatal or None. */
   readonly logLevel: LogLevel.LogLevel
+  /** Outbound webhooks may target private, loopback and link-local addresses (never the cloud metadata ones). */
+  readonly webhookAllowPrivate: boolean
+  /** Waits between a webhook's delivery attempts; one more attempt than waits. */
+  readonly webhookRetrySchedule: ReadonlyArray<Duration.Duration>
+  /** Bound on one delivery attempt (connect, send, answer). */
+  readonly webhookTimeout: Duration.Duration
+  /** An endpoint whose every attempt failed for this long is disabled. */
+  readonly webhookDisableAfter: Duration.Duration
+  /** How long the previous signing secret still signs after a rotation. */
+  readonly webhookRotationOverlap: Duration.Duration
+  /** How long the cluster's stored messages of a finished webhook delivery are kept. */
+  readonly webhookMessagesRetention: Duration.Duration
+  /** Key (base64 of 32 bytes) that encrypts webhook signing secrets at rest; absent: a key file under .data. */
+  readonly webhookSecretKey: Option.Option<Redacted.Redacted<string>>
 }
 
 export interface RunnerEndpoint {
@@ -215,6 +233,41 @@ const oneOf = <A>(name: string, choices: Readonly<Record<string, A>>, shown: Rea
     name
   ).pipe(Config.map((raw) => pick(raw)!))
 }
+
+// `100ms`, `5s`, `5m`, `2h`, `1d`, or effect's own `5 seconds`.
+const durationPattern = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|millis?|seconds?|minutes?|hours?|days?)$/i
+const durationUnits: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+const parseDuration = (raw: string): Duration.Duration | undefined => {
+  const match = durationPattern.exec(raw.trim())
+  if (match === null) return undefined
+  const unit = match[2]!.toLowerCase()
+  const factor = durationUnits[unit] ?? durationUnits[unit.startsWith("milli") ? "ms" : unit[0]!]!
+  return Duration.millis(Number(match[1]) * factor)
+}
+
+/** A comma-separated list of durations (`5s,5m,30m`); anything else stops the start naming the bad entry. */
+const durationList = (name: string, fallback: string) =>
+  Config.schema(
+    Schema.String.check(Schema.makeFilter((raw: string) => {
+      const entries = raw.split(",").map((entry) => entry.trim())
+      const bad = entries.find((entry) => parseDuration(entry) === undefined)
+      return bad === undefined ||
+        `Expected comma-separated durations such as 5s,5m,30m,2h (ms, s, m, h, d), got ${JSON.stringify(bad)}`
+    })),
+    name
+  ).pipe(
+    Config.withDefault(fallback),
+    Config.map((raw) => raw.split(",").map((entry) => parseDuration(entry)!))
+  )
+
+/** A key of 32 bytes in base64; anything else stops the start. */
+const base64Key = (name: string) =>
+  Config.schema(
+    Schema.Redacted(Schema.String.check(Schema.makeFilter((raw: string) =>
+      Buffer.from(raw.trim(), "base64").length === 32 || "Expected the base64 encoding of 32 bytes (openssl rand -base64 32)"
+    ))),
+    name
+  )
 
 const flag = (name: string) =>
   oneOf(
@@ -304,6 +357,8 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))
   ),
+  teamClosingTurnTimeout: Config.Duration("TEAM_CLOSING_TURN_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
+  teamRunMessagesRetention: Config.Duration("TEAM_RUN_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
   otelEndpoint: Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT")),
   otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
   metricsEnabled: flag("METRICS_ENABLED").pipe(Config.withDefault(true)),
@@ -315,7 +370,14 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   allowedOrigins: commaList("ALLOWED_ORIGINS", []).pipe(
     Config.map((origins) => origins.map((origin) => origin.replace(/\/+$/, "").toLowerCase()))
   ),
-  logLevel: logLevel.pipe(Config.withDefault("Info" as const))
+  logLevel: logLevel.pipe(Config.withDefault("Info" as const)),
+  webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
+  webhookRetrySchedule: durationList("WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h"),
+  webhookTimeout: Config.Duration("WEBHOOK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(15))),
+  webhookDisableAfter: Config.Duration("WEBHOOK_DISABLE_AFTER").pipe(Config.withDefault(Duration.days(5))),
+  webhookRotationOverlap: Config.Duration("WEBHOOK_ROTATION_OVERLAP").pipe(Config.withDefault(Duration.hours(24))),
+  webhookMessagesRetention: Config.Duration("WEBHOOK_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
+  webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY"))
 }).pipe(Config.map((settings): AppSettings => ({
   ...settings,
   maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)

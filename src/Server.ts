@@ -26,6 +26,12 @@ import * as Cluster from "./Platform/Cluster.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
+import * as TeamsHttp from "./Teams/Http.ts"
+import { TeamsRepo } from "./Teams/Repo.ts"
+import { TeamRuns } from "./Teams/TeamRuns.ts"
+import * as TeamRunWorkflow from "./Teams/TeamRunWorkflow.ts"
+import * as WebhookDelivery from "./Webhooks/Delivery.ts"
+import { Webhooks } from "./Webhooks/Webhooks.ts"
 
 /** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, and the request pipeline. */
 export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
@@ -46,7 +52,8 @@ export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
     AgentsHttp.layer,
     BillingHttp.layer,
     StripeWebhookHttp.layer,
-    OrchestrationsHttp.layer
+    OrchestrationsHttp.layer,
+    TeamsHttp.layer
   ]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
   // One quota per process: the middleware and the billing route share its batches.
@@ -65,15 +72,30 @@ export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
   )
 }))
 
-/** The cluster and the entities and workflows it runs on this node, with what they need. */
-export const EntitiesLayer = Layer.mergeAll(Conversation.layer, ExecutionWorkflow.layer).pipe(
-  Layer.provide([Models.layer, AgentsRepo.layer, ExecutionsRepo.layer, TokenBudget.layer]),
+/**
+ * The cluster and the entities and workflows it runs on this node, with what
+ * they need; also outbound webhooks (their deliveries are workflows, and the
+ * outbox sweep a singleton), which the routes and the runs use.
+ */
+export const EntitiesLayer = Layer.mergeAll(
+  Conversation.layer,
+  ExecutionWorkflow.layer,
+  TeamRunWorkflow.layer,
+  WebhookDelivery.layer,
+  Webhooks.sweeper
+).pipe(
+  Layer.provide([Models.layer, AgentsRepo.layer, ExecutionsRepo.layer, TokenBudget.layer, TeamsRepo.layer]),
+  Layer.provideMerge(Webhooks.layer),
   Layer.provideMerge(ClusterWorkflowEngine.layer),
   Layer.provideMerge(Cluster.layer)
 )
 
 /** The whole service, given its settings. */
-export const ServiceLayer = Layer.mergeAll(HttpLayer, Executions.sweeper.pipe(Layer.provide(Executions.layer))).pipe(
+export const ServiceLayer = Layer.mergeAll(
+  HttpLayer,
+  Executions.sweeper.pipe(Layer.provide(Executions.layer)),
+  TeamRuns.sweeper.pipe(Layer.provide(TeamRuns.layer))
+).pipe(
   Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer),
   Layer.provide(Observability.TracingLayer)

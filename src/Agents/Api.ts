@@ -78,7 +78,7 @@ export const defaultPageSize = 50
 export const maxPageSize = 200
 
 /** `limit` and `cursor` of a list whose keys (and so whose cursors' contents) are what `isKey` accepts. */
-const pageQuery = (isKey: (key: string) => boolean) => ({
+export const pageQuery = (isKey: (key: string) => boolean) => ({
   limit: Schema.optionalKey(
     Schema.NumberFromString.pipe(
       Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxPageSize })))

@@ -1,5 +1,6 @@
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
+import { tenantPage } from "../Database/Page.ts"
 import { pageOf } from "../Domain/Cursor.ts"
 import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from "./Api.ts"
@@ -12,42 +13,20 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
     const sql = yield* SqlClient.SqlClient
     const cols = sql.literal(columns)
 
-    // The page and the total in one statement; only an empty page needs the count on its own.
-    const AgentWithTotal = Schema.Struct({ ...Agent.fields, total: Schema.Int })
-    const page = SqlSchema.findAll({
-      Request: Schema.Struct({
-        tenantId: Schema.String,
-        activeOnly: Schema.Boolean,
-        after: Schema.NullOr(Schema.String),
-        limit: Schema.Int
-      }),
-      Result: AgentWithTotal,
-      execute: (request) => {
-        const scope = sql.and([
-          sql`tenant_id = ${request.tenantId}`,
-          ...(request.activeOnly ? [sql`status = 'active'`] : [])
-        ])
-        return sql`SELECT ${cols}, (SELECT count(*)::int FROM agents WHERE ${scope}) AS total
-                   FROM agents WHERE ${scope} ${request.after === null ? sql`` : sql`AND id > ${request.after}`}
-                   ORDER BY id LIMIT ${request.limit}`
-      }
-    })
-
-    const count = (tenantId: TenantId, activeOnly: boolean) =>
-      sql<{ total: number }>`SELECT count(*)::int AS total FROM agents WHERE ${
-        sql.and([sql`tenant_id = ${tenantId}`, ...(activeOnly ? [sql`status = 'active'`] : [])])
-      }`.pipe(Effect.map((rows) => rows[0]?.total ?? 0))
-
-    const list = Effect.fn("AgentsRepo.list")(function*(tenantId: TenantId, options: {
+    const list = (tenantId: TenantId, options: {
       readonly activeOnly: boolean
       readonly after: string | null
       readonly limit: number
-    }) {
-      // One extra row tells whether another page follows.
-      const rows = yield* page({ tenantId, activeOnly: options.activeOnly, after: options.after, limit: options.limit + 1 })
-      const total = rows.length > 0 ? rows[0]!.total : yield* count(tenantId, options.activeOnly)
-      return pageOf(rows, options.limit, total)
-    }, Effect.orDie)
+    }) =>
+      tenantPage({
+        table: "agents",
+        columns,
+        row: Agent,
+        tenantId,
+        filters: options.activeOnly ? [sql`status = 'active'`] : [],
+        after: options.after,
+        limit: options.limit
+      }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.list"))
 
     const insert = SqlSchema.findOne({
       Request: Schema.Struct({

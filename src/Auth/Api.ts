@@ -76,6 +76,18 @@ export class ApiKeyAuth extends HttpApiMiddleware.Service<ApiKeyAuth, {
   error: [Unauthorized, Forbidden, TooManyRequests]
 }) {}
 
+/** /api/public: `X-API-Key: <API key>`, the same keys, scopes and quota as /api/v1. */
+export class ApiKeyHeaderAuth extends HttpApiMiddleware.Service<ApiKeyHeaderAuth, {
+  provides: CurrentPrincipal
+}>()("agent-host/ApiKeyHeaderAuth", {
+  security: {
+    apiKeyHeader: HttpApiSecurity.apiKey({ key: "X-API-Key", in: "header" }).pipe(
+      HttpApiSecurity.annotate(OpenApi.Description, "An API key (`ak_...`) in the `X-API-Key` header.")
+    )
+  },
+  error: [Unauthorized, Forbidden, TooManyRequests]
+}) {}
+
 // ---------------------------------------------------------------------------
 // Accounts and sessions
 // ---------------------------------------------------------------------------

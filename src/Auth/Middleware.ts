@@ -3,7 +3,7 @@ import { HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint } from "effect/http-api"
 import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
 import { Accounts } from "./Accounts.ts"
-import { ApiKeyAuth, CurrentPrincipal, RequiredScope, SessionAuth, sessionCookieName } from "./Api.ts"
+import { ApiKeyAuth, ApiKeyHeaderAuth, CurrentPrincipal, RequiredScope, SessionAuth, sessionCookieName } from "./Api.ts"
 import { Quota } from "../Billing/Quota.ts"
 import { AppConfig } from "../Config.ts"
 import { ApiKeys } from "./ApiKeys.ts"
@@ -152,8 +152,16 @@ export const ApiKeyAuthLayer = Layer.effect(
     }))
 )
 
+export const ApiKeyHeaderAuthLayer = Layer.effect(
+  ApiKeyHeaderAuth,
+  Effect.map(makeApiKeyCheck, (check) =>
+    ApiKeyHeaderAuth.of({
+      apiKeyHeader: (httpEffect, { credential, endpoint }) => check(httpEffect, credential, endpoint)
+    }))
+)
+
 /** The auth middlewares. */
-export const layer = Layer.mergeAll(SessionAuthLayer, ApiKeyAuthLayer).pipe(
+export const layer = Layer.mergeAll(SessionAuthLayer, ApiKeyAuthLayer, ApiKeyHeaderAuthLayer).pipe(
   Layer.provide(ApiKeys.layer)
 )
 

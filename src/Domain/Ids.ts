@@ -23,6 +23,9 @@ export type AgentId = typeof AgentId.Type
 export const OrchestrationId = Text.pipe(Schema.brand("OrchestrationId"))
 export type OrchestrationId = typeof OrchestrationId.Type
 
+export const TeamId = Text.pipe(Schema.brand("TeamId"))
+export type TeamId = typeof TeamId.Type
+
 /** A new UUIDv7 (RFC 9562): 48-bit millisecond timestamp, then random bits. */
 export const newId = (): string => {
   const bytes = Crypto.randomBytes(16)

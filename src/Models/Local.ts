@@ -1,5 +1,6 @@
 import { Effect, Stream } from "effect"
 import { LanguageModel, type Prompt, type Response } from "effect/ai"
+import { localRoomTurn } from "../Teams/Room.ts"
 import { countTokens } from "./Tokens.ts"
 
 /**
@@ -74,6 +75,9 @@ export const reply = (system: string, turns: ReadonlyArray<Turn>): string => {
   const lastUser = turns.findLastIndex((turn) => turn.role === "user")
   if (lastUser === -1) return `${replyPrefix}There is no message to answer yet.`
   const message = turns[lastUser]!.content
+  // A turn in a team's room follows the room's protocol instead of chatting.
+  const roomTurn = localRoomTurn(message)
+  if (roomTurn !== undefined) return replyPrefix + roomTurn
   const earlier = turns.slice(0, lastUser).filter((turn) => turn.role === "user").map((turn) => turn.content)
   const words = contentWords(message)
   const instructions = sentencesOf(system)

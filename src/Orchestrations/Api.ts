@@ -5,6 +5,7 @@ import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
 import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyStreams } from "../Domain/Problems.ts"
+import { DeliveryList, DeliveryPageQuery, Redelivery, SigningSecret, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
 export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
 export type OrchestrationStatus = typeof OrchestrationStatus.Type
@@ -79,6 +80,29 @@ export const Orchestration = Schema.Struct({
 export type Orchestration = typeof Orchestration.Type
 
 /**
+ * An orchestration as the management routes show it: with its webhook, and,
+ * in the one answer that made a new signing secret, that secret.
+ */
+export const OrchestrationView = Schema.Struct({
+  ...Orchestration.fields,
+  ...WebhookState.fields,
+  signingSecret: Schema.optionalKey(Schema.String.annotate({
+    description: "The webhook's signing secret (`whsec_...`), only in the answer that set a first webhook URL."
+  }))
+})
+export type OrchestrationView = typeof OrchestrationView.Type
+
+// Where executions' events go: `execution.completed`, `execution.failed`, `execution.cancelled`.
+const webhookFields = {
+  outputWebhookUrl: Schema.optionalKey(Schema.NullOr(WebhookUrl)).annotate({
+    description: "Where the signed events of finished executions are sent; null removes the webhook."
+  }),
+  webhookEnabled: Schema.optionalKey(Schema.Boolean).annotate({
+    description: "Turns the webhook on or off (on by default once a URL is set); turning it on again re-enables a disabled one."
+  })
+}
+
+/**
  * An orchestration as the key-authenticated API shows it. The reference uses
  * only its id; its steps (prompts and agent ids) stay on the management routes.
  */
@@ -89,7 +113,8 @@ export const CreateOrchestration = Schema.Struct({
   description: Schema.optionalKey(Description),
   status: Schema.optionalKey(OrchestrationStatus),
   steps: Steps,
-  timeoutMs: Schema.optionalKey(TimeoutMs)
+  timeoutMs: Schema.optionalKey(TimeoutMs),
+  ...webhookFields
 })
 export type CreateOrchestration = typeof CreateOrchestration.Type
 
@@ -98,12 +123,13 @@ export const UpdateOrchestration = Schema.Struct({
   description: Schema.optionalKey(Description),
   status: Schema.optionalKey(OrchestrationStatus),
   steps: Schema.optionalKey(Steps),
-  timeoutMs: Schema.optionalKey(TimeoutMs)
+  timeoutMs: Schema.optionalKey(TimeoutMs),
+  ...webhookFields
 })
 export type UpdateOrchestration = typeof UpdateOrchestration.Type
 
 export const OrchestrationList = Schema.Struct({
-  data: Schema.Array(Orchestration),
+  data: Schema.Array(OrchestrationView),
   total: Schema.Int,
   nextCursor: Schema.NullOr(Schema.String)
 })
@@ -123,25 +149,48 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
     }),
     HttpApiEndpoint.post("create", "/", {
       payload: CreateOrchestration,
-      success: Orchestration.pipe(HttpApiSchema.status(201)),
+      success: OrchestrationView.pipe(HttpApiSchema.status(201)),
       error: BadRequest
     }),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: OrchestrationId },
-      success: Orchestration,
+      success: OrchestrationView,
       error: NotFound
     }),
     HttpApiEndpoint.put("update", "/:id", {
       params: { id: OrchestrationId },
       payload: UpdateOrchestration,
-      success: Orchestration,
+      success: OrchestrationView,
       error: [NotFound, BadRequest]
     }),
     HttpApiEndpoint.delete("remove", "/:id", {
       params: { id: OrchestrationId },
       success: HttpApiSchema.NoContent,
       error: NotFound
-    })
+    }),
+    HttpApiEndpoint.get("deliveries", "/:id/deliveries", {
+      params: { id: OrchestrationId },
+      query: DeliveryPageQuery,
+      success: DeliveryList,
+      error: [NotFound, BadRequest]
+    }).annotate(OpenApi.Description, "Every attempt to deliver the orchestration's webhook events, newest first."),
+    HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
+      params: { id: OrchestrationId, eventId: Text },
+      success: Redelivery.pipe(HttpApiSchema.status(202)),
+      error: NotFound
+    }).annotate(
+      OpenApi.Description,
+      "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry schedule."
+    ),
+    HttpApiEndpoint.post("rotateSecret", "/:id/webhook/secret", {
+      params: { id: OrchestrationId },
+      success: SigningSecret,
+      error: [NotFound, Conflict]
+    }).annotate(
+      OpenApi.Description,
+      "A new signing secret, shown once. The previous one also signs deliveries until `previousSecretExpiresAt` " +
+        "(WEBHOOK_ROTATION_OVERLAP). 409 when the orchestration has no webhook URL."
+    )
   )
   .middleware(SessionAuth)
   .prefix("/api/orchestrations")

@@ -1,13 +1,13 @@
-import { Cause, Clock, Context, Duration, Effect, Fiber, Layer, Metric, Option, Schedule, Stream } from "effect"
-import { Singleton } from "effect/cluster"
+import { Clock, Context, Duration, Effect, Layer, Metric, Option } from "effect"
 import type { WorkflowEngine } from "effect/workflow"
 import * as Crypto from "node:crypto"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
+import * as DurableRuns from "../Platform/DurableRuns.ts"
 import { Metrics } from "../Platform/Observability.ts"
-import { decodeCursor, pageOf } from "../Domain/Cursor.ts"
+import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
-import { BadRequest, Conflict, NotFound, TooManyStreams } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
 import { type ExecuteRequest, ExecutionNotStarted, type ExecutionStatus } from "./Api.ts"
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
@@ -51,6 +51,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
     const config = yield* AppConfig
     const budget = yield* TokenBudget
+    const slots = yield* DurableRuns.EventStreamSlots
 
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
@@ -134,12 +135,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         })
       }
       const hash = idempotencyKey === undefined ? null : requestHash(orchestrationId, request)
-      // Once the execution is stored, its start goes out even if the caller
-      // hangs up or its answer gives up waiting: the two are not interrupted
-      // in between, and the start runs on its own fiber, which the request
-      // only waits for.
-      const { claimed, starting } = yield* Effect.uninterruptible(Effect.gen(function*() {
-        const claimed = yield* repo.insert({
+      const claimed = yield* DurableRuns.startStored({
+        insert: repo.insert({
           id: newId(),
           tenantId,
           orchestrationId,
@@ -149,39 +146,14 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           timeoutMs: orchestration.timeoutMs,
           idempotencyKey: idempotencyKey ?? null,
           requestHash: hash
-        })
-        // The workflow's start message is stored by the cluster before this
-        // completes; an execution stored without it (a crash in between) is
-        // started by the sweeps below.
-        const starting = claimed.fresh
-          ? yield* Effect.forkDetach(startWorkflow(claimed.id).pipe(Effect.timeoutOrElse({
-            duration: "1 minute",
-            orElse: () => Effect.logWarning("An execution's start was not taken within a minute; the sweeps will start it")
-          })))
-          : undefined
-        return { claimed, starting }
-      }))
-      if (starting === undefined) return yield* replayOf(claimed, hash)
-      // The answer waits a bounded time; the start itself goes on regardless.
-      // The execution is stored either way, so a 503 names it: the client
-      // polls it instead of executing again.
-      const notStarted = new ExecutionNotStarted({
-        detail: "The execution is stored and will start shortly",
-        executionId: claimed.id
+        }),
+        start: startWorkflow,
+        timeout: config.clusterCallTimeout,
+        notStarted: (executionId) =>
+          new ExecutionNotStarted({ detail: "The execution is stored and will start shortly", executionId }),
+        what: "An execution"
       })
-      yield* Fiber.join(starting).pipe(
-        Effect.timeoutOrElse({ duration: config.clusterCallTimeout, orElse: () => Effect.fail(notStarted) }),
-        Effect.catchCause((cause) =>
-          Cause.hasInterruptsOnly(cause)
-            ? Effect.failCause(cause)
-            : Effect.andThen(
-              Effect.logWarning("An execution's start failed; the sweeps will start it", cause).pipe(
-                Effect.annotateLogs({ executionId: claimed.id })
-              ),
-              Effect.fail(notStarted)
-            )
-        )
-      )
+      if (!claimed.fresh) return yield* replayOf(claimed, hash)
       return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
     })
 
@@ -199,13 +171,12 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     }) {
       const before = yield* decodeCursor(query.cursor, isId)
       const limit = query.limit ?? defaultPageSize
-      const rows = yield* repo.page(tenantId, {
+      return yield* repo.page(tenantId, {
         orchestrationId: query.orchestrationId ?? null,
         status: query.status ?? null,
         before,
-        limit: limit + 1
+        limit
       })
-      return pageOf(rows, limit, rows.length > 0 ? rows[0]!.total : 0)
     })
 
     const cancel = Effect.fn("Executions.cancel")(function*(tenantId: TenantId, id: string) {
@@ -231,29 +202,6 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
     })
 
-    // Open event streams by tenant, on this node. Each stream polls Postgres,
-    // so a tenant holds at most MAX_EVENT_STREAMS_PER_TENANT of them at once.
-    const openStreams = new Map<string, number>()
-    const holdStream = (tenantId: TenantId) =>
-      Effect.gen(function*() {
-        const open = openStreams.get(tenantId) ?? 0
-        if (open >= config.maxEventStreamsPerTenant) {
-          return yield* new TooManyStreams({
-            detail: `At most ${config.maxEventStreamsPerTenant} event streams may be open at once; close one first`,
-            limit: config.maxEventStreamsPerTenant
-          })
-        }
-        openStreams.set(tenantId, open + 1)
-        // Released with the request's scope: when the stream ends, fails or
-        // the client goes away, even before the body started.
-        yield* Effect.addFinalizer(() =>
-          Effect.sync(() => {
-            const left = (openStreams.get(tenantId) ?? 1) - 1
-            if (left <= 0) openStreams.delete(tenantId)
-            else openStreams.set(tenantId, left)
-          })
-        )
-      })
 
     /**
      * The execution's events as they happen: what is logged already, then
@@ -266,7 +214,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const events = Effect.fn("Executions.events")(function*(tenantId: TenantId, id: string, lastEventId: string) {
       const deadline = yield* repo.deadline(tenantId, id)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No execution ${id}` })
-      yield* holdStream(tenantId)
+      // One cap for every kind of stream a tenant opens on this node.
+      yield* slots.hold(tenantId)
       const now = yield* Clock.currentTimeMillis
       const executionEnd = deadline.value + finalEventGraceMs
       const streamEnd = now + Duration.toMillis(config.eventStreamMaxDuration)
@@ -275,67 +224,30 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         reason: executionEnd <= streamEnd ? "executionTimeout" : "maxDuration"
       }
 
-      // What the client has received: where a last catch-up starts, and whether it is over.
-      let delivered = /^\d{1,18}$/.test(lastEventId) ? lastEventId : "0"
-      let finished = false
-      const live = Stream.paginate(delivered, (after: string) =>
-        Effect.gen(function*() {
-          const batch: ReadonlyArray<ExecutionEvent> = yield* repo.events(id, after)
-          if (batch.length === 0) {
-            yield* Effect.sleep("250 millis")
-            return [batch, Option.some(after)] as const
-          }
-          const done = batch.some((event) => finalEvents.has(event.type))
-          return [batch, done ? Option.none<string>() : Option.some(batch[batch.length - 1]!.id)] as const
-        })).pipe(
-          Stream.interruptWhen(Effect.sleep(Duration.millis(Math.max(0, Math.min(executionEnd, streamEnd) - now)))),
-          Stream.tap((event) =>
-            Effect.sync(() => {
-              delivered = event.id
-              if (finalEvents.has(event.type)) finished = true
-            })
-          )
-        )
-      // Out of time: whatever was logged meanwhile, then `stream.end` unless the run just finished.
-      const last = Stream.unwrap(Effect.suspend(() =>
-        finished ? Effect.succeed(Stream.empty) : Effect.map(repo.events(id, delivered), (batch) =>
-          Stream.fromIterable<ExecutionEvent | StreamEnd>(
-            batch.some((event) => finalEvents.has(event.type)) ? batch : [...batch, end]
-          ))
-      ))
-      return Stream.concat<ExecutionEvent | StreamEnd, never, never, ExecutionEvent | StreamEnd, never, never>(live, last)
+      return DurableRuns.followLog<ExecutionEvent, StreamEnd>({
+        read: (after) => repo.events(id, after),
+        isFinal: (type) => finalEvents.has(type),
+        lastEventId,
+        now,
+        endsAt: Math.min(executionEnd, streamEnd),
+        end
+      })
     })
 
-    /** Starts what is unfinished (idempotent: a running workflow is left alone). */
-    const sweep = Effect.flatMap(repo.unfinished, (ids) => Effect.forEach(ids, startWorkflow, { discard: true }))
-
-    // Under overload a stored start can sit unread for a while; a start sent
-    // again is a no-op for a run that exists, and wakes one that waits.
-    const nudge = Effect.gen(function*() {
-      const ids = yield* repo.notStarted(10)
-      if (ids.length === 0) return
-      yield* Effect.logWarning("Executions accepted over 10 s ago have not started; starting them again").pipe(
-        Effect.annotateLogs({ count: ids.length })
-      )
-      yield* Effect.forEach(ids, startWorkflow, { discard: true })
-    })
-
-    // The cluster keeps every stored message of a workflow after it ends;
-    // the read model has what clients need, so those of executions finished
-    // over EXECUTION_MESSAGES_RETENTION ago are deleted, a batch at a time.
+    // The cluster's stored messages of executions finished over
+    // EXECUTION_MESSAGES_RETENTION ago are deleted by the sweeps.
     const entityType = `Workflow/${ExecutionWorkflow._tag}`
-    const prune = Effect.gen(function*() {
-      const seconds = Duration.toSeconds(config.executionMessagesRetention)
-      let pruned = 0
-      for (let batch = 0; batch < 20; batch++) {
-        const ids = yield* repo.unpruned(seconds, 500)
-        if (ids.length === 0) break
-        const entityIds = yield* Effect.forEach(ids, (executionId) => ExecutionWorkflow.executionId({ executionId }))
-        yield* repo.pruneMessages(ids, entityType, entityIds)
-        pruned += ids.length
-        if (ids.length < 500) break
-      }
-      return pruned
+    const sweeps = (reap: Effect.Effect<void>): DurableRuns.Sweeps => ({
+      unfinished: repo.unfinished,
+      notStarted: repo.notStarted,
+      start: startWorkflow,
+      reap,
+      unpruned: (limit) => repo.unpruned(Duration.toSeconds(config.executionMessagesRetention), limit),
+      prune: (ids) =>
+        Effect.flatMap(
+          Effect.forEach(ids, (executionId) => ExecutionWorkflow.executionId({ executionId })),
+          (entityIds) => repo.pruneMessages(ids, entityType, entityIds)
+        )
     })
 
     // An execution's timeout holds whatever became of its workflow (its node
@@ -358,39 +270,25 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           ), { discard: true, concurrency: 10 })
     })
 
-    return { start, get, list, cancel, events, sweep, nudge, reap, prune } as const
+    const durable = sweeps(reap)
+    return {
+      start,
+      get,
+      list,
+      cancel,
+      events,
+      sweeps: durable,
+      sweep: DurableRuns.sweep(durable),
+      nudge: DurableRuns.nudge(durable, "Executions"),
+      reap,
+      prune: DurableRuns.prune(durable)
+    } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer, DurableRuns.EventStreamSlots.layer]))
 
-  /**
-   * At start and then every minute, unfinished executions are (re)started
-   * and finished ones' stored workflow messages past their retention deleted;
-   * every 5 s, those accepted over 10 s ago and not yet started are, and
-   * those past their timeout are failed. A
-   * cluster singleton: one node sweeps, and another takes over if it stops.
-   */
-  static readonly sweeper = Singleton.make(
-    "ExecutionsSweep",
-    Effect.gen(function*() {
-      const executions = yield* Executions
-      yield* executions.nudge.pipe(
-        Effect.delay("5 seconds"),
-        Effect.catchCause((cause) => Effect.logWarning("Execution nudge failed", cause)),
-        Effect.forever,
-        Effect.forkScoped
-      )
-      yield* executions.reap.pipe(
-        Effect.catchCause((cause) => Effect.logWarning("Execution timeout sweep failed", cause)),
-        Effect.delay("5 seconds"),
-        Effect.forever,
-        Effect.forkScoped
-      )
-      yield* executions.sweep.pipe(
-        Effect.andThen(executions.prune),
-        Effect.catchCause((cause) => Effect.logWarning("Execution sweep failed", cause)),
-        Effect.repeat(Schedule.spaced("1 minute"))
-      )
-    })
-  )
+  /** The sweeps of executions (DurableRuns.sweeper), a cluster singleton. */
+  static readonly sweeper = DurableRuns.sweeper("ExecutionsSweep", "Executions", Effect.gen(function*() {
+    return (yield* Executions).sweeps
+  }))
 }

@@ -15,7 +15,7 @@ export const OrchestrationsHttp = HttpApiBuilder.group(
     return handlers.handleAll({
       list: Effect.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.list(tenantId, { activeOnly: false, ...query })
+        return yield* orchestrations.listViews(tenantId, query)
       }),
       create: Effect.fn(function*({ payload }) {
         const { tenantId } = yield* CurrentPrincipal
@@ -23,7 +23,7 @@ export const OrchestrationsHttp = HttpApiBuilder.group(
       }),
       get: Effect.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.get(tenantId, params.id)
+        return yield* orchestrations.view(tenantId, params.id)
       }),
       update: Effect.fn(function*({ params, payload }) {
         const { tenantId } = yield* CurrentPrincipal
@@ -32,6 +32,18 @@ export const OrchestrationsHttp = HttpApiBuilder.group(
       remove: Effect.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         yield* orchestrations.remove(tenantId, params.id)
+      }),
+      deliveries: Effect.fn(function*({ params, query }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* orchestrations.deliveries(tenantId, params.id, query)
+      }),
+      redeliver: Effect.fn(function*({ params }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* orchestrations.redeliver(tenantId, params.id, params.eventId)
+      }),
+      rotateSecret: Effect.fn(function*({ params }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* orchestrations.rotateSecret(tenantId, params.id)
       })
     })
   })

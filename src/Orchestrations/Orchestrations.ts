@@ -4,9 +4,13 @@ import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
+import type { WebhookState } from "../Webhooks/Api.ts"
+import { Webhooks } from "../Webhooks/Webhooks.ts"
 import {
   type CreateOrchestration,
   defaultTimeoutMs,
+  type Orchestration,
+  type OrchestrationView,
   type Step,
   type UpdateOrchestration
 } from "./Api.ts"
@@ -361,6 +365,8 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
   make: Effect.gen(function*() {
     const repo = yield* OrchestrationsRepo
     const config = yield* AppConfig
+    const webhooks = yield* Webhooks
+    const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
     const limits = {
       maxPromptChars: config.maxPromptChars,
       maxInputChars: config.maxMessageChars,
@@ -401,21 +407,65 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       })
     })
 
+    const ownerOf = (id: string) => ({ kind: "orchestration" as const, id })
+
+    const withWebhook = (
+      orchestration: Orchestration,
+      webhook: { readonly state: WebhookState; readonly signingSecret: string | null }
+    ): OrchestrationView => ({
+      ...orchestration,
+      ...webhook.state,
+      ...(webhook.signingSecret === null ? {} : { signingSecret: webhook.signingSecret })
+    })
+
+    const webhookChange = (input: { readonly outputWebhookUrl?: string | null; readonly webhookEnabled?: boolean }) =>
+      input.outputWebhookUrl === undefined && input.webhookEnabled === undefined
+        ? undefined
+        : { url: input.outputWebhookUrl, enabled: input.webhookEnabled }
+
+    /** The management routes' list: each orchestration with its webhook. */
+    const listViews = Effect.fn("Orchestrations.listViews")(function*(tenantId: TenantId, options: {
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+    }) {
+      const page = yield* list(tenantId, { activeOnly: false, ...options })
+      const states = yield* webhooks.states(tenantId, "orchestration", page.data.map((orchestration) => orchestration.id))
+      return {
+        ...page,
+        data: page.data.map((orchestration) =>
+          withWebhook(orchestration, { state: states.get(orchestration.id)!, signingSecret: null })
+        )
+      }
+    })
+
+    // The webhook is set once the orchestration exists; a URL it refuses
+    // (400) takes the new orchestration away again.
     const create = Effect.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {
       yield* checkSteps(tenantId, input.steps)
-      return yield* repo.insert(tenantId, {
+      const orchestration = yield* repo.insert(tenantId, {
         name: input.name,
         description: input.description ?? "",
         status: input.status ?? "active",
         steps: input.steps,
         timeoutMs: input.timeoutMs ?? defaultTimeoutMs
       })
+      const change = webhookChange(input)
+      if (change === undefined) return withWebhook(orchestration, { state: noWebhook, signingSecret: null })
+      const webhook = yield* webhooks.configure(tenantId, ownerOf(orchestration.id), change, ["payload", "outputWebhookUrl"]).pipe(
+        Effect.tapError(() => repo.remove(tenantId, orchestration.id))
+      )
+      return withWebhook(orchestration, webhook)
     })
 
     const get = Effect.fn("Orchestrations.get")(function*(tenantId: TenantId, id: OrchestrationId) {
       const orchestration = yield* repo.findById(tenantId, id)
       if (Option.isNone(orchestration)) return yield* notFound(id)
       return orchestration.value
+    })
+
+    const view = Effect.fn("Orchestrations.view")(function*(tenantId: TenantId, id: OrchestrationId) {
+      const orchestration = yield* get(tenantId, id)
+      return withWebhook(orchestration, { state: yield* webhooks.state(tenantId, ownerOf(id)), signingSecret: null })
     })
 
     // Invalid steps are refused before the lookup, the same way for a missing
@@ -426,17 +476,41 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       input: UpdateOrchestration
     ) {
       if (input.steps !== undefined) yield* checkSteps(tenantId, input.steps)
+      const change = webhookChange(input)
+      // A refused webhook URL changes nothing else: it is set (and checked) first, on an orchestration that exists.
+      const webhook = change === undefined
+        ? { state: yield* webhooks.state(tenantId, ownerOf(id)), signingSecret: null }
+        : yield* Effect.andThen(get(tenantId, id), webhooks.configure(tenantId, ownerOf(id), change, ["payload", "outputWebhookUrl"]))
       const orchestration = yield* repo.update(tenantId, id, input)
       if (Option.isNone(orchestration)) return yield* notFound(id)
-      return orchestration.value
+      return withWebhook(orchestration.value, webhook)
     })
 
     const remove = Effect.fn("Orchestrations.remove")(function*(tenantId: TenantId, id: OrchestrationId) {
       const removed = yield* repo.remove(tenantId, id)
       if (!removed) return yield* notFound(id)
+      yield* webhooks.remove(tenantId, ownerOf(id))
     })
 
-    return { list, create, get, update, remove } as const
+    const deliveries = Effect.fn("Orchestrations.deliveries")(function*(tenantId: TenantId, id: OrchestrationId, query: {
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+    }) {
+      yield* get(tenantId, id)
+      return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
+    })
+
+    const redeliver = Effect.fn("Orchestrations.redeliver")(function*(tenantId: TenantId, id: OrchestrationId, eventId: string) {
+      yield* get(tenantId, id)
+      return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
+    })
+
+    const rotateSecret = Effect.fn("Orchestrations.rotateSecret")(function*(tenantId: TenantId, id: OrchestrationId) {
+      yield* get(tenantId, id)
+      return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
+    })
+
+    return { list, listViews, create, get, view, update, remove, deliveries, redeliver, rotateSecret } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(OrchestrationsRepo.layer))

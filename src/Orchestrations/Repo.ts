@@ -1,8 +1,10 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer, Option, Schema } from "effect"
-import { SqlSchema } from "effect/sql"
-import { pageOf } from "../Domain/Cursor.ts"
+import { SqlClient, SqlSchema } from "effect/sql"
+import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
+import { tenantPage } from "../Database/Page.ts"
 import { type AgentId, isId, newId, type OrchestrationId, TenantId } from "../Domain/Ids.ts"
+import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { Execution, ExecutionStatus, Orchestration, type OrchestrationStatus, Step } from "./Api.ts"
 
 const columns = "id, name, description, status, steps, timeout_ms, created_at, updated_at"
@@ -17,42 +19,20 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
     // JSON is stored as given (the client renames columns only), so steps
     // keep `agentId` and `dependsOn`; Orchestration decodes the steps read back.
 
-    // The page and the total in one statement; only an empty page needs the count on its own.
-    const OrchestrationWithTotal = Schema.Struct({ ...Orchestration.fields, total: Schema.Int })
-    const page = SqlSchema.findAll({
-      Request: Schema.Struct({
-        tenantId: Schema.String,
-        activeOnly: Schema.Boolean,
-        after: Schema.NullOr(Schema.String),
-        limit: Schema.Int
-      }),
-      Result: OrchestrationWithTotal,
-      execute: (request) => {
-        const scope = sql.and([
-          sql`tenant_id = ${request.tenantId}`,
-          ...(request.activeOnly ? [sql`status = 'active'`] : [])
-        ])
-        return sql`SELECT ${cols}, (SELECT count(*)::int FROM orchestrations WHERE ${scope}) AS total
-                   FROM orchestrations WHERE ${scope} ${request.after === null ? sql`` : sql`AND id > ${request.after}`}
-                   ORDER BY id LIMIT ${request.limit}`
-      }
-    })
-
-    const count = (tenantId: TenantId, activeOnly: boolean) =>
-      sql<{ total: number }>`SELECT count(*)::int AS total FROM orchestrations WHERE ${
-        sql.and([sql`tenant_id = ${tenantId}`, ...(activeOnly ? [sql`status = 'active'`] : [])])
-      }`.pipe(Effect.map((rows) => rows[0]?.total ?? 0))
-
-    const list = Effect.fn("OrchestrationsRepo.list")(function*(tenantId: TenantId, options: {
+    const list = (tenantId: TenantId, options: {
       readonly activeOnly: boolean
       readonly after: string | null
       readonly limit: number
-    }) {
-      // One extra row tells whether another page follows.
-      const rows = yield* page({ tenantId, activeOnly: options.activeOnly, after: options.after, limit: options.limit + 1 })
-      const total = rows.length > 0 ? rows[0]!.total : yield* count(tenantId, options.activeOnly)
-      return pageOf(rows, options.limit, total)
-    }, Effect.orDie)
+    }) =>
+      tenantPage({
+        table: "orchestrations",
+        columns,
+        row: Orchestration,
+        tenantId,
+        filters: options.activeOnly ? [sql`status = 'active'`] : [],
+        after: options.after,
+        limit: options.limit
+      }).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.list"))
 
     const insert = SqlSchema.findOne({
       Request: Schema.Struct({
@@ -182,6 +162,8 @@ const Snapshot = Schema.Struct({
 })
 export type Snapshot = typeof Snapshot.Type
 
+// What an execute with an Idempotency-Key claims or finds.
+const claimedColumns = "id, orchestration_id, status, request_hash"
 const Claimed = Schema.Struct({
   id: Schema.String,
   orchestrationId: Schema.String,
@@ -190,9 +172,16 @@ const Claimed = Schema.Struct({
   fresh: Schema.Boolean
 })
 
+interface Fields {
+  readonly output?: string
+  readonly error?: string
+  readonly tokensUsed?: number
+}
+
 export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-host/ExecutionsRepo", {
   make: Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
+    const webhooks = yield* Webhooks
     const cols = sql.literal(executionColumns)
 
     /**
@@ -210,45 +199,23 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       readonly idempotencyKey: string | null
       readonly requestHash: string | null
     }) =>
-      Effect.gen(function*() {
-        if (input.idempotencyKey !== null) {
-          // An expired key may be used again.
-          yield* sql`UPDATE executions SET idempotency_key = NULL
-                     WHERE tenant_id = ${input.tenantId} AND idempotency_key = ${input.idempotencyKey}
-                       AND created_at < now() - interval '24 hours'`
-        }
-        const claim = sql`
-          WITH inserted AS (
-            INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms,
-                                    idempotency_key, request_hash)
-            VALUES (${input.id}, ${input.tenantId}, ${input.orchestrationId}, 'pending', ${input.input},
-                    ${sql.json(input.variables)}, ${sql.json(input.steps)}, ${input.timeoutMs},
-                    ${input.idempotencyKey}, ${input.requestHash})
-            ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-            RETURNING id, orchestration_id, status, request_hash, true AS fresh
-          )
-          SELECT * FROM inserted
-          UNION ALL
-          SELECT id, orchestration_id, status, request_hash, false AS fresh FROM executions
-          WHERE tenant_id = ${input.tenantId} AND idempotency_key = ${input.idempotencyKey}
-            AND NOT EXISTS (SELECT 1 FROM inserted)`
-        // When another request with the same key commits while this statement
-        // waits on it, the insert does nothing and the statement's snapshot
-        // cannot see that row yet; the next statement can.
-        let rows = yield* claim
-        for (let attempt = 0; rows.length === 0 && attempt < 3; attempt++) rows = yield* claim
-        return yield* Schema.decodeUnknownEffect(Claimed)(rows[0])
-      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("ExecutionsRepo.insert"))
-
-    /** The execution an idempotency key (still valid) names, if any, as insert would find it. */
-    const claimedBy = SqlSchema.findOneOption({
-      Request: Schema.Struct({ tenantId: Schema.String, idempotencyKey: Schema.String }),
-      Result: Claimed,
-      execute: ({ tenantId, idempotencyKey }) =>
-        sql`SELECT id, orchestration_id, status, request_hash, false AS fresh FROM executions
-            WHERE tenant_id = ${tenantId} AND idempotency_key = ${idempotencyKey}
-              AND created_at >= now() - interval '24 hours'`
-    })
+      claimKeyed({
+        table: "executions",
+        returning: claimedColumns,
+        claimed: Claimed,
+        tenantId: input.tenantId,
+        idempotencyKey: input.idempotencyKey,
+        insert: sql`INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms,
+                                            idempotency_key, request_hash)
+                    VALUES (${input.id}, ${input.tenantId}, ${input.orchestrationId}, 'pending', ${input.input},
+                            ${sql.json(input.variables)}, ${sql.json(input.steps)}, ${input.timeoutMs},
+                            ${input.idempotencyKey}, ${input.requestHash})`
+      }).pipe(
+        Effect.provideService(SqlClient.SqlClient, sql),
+        sql.withTransaction,
+        Effect.orDie,
+        Effect.withSpan("ExecutionsRepo.insert")
+      )
 
     const get = SqlSchema.findOneOption({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
@@ -278,52 +245,81 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             FROM executions WHERE id = ${id}`
     })
 
-    const page = SqlSchema.findAll({
-      Request: Schema.Struct({
-        tenantId: Schema.String,
-        orchestrationId: Schema.NullOr(Schema.String),
-        status: Schema.NullOr(Schema.String),
-        before: Schema.NullOr(Schema.String),
-        limit: Schema.Int
-      }),
-      Result: Schema.Struct({ ...Execution.fields, total: Schema.Int }),
-      execute: (r) => {
-        const filters = sql.and([
-          sql`tenant_id = ${r.tenantId}`,
-          ...(r.orchestrationId === null ? [] : [sql`orchestration_id = ${r.orchestrationId}`]),
-          ...(r.status === null ? [] : [sql`status = ${r.status}`])
-        ])
-        return sql`SELECT ${cols}, (SELECT count(*)::int FROM executions WHERE ${filters}) AS total
-                   FROM executions WHERE ${filters} ${r.before === null ? sql`` : sql`AND id < ${r.before}`}
-                   ORDER BY id DESC LIMIT ${r.limit}`
-      }
-    })
+    // Whether the execution's orchestration has a webhook that takes events:
+    // asked inside the statements that finish executions, so that finishing
+    // one without a webhook costs no extra round trip.
+    const hasWebhook = sql`EXISTS (SELECT 1 FROM webhook_endpoints w
+      WHERE w.tenant_id = executions.tenant_id AND w.owner_kind = 'orchestration'
+        AND w.owner_id = executions.orchestration_id AND w.enabled AND w.disabled_reason IS NULL)`
+
+    const setFinal = (to: ExecutionStatus, fields: Fields) =>
+      sql`status = ${to},
+          output = COALESCE(${fields.output ?? null}, output),
+          error = COALESCE(${fields.error ?? null}, error),
+          tokens_used = COALESCE(${fields.tokensUsed ?? null}, tokens_used),
+          started_at = CASE WHEN ${to} = 'running' THEN COALESCE(started_at, now()) ELSE started_at END,
+          completed_at = CASE WHEN ${to} IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END`
+
+    const logged = sql`INSERT INTO execution_events (execution_id, type, data)
+      SELECT id, 'execution.' || status,
+             jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
+      FROM updated`
+
+    const encodeExecution = Schema.encodeSync(Schema.toCodecJson(Execution))
+    const decodeFinished = Schema.decodeUnknownEffect(Schema.Struct({ ...Execution.fields, tenantId: TenantId }))
+
+    /**
+     * The final status of an execution whose orchestration has a webhook:
+     * the status, its event and the webhook's event (the outbox) in one
+     * transaction; the webhook's delivery starts once it is committed.
+     */
+    const finishWithWebhook = (id: string, to: ExecutionStatus, fields: Fields) =>
+      Effect.gen(function*() {
+        const rows = yield* sql`WITH updated AS (
+              UPDATE executions SET ${setFinal(to, fields)}
+              WHERE id = ${id} AND status IN ('pending', 'running')
+              RETURNING *
+            ), event AS (${logged})
+            SELECT ${cols}, tenant_id FROM updated`
+        if (rows.length === 0) return null
+        const { tenantId, ...execution } = yield* decodeFinished(rows[0]).pipe(Effect.orDie)
+        return yield* webhooks.enqueue({
+          tenantId,
+          owner: { kind: "orchestration", id: execution.orchestrationId },
+          subjectId: id,
+          type: `execution.${execution.status}`,
+          data: encodeExecution(execution)
+        }).pipe(Effect.map((eventId) => ({ eventId })))
+      }).pipe(
+        sql.withTransaction,
+        Effect.tap((moved) =>
+          moved === null || moved.eventId === null ? Effect.void : Effect.forkDetach(webhooks.deliver(moved.eventId))
+        ),
+        Effect.map((moved) => moved !== null),
+        Effect.withSpan("ExecutionsRepo.finishWithWebhook")
+      )
 
     /**
      * Moves a status forward (final statuses never change again) and logs the
-     * change as an event, in one statement.
+     * change as an event, in one statement. When the orchestration has a
+     * webhook, a final status goes with its webhook event instead
+     * (finishWithWebhook): that statement changes nothing and says so.
      */
-    const transition = (id: string, to: ExecutionStatus, fields: {
-      readonly output?: string
-      readonly error?: string
-      readonly tokensUsed?: number
-    } = {}) =>
-      sql`WITH updated AS (
-            UPDATE executions SET
-              status = ${to},
-              output = COALESCE(${fields.output ?? null}, output),
-              error = COALESCE(${fields.error ?? null}, error),
-              tokens_used = COALESCE(${fields.tokensUsed ?? null}, tokens_used),
-              started_at = CASE WHEN ${to} = 'running' THEN COALESCE(started_at, now()) ELSE started_at END,
-              completed_at = CASE WHEN ${to} IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END
+    const transition = (id: string, to: ExecutionStatus, fields: Fields = {}) => {
+      const final = to === "completed" || to === "failed" || to === "cancelled"
+      return sql<{ moved: boolean; webhook: boolean }>`WITH target AS (
+            SELECT id, ${final ? hasWebhook : sql`false`} AS webhook FROM executions
             WHERE id = ${id} AND status IN ('pending', 'running')
+          ), updated AS (
+            UPDATE executions SET ${setFinal(to, fields)}
+            WHERE id IN (SELECT id FROM target WHERE NOT webhook) AND status IN ('pending', 'running')
             RETURNING id, status, output, error, tokens_used
-          )
-          INSERT INTO execution_events (execution_id, type, data)
-          SELECT id, 'execution.' || status,
-                 jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
-          FROM updated
-          RETURNING execution_id`.pipe(Effect.map((rows) => rows.length > 0), Effect.withSpan("ExecutionsRepo.transition"))
+          ), event AS (${logged})
+          SELECT EXISTS (SELECT 1 FROM updated) AS moved, COALESCE((SELECT webhook FROM target), false) AS webhook`.pipe(
+        Effect.flatMap((rows) => rows[0]?.webhook === true ? finishWithWebhook(id, to, fields) : Effect.succeed(rows[0]?.moved === true)),
+        Effect.withSpan("ExecutionsRepo.transition")
+      )
+    }
 
     /** Logs a step's progress. */
     const stepEvent = (id: string, type: "step.started" | "step.completed", stepId: string, data: object = {}) =>
@@ -333,24 +329,33 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     /**
      * Fails every unfinished execution past its timeout (plus `graceSeconds`,
      * so a live run records its own timeout first), whatever its workflow's
-     * state, with its event; returns their ids.
+     * state, with its event; returns their ids. Those whose orchestration has
+     * a webhook are failed one by one, each with its webhook event.
      */
     const failTimedOut = (graceSeconds: number) =>
-      sql<{ id: string }>`WITH reaped AS (
+      sql<{ id: string; reaped: boolean; timeoutMs: number }>`WITH due AS (
+            SELECT id, timeout_ms, ${hasWebhook} AS webhook FROM executions
+            WHERE status IN ('pending', 'running')
+              AND created_at < now() - make_interval(secs => timeout_ms / 1000.0 + ${graceSeconds})
+          ), updated AS (
             UPDATE executions SET status = 'failed',
               error = 'The execution timed out after ' || timeout_ms || ' ms',
               completed_at = now()
-            WHERE status IN ('pending', 'running')
-              AND created_at < now() - make_interval(secs => timeout_ms / 1000.0 + ${graceSeconds})
+            WHERE id IN (SELECT id FROM due WHERE NOT webhook) AND status IN ('pending', 'running')
             RETURNING id, status, output, error, tokens_used
-          ), event AS (
-            INSERT INTO execution_events (execution_id, type, data)
-            SELECT id, 'execution.' || status,
-                   jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
-            FROM reaped
-          )
-          SELECT id FROM reaped`.pipe(
-        Effect.map((rows) => rows.map((row) => row.id)),
+          ), event AS (${logged})
+          SELECT id, true AS reaped, 0 AS timeout_ms FROM updated
+          UNION ALL SELECT id, false AS reaped, timeout_ms FROM due WHERE webhook`.pipe(
+        Effect.flatMap((rows) =>
+          Effect.forEach(rows, (row) =>
+            row.reaped
+              ? Effect.succeed(row.id)
+              : Effect.map(
+                finishWithWebhook(row.id, "failed", { error: `The execution timed out after ${row.timeoutMs} ms` }),
+                (moved) => moved ? row.id : null
+              ))
+        ),
+        Effect.map((ids) => ids.filter((id): id is string => id !== null)),
         Effect.orDie,
         Effect.withSpan("ExecutionsRepo.failTimedOut")
       )
@@ -416,7 +421,11 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       notStarted,
       insert,
       claimedBy: (tenantId: TenantId, idempotencyKey: string) =>
-        claimedBy({ tenantId, idempotencyKey }).pipe(Effect.orDie, Effect.withSpan("ExecutionsRepo.claimedBy")),
+        keyedBy({ table: "executions", returning: claimedColumns, claimed: Claimed, tenantId, idempotencyKey }).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql),
+          Effect.orDie,
+          Effect.withSpan("ExecutionsRepo.claimedBy")
+        ),
       get: (tenantId: TenantId, id: string) =>
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
       // The workflow's statements keep their errors typed: it retries what is
@@ -427,7 +436,20 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         readonly status: string | null
         readonly before: string | null
         readonly limit: number
-      }) => page({ tenantId, ...options }).pipe(Effect.orDie),
+      }) =>
+        tenantPage({
+          table: "executions",
+          columns: executionColumns,
+          row: Execution,
+          tenantId,
+          filters: [
+            ...(options.orchestrationId === null ? [] : [sql`orchestration_id = ${options.orchestrationId}`]),
+            ...(options.status === null ? [] : [sql`status = ${options.status}`])
+          ],
+          order: "desc",
+          after: options.before,
+          limit: options.limit
+        }).pipe(Effect.orDie, Effect.withSpan("ExecutionsRepo.page")),
       transition,
       stepEvent,
       failTimedOut,

@@ -82,8 +82,12 @@ export const Metrics = {
     description: "Executions that reached a status, by status",
     incremental: true
   }),
+  teamRuns: Metric.counter("team_runs_total", {
+    description: "Team runs that reached a final status, by status",
+    incremental: true
+  }),
   workflowsInFlight: Metric.gauge("workflows_in_flight", {
-    description: "Execution workflows running on this node"
+    description: "Workflows (executions, team runs) running on this node"
   }),
   modelTokens: Metric.counter("model_tokens_total", {
     description: "Tokens sent to and received from models, by model and direction",

@@ -2,6 +2,8 @@ import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
+import { SqlClient } from "effect/sql"
+import migration0009 from "../../src/Database/migrations/0009_json_keys_as_given.ts"
 import { newId } from "../../src/Domain/Ids.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
@@ -61,9 +63,11 @@ describe("migration 0009: JSON stored with renamed keys", () => {
         VALUES (${executionId}, ${setUp.account.tenantId}, ${setUp.orchestrationId}, 'pending', 'go',
                 ${JSON.stringify({ my_var: "otters", _u_r_l: "http://example.com", plain_name: "plain", other_key: "kept" })}::jsonb,
                 ${oldSteps}::jsonb, 60000)`
-      yield* sql`DELETE FROM effect_sql_migrations WHERE migration_id = 9`
+      // The upgrade: migration 0009 runs over these rows (later migrations
+      // are already applied, so the migrator would not run it again itself).
+      yield* migration0009.pipe(Effect.provideService(SqlClient.SqlClient, sql))
 
-      // The upgraded start: the migration runs, then the sweep starts the pending run.
+      // The upgraded start: the sweep starts the pending run.
       fake.script({ text: "first" }, { text: "second" })
       yield* Effect.gen(function*() {
         const client = yield* TestClient

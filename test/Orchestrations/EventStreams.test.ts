@@ -79,7 +79,7 @@ layer(withFake({ maxEventStreamsPerTenant: 2, eventStreamMaxDuration: Duration.s
   it.effect("beyond MAX_EVENT_STREAMS_PER_TENANT open streams the answer is a 429 problem; a closed stream frees its place", () =>
     Effect.gen(function*() {
       const client = yield* TestClient
-      const { cancel, executionId, key } = yield* running
+      const { account, cancel, executionId, key } = yield* running
       const first = yield* open(client.baseUrl, key, executionId)
       const second = yield* open(client.baseUrl, key, executionId)
       assert.strictEqual(first.response.status, 200)
@@ -92,6 +92,26 @@ layer(withFake({ maxEventStreamsPerTenant: 2, eventStreamMaxDuration: Duration.s
       assert.match(third.headers.get("content-type") ?? "", /^application\/problem\+json/)
       assert.strictEqual(third.body.type, "urn:agent-host:problem:too-many-streams")
       assert.strictEqual(third.body.limit, 2)
+
+      // The cap counts every kind of stream: a team run's events are refused as well.
+      const member = yield* TestServer.createAgent(account, { model: "openai/gpt-4o-mini" })
+      const team = yield* client.request("POST", "/api/teams", {
+        headers: TestServer.bearer(account.token),
+        body: { name: "Streams", members: [{ agentId: member.id }] }
+      })
+      assert.strictEqual(team.status, 201, team.text)
+      const teamKey = yield* TestServer.createKey(account, ["teams"])
+      const run = yield* client.request("POST", `/api/v1/teams/${team.body.id}/run`, {
+        headers: TestServer.bearer(teamKey.key),
+        body: { mission: "wait" }
+      })
+      assert.strictEqual(run.status, 202, run.text)
+      const runPath = `/api/v1/teams/${team.body.id}/runs/${run.body.data.runId}`
+      const teamStream = yield* client.request("GET", `${runPath}/events`, { headers: TestServer.bearer(teamKey.key) })
+      assert.strictEqual(teamStream.status, 429, teamStream.text)
+      assert.strictEqual(teamStream.body.type, "urn:agent-host:problem:too-many-streams")
+      const cancelled = yield* client.request("POST", `${runPath}/cancel`, { headers: TestServer.bearer(teamKey.key) })
+      assert.strictEqual(cancelled.status, 202, cancelled.text)
 
       // The cap is per tenant: another tenant still gets its streams.
       const other = yield* running

@@ -120,7 +120,7 @@ layer(TestServer.layer({ maxBodyBytes: 4096 }), { excludeTestServices: true })("
         assert.match(doc.openapi, /^3\.1\./)
         assert.deepStrictEqual(
           Object.keys(doc.components.securitySchemes).sort(),
-          ["apiKeyBearer", "sessionCookie", "sessionToken"]
+          ["apiKeyBearer", "apiKeyHeader", "sessionCookie", "sessionToken"]
         )
         assert.deepStrictEqual(doc.paths["/api/v1/agents"].get.security, [{ apiKeyBearer: [] }])
         const listSchema = JSON.stringify(doc.paths["/api/v1/agents"].get.responses["200"])

@@ -147,7 +147,7 @@ const deref = (schema: JsonSchema, resolve: (schema: JsonSchema) => JsonSchema):
 // Real resources to aim at, made over HTTP before the run
 // ---------------------------------------------------------------------------
 
-export type ResourceKind = "agent" | "orchestration" | "execution" | "key" | "conversation"
+export type ResourceKind = "agent" | "orchestration" | "execution" | "key" | "conversation" | "team" | "run"
 
 export interface Pools {
   /** Read, chatted with, executed: never changed by the fuzzer. */
@@ -236,6 +236,18 @@ export const prepare = async (
     await json(baseUrl, "POST", `/api/v1/agents/${agents.stable[0]}/chat`, { message: "Hello there", conversationId }, keyAuth)
   }
 
+  const team = async (turnTaking: "round_robin" | "leader" = "round_robin") =>
+    (await json(baseUrl, "POST", "/api/teams", {
+      name: "Fuzz team",
+      members: [{ agentId: agents.stable[0], role: "first" }, { agentId: agents.stable[1], role: "second" }],
+      turnTaking,
+      ...(turnTaking === "leader" ? { leaderAgentId: agents.stable[1] } : {})
+    }, session)).body.id as string
+  const teams = { stable: [await team(), await team("leader")], mutable: [await team()], expendable: [await team(), await team()] }
+  const run = async () =>
+    (await json(baseUrl, "POST", `/api/v1/teams/${teams.stable[0]}/run`, { mission: "Fuzz the room" }, keyAuth)).body.data.runId as string
+  const runs = [await run(), await run(), await run()]
+
   const other = await signUp(baseUrl)
   const otherSession = { authorization: `Bearer ${other.token}` }
   const foreignAgent = (await json(baseUrl, "POST", "/api/agents", { name: "Other", model: "local" }, otherSession)).body.id as string
@@ -244,7 +256,9 @@ export const prepare = async (
   const cursors: Record<string, Array<string>> = {}
   const collect = async (name: string, path: string, headers: Record<string, string>) => {
     const page = await json(baseUrl, "GET", path, undefined, headers)
-    if (typeof page.body.nextCursor === "string") (cursors[name] ??= []).push(page.body.nextCursor)
+    // The key-authenticated team routes wrap a page of runs in `{ success, data }`.
+    const nextCursor = page.body.nextCursor ?? page.body.data?.nextCursor
+    if (typeof nextCursor === "string") (cursors[name] ??= []).push(nextCursor)
   }
   await collect("GET /api/agents", "/api/agents?limit=1", session)
   await collect("GET /api/orchestrations", "/api/orchestrations?limit=1", session)
@@ -252,6 +266,13 @@ export const prepare = async (
   await collect("GET /api/v1/agents", "/api/v1/agents?limit=1", keyAuth)
   await collect("GET /api/v1/orchestrations", "/api/v1/orchestrations?limit=1", keyAuth)
   await collect("GET /api/v1/executions", "/api/v1/executions?limit=1", keyAuth)
+  await collect("GET /api/teams", "/api/teams?limit=1", session)
+  await collect("GET /api/v1/teams", "/api/v1/teams?limit=1", keyAuth)
+  await collect("GET /api/public/teams", "/api/public/teams?limit=1", { "x-api-key": header.key })
+  for (const group of ["/api/teams", "/api/v1/teams", "/api/public/teams"]) {
+    const auth = group === "/api/teams" ? session : group === "/api/v1/teams" ? keyAuth : { "x-api-key": header.key }
+    await collect(`GET ${group}/{id}/runs`, `${group}/${teams.stable[0]}/runs?limit=1`, auth)
+  }
 
   return {
     email: account.email,
@@ -263,7 +284,9 @@ export const prepare = async (
       orchestration: orchestrations,
       execution: { stable: executions, mutable: executions, expendable: executions },
       key: { stable: [bearer.id], mutable: [bearer.id], expendable: [...expendableKeys.map((k) => k.id), revoked.id] },
-      conversation: { stable: conversations.slice(0, 2), mutable: conversations.slice(0, 2), expendable: conversations.slice(2) }
+      conversation: { stable: conversations.slice(0, 2), mutable: conversations.slice(0, 2), expendable: conversations.slice(2) },
+      team: teams,
+      run: { stable: runs, mutable: runs, expendable: runs }
     },
     foreignIds: [foreignAgent, foreignKey],
     cursors,
@@ -559,6 +582,7 @@ interface Draft {
 
 const credentialsFor = (operation: Operation): ReadonlyArray<Credential> => {
   if (operation.security.includes("apiKeyBearer")) return ["keyBearer"]
+  if (operation.security.includes("apiKeyHeader")) return ["keyHeader"]
   if (operation.security.length > 0) return ["sessionBearer", "sessionCookie"]
   return ["none"]
 }
@@ -604,7 +628,15 @@ const kindOf = (path: string, parameter: string): ResourceKind | undefined => {
   const segments = path.split("/")
   const at = segments.indexOf(`{${parameter}}`)
   const collection = segments[at - 1]
-  return ({ agents: "agent", orchestrations: "orchestration", executions: "execution", keys: "key", conversations: "conversation" } as const)[
+  return ({
+    agents: "agent",
+    orchestrations: "orchestration",
+    executions: "execution",
+    keys: "key",
+    conversations: "conversation",
+    teams: "team",
+    runs: "run"
+  } as const)[
     collection as "agents"
   ]
 }

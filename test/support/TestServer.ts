@@ -85,6 +85,8 @@ export const layer = (overrides: Partial<AppSettings> = {}) =>
       port: 0,
       host: "127.0.0.1",
       databaseUrl: Option.some(Redacted.make(url)),
+      // A fixed key: tests write no key file into the project, and servers over one database share it.
+      webhookSecretKey: Option.some(Redacted.make("dGVzdC1vbmx5LXdlYmhvb2stc2VjcmV0LWtleS0zMmI=")),
       ...overrides
     })
     // Request logs would drown the test output; the process test reads them instead.

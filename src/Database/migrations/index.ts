@@ -8,6 +8,8 @@ import executionEvents from "./0006_execution_events.ts"
 import executionMessagesPruned from "./0007_execution_messages_pruned.ts"
 import tokenBudgetAndAuthThrottle from "./0008_token_budget_and_auth_throttle.ts"
 import jsonKeysAsGiven from "./0009_json_keys_as_given.ts"
+import webhooks from "./0010_webhooks.ts"
+import teams from "./0011_teams.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -19,5 +21,7 @@ export const migrations = Migrator.fromRecord({
   "0006_execution_events": executionEvents,
   "0007_execution_messages_pruned": executionMessagesPruned,
   "0008_token_budget_and_auth_throttle": tokenBudgetAndAuthThrottle,
-  "0009_json_keys_as_given": jsonKeysAsGiven
+  "0009_json_keys_as_given": jsonKeysAsGiven,
+  "0010_webhooks": webhooks,
+  "0011_teams": teams
 })

@@ -1,0 +1,229 @@
+import { Cause, Context, Duration, Effect, Fiber, Layer, Option, Schedule, type Scope, Stream } from "effect"
+import { Singleton } from "effect/cluster"
+import { AppConfig } from "../Config.ts"
+import { TooManyStreams } from "../Domain/Problems.ts"
+
+// The machinery every durable run shares (executions, team runs): a run is a
+// row of its feature's read model plus a workflow of effect's cluster. The
+// row is committed first; the workflow is started after, and sweeps make
+// sure that every stored run starts, ends, and leaves no stored messages
+// behind once finished.
+
+/**
+ * Stores a run with `insert` and, when the row is new, starts its workflow on
+ * a fiber of its own, so that the start goes out even if the caller hangs up
+ * or its answer gives up waiting (the two are not interrupted in between; a
+ * run stored without its start, a crash in between, is started by the
+ * sweeps). The answer then waits at most `timeout` for the start; past it,
+ * or when the start fails, it fails with `notStarted(id)`: the run is stored,
+ * so the client polls it instead of starting it again.
+ *
+ * A row that was not new (an idempotency key replayed) is returned as it is,
+ * with `fresh` false, for the caller to answer as a replay.
+ */
+export const startStored = <C extends { readonly id: string; readonly fresh: boolean }, E, R, N>(options: {
+  readonly insert: Effect.Effect<C, E, R>
+  readonly start: (id: string) => Effect.Effect<void, unknown>
+  readonly timeout: Duration.Input
+  readonly notStarted: (id: string) => N
+  /** For the logs: "An execution", "A team run". */
+  readonly what: string
+}): Effect.Effect<C, E | N, R> =>
+  Effect.gen(function*() {
+    const { claimed, starting } = yield* Effect.uninterruptible(Effect.gen(function*() {
+      const claimed = yield* options.insert
+      // The workflow's start message is stored by the cluster before this completes.
+      const starting = claimed.fresh
+        ? yield* Effect.forkDetach(options.start(claimed.id).pipe(Effect.timeoutOrElse({
+          duration: "1 minute",
+          orElse: () => Effect.logWarning(`${options.what}'s start was not taken within a minute; the sweeps will start it`)
+        })))
+        : undefined
+      return { claimed, starting }
+    }))
+    if (starting === undefined) return claimed
+    const notStarted = options.notStarted(claimed.id)
+    yield* Fiber.join(starting).pipe(
+      Effect.timeoutOrElse({ duration: options.timeout, orElse: () => Effect.fail(notStarted) }),
+      Effect.catchCause((cause) =>
+        Cause.hasInterruptsOnly(cause)
+          // The answer itself was interrupted (the client went away).
+          ? Effect.failCause(cause as Cause.Cause<never>)
+          : Effect.andThen(
+            Effect.logWarning(`${options.what}'s start failed; the sweeps will start it`, cause).pipe(
+              Effect.annotateLogs({ runId: claimed.id })
+            ),
+            Effect.fail(notStarted)
+          )
+      )
+    )
+    return claimed
+  })
+
+/** What the sweeps of one kind of durable run need from its feature. */
+export interface Sweeps {
+  /** Ids of every unfinished run. */
+  readonly unfinished: Effect.Effect<ReadonlyArray<string>>
+  /** Ids of runs accepted more than `seconds` ago and not started yet. */
+  readonly notStarted: (seconds: number) => Effect.Effect<ReadonlyArray<string>>
+  /** Starts a run's workflow (idempotent: a running workflow is left alone). */
+  readonly start: (id: string) => Effect.Effect<void, unknown>
+  /** Fails the runs far past their timeout, whatever became of their workflows. */
+  readonly reap: Effect.Effect<void>
+  /** Finished runs whose workflows' messages are still stored past their retention, oldest first. */
+  readonly unpruned: (limit: number) => Effect.Effect<ReadonlyArray<string>>
+  /** Deletes the stored messages of these finished runs' workflows and marks them pruned. */
+  readonly prune: (ids: ReadonlyArray<string>) => Effect.Effect<void>
+}
+
+/** Starts what is unfinished (idempotent: a running workflow is left alone). */
+export const sweep = (sweeps: Sweeps) =>
+  Effect.flatMap(sweeps.unfinished, (ids) => Effect.forEach(ids, sweeps.start, { discard: true }))
+
+/**
+ * Under overload a stored start can sit unread for a while; a start sent
+ * again is a no-op for a run that exists, and wakes one that waits.
+ */
+export const nudge = (sweeps: Sweeps, what: string) =>
+  Effect.gen(function*() {
+    const ids = yield* sweeps.notStarted(10)
+    if (ids.length === 0) return
+    yield* Effect.logWarning(`${what} accepted over 10 s ago have not started; starting them again`).pipe(
+      Effect.annotateLogs({ count: ids.length })
+    )
+    yield* Effect.forEach(ids, sweeps.start, { discard: true })
+  })
+
+/**
+ * The cluster keeps every stored message of a workflow after it ends; the
+ * read model has what clients need, so those of finished runs are deleted, a
+ * batch at a time. Returns how many runs were pruned.
+ */
+export const prune = (sweeps: Sweeps) =>
+  Effect.gen(function*() {
+    let pruned = 0
+    for (let batch = 0; batch < 20; batch++) {
+      const ids = yield* sweeps.unpruned(500)
+      if (ids.length === 0) break
+      yield* sweeps.prune(ids)
+      pruned += ids.length
+      if (ids.length < 500) break
+    }
+    return pruned
+  })
+
+/**
+ * The sweeper of one kind of durable run, a cluster singleton (one node
+ * sweeps; another takes over if it stops): at start and then every minute,
+ * unfinished runs are (re)started and finished ones' stored messages pruned;
+ * every 5 s, runs accepted over 10 s ago and not started yet are started
+ * again, and runs past their timeout failed.
+ */
+export const sweeper = <R>(name: string, what: string, make: Effect.Effect<Sweeps, never, R>) =>
+  Singleton.make(
+    name,
+    Effect.gen(function*() {
+      const sweeps = yield* make
+      yield* nudge(sweeps, what).pipe(
+        Effect.delay("5 seconds"),
+        Effect.catchCause((cause) => Effect.logWarning(`${what}: nudge failed`, cause)),
+        Effect.forever,
+        Effect.forkScoped
+      )
+      yield* sweeps.reap.pipe(
+        Effect.catchCause((cause) => Effect.logWarning(`${what}: timeout sweep failed`, cause)),
+        Effect.delay("5 seconds"),
+        Effect.forever,
+        Effect.forkScoped
+      )
+      yield* sweep(sweeps).pipe(
+        Effect.andThen(prune(sweeps)),
+        Effect.catchCause((cause) => Effect.logWarning(`${what}: sweep failed`, cause)),
+        Effect.repeat(Schedule.spaced("1 minute"))
+      )
+    })
+  )
+
+// ---------------------------------------------------------------------------
+// Event streams of runs
+// ---------------------------------------------------------------------------
+
+/**
+ * Open event streams by tenant, on this node, whatever they follow
+ * (executions, team runs): each polls Postgres, so a tenant holds at most
+ * MAX_EVENT_STREAMS_PER_TENANT of them at once. `hold` takes a place for the
+ * request's scope, given back when the stream ends, fails or its client goes
+ * away, even before the body started; past the cap it fails with 429.
+ */
+export class EventStreamSlots extends Context.Service<EventStreamSlots, {
+  readonly hold: (tenantId: string) => Effect.Effect<void, TooManyStreams, Scope.Scope>
+}>()("agent-host/EventStreamSlots") {
+  static readonly layer = Layer.effect(
+    EventStreamSlots,
+    Effect.gen(function*() {
+      const { maxEventStreamsPerTenant: max } = yield* AppConfig
+      const open = new Map<string, number>()
+      const tooMany = new TooManyStreams({
+        detail: `At most ${max} event streams may be open at once; close one first`,
+        limit: max
+      })
+      return EventStreamSlots.of({
+        hold: (tenantId) =>
+          Effect.gen(function*() {
+            const held = open.get(tenantId) ?? 0
+            if (held >= max) return yield* tooMany
+            open.set(tenantId, held + 1)
+            yield* Effect.addFinalizer(() =>
+              Effect.sync(() => {
+                const left = (open.get(tenantId) ?? 1) - 1
+                if (left <= 0) open.delete(tenantId)
+                else open.set(tenantId, left)
+              })
+            )
+          })
+      })
+    })
+  )
+}
+
+/**
+ * A run's event log as it grows: what is logged already after `lastEventId`,
+ * then what follows (`read` is polled), until a final event. At `endsAt`
+ * (ms) it stops: whatever was logged meanwhile, then `end` unless the run
+ * just finished.
+ */
+export const followLog = <Event extends { readonly id: string; readonly type: string }, End>(options: {
+  readonly read: (afterId: string) => Effect.Effect<ReadonlyArray<Event>>
+  readonly isFinal: (type: string) => boolean
+  readonly lastEventId: string
+  readonly now: number
+  readonly endsAt: number
+  readonly end: End
+}): Stream.Stream<Event | End> => {
+  // What the client has received: where a last catch-up starts, and whether it is over.
+  let delivered = /^\d{1,18}$/.test(options.lastEventId) ? options.lastEventId : "0"
+  let finished = false
+  const final = (batch: ReadonlyArray<Event>) => batch.some((event) => options.isFinal(event.type))
+  const live = Stream.paginate(delivered, (after: string) =>
+    Effect.gen(function*() {
+      const batch = yield* options.read(after)
+      if (batch.length === 0) {
+        yield* Effect.sleep("250 millis")
+        return [batch, Option.some(after)] as const
+      }
+      return [batch, final(batch) ? Option.none<string>() : Option.some(batch[batch.length - 1]!.id)] as const
+    })).pipe(
+      Stream.interruptWhen(Effect.sleep(Duration.millis(Math.max(0, options.endsAt - options.now)))),
+      Stream.tap((event) =>
+        Effect.sync(() => {
+          delivered = event.id
+          if (options.isFinal(event.type)) finished = true
+        })
+      )
+    )
+  const last = Stream.unwrap(Effect.suspend(() =>
+    finished ? Effect.succeed(Stream.empty) : Effect.map(options.read(delivered), (batch) =>
+      Stream.fromIterable<Event | End>(final(batch) ? batch : [...batch, options.end]))
+  ))
+  return Stream.concat(live, last)
+}

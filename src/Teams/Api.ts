@@ -1,0 +1,384 @@
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { PageQuery, pageQuery } from "../Agents/Api.ts"
+import { ApiKeyAuth, ApiKeyHeaderAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
+import { AgentId, TeamId } from "../Domain/Ids.ts"
+import { boundedArray, Text, text } from "../Domain/Input.ts"
+import {
+  BadRequest,
+  Conflict,
+  NotFound,
+  ServiceUnavailable,
+  TokenBudgetSpent,
+  TooManyStreams
+} from "../Domain/Problems.ts"
+import { DeliveryList, DeliveryPageQuery, Redelivery, SigningSecret, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
+
+export const TeamStatus = Schema.Literals(["active", "inactive"])
+export type TeamStatus = typeof TeamStatus.Type
+
+export const TeamMode = Schema.Literals(["chat"])
+export const TurnTaking = Schema.Literals(["round_robin", "leader"])
+export type TurnTaking = typeof TurnTaking.Type
+
+export const maxMembers = 10
+export const maxRoleLength = 200
+export const defaultMaxTurns = 12
+export const maxMaxTurns = 50
+export const defaultTokenBudget = 200_000
+export const maxTokenBudget = 10_000_000
+export const minTimeoutMs = 1_000
+export const maxTimeoutMs = 3_600_000
+export const defaultTimeoutMs = 600_000
+
+export const RunStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
+export type RunStatus = typeof RunStatus.Type
+
+export const StopReason = Schema.Literals(["done", "max_turns", "token_budget", "timeout", "error", "cancelled"])
+export type StopReason = typeof StopReason.Type
+
+// What is stored and returned: the shape only. The limits below apply to what clients send.
+export const Member = Schema.Struct({
+  agentId: Schema.String,
+  role: Schema.String
+})
+export type Member = typeof Member.Type
+
+export const MemberInput = Schema.Struct({
+  agentId: AgentId.check(Schema.isMaxLength(200)),
+  role: Schema.optionalKey(
+    text(Schema.isMaxLength(maxRoleLength, { message: `Expected a role of at most ${maxRoleLength} characters` }))
+      .annotate({ description: "Free text shown to the other members (what this member does in the room)." })
+  )
+})
+
+const Members = boundedArray(MemberInput, {
+  min: 1,
+  max: maxMembers,
+  tooFew: "Expected at least one member",
+  tooMany: `Expected at most ${maxMembers} members`,
+  description: "Distinct agents of the tenant, in speaking order for `round_robin`."
+})
+
+const Name = text(
+  Schema.isMinLength(1, { message: "Expected a non-empty name" }),
+  Schema.isMaxLength(200)
+)
+const Description = text(Schema.isMaxLength(2000))
+const MaxTurns = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxMaxTurns })).annotate({
+  description: `Turns a run may take, 1 to ${maxMaxTurns} (default ${defaultMaxTurns}); a closing turn follows at the limit.`
+})
+const TokenBudgetLimit = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxTokenBudget })).annotate({
+  description: `Model tokens a run may spend, 1 to ${maxTokenBudget} (default ${defaultTokenBudget}).`
+})
+const TimeoutMs = Schema.Int.check(Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })).annotate({
+  description: `Milliseconds a run may take, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).`
+})
+const LeaderAgentId = Schema.NullOr(AgentId.check(Schema.isMaxLength(200))).annotate({
+  description: "The member who picks each next speaker and writes the final answer; required for `leader`, null otherwise."
+})
+
+export const Room = Schema.Struct({
+  ...WebhookState.fields,
+  signingSecret: Schema.optionalKey(Schema.String.annotate({
+    description: "Only in the response that set the webhook URL where there was none: shown once."
+  }))
+})
+export type Room = typeof Room.Type
+
+export const RoomInput = Schema.Struct({
+  outputWebhookUrl: Schema.optionalKey(Schema.NullOr(WebhookUrl)),
+  webhookEnabled: Schema.optionalKey(Schema.Boolean)
+})
+export type RoomInput = typeof RoomInput.Type
+
+export const Team = Schema.Struct({
+  id: TeamId,
+  name: Schema.String,
+  description: Schema.String,
+  mode: TeamMode,
+  status: TeamStatus,
+  members: Schema.Array(Member),
+  turnTaking: TurnTaking,
+  leaderAgentId: Schema.NullOr(Schema.String),
+  maxTurns: Schema.Int,
+  tokenBudget: Schema.Int,
+  timeoutMs: Schema.Int,
+  room: Room,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type Team = typeof Team.Type
+
+export const CreateTeam = Schema.Struct({
+  name: Name,
+  description: Schema.optionalKey(Description),
+  mode: Schema.optionalKey(TeamMode),
+  status: Schema.optionalKey(TeamStatus),
+  members: Members,
+  turnTaking: Schema.optionalKey(TurnTaking),
+  leaderAgentId: Schema.optionalKey(LeaderAgentId),
+  maxTurns: Schema.optionalKey(MaxTurns),
+  tokenBudget: Schema.optionalKey(TokenBudgetLimit),
+  timeoutMs: Schema.optionalKey(TimeoutMs),
+  room: Schema.optionalKey(RoomInput)
+})
+export type CreateTeam = typeof CreateTeam.Type
+
+export const UpdateTeam = Schema.Struct({
+  name: Schema.optionalKey(Name),
+  description: Schema.optionalKey(Description),
+  mode: Schema.optionalKey(TeamMode),
+  status: Schema.optionalKey(TeamStatus),
+  members: Schema.optionalKey(Members),
+  turnTaking: Schema.optionalKey(TurnTaking),
+  leaderAgentId: Schema.optionalKey(LeaderAgentId),
+  maxTurns: Schema.optionalKey(MaxTurns),
+  tokenBudget: Schema.optionalKey(TokenBudgetLimit),
+  timeoutMs: Schema.optionalKey(TimeoutMs),
+  room: Schema.optionalKey(RoomInput)
+})
+export type UpdateTeam = typeof UpdateTeam.Type
+
+export const TeamList = Schema.Struct({
+  data: Schema.Array(Team),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+// ---------------------------------------------------------------------------
+// Runs
+// ---------------------------------------------------------------------------
+
+export const RunRequest = Schema.Struct({
+  mission: text(Schema.isMinLength(1, { message: "Expected a non-empty mission" })).annotate({
+    description: "What the team is to do; at most MAX_MESSAGE_CHARS characters."
+  })
+})
+export type RunRequest = typeof RunRequest.Type
+
+export const RunHandle = Schema.Struct({
+  runId: Schema.String,
+  status: RunStatus.annotate({ description: "`pending` for a new run; an Idempotency-Key replay shows the run's status now." }),
+  mode: TeamMode
+})
+
+export const TranscriptEntry = Schema.Struct({
+  index: Schema.Int,
+  agentId: Schema.String,
+  role: Schema.String,
+  content: Schema.String,
+  tokens: Schema.Int,
+  createdAt: Schema.Date
+})
+export type TranscriptEntry = typeof TranscriptEntry.Type
+
+export const Transcript = Schema.Struct({
+  data: Schema.Array(TranscriptEntry),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export const TeamRun = Schema.Struct({
+  runId: Schema.String,
+  teamId: Schema.String,
+  mode: TeamMode,
+  status: RunStatus,
+  mission: Schema.String,
+  result: Schema.NullOr(Schema.String),
+  error: Schema.NullOr(Schema.String),
+  stopReason: Schema.NullOr(StopReason),
+  turns: Schema.Int,
+  tokensUsed: Schema.Int,
+  durationMs: Schema.NullOr(Schema.Int),
+  createdAt: Schema.Date,
+  completedAt: Schema.NullOr(Schema.Date)
+})
+export type TeamRun = typeof TeamRun.Type
+
+export const TeamRunWithTranscript = Schema.Struct({ ...TeamRun.fields, transcript: Transcript })
+
+export const TeamRunList = Schema.Struct({
+  data: Schema.Array(TeamRun),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+/** Whether a string can be a transcript index: a transcript is paged by it. */
+export const isTranscriptIndex = (key: string) => /^(0|[1-9]\d{0,8})$/.test(key)
+export const TranscriptPageQuery = pageQuery(isTranscriptIndex)
+
+/**
+ * The run is stored and will run, but its start could not be confirmed in
+ * time: poll it by `runId` rather than running the team again.
+ */
+export class RunNotStarted extends HttpApiError.Problem<RunNotStarted>()("RunNotStarted", {
+  type: "urn:agent-host:problem:team-run-not-started",
+  status: 503,
+  title: "Service Unavailable"
+}, {
+  runId: Schema.String
+}) {}
+
+const runParams = { id: TeamId, runId: Text }
+
+const eventsDescription =
+  "The run's progress as server-sent events: `run.running`, `turn.started`, `turn.completed` (with the " +
+  "speaker, its content and tokens), then one final `run.completed`, `run.failed` or `run.cancelled`, after " +
+  "which the stream ends. A client that connects late first receives what already happened. Each event's `id` " +
+  "can be sent back as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
+  "run's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or `runTimeout`) instead. Beyond " +
+  "MAX_EVENT_STREAMS_PER_TENANT open streams the answer is 429."
+
+/** `{ success: true, data }`: the bodies of the key-authenticated team routes. */
+export const envelope = <S extends Schema.Top>(schema: S) => Schema.Struct({ success: Schema.Literal(true), data: schema })
+
+const ListEnvelope = Schema.Struct({
+  success: Schema.Literal(true),
+  data: Schema.Array(Team),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export class TeamsApi extends HttpApiGroup.make("teams")
+  .add(
+    HttpApiEndpoint.get("list", "/", {
+      query: PageQuery,
+      success: TeamList,
+      error: BadRequest
+    }),
+    HttpApiEndpoint.post("create", "/", {
+      payload: CreateTeam,
+      success: Team.pipe(HttpApiSchema.status(201)),
+      error: BadRequest
+    }),
+    HttpApiEndpoint.get("get", "/:id", {
+      params: { id: TeamId },
+      success: Team,
+      error: NotFound
+    }),
+    HttpApiEndpoint.put("update", "/:id", {
+      params: { id: TeamId },
+      payload: UpdateTeam,
+      success: Team,
+      error: [NotFound, BadRequest]
+    }),
+    HttpApiEndpoint.delete("remove", "/:id", {
+      params: { id: TeamId },
+      success: HttpApiSchema.NoContent,
+      error: NotFound
+    }),
+    HttpApiEndpoint.post("rotateSecret", "/:id/room/secret", {
+      params: { id: TeamId },
+      success: SigningSecret,
+      error: [NotFound, Conflict]
+    }).annotate(
+      OpenApi.Description,
+      "A new signing secret for the room's webhook, shown once; for a while deliveries carry both signatures."
+    ),
+    HttpApiEndpoint.get("deliveries", "/:id/deliveries", {
+      params: { id: TeamId },
+      query: DeliveryPageQuery,
+      success: DeliveryList,
+      error: [NotFound, BadRequest]
+    }).annotate(OpenApi.Description, "Every attempt to deliver the room's events, newest first."),
+    HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
+      params: { id: TeamId, eventId: Text },
+      success: Redelivery.pipe(HttpApiSchema.status(202)),
+      error: NotFound
+    }).annotate(OpenApi.Description, "Sends an event again: the same `webhook-id`, a new timestamp and signature."),
+    HttpApiEndpoint.get("runs", "/:id/runs", {
+      params: { id: TeamId },
+      query: PageQuery,
+      success: TeamRunList,
+      error: [NotFound, BadRequest]
+    }).annotate(OpenApi.Description, "The team's runs, newest first."),
+    HttpApiEndpoint.get("getRun", "/:id/runs/:runId", {
+      params: runParams,
+      success: TeamRunWithTranscript,
+      error: NotFound
+    }).annotate(OpenApi.Description, "The run, with the first page of its transcript."),
+    HttpApiEndpoint.get("transcript", "/:id/runs/:runId/transcript", {
+      params: runParams,
+      query: TranscriptPageQuery,
+      success: Transcript,
+      error: [NotFound, BadRequest]
+    }).annotate(OpenApi.Description, "The run's transcript, oldest turn first."),
+    HttpApiEndpoint.post("cancel", "/:id/runs/:runId/cancel", {
+      params: runParams,
+      success: TeamRun.pipe(HttpApiSchema.status(202)),
+      error: [NotFound, Conflict]
+    }),
+    HttpApiEndpoint.get("events", "/:id/runs/:runId/events", {
+      params: runParams,
+      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
+      error: [NotFound, TooManyStreams]
+    }).annotate(OpenApi.Description, eventsDescription)
+  )
+  .middleware(SessionAuth)
+  .prefix("/api/teams")
+  .annotateMerge(OpenApi.annotations({ title: "Teams (management)" }))
+{}
+
+/** The key-authenticated team routes; /api/v1 and /api/public answer the same bodies. */
+const keyGroup = <const Name extends string>(name: Name) =>
+  HttpApiGroup.make(name).add(
+    HttpApiEndpoint.get("list", "/", {
+      query: PageQuery,
+      success: ListEnvelope,
+      error: BadRequest
+    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, "The tenant's active teams."),
+    HttpApiEndpoint.post("run", "/:id/run", {
+      params: { id: TeamId },
+      headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
+      payload: RunRequest,
+      success: envelope(RunHandle).pipe(HttpApiSchema.status(202)),
+      error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, RunNotStarted]
+    }).annotate(RequiredScope, "teams").annotate(
+      OpenApi.Description,
+      "Starts a run of the team on `mission`; it runs in the background and its result goes to the room's " +
+        "output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run (409 with another body)."
+    ),
+    HttpApiEndpoint.get("runs", "/:id/runs", {
+      params: { id: TeamId },
+      query: PageQuery,
+      success: envelope(TeamRunList),
+      error: [NotFound, BadRequest]
+    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, "The team's runs, newest first."),
+    HttpApiEndpoint.get("getRun", "/:id/runs/:runId", {
+      params: runParams,
+      success: envelope(TeamRunWithTranscript),
+      error: NotFound
+    }).annotate(RequiredScope, "teams").annotate(
+      OpenApi.Description,
+      "The run, with the first page of its transcript (`transcript.nextCursor` pages on through `/transcript`)."
+    ),
+    HttpApiEndpoint.get("transcript", "/:id/runs/:runId/transcript", {
+      params: runParams,
+      query: TranscriptPageQuery,
+      success: envelope(Transcript),
+      error: [NotFound, BadRequest]
+    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, "The run's transcript, oldest turn first."),
+    HttpApiEndpoint.post("cancel", "/:id/runs/:runId/cancel", {
+      params: runParams,
+      success: envelope(TeamRun).pipe(HttpApiSchema.status(202)),
+      error: [NotFound, Conflict]
+    }).annotate(RequiredScope, "teams"),
+    HttpApiEndpoint.get("events", "/:id/runs/:runId/events", {
+      params: runParams,
+      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
+      error: [NotFound, TooManyStreams]
+    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, eventsDescription)
+  )
+
+export class TeamsV1Api extends keyGroup("v1Teams")
+  .middleware(ApiKeyAuth)
+  .prefix("/api/v1/teams")
+  .annotateMerge(OpenApi.annotations({ title: "Teams (API key, bearer)" }))
+{}
+
+export class TeamsPublicApi extends keyGroup("publicTeams")
+  .middleware(ApiKeyHeaderAuth)
+  .prefix("/api/public/teams")
+  .annotateMerge(OpenApi.annotations({ title: "Teams (API key, X-API-Key)" }))
+{}

@@ -1,0 +1,438 @@
+import { PgClient } from "@effect/sql-pg"
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
+import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
+import { tenantPage } from "../Database/Page.ts"
+import { isId, newId, TenantId } from "../Domain/Ids.ts"
+import { Member, RunStatus, type StopReason, TeamMode, TeamRun, TeamStatus, TranscriptEntry, TurnTaking } from "./Api.ts"
+
+const teamColumns =
+  "id, name, description, mode, status, members, turn_taking, leader_agent_id, max_turns, token_budget, timeout_ms, created_at, updated_at"
+
+/** A team as stored; its room (webhook) is the Webhooks service's. */
+export const TeamRow = Schema.Struct({
+  id: Schema.String,
+  name: Schema.String,
+  description: Schema.String,
+  mode: TeamMode,
+  status: TeamStatus,
+  members: Schema.Array(Member),
+  turnTaking: TurnTaking,
+  leaderAgentId: Schema.NullOr(Schema.String),
+  maxTurns: Schema.Int,
+  tokenBudget: Schema.Int,
+  timeoutMs: Schema.Int,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type TeamRow = typeof TeamRow.Type
+
+export interface TeamFields {
+  readonly name: string
+  readonly description: string
+  readonly mode: "chat"
+  readonly status: TeamStatus
+  readonly members: ReadonlyArray<Member>
+  readonly turnTaking: TurnTaking
+  readonly leaderAgentId: string | null
+  readonly maxTurns: number
+  readonly tokenBudget: number
+  readonly timeoutMs: number
+}
+
+/** What a run is given when it is accepted and keeps whatever becomes of the team. */
+export const RunSnapshot = Schema.Struct({
+  members: Schema.Array(Schema.Struct({ agentId: Schema.String, role: Schema.String, name: Schema.String })),
+  turnTaking: TurnTaking,
+  leaderAgentId: Schema.NullOr(Schema.String),
+  maxTurns: Schema.Int,
+  tokenBudget: Schema.Int,
+  timeoutMs: Schema.Int
+})
+export type RunSnapshot = typeof RunSnapshot.Type
+
+const runColumns = `id AS run_id, team_id, mode, status, mission, result, error, stop_reason, turns, tokens_used,
+  (EXTRACT(EPOCH FROM (COALESCE(completed_at, now()) - created_at)) * 1000)::int AS duration_ms,
+  created_at, completed_at`
+
+const Begun = Schema.Struct({
+  tenantId: TenantId,
+  teamId: Schema.String,
+  status: RunStatus,
+  mission: Schema.String,
+  snapshot: RunSnapshot,
+  timeoutMs: Schema.Int,
+  createdAt: Schema.Date
+})
+export type Begun = typeof Begun.Type
+
+// What a run request with an Idempotency-Key claims or finds.
+const claimedColumns = "id, team_id, status, request_hash"
+const Claimed = Schema.Struct({
+  id: Schema.String,
+  teamId: Schema.String,
+  status: RunStatus,
+  requestHash: Schema.NullOr(Schema.String),
+  fresh: Schema.Boolean
+})
+export type Claimed = typeof Claimed.Type
+
+const decodeRuns = Schema.decodeUnknownEffect(Schema.Array(TeamRun))
+
+/** All SQL of teams, team runs, their transcripts and events; every statement is scoped by tenant or by a run id. */
+export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRepo", {
+  make: Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const cols = sql.literal(teamColumns)
+    const runCols = sql.literal(runColumns)
+
+    // --- teams -------------------------------------------------------------
+
+    const list = (tenantId: TenantId, options: {
+      readonly activeOnly: boolean
+      readonly after: string | null
+      readonly limit: number
+    }) =>
+      tenantPage({
+        table: "teams",
+        columns: teamColumns,
+        row: TeamRow,
+        tenantId,
+        filters: options.activeOnly ? [sql`status = 'active'`] : [],
+        after: options.after,
+        limit: options.limit
+      }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.list"))
+
+    const insert = (tenantId: TenantId, team: TeamFields) =>
+      sql`INSERT INTO teams (id, tenant_id, name, description, mode, status, members, turn_taking, leader_agent_id,
+                             max_turns, token_budget, timeout_ms)
+          VALUES (${newId()}, ${tenantId}, ${team.name}, ${team.description}, ${team.mode}, ${team.status},
+                  ${sql.json(team.members)}, ${team.turnTaking}, ${team.leaderAgentId}, ${team.maxTurns},
+                  ${team.tokenBudget}, ${team.timeoutMs})
+          RETURNING ${cols}`.pipe(
+        Effect.flatMap((rows) => Schema.decodeUnknownEffect(TeamRow)(rows[0])),
+        Effect.orDie,
+        Effect.withSpan("TeamsRepo.insert")
+      )
+
+    const findById = SqlSchema.findOneOption({
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Result: TeamRow,
+      execute: ({ tenantId, id }) => sql`SELECT ${cols} FROM teams WHERE tenant_id = ${tenantId} AND id = ${id}`
+    })
+
+    /** Replaces the team's fields (the service merged and validated them). */
+    const update = (tenantId: TenantId, id: string, team: TeamFields) =>
+      sql`UPDATE teams SET name = ${team.name}, description = ${team.description}, mode = ${team.mode},
+            status = ${team.status}, members = ${sql.json(team.members)}, turn_taking = ${team.turnTaking},
+            leader_agent_id = ${team.leaderAgentId}, max_turns = ${team.maxTurns}, token_budget = ${team.tokenBudget},
+            timeout_ms = ${team.timeoutMs}, updated_at = now()
+          WHERE tenant_id = ${tenantId} AND id = ${id}
+          RETURNING ${cols}`.pipe(
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.succeed(Option.none<TeamRow>())
+            : Effect.map(Schema.decodeUnknownEffect(TeamRow)(rows[0]), Option.some)
+        ),
+        Effect.orDie,
+        Effect.withSpan("TeamsRepo.update")
+      )
+
+    const remove = (tenantId: TenantId, id: string) =>
+      sql`DELETE FROM teams WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        Effect.orDie,
+        Effect.withSpan("TeamsRepo.remove")
+      )
+
+    // The one read of another feature's table: the tenant's agents among `ids`, in one statement.
+    const agentsAmong = (tenantId: TenantId, ids: ReadonlyArray<string>) =>
+      sql<{ id: string; name: string; status: string }>`
+        SELECT id, name, status FROM agents WHERE tenant_id = ${tenantId} AND id IN ${sql.in(ids)}`.pipe(
+        Effect.map((rows) => new Map(rows.map((row) => [row.id, row]))),
+        Effect.orDie,
+        Effect.withSpan("TeamsRepo.agentsAmong")
+      )
+
+    // --- runs ----------------------------------------------------------------
+
+    /**
+     * Stores a new run, or finds the one its idempotency key already names
+     * (keys last 24 hours). Committed before the 202 is sent.
+     */
+    const insertRun = (input: {
+      readonly id: string
+      readonly tenantId: TenantId
+      readonly teamId: string
+      readonly mission: string
+      readonly snapshot: RunSnapshot
+      readonly idempotencyKey: string | null
+      readonly requestHash: string | null
+    }) =>
+      claimKeyed({
+        table: "team_runs",
+        returning: claimedColumns,
+        claimed: Claimed,
+        tenantId: input.tenantId,
+        idempotencyKey: input.idempotencyKey,
+        insert: sql`INSERT INTO team_runs (id, tenant_id, team_id, mode, status, mission, snapshot, timeout_ms,
+                                           idempotency_key, request_hash)
+                    VALUES (${input.id}, ${input.tenantId}, ${input.teamId}, 'chat', 'pending', ${input.mission},
+                            ${sql.json(input.snapshot)}, ${input.snapshot.timeoutMs}, ${input.idempotencyKey},
+                            ${input.requestHash})`
+      }).pipe(
+        Effect.provideService(SqlClient.SqlClient, sql),
+        sql.withTransaction,
+        Effect.orDie,
+        Effect.withSpan("TeamsRepo.insertRun")
+      )
+
+
+    const getRun = SqlSchema.findOneOption({
+      Request: Schema.Struct({ tenantId: Schema.String, teamId: Schema.String, runId: Schema.String }),
+      Result: TeamRun,
+      execute: ({ tenantId, teamId, runId }) =>
+        sql`SELECT ${runCols} FROM team_runs WHERE tenant_id = ${tenantId} AND team_id = ${teamId} AND id = ${runId}`
+    })
+
+    const runs = (tenantId: TenantId, teamId: string, before: string | null, limit: number) =>
+      tenantPage({
+        table: "team_runs",
+        columns: runColumns,
+        row: TeamRun,
+        tenantId,
+        filters: [sql`team_id = ${teamId}`],
+        keyOf: (run) => run.runId,
+        order: "desc",
+        after: before,
+        limit
+      }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.runs"))
+
+    const transcript = (tenantId: TenantId, runId: string, after: number | null, limit: number) =>
+      tenantPage({
+        table: "team_run_turns",
+        columns: "index, agent_id, role, content, tokens, created_at",
+        row: TranscriptEntry,
+        tenantId,
+        filters: [sql`run_id = ${runId}`],
+        key: "index",
+        keyOf: (entry) => String(entry.index),
+        after,
+        limit
+      }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.transcript"))
+
+    // Moves a pending run to running (with its event) and returns what it was
+    // given, fixed when it was accepted, in one statement. A run already
+    // running is left as it is; a finished one comes back as it is.
+    const begin = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: Begun,
+      execute: (id) =>
+        sql`WITH started AS (
+              UPDATE team_runs SET status = 'running', started_at = COALESCE(started_at, now())
+              WHERE id = ${id} AND status = 'pending'
+              RETURNING id
+            ), event AS (
+              INSERT INTO team_run_events (run_id, type, data)
+              SELECT id, 'run.running', '{"status":"running"}'::jsonb FROM started
+            )
+            SELECT tenant_id, team_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
+                   mission, snapshot, timeout_ms, created_at
+            FROM team_runs WHERE id = ${id}`
+    })
+
+    /** The turn's transcript row: written again, not twice, when a turn runs again after a crash. */
+    const saveTurn = (turn: {
+      readonly tenantId: string
+      readonly runId: string
+      readonly index: number
+      readonly agentId: string
+      readonly role: string
+      readonly content: string
+      readonly tokens: number
+    }) =>
+      sql`INSERT INTO team_run_turns (run_id, index, tenant_id, agent_id, role, content, tokens)
+          VALUES (${turn.runId}, ${turn.index}, ${turn.tenantId}, ${turn.agentId}, ${turn.role}, ${turn.content}, ${turn.tokens})
+          ON CONFLICT (run_id, index) DO UPDATE SET agent_id = excluded.agent_id, role = excluded.role,
+            content = excluded.content, tokens = excluded.tokens, created_at = now()`.pipe(
+        Effect.asVoid,
+        Effect.withSpan("TeamsRepo.saveTurn")
+      )
+
+    /** Logs a turn's progress, and keeps the run's counters where the transcript is. */
+    const turnEvent = (runId: string, type: "turn.started" | "turn.completed", turn: number, data: object) =>
+      sql`WITH counted AS (
+            UPDATE team_runs SET
+              turns = CASE WHEN ${type} = 'turn.completed' THEN GREATEST(turns, ${turn + 1}) ELSE turns END
+            WHERE id = ${runId} AND status = 'running'
+            RETURNING id
+          )
+          INSERT INTO team_run_events (run_id, type, turn, data)
+          VALUES (${runId}, ${type}, ${turn}, ${sql.json(data)})`.pipe(Effect.asVoid, Effect.withSpan("TeamsRepo.turnEvent"))
+
+    /**
+     * Moves an unfinished run to a final status and logs it as an event, in
+     * one statement; final statuses never change again. The run as GET shows
+     * it when it moved, nothing when it was already final.
+     */
+    const finish = (runId: string, to: "completed" | "failed" | "cancelled", fields: {
+      readonly result?: string | null
+      readonly error?: string | null
+      readonly stopReason: StopReason
+      readonly turns?: number
+      readonly tokensUsed?: number
+    }) =>
+      sql`WITH updated AS (
+            UPDATE team_runs SET
+              status = ${to},
+              result = COALESCE(${fields.result ?? null}, result),
+              error = COALESCE(${fields.error ?? null}, error),
+              stop_reason = ${fields.stopReason},
+              turns = COALESCE(${fields.turns ?? null}, turns),
+              tokens_used = COALESCE(${fields.tokensUsed ?? null}, tokens_used),
+              completed_at = now()
+            WHERE id = ${runId} AND status IN ('pending', 'running')
+            RETURNING *
+          ), event AS (
+            INSERT INTO team_run_events (run_id, type, data)
+            SELECT id, 'run.' || status, jsonb_strip_nulls(jsonb_build_object('status', status, 'result', result,
+                   'error', error, 'stopReason', stop_reason, 'turns', turns, 'tokensUsed', tokens_used))
+            FROM updated
+          )
+          SELECT tenant_id, ${sql.literal(runColumns)} FROM updated`.pipe(
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.succeed(Option.none<{ readonly tenantId: TenantId; readonly run: TeamRun }>())
+            : Effect.map(
+              decodeRuns(rows),
+              ([run]) => Option.some({ tenantId: TenantId.make(String(rows[0]!.tenantId)), run: run! })
+            )
+        ),
+        Effect.withSpan("TeamsRepo.finish")
+      )
+
+    /**
+     * Fails every unfinished run past its timeout plus `graceSeconds` (so a
+     * live run records its own stop first), with its event; returns them as
+     * GET shows them.
+     */
+    const failTimedOut = (graceSeconds: number) =>
+      sql`WITH reaped AS (
+            UPDATE team_runs SET status = 'failed', stop_reason = 'timeout',
+              error = 'The run did not finish within its timeout of ' || timeout_ms || ' ms',
+              completed_at = now()
+            WHERE status IN ('pending', 'running')
+              AND created_at < now() - make_interval(secs => timeout_ms / 1000.0 + ${graceSeconds})
+            RETURNING *
+          ), event AS (
+            INSERT INTO team_run_events (run_id, type, data)
+            SELECT id, 'run.failed', jsonb_build_object('status', status, 'error', error, 'stopReason', stop_reason)
+            FROM reaped
+          )
+          SELECT tenant_id, ${sql.literal(runColumns)} FROM reaped`.pipe(
+        Effect.flatMap((rows) =>
+          Effect.map(decodeRuns(rows), (runs) => runs.map((run, i) => ({ tenantId: TenantId.make(String(rows[i]!.tenantId)), run })))
+        ),
+        Effect.orDie,
+        Effect.withSpan("TeamsRepo.failTimedOut")
+      )
+
+    /** Events after `afterId`, oldest first. */
+    const events = (runId: string, afterId: string) =>
+      sql<{ id: string; type: string; turn: number | null; data: unknown; createdAt: Date }>`
+        SELECT id::text AS id, type, turn, data, created_at FROM team_run_events
+        WHERE run_id = ${runId} AND team_run_events.id > ${afterId}::bigint
+        ORDER BY team_run_events.id LIMIT 500`.pipe(Effect.orDie)
+
+    /** When a run's own timeout runs out, for bounding its event streams. */
+    const deadline = (tenantId: TenantId, teamId: string, runId: string) =>
+      sql<{ createdAt: Date; timeoutMs: number }>`
+        SELECT created_at, timeout_ms FROM team_runs WHERE tenant_id = ${tenantId} AND team_id = ${teamId} AND id = ${runId}`.pipe(
+        Effect.map((rows) => Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)),
+        Effect.orDie
+      )
+
+    const ids = (rows: ReadonlyArray<{ readonly id: string }>) => rows.map((row) => row.id)
+
+    const unfinished = sql<{ id: string }>`SELECT id FROM team_runs WHERE status IN ('pending', 'running')`.pipe(
+      Effect.map(ids),
+      Effect.orDie
+    )
+
+    /** The team's runs not yet in a final state. */
+    const unfinishedOf = (tenantId: TenantId, teamId: string) =>
+      sql<{ id: string }>`SELECT id FROM team_runs
+        WHERE tenant_id = ${tenantId} AND team_id = ${teamId} AND status IN ('pending', 'running')`.pipe(
+        Effect.map(ids),
+        Effect.orDie
+      )
+
+    const notStarted = (seconds: number) =>
+      sql<{ id: string }>`SELECT id FROM team_runs
+        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})`.pipe(Effect.map(ids), Effect.orDie)
+
+    const unpruned = (seconds: number, limit: number) =>
+      sql<{ id: string }>`SELECT id FROM team_runs
+        WHERE NOT messages_pruned AND status IN ('completed', 'failed', 'cancelled')
+          AND completed_at < now() - make_interval(secs => ${seconds})
+        ORDER BY completed_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
+
+    /** Deletes the cluster's stored messages of these finished runs' workflows and marks the runs pruned, in one transaction. */
+    const pruneMessages = (runIds: ReadonlyArray<string>, entityType: string, entityIds: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        yield* sql`DELETE FROM cluster_replies WHERE request_id IN (
+                     SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
+        yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
+        yield* sql`UPDATE team_runs SET messages_pruned = true WHERE id IN ${sql.in(runIds)}`
+      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("TeamsRepo.pruneMessages"))
+
+    return {
+      list,
+      insert,
+      findById: (tenantId: TenantId, id: string) =>
+        isId(id)
+          ? findById({ tenantId, id }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.findById"))
+          : Effect.succeed(Option.none<TeamRow>()),
+      update: (tenantId: TenantId, id: string, team: TeamFields) =>
+        isId(id) ? update(tenantId, id, team) : Effect.succeed(Option.none<TeamRow>()),
+      remove: (tenantId: TenantId, id: string) => isId(id) ? remove(tenantId, id) : Effect.succeed(false),
+      agentsAmong: (tenantId: TenantId, ids: ReadonlyArray<string>) => {
+        const candidates = ids.filter(isId)
+        return candidates.length === 0
+          ? Effect.succeed(new Map<string, { id: string; name: string; status: string }>())
+          : agentsAmong(tenantId, candidates)
+      },
+      insertRun,
+      claimedBy: (tenantId: TenantId, idempotencyKey: string) =>
+        keyedBy({ table: "team_runs", returning: claimedColumns, claimed: Claimed, tenantId, idempotencyKey }).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql),
+          Effect.orDie,
+          Effect.withSpan("TeamsRepo.claimedBy")
+        ),
+      getRun: (tenantId: TenantId, teamId: string, runId: string) =>
+        isId(runId) && isId(teamId)
+          ? getRun({ tenantId, teamId, runId }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.getRun"))
+          : Effect.succeed(Option.none<TeamRun>()),
+      runs,
+      transcript,
+      // The workflow's statements keep their errors typed: it retries what is transient.
+      begin: (id: string) => begin(id).pipe(Effect.withSpan("TeamsRepo.begin")),
+      saveTurn,
+      turnEvent,
+      finish,
+      failTimedOut,
+      events,
+      deadline: (tenantId: TenantId, teamId: string, runId: string) =>
+        isId(runId) && isId(teamId) ? deadline(tenantId, teamId, runId) : Effect.succeed(Option.none<number>()),
+      unfinished,
+      unfinishedOf,
+      notStarted,
+      unpruned,
+      pruneMessages,
+      /** Runs `effect` in one transaction (a final status with its webhook event). */
+      withTransaction: sql.withTransaction
+    } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}

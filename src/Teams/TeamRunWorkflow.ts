@@ -1,0 +1,321 @@
+import { Cause, Clock, Duration, Effect, Metric, Option, Result, Schema } from "effect"
+import { isSqlError } from "effect/sql/SqlError"
+import { Activity, Workflow } from "effect/workflow"
+import { AgentsRepo } from "../Agents/Repo.ts"
+import { TokenBudget } from "../Billing/Budget.ts"
+import { AppConfig } from "../Config.ts"
+import { retryTransient } from "../Database/Errors.ts"
+import { AgentId, type TenantId } from "../Domain/Ids.ts"
+import { storable } from "../Domain/Text.ts"
+import { Models } from "../Models/Models.ts"
+import { Metrics } from "../Platform/Observability.ts"
+import { Webhooks } from "../Webhooks/Webhooks.ts"
+import { type StopReason, TeamRun } from "./Api.ts"
+import { TeamsRepo } from "./Repo.ts"
+import * as Room from "./Room.ts"
+
+/**
+ * One team run is one durable workflow of effect's cluster, sharded like
+ * executions. Each turn is an activity (`turn:<index>`, and `closing:<index>`
+ * for the closing turn at a limit) whose result (speaker, content, tokens,
+ * the final answer it declared, or the limit it met) is stored when it
+ * completes: after a crash or a restart a completed turn is never asked
+ * again, a turn that was in flight runs again (its transcript row is written
+ * again, not twice), and the run goes on from there.
+ *
+ * The limits are the service's, checked inside each turn's activity so that
+ * a replay reaches the same decisions: `maxTurns` before a turn, the run's
+ * token budget before a turn that would cross it (an estimate: the prompt's
+ * tokens plus a reply's worth), the timeout before each turn and around each
+ * model call. At a limit one short closing turn writes the final answer.
+ * The tenant's plan admits every model call and is charged after it.
+ *
+ * The final status and the room's webhook event are written in one
+ * transaction; the event is handed to delivery once committed.
+ */
+export const TeamRunWorkflow = Workflow.make("TeamRun", {
+  payload: { runId: Schema.String },
+  idempotencyKey: ({ runId }) => runId
+})
+
+/** What a reply is expected to cost on top of its prompt, for the budget check before a turn. */
+export const replyTokensEstimate = 512
+
+const TurnOutcome = Schema.Struct({
+  /** The limit this turn met instead of speaking (no content then). */
+  stop: Schema.NullOr(Schema.Literals(["timeout", "token_budget", "failed"])),
+  agentId: Schema.String,
+  content: Schema.String,
+  tokens: Schema.Int,
+  /** The final answer the turn declared, when its speaker may end the run. */
+  final: Schema.NullOr(Schema.String)
+})
+type TurnOutcome = typeof TurnOutcome.Type
+
+class TurnFailed extends Schema.TaggedError<TurnFailed>()("TurnFailed", {
+  message: Schema.String
+}) {}
+
+// Repos that die on SQL errors have them back as typed failures here, to be retried.
+const sqlErrorsTyped = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.catchDefect(effect, (defect) => isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect))
+
+const databaseFailure = (error: { readonly message: string }) =>
+  storable(`The database could not be reached or refused a write: ${error.message}`)
+
+const encodeRun = Schema.encodeSync(Schema.toCodecJson(TeamRun))
+
+/**
+ * Moves a run to its final status and, in the same transaction, writes the
+ * room's webhook event (the run as GET shows it, without its transcript);
+ * hands the event to delivery once committed. False when the run was
+ * already final.
+ */
+export const finishRun = Effect.fn("TeamRuns.finish")(function*(
+  runId: string,
+  to: "completed" | "failed" | "cancelled",
+  fields: {
+    readonly result?: string | null
+    readonly error?: string | null
+    readonly stopReason: StopReason
+    readonly turns?: number
+    readonly tokensUsed?: number
+  }
+) {
+  const repo = yield* TeamsRepo
+  const webhooks = yield* Webhooks
+  const moved = yield* repo.withTransaction(Effect.gen(function*() {
+    const finished = yield* repo.finish(runId, to, fields)
+    if (Option.isNone(finished)) return Option.none<string | null>()
+    const { run, tenantId } = finished.value
+    const eventId = yield* webhooks.enqueue({
+      tenantId,
+      owner: { kind: "team", id: run.teamId },
+      subjectId: runId,
+      type: `team.run.${to}`,
+      data: encodeRun(run)
+    })
+    return Option.some(eventId)
+  }))
+  if (Option.isNone(moved)) return false
+  yield* Metric.update(Metric.withAttributes(Metrics.teamRuns, { status: to }), 1)
+  // Delivery starts once committed, on its own (the outbox sweep catches what this misses).
+  if (moved.value !== null) yield* Effect.forkDetach(webhooks.deliver(moved.value))
+  return true
+})
+
+/** Runs failed by the sweep past their timeout: their webhook events in the same transaction, delivered after. */
+export const reapTimedOut = Effect.fn("TeamRuns.reap")(function*(graceSeconds: number) {
+  const repo = yield* TeamsRepo
+  const webhooks = yield* Webhooks
+  const reaped = yield* repo.withTransaction(Effect.gen(function*() {
+    const runs = yield* repo.failTimedOut(graceSeconds)
+    const events: Array<string> = []
+    for (const { run, tenantId } of runs) {
+      const eventId = yield* webhooks.enqueue({
+        tenantId,
+        owner: { kind: "team", id: run.teamId },
+        subjectId: run.runId,
+        type: "team.run.failed",
+        data: encodeRun(run)
+      })
+      if (eventId !== null) events.push(eventId)
+    }
+    return { runIds: runs.map(({ run }) => run.runId), events }
+  }))
+  if (reaped.runIds.length > 0) {
+    yield* Metric.update(Metric.withAttributes(Metrics.teamRuns, { status: "failed" }), reaped.runIds.length)
+  }
+  yield* Effect.forEach(reaped.events, (eventId) => Effect.forkDetach(webhooks.deliver(eventId)), { discard: true })
+  return reaped.runIds
+})
+
+const limitText: Record<"max_turns" | "token_budget" | "timeout", string> = {
+  max_turns: "the most turns the team allows",
+  token_budget: "the team's token budget",
+  timeout: "the team's time limit"
+}
+
+const run = Effect.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly runId: string }) {
+  const repo = yield* TeamsRepo
+  const agents = yield* AgentsRepo
+  const models = yield* Models
+  const config = yield* AppConfig
+  const budget = yield* TokenBudget
+
+  const begun = yield* retryTransient(repo.begin(runId))
+  if (begun.status !== "running") return
+  const tenantId = begun.tenantId as TenantId
+  const snapshot = begun.snapshot
+  const room: Room.Room = {
+    members: snapshot.members,
+    turnTaking: snapshot.turnTaking,
+    leaderAgentId: snapshot.leaderAgentId
+  }
+  const deadline = begun.createdAt.getTime() + snapshot.timeoutMs
+  const turns: Array<Room.SpokenTurn> = []
+  let tokensUsed = 0
+
+  const roleOf = (agentId: string) => snapshot.members.find((member) => member.agentId === agentId)?.role ?? ""
+
+  const speak = (index: number, speaker: string, closing?: { readonly reason: string }) =>
+    Activity.make({
+      name: closing === undefined ? `turn:${index}` : `closing:${index}`,
+      success: TurnOutcome,
+      error: TurnFailed,
+      execute: Effect.gen(function*() {
+        const silent = (stop: NonNullable<TurnOutcome["stop"]>): TurnOutcome => ({
+          stop,
+          agentId: speaker,
+          content: "",
+          tokens: 0,
+          final: null
+        })
+        const fail = (message: string) => new TurnFailed({ message: storable(`Turn ${index}: ${message}`) })
+        const databaseFailed = (error: { readonly message: string }) => fail(databaseFailure(error))
+        const now = yield* Clock.currentTimeMillis
+        // The closing turn has its own short time, past the deadline if need be.
+        const allowed = closing === undefined ? deadline - now : Duration.toMillis(config.teamClosingTurnTimeout)
+        if (allowed <= 0) return silent("timeout")
+
+        // The agent is read at each turn: its model and instructions as they are now.
+        const agent = yield* retryTransient(sqlErrorsTyped(agents.findById(tenantId, AgentId.make(speaker)))).pipe(
+          Effect.mapError(databaseFailed)
+        )
+        if (Option.isNone(agent) || agent.value.status !== "active") {
+          if (closing !== undefined) return silent("failed")
+          return yield* fail(`agent ${speaker} is missing or inactive`)
+        }
+        const system = Room.systemPrompt(agent.value.instructions, room, speaker)
+        const bare = Room.userPrompt({ room, mission: begun.mission, speaker, transcript: [], omitted: 0, turns, closing })
+        // The transcript is trimmed from its oldest turn to what the model's context holds.
+        const room_budget = models.contextBudget(agent.value.model) - models.countTokens(system) - models.countTokens(bare)
+        const trimmed = Room.trimTranscript(
+          turns.map((turn) => Room.transcriptLine(room, turn)),
+          Math.max(0, room_budget),
+          models.countTokens
+        )
+        const prompt = Room.userPrompt({
+          room,
+          mission: begun.mission,
+          speaker,
+          transcript: trimmed.kept,
+          omitted: trimmed.omitted,
+          turns,
+          closing
+        })
+        if (closing === undefined) {
+          const estimate = models.countTokens(system) + models.countTokens(prompt) + replyTokensEstimate
+          if (tokensUsed + estimate > snapshot.tokenBudget) return silent("token_budget")
+        }
+        const admitted = yield* budget.admit(tenantId, agent.value.model).pipe(
+          Effect.as(true),
+          Effect.catch((refused) =>
+            closing === undefined ? Effect.fail(fail(refused.detail ?? refused.title)) : Effect.succeed(false))
+        )
+        if (!admitted) return silent("failed")
+        yield* retryTransient(repo.turnEvent(runId, "turn.started", index, { index, agentId: speaker, closing: closing !== undefined }))
+          .pipe(Effect.mapError(databaseFailed))
+        const reply = yield* models.generate({
+          model: agent.value.model,
+          system,
+          messages: [{ role: "user", content: prompt }]
+        }).pipe(
+          Effect.map(Option.some),
+          Effect.timeoutOrElse({ duration: Duration.millis(allowed), orElse: () => Effect.succeed(Option.none()) }),
+          Effect.catchTag("ModelError", (error) =>
+            closing === undefined ? Effect.fail(fail(error.message)) : Effect.succeed(Option.none()))
+        )
+        if (Option.isNone(reply)) return silent(closing === undefined ? "timeout" : "failed")
+        const content = storable(reply.value.text)
+        const tokens = reply.value.inputTokens + reply.value.outputTokens
+        yield* retryTransient(sqlErrorsTyped(budget.charge(tenantId, tokens))).pipe(Effect.mapError(databaseFailed))
+        const declared = Room.finalAnswer(content)
+        const final = closing !== undefined ? declared ?? content : Room.mayFinish(room, speaker) ? declared ?? null : null
+        yield* retryTransient(repo.saveTurn({ tenantId, runId, index, agentId: speaker, role: roleOf(speaker), content, tokens }))
+          .pipe(Effect.mapError(databaseFailed))
+        yield* retryTransient(repo.turnEvent(runId, "turn.completed", index, {
+          index,
+          agentId: speaker,
+          role: roleOf(speaker),
+          content,
+          tokens
+        })).pipe(Effect.mapError(databaseFailed))
+        yield* Effect.logInfo("Team turn completed").pipe(Effect.annotateLogs({ runId, turn: index }))
+        return { stop: null, agentId: speaker, content, tokens, final } satisfies TurnOutcome
+      })
+    })
+
+  const conversation = Effect.gen(function*() {
+    for (let index = 0; index < snapshot.maxTurns; index++) {
+      const outcome = yield* speak(index, Room.nextSpeaker(room, turns))
+      if (outcome.stop === "timeout" || outcome.stop === "token_budget") return outcome.stop
+      turns.push({ index, agentId: outcome.agentId, content: outcome.content })
+      tokensUsed += outcome.tokens
+      if (outcome.final !== null) return { done: outcome.final }
+    }
+    return "max_turns" as const
+  })
+
+  const outcome = yield* Effect.result(conversation)
+  if (Result.isFailure(outcome)) {
+    yield* retryTransient(finishRun(runId, "failed", {
+      error: outcome.failure.message,
+      stopReason: "error",
+      turns: turns.length,
+      tokensUsed
+    }))
+    return
+  }
+  if (typeof outcome.success === "object") {
+    yield* retryTransient(finishRun(runId, "completed", {
+      result: outcome.success.done,
+      stopReason: "done",
+      turns: turns.length,
+      tokensUsed
+    }))
+    return
+  }
+  // At a limit: one short closing turn writes the final answer.
+  const stopReason = outcome.success
+  const index = turns.length
+  const closing = yield* Effect.result(
+    speak(index, Room.closingSpeaker(room, turns), { reason: limitText[stopReason] })
+  )
+  let result = turns.at(-1)?.content ?? ""
+  if (Result.isSuccess(closing) && closing.success.stop === null) {
+    turns.push({ index, agentId: closing.success.agentId, content: closing.success.content })
+    tokensUsed += closing.success.tokens
+    result = closing.success.final ?? closing.success.content
+  }
+  yield* retryTransient(finishRun(runId, "completed", { result, stopReason, turns: turns.length, tokensUsed }))
+})
+
+/**
+ * Whatever ended the run without a final status (a database error that
+ * outlived its retries, a defect) fails it with the reason. Interruptions (a
+ * cancel, a node stopping) pass: the run resumes elsewhere.
+ */
+const failUnfinished = (runId: string) => (cause: Cause.Cause<unknown>) =>
+  Effect.gen(function*() {
+    if (Cause.hasInterrupts(cause)) return yield* Effect.interrupt
+    const error = Cause.squash(cause)
+    const message = isSqlError(error) ? databaseFailure(error) : "The run failed unexpectedly"
+    yield* Effect.logError("Team run failed unexpectedly", cause).pipe(Effect.annotateLogs({ runId }))
+    yield* retryTransient(finishRun(runId, "failed", { error: message, stopReason: "error" })).pipe(
+      Effect.catchCause((cause) =>
+        Effect.logError("Could not record a team run's failure; it fails at its timeout", cause).pipe(
+          Effect.annotateLogs({ runId })
+        )
+      )
+    )
+  })
+
+/** Counts the workflows running on this node while they run. */
+export const layer = TeamRunWorkflow.toLayer((payload) =>
+  Effect.acquireUseRelease(
+    Metric.modify(Metrics.workflowsInFlight, 1),
+    () => run(payload).pipe(Effect.catchCause(failUnfinished(payload.runId))),
+    () => Metric.modify(Metrics.workflowsInFlight, -1)
+  )
+)

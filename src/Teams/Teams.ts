@@ -1,0 +1,199 @@
+import { Context, Effect, Layer, Option } from "effect"
+import { defaultPageSize } from "../Agents/Api.ts"
+import { decodeCursor } from "../Domain/Cursor.ts"
+import { isId, type TenantId } from "../Domain/Ids.ts"
+import { BadRequest, NotFound } from "../Domain/Problems.ts"
+import type { WebhookState } from "../Webhooks/Api.ts"
+import { Webhooks } from "../Webhooks/Webhooks.ts"
+import {
+  type CreateTeam,
+  defaultMaxTurns,
+  defaultTimeoutMs,
+  defaultTokenBudget,
+  type RoomInput,
+  type Team,
+  type UpdateTeam
+} from "./Api.ts"
+import { type TeamFields, type TeamRow, TeamsRepo } from "./Repo.ts"
+
+const notFound = (id: string) => new NotFound({ detail: `No team ${id}` })
+
+const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
+
+export const ownerOf = (teamId: string) => ({ kind: "team" as const, id: teamId })
+
+interface Issue {
+  readonly path: ReadonlyArray<string | number>
+  readonly message: string
+}
+
+const badRequest = (issues: ReadonlyArray<Issue>) =>
+  new BadRequest({
+    detail: `${issues[0]!.path.join(".")}: ${issues[0]!.message}${issues.length > 1 ? ` (and ${issues.length - 1} more)` : ""}`,
+    errors: issues.map((issue) => ({ path: [...issue.path], message: issue.message }))
+  })
+
+/** Team definitions of a tenant, with their rooms' webhooks. */
+export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
+  make: Effect.gen(function*() {
+    const repo = yield* TeamsRepo
+    const webhooks = yield* Webhooks
+
+    const withRoom = (row: TeamRow, room: WebhookState, signingSecret: string | null = null): Team => ({
+      ...row,
+      id: row.id as Team["id"],
+      room: signingSecret === null ? room : { ...room, signingSecret }
+    })
+
+    /**
+     * What is wrong with a team whose fields have the right shape: members
+     * that are not distinct agents of the tenant, a leader that is missing,
+     * not a member, or given for round robin.
+     */
+    const issuesOf = Effect.fn("Teams.validate")(function*(tenantId: TenantId, team: TeamFields) {
+      const issues: Array<Issue> = []
+      const agents = yield* repo.agentsAmong(tenantId, team.members.map((member) => member.agentId))
+      const seen = new Set<string>()
+      team.members.forEach((member, i) => {
+        if (seen.has(member.agentId)) {
+          issues.push({ path: ["payload", "members", i, "agentId"], message: "Expected each agent at most once" })
+        } else if (!agents.has(member.agentId)) {
+          issues.push({ path: ["payload", "members", i, "agentId"], message: `No agent ${member.agentId} in this account` })
+        }
+        seen.add(member.agentId)
+      })
+      if (team.turnTaking === "leader") {
+        if (team.leaderAgentId === null) {
+          issues.push({ path: ["payload", "leaderAgentId"], message: "Expected the leader's agentId for `leader` turn-taking" })
+        } else if (!seen.has(team.leaderAgentId)) {
+          issues.push({ path: ["payload", "leaderAgentId"], message: "Expected one of the members' agentIds" })
+        }
+      } else if (team.leaderAgentId !== null) {
+        issues.push({ path: ["payload", "leaderAgentId"], message: "Expected null: only `leader` turn-taking has a leader" })
+      }
+      return issues
+    })
+
+    const validate = (tenantId: TenantId, team: TeamFields) =>
+      Effect.flatMap(issuesOf(tenantId, team), (issues) => issues.length > 0 ? Effect.fail(badRequest(issues)) : Effect.void)
+
+    const configureRoom = (tenantId: TenantId, teamId: string, room: RoomInput | undefined) =>
+      room === undefined || (room.outputWebhookUrl === undefined && room.webhookEnabled === undefined)
+        ? Effect.map(webhooks.state(tenantId, ownerOf(teamId)), (state) => ({ state, signingSecret: null }))
+        : webhooks.configure(
+          tenantId,
+          ownerOf(teamId),
+          { url: room.outputWebhookUrl, enabled: room.webhookEnabled },
+          ["payload", "room", "outputWebhookUrl"]
+        )
+
+    const list = Effect.fn("Teams.list")(function*(tenantId: TenantId, options: {
+      readonly activeOnly: boolean
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+    }) {
+      const after = yield* decodeCursor(options.cursor, isId)
+      const page = yield* repo.list(tenantId, { activeOnly: options.activeOnly, after, limit: options.limit ?? defaultPageSize })
+      const rooms = page.data.length === 0
+        ? new Map<string, WebhookState>()
+        : yield* webhooks.states(tenantId, "team", page.data.map((team) => team.id))
+      return { ...page, data: page.data.map((row) => withRoom(row, rooms.get(row.id) ?? noWebhook)) }
+    })
+
+    const create = Effect.fn("Teams.create")(function*(tenantId: TenantId, input: CreateTeam) {
+      const turnTaking = input.turnTaking ?? "round_robin"
+      const fields: TeamFields = {
+        name: input.name,
+        description: input.description ?? "",
+        mode: input.mode ?? "chat",
+        status: input.status ?? "active",
+        members: input.members.map((member) => ({ agentId: member.agentId, role: member.role ?? "" })),
+        turnTaking,
+        leaderAgentId: input.leaderAgentId ?? null,
+        maxTurns: input.maxTurns ?? defaultMaxTurns,
+        tokenBudget: input.tokenBudget ?? defaultTokenBudget,
+        timeoutMs: input.timeoutMs ?? defaultTimeoutMs
+      }
+      yield* validate(tenantId, fields)
+      const row = yield* repo.insert(tenantId, fields)
+      // A refused webhook URL leaves no team behind.
+      const room = yield* configureRoom(tenantId, row.id, input.room).pipe(
+        Effect.tapError(() => repo.remove(tenantId, row.id))
+      )
+      return withRoom(row, room.state, room.signingSecret)
+    })
+
+    const find = (tenantId: TenantId, id: string) =>
+      Effect.flatMap(repo.findById(tenantId, id), (row) => Option.isNone(row) ? Effect.fail(notFound(id)) : Effect.succeed(row.value))
+
+    const get = Effect.fn("Teams.get")(function*(tenantId: TenantId, id: string) {
+      const row = yield* find(tenantId, id)
+      return withRoom(row, yield* webhooks.state(tenantId, ownerOf(id)))
+    })
+
+    /** An active team of the tenant, for a run; anything else is not found. */
+    const active = Effect.fn("Teams.active")(function*(tenantId: TenantId, id: string) {
+      const row = yield* repo.findById(tenantId, id)
+      if (Option.isNone(row) || row.value.status !== "active") return yield* new NotFound({ detail: `No active team ${id}` })
+      return row.value
+    })
+
+    const update = Effect.fn("Teams.update")(function*(tenantId: TenantId, id: string, input: UpdateTeam) {
+      const current = yield* find(tenantId, id)
+      const turnTaking = input.turnTaking ?? current.turnTaking
+      const fields: TeamFields = {
+        name: input.name ?? current.name,
+        description: input.description ?? current.description,
+        mode: input.mode ?? current.mode,
+        status: input.status ?? current.status,
+        members: input.members === undefined
+          ? current.members
+          : input.members.map((member) => ({ agentId: member.agentId, role: member.role ?? "" })),
+        turnTaking,
+        // Moving to round robin drops the leader unless one is given.
+        leaderAgentId: input.leaderAgentId !== undefined
+          ? input.leaderAgentId
+          : turnTaking === "leader"
+          ? current.leaderAgentId
+          : null,
+        maxTurns: input.maxTurns ?? current.maxTurns,
+        tokenBudget: input.tokenBudget ?? current.tokenBudget,
+        timeoutMs: input.timeoutMs ?? current.timeoutMs
+      }
+      yield* validate(tenantId, fields)
+      // The room first: a refused URL changes nothing else.
+      const room = yield* configureRoom(tenantId, id, input.room)
+      const row = yield* repo.update(tenantId, id, fields)
+      if (Option.isNone(row)) return yield* notFound(id)
+      return withRoom(row.value, room.state, room.signingSecret)
+    })
+
+    const remove = Effect.fn("Teams.remove")(function*(tenantId: TenantId, id: string) {
+      const removed = yield* repo.remove(tenantId, id)
+      if (!removed) return yield* notFound(id)
+      yield* webhooks.remove(tenantId, ownerOf(id))
+    })
+
+    const rotateSecret = Effect.fn("Teams.rotateSecret")(function*(tenantId: TenantId, id: string) {
+      yield* find(tenantId, id)
+      return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
+    })
+
+    const deliveries = Effect.fn("Teams.deliveries")(function*(tenantId: TenantId, id: string, query: {
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+    }) {
+      yield* find(tenantId, id)
+      return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
+    })
+
+    const redeliver = Effect.fn("Teams.redeliver")(function*(tenantId: TenantId, id: string, eventId: string) {
+      yield* find(tenantId, id)
+      return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
+    })
+
+    return { list, create, get, active, update, remove, rotateSecret, deliveries, redeliver } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(TeamsRepo.layer))
+}

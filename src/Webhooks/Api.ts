@@ -1,0 +1,76 @@
+import { Schema } from "effect"
+import { cursorParam } from "../Domain/Cursor.ts"
+import { text } from "../Domain/Input.ts"
+
+// Schemas of outbound webhooks, shared by every feature whose runs send
+// events (team rooms, orchestrations). Declarations only: the delivery
+// routes live in those features' Api.ts, over these shapes.
+
+/** A webhook URL as a client sends it; the service checks it further (scheme, host, SSRF) when it is set. */
+export const WebhookUrl = text(
+  Schema.isMinLength(1, { message: "Expected a URL" }),
+  Schema.isMaxLength(2048, { message: "Expected a URL of at most 2048 characters" })
+).annotate({
+  description: "An http(s) URL. Every address its host resolves to must be public unless WEBHOOK_ALLOW_PRIVATE=true."
+})
+
+/** Where a feature's events go, as its resource shows it. */
+export const WebhookState = Schema.Struct({
+  outputWebhookUrl: Schema.NullOr(Schema.String),
+  webhookEnabled: Schema.Boolean,
+  webhookDisabledReason: Schema.NullOr(Schema.String).annotate({
+    description: "Why the service disabled the webhook (a 410 answer, or failing for WEBHOOK_DISABLE_AFTER); null otherwise."
+  })
+})
+export type WebhookState = typeof WebhookState.Type
+
+/** The signing secret, shown once: when a webhook URL is first set, and on each rotation. */
+export const SigningSecret = Schema.Struct({
+  signingSecret: Schema.String.annotate({ description: "`whsec_` + base64 of the HMAC-SHA256 key (Standard Webhooks)." }),
+  previousSecretExpiresAt: Schema.NullOr(Schema.Date).annotate({
+    description: "Until then, deliveries also carry a signature with the previous secret."
+  })
+})
+export type SigningSecret = typeof SigningSecret.Type
+
+export const DeliveryAttempt = Schema.Struct({
+  eventId: Schema.String.annotate({ description: "The `webhook-id` header: the same on every attempt of one event." }),
+  type: Schema.String,
+  subjectId: Schema.String.annotate({ description: "The run or execution the event is about." }),
+  attempt: Schema.Int.annotate({ description: "1 for the first attempt of a delivery; a redelivery starts again at 1." }),
+  redelivery: Schema.Int.annotate({ description: "0 for the original delivery, n for the n-th redelivery." }),
+  at: Schema.Date,
+  url: Schema.String,
+  httpStatus: Schema.NullOr(Schema.Int),
+  error: Schema.NullOr(Schema.String).annotate({ description: "Why the attempt failed: refused address, timeout, connection error, redirect, status." }),
+  durationMs: Schema.Int,
+  response: Schema.NullOr(Schema.String).annotate({ description: "The first 1 KB of the response body." })
+})
+export type DeliveryAttempt = typeof DeliveryAttempt.Type
+
+export const DeliveryList = Schema.Struct({
+  data: Schema.Array(DeliveryAttempt),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+export const Redelivery = Schema.Struct({
+  eventId: Schema.String,
+  status: Schema.Literal("pending")
+})
+
+/** Keys of the delivery log: attempts are numbered in the order they were made. */
+export const isAttemptKey = (key: string): boolean => /^[1-9]\d{0,17}$/.test(key)
+
+export const maxDeliveryPageSize = 200
+export const defaultDeliveryPageSize = 50
+
+/** `limit` and `cursor` of a delivery log. */
+export const DeliveryPageQuery = {
+  limit: Schema.optionalKey(
+    Schema.NumberFromString.pipe(
+      Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxDeliveryPageSize })))
+    ).annotate({ description: `Page size, 1 to ${maxDeliveryPageSize} (default ${defaultDeliveryPageSize}).` })
+  ),
+  cursor: Schema.optionalKey(cursorParam(isAttemptKey))
+}

@@ -1,0 +1,274 @@
+import { Context, Duration, Effect, Layer, Option, Result, Schedule } from "effect"
+import { Singleton } from "effect/cluster"
+import type { SqlError } from "effect/sql/SqlError"
+import type { WorkflowEngine } from "effect/workflow"
+import { AppConfig } from "../Config.ts"
+import { decodeCursor, encodeCursor, type Page } from "../Domain/Cursor.ts"
+import { newId, type TenantId } from "../Domain/Ids.ts"
+import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
+import { defaultDeliveryPageSize, type DeliveryAttempt, isAttemptKey, type SigningSecret, type WebhookState } from "./Api.ts"
+import { DeliveryWorkflow } from "./Delivery.ts"
+import * as Guard from "./Guard.ts"
+import { type EndpointRow, WebhooksRepo } from "./Repo.ts"
+import { newEventId, newSecret, SecretBox } from "./Signing.ts"
+
+/** What sends events: a team (its room) or an orchestration (its executions). */
+export interface Owner {
+  readonly kind: "team" | "orchestration"
+  readonly id: string
+}
+
+export interface WebhooksShape {
+  /**
+   * Sets an owner's webhook URL (null removes it) and/or turns it on or off.
+   * The URL is checked (http(s), a host, no private address unless
+   * WEBHOOK_ALLOW_PRIVATE); a refusal is a 400 whose path is `field`.
+   * `signingSecret` is set only when this call made a new secret (a URL set
+   * where there was none): the one time it is shown.
+   */
+  readonly configure: (
+    tenantId: TenantId,
+    owner: Owner,
+    change: { readonly url?: string | null | undefined; readonly enabled?: boolean | undefined },
+    field: ReadonlyArray<string>
+  ) => Effect.Effect<{ readonly state: WebhookState; readonly signingSecret: string | null }, BadRequest>
+  /** The owner's webhook as its resource shows it (no webhook: null URL, disabled). */
+  readonly state: (tenantId: TenantId, owner: Owner) => Effect.Effect<WebhookState>
+  /** The same for many owners of one kind at once (lists), keyed by owner id. */
+  readonly states: (
+    tenantId: TenantId,
+    kind: Owner["kind"],
+    ids: ReadonlyArray<string>
+  ) => Effect.Effect<ReadonlyMap<string, WebhookState>>
+  /** A new secret; the previous one still signs for WEBHOOK_ROTATION_OVERLAP. 409 without a webhook. */
+  readonly rotateSecret: (tenantId: TenantId, owner: Owner) => Effect.Effect<SigningSecret, Conflict>
+  /** Forgets the owner's webhook, its events and its log (the owner is deleted). */
+  readonly remove: (tenantId: TenantId, owner: Owner) => Effect.Effect<void>
+  /**
+   * Writes an event to the outbox, to be called inside the caller's
+   * transaction with the final state it reports, so that neither is ever
+   * stored without the other. Nothing is written when the owner has no
+   * enabled webhook. Returns the event id, for `deliver` once committed.
+   */
+  readonly enqueue: (event: {
+    readonly tenantId: TenantId
+    readonly owner: Owner
+    readonly subjectId: string
+    readonly type: string
+    readonly data: unknown
+  }) => Effect.Effect<string | null, SqlError>
+  /** Starts delivering a committed event now (idempotent; the outbox sweep catches what this misses). */
+  readonly deliver: (eventId: string) => Effect.Effect<void>
+  /** Every attempt to deliver the owner's events, newest first. */
+  readonly deliveries: (
+    tenantId: TenantId,
+    owner: Owner,
+    query: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
+  ) => Effect.Effect<Page<DeliveryAttempt>, BadRequest>
+  /** Sends an event again: same id, new timestamp and signature, a fresh retry schedule. */
+  readonly redeliver: (tenantId: TenantId, owner: Owner, eventId: string) => Effect.Effect<{
+    readonly eventId: string
+    readonly status: "pending"
+  }, NotFound>
+}
+
+/**
+ * Hands the delivery of the event's current redelivery to the cluster (which
+ * stores the start before this returns), then marks the event handed over.
+ */
+const startDelivery = (eventId: string) =>
+  Effect.gen(function*() {
+    const repo = yield* WebhooksRepo
+    const redelivery = yield* repo.redeliveryOf(eventId)
+    if (Option.isNone(redelivery)) return
+    yield* DeliveryWorkflow.execute({ eventId, redelivery: redelivery.value }, { discard: true })
+    yield* repo.markStarted(eventId, redelivery.value)
+  })
+
+/**
+ * Outbound webhooks: one mechanism for every feature that sends events
+ * (the outbox, Standard Webhooks signing, delivery by the cluster with
+ * retries, the delivery log, redelivery and the SSRF guard).
+ */
+export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-host/Webhooks") {
+  static readonly make = Effect.gen(function*() {
+    const repo = yield* WebhooksRepo
+    const box = yield* SecretBox
+    const config = yield* AppConfig
+    const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+
+    const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
+    const stateOf = (row: EndpointRow): WebhookState => ({
+      outputWebhookUrl: row.url,
+      webhookEnabled: row.enabled && row.disabledReason === null,
+      webhookDisabledReason: row.disabledReason
+    })
+
+    const refused = (field: ReadonlyArray<string>, message: string) =>
+      new BadRequest({ detail: `${field.join(".")}: ${message}`, errors: [{ path: [...field], message }] })
+
+    /** The URL, normalised, if it may be a webhook's: its scheme, host and every address it resolves to. */
+    const checkUrl = (raw: string, field: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        const url = Guard.parseUrl(raw.trim())
+        if (Result.isFailure(url)) return yield* refused(field, url.failure)
+        yield* Guard.resolve(url.success, config.webhookAllowPrivate).pipe(
+          Effect.mapError((why) => refused(field, why))
+        )
+        return url.success.toString()
+      })
+
+    const configure: WebhooksShape["configure"] = Effect.fn("Webhooks.configure")(function*(tenantId, owner, change, field) {
+      if (change.url === null) {
+        yield* repo.removeEndpoint(tenantId, owner)
+        return { state: noWebhook, signingSecret: null }
+      }
+      const url = change.url === undefined ? null : yield* checkUrl(change.url, field)
+      const existing = yield* repo.findEndpoint(tenantId, owner)
+      if (Option.isNone(existing)) {
+        if (url === null) return { state: noWebhook, signingSecret: null }
+        const secret = newSecret()
+        const inserted = yield* repo.insertEndpoint({
+          id: newId(),
+          tenantId,
+          owner,
+          url,
+          enabled: change.enabled ?? true,
+          secret: box.seal(secret)
+        })
+        // Another request set it at the same moment: this one changes it, with the secret already made.
+        if (Option.isSome(inserted)) return { state: stateOf(inserted.value), signingSecret: secret }
+      }
+      if (url === null && change.enabled === undefined) {
+        return { state: Option.match(existing, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
+      }
+      const updated = yield* repo.updateEndpoint(tenantId, owner, { url, enabled: change.enabled ?? null })
+      return { state: Option.match(updated, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
+    })
+
+    const state: WebhooksShape["state"] = (tenantId, owner) =>
+      Effect.map(repo.findEndpoint(tenantId, owner), Option.match({ onNone: () => noWebhook, onSome: stateOf }))
+
+    const states: WebhooksShape["states"] = (tenantId, kind, ids) =>
+      Effect.map(repo.endpoints(tenantId, kind, ids), (rows) => {
+        const byOwner = new Map(rows.map((row) => [row.ownerId, stateOf(row)] as const))
+        return new Map(ids.map((id) => [id, byOwner.get(id) ?? noWebhook] as const))
+      })
+
+    const rotateSecret: WebhooksShape["rotateSecret"] = Effect.fn("Webhooks.rotateSecret")(function*(tenantId, owner) {
+      const secret = newSecret()
+      const expires = yield* repo.rotate(tenantId, owner, box.seal(secret), Duration.toMillis(config.webhookRotationOverlap))
+      if (Option.isNone(expires)) return yield* new Conflict({ detail: "There is no webhook URL to sign for" })
+      return { signingSecret: secret, previousSecretExpiresAt: expires.value }
+    })
+
+    const remove: WebhooksShape["remove"] = (tenantId, owner) => repo.removeEndpoint(tenantId, owner)
+
+    const enqueue: WebhooksShape["enqueue"] = (event) =>
+      Effect.suspend(() => {
+        const body = JSON.stringify({ type: event.type, timestamp: new Date().toISOString(), data: event.data })
+        return repo.enqueue({
+          id: newEventId(),
+          tenantId: event.tenantId,
+          owner: event.owner,
+          subjectId: event.subjectId,
+          type: event.type,
+          body
+        })
+      }).pipe(Effect.withSpan("Webhooks.enqueue"))
+
+    const start = (eventId: string) => startDelivery(eventId).pipe(Effect.provideService(WebhooksRepo, repo), Effect.provideContext(engine))
+
+    const deliver: WebhooksShape["deliver"] = (eventId) =>
+      start(eventId).pipe(
+        Effect.timeoutOrElse({
+          duration: config.clusterCallTimeout,
+          orElse: () => Effect.logWarning("A webhook delivery was not taken in time; the sweep will start it")
+        }),
+        Effect.catchCause((cause) =>
+          Effect.logWarning("A webhook delivery could not start; the sweep will start it", cause).pipe(
+            Effect.annotateLogs({ eventId })
+          )
+        ),
+        Effect.withSpan("Webhooks.deliver")
+      )
+
+    const deliveries: WebhooksShape["deliveries"] = Effect.fn("Webhooks.deliveries")(function*(tenantId, owner, query) {
+      const before = yield* decodeCursor(query.cursor, isAttemptKey)
+      const limit = query.limit ?? defaultDeliveryPageSize
+      const { rows, total } = yield* repo.attempts(tenantId, owner, before, limit + 1)
+      const data = rows.slice(0, limit).map((row): DeliveryAttempt => ({
+        eventId: row.eventId,
+        type: row.type,
+        subjectId: row.subjectId,
+        attempt: row.attempt,
+        redelivery: row.redelivery,
+        at: new Date(row.at),
+        url: row.url,
+        httpStatus: row.httpStatus,
+        error: row.error,
+        durationMs: row.durationMs,
+        response: row.response
+      }))
+      return { data, total, nextCursor: rows.length > limit ? encodeCursor(rows[limit - 1]!.id) : null }
+    })
+
+    const redeliver: WebhooksShape["redeliver"] = Effect.fn("Webhooks.redeliver")(function*(tenantId, owner, eventId) {
+      const found = eventId.length <= 64 && (yield* repo.redeliver(tenantId, owner, eventId))
+      if (!found) return yield* new NotFound({ detail: `No event ${eventId}` })
+      yield* Effect.forkDetach(deliver(eventId))
+      return { eventId, status: "pending" as const }
+    })
+
+    return Webhooks.of({ configure, state, states, rotateSecret, remove, enqueue, deliver, deliveries, redeliver })
+  })
+
+  static readonly layer = Layer.effect(Webhooks, Webhooks.make).pipe(
+    Layer.provide([WebhooksRepo.layer, SecretBox.layer])
+  )
+
+  /**
+   * Every 3 s, the events committed but not handed to the cluster (a crash
+   * between the commit and the start) are; every 10 s, the cluster's stored
+   * messages of deliveries finished over WEBHOOK_MESSAGES_RETENTION ago are
+   * deleted (the events and the log keep what clients see). A cluster
+   * singleton: one node sweeps, and another takes over if it stops.
+   */
+  static readonly sweeper = Singleton.make(
+    "WebhooksSweep",
+    Effect.gen(function*() {
+      const repo = yield* WebhooksRepo
+      const config = yield* AppConfig
+      // Idempotent: a delivery already under way is keyed by the same event and redelivery.
+      const sweep = Effect.gen(function*() {
+        const ids = yield* repo.unstarted(500)
+        yield* Effect.forEach(ids, (eventId) => Effect.ignore(startDelivery(eventId)), { discard: true, concurrency: 10 })
+      })
+      const entityType = `Workflow/${DeliveryWorkflow._tag}`
+      const prune = Effect.gen(function*() {
+        const seconds = Duration.toSeconds(config.webhookMessagesRetention)
+        for (let batch = 0; batch < 20; batch++) {
+          const events = yield* repo.unpruned(seconds, 200)
+          if (events.length === 0) break
+          const entityIds = yield* Effect.forEach(
+            events.flatMap((event) =>
+              Array.from({ length: event.redelivery + 1 }, (_, redelivery) => ({ eventId: event.id, redelivery }))
+            ),
+            (payload) => DeliveryWorkflow.executionId(payload)
+          )
+          yield* repo.pruneMessages(events.map((event) => event.id), entityType, entityIds)
+          if (events.length < 200) break
+        }
+      })
+      yield* prune.pipe(
+        Effect.catchCause((cause) => Effect.logWarning("Webhook message prune failed", cause)),
+        Effect.repeat(Schedule.spaced("10 seconds")),
+        Effect.forkScoped
+      )
+      yield* sweep.pipe(
+        Effect.catchCause((cause) => Effect.logWarning("Webhook sweep failed", cause)),
+        Effect.repeat(Schedule.spaced("3 seconds"))
+      )
+    })
+  ).pipe(Layer.provide(WebhooksRepo.layer))
+}

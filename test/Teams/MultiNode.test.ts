@@ -1,0 +1,129 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Crypto from "node:crypto"
+import { Webhook } from "standardwebhooks"
+import { linesWith, request, requestJson, signUpTenant, startNodes } from "../support/Cluster.ts"
+import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import * as FakeReceiver from "../support/FakeReceiver.ts"
+import { TestDatabaseUrl } from "../support/TestServer.ts"
+
+const apiKey = "sk-team-nodes"
+const count = 20
+
+const until = async <A>(what: string, check: () => Promise<A | undefined> | A | undefined, timeoutMs: number) => {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    const value = await check()
+    if (value !== undefined) return value
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  throw new Error(`timed out waiting for ${what}`)
+}
+
+/** The run a request to the fake is for (its mission) and its turn (the transcript lines its prompt shows). */
+const turnOf = (body: any) => {
+  const prompt = body.messages.at(-1).content as string
+  return { mission: /## Mission\n(.*)\n/.exec(prompt)?.[1] ?? "", turn: (prompt.match(/^\[\d+\] /gm) ?? []).length }
+}
+
+describe("team runs on three nodes", () => {
+  it.live("runs spread over the nodes; one killed mid-turn (kill -9), the survivors finish every run; each event delivered, once per webhook-id", () =>
+    Effect.gen(function*() {
+      const databaseUrl = yield* TestDatabaseUrl
+      const fake = yield* FakeOpenAi.make({ apiKey })
+      const receiver = yield* FakeReceiver.make
+      // Turn 0 answers in 2 s (every run's turn 0 is asked by then); once all are asked, turn 1
+      // answers slowly and ends the run: the kill lands while every turn 1 is in flight.
+      fake.setDefault({ delayMs: 2_000, text: "First." })
+      const nodes = yield* startNodes(3, {
+        DATABASE_URL: databaseUrl,
+        OPENAI_BASE_URL: fake.url,
+        OPENAI_API_KEY: apiKey,
+        ENFORCE_DAILY_LIMITS: "false",
+        WEBHOOK_ALLOW_PRIVATE: "true",
+        WEBHOOK_SECRET_KEY: Crypto.randomBytes(32).toString("base64")
+      })
+      const urls = nodes.map((node) => node.baseUrl)
+      const victim = nodes[2]!
+      // Shards settle once every runner has joined.
+      yield* Effect.sleep("3 seconds")
+
+      const setup = yield* Effect.promise(async () => {
+        const tenant = await signUpTenant(urls[0]!, "team-nodes@example.com")
+        const agents = []
+        for (const name of ["A", "B"]) {
+          agents.push(await requestJson(`${urls[0]}/api/agents`, { method: "POST", headers: tenant.session, body: { name, model: "openai/gpt-4o-mini" } }))
+        }
+        const team = await requestJson(`${urls[0]}/api/teams`, {
+          method: "POST",
+          headers: tenant.session,
+          body: {
+            name: "Spread",
+            members: agents.map((agent) => ({ agentId: agent.id, role: "member" })),
+            room: { outputWebhookUrl: receiver.url("/nodes") }
+          }
+        })
+        const runIds: Array<string> = []
+        for (let i = 0; i < count; i++) {
+          const started = await request(`${urls[i % urls.length]}/api/v1/teams/${team.id}/run`, {
+            method: "POST",
+            headers: tenant.bearer,
+            body: { mission: `run-${i}` }
+          })
+          assert.strictEqual(started.status, 202, started.text)
+          runIds.push(started.body.data.runId)
+        }
+        return { tenant, teamId: team.id as string, secret: team.room.signingSecret as string, runIds }
+      })
+
+      const asked = (turn: number) => fake.requests.filter((r) => turnOf(r.body).turn === turn)
+      const progress = () => `turn 0 asked ${asked(0).length}, turn 1 asked ${asked(1).length} times`
+      yield* Effect.promise(() => until(`every turn 0 asked (${progress()})`, () => asked(0).length >= count ? true : undefined, 60_000))
+      fake.setDefault({ delayMs: 4_000, text: "Second.\nFINAL ANSWER: finished" })
+      yield* Effect.promise(() => until(`every turn 1 in flight`, () => asked(1).length >= count ? true : undefined, 60_000)).pipe(
+        Effect.tapError(() => Effect.sync(() => console.log(progress())))
+      )
+      assert.strictEqual(asked(0).length, count, progress())
+      yield* Effect.sleep("100 millis") // the nodes' log batches
+      const spread = new Set(linesWith(nodes, "Team turn completed").map((entry) => entry.node))
+      victim.child.kill("SIGKILL")
+      yield* Effect.promise(() => victim.exited)
+      fake.setDefault({ delayMs: 50, text: "Second.\nFINAL ANSWER: finished" })
+
+      const survivors = urls.slice(0, 2)
+      const finals = yield* Effect.promise(() =>
+        until("every run to finish", async () => {
+          const page = await request(`${survivors[0]}/api/teams/${setup.teamId}/runs?limit=200`, { headers: setup.tenant.session })
+          if (page.status !== 200) return undefined
+          const runs = page.body.data as Array<any>
+          return runs.every((run) => ["completed", "failed", "cancelled"].includes(run.status)) ? runs : undefined
+        }, 120_000)
+      )
+      assert.strictEqual(finals.length, count)
+      assert.deepStrictEqual(finals.map((run) => [run.status, run.stopReason, run.result]), Array(count).fill(["completed", "done", "finished"]))
+      // No completed turn 0 was asked again.
+      for (let i = 0; i < count; i++) {
+        assert.strictEqual(asked(0).filter((r) => turnOf(r.body).mission === `run-${i}`).length, 1, `turn 0 of run-${i}`)
+      }
+
+      const ids = yield* Effect.promise(() =>
+        until("an event for every run", () => {
+          const distinct = new Set(receiver.requests.map((r) => r.headers["webhook-id"]))
+          return distinct.size >= count ? distinct : undefined
+        }, 60_000)
+      )
+      yield* Effect.sleep("1 second")
+      console.log(
+        `team runs on 3 nodes: turns completed on ${spread.size} nodes before the kill; ` +
+          `${ids.size} distinct webhook-ids, ${receiver.requests.length} deliveries in all`
+      )
+      assert.isAtLeast(spread.size, 2, "runs spread over the nodes")
+      assert.strictEqual(ids.size, count)
+      const subjects = new Set(receiver.requests.map((r) => (new Webhook(setup.secret).verify(r.body, r.headers) as any).data.runId))
+      assert.deepStrictEqual([...subjects].sort(), [...setup.runIds].sort())
+      for (const node of nodes.slice(0, 2)) {
+        node.child.kill("SIGTERM")
+        yield* Effect.promise(() => node.exited)
+      }
+    }), 240_000)
+})

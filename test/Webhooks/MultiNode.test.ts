@@ -1,0 +1,83 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Crypto from "node:crypto"
+import { Webhook } from "standardwebhooks"
+import { executeMany, orchestrationSetup, requestJson, startNodes } from "../support/Cluster.ts"
+import * as FakeReceiver from "../support/FakeReceiver.ts"
+import { TestDatabaseUrl } from "../support/TestServer.ts"
+
+const count = 30
+
+describe("webhook delivery on three nodes", () => {
+  it.live("every event is delivered, one node killed (kill -9) mid-way; only deliveries it had in flight may repeat", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const databaseUrl = yield* TestDatabaseUrl
+      const receiver = yield* FakeReceiver.make
+      // Slow answers, so that deliveries are in flight when the node dies.
+      receiver.script({ delayMs: 1_000, times: 1_000 })
+      const nodes = yield* startNodes(3, {
+        DATABASE_URL: databaseUrl,
+        WEBHOOK_ALLOW_PRIVATE: "true",
+        WEBHOOK_RETRY_SCHEDULE: "1s,1s,1s,1s",
+        WEBHOOK_SECRET_KEY: Crypto.randomBytes(32).toString("base64"),
+        ENFORCE_DAILY_LIMITS: "false"
+      })
+      const urls = nodes.map((node) => node.baseUrl)
+      // Shards settle once every runner has joined.
+      yield* Effect.sleep("3 seconds")
+      const setup = yield* Effect.promise(async () => {
+        const tenant = await orchestrationSetup(urls[0]!, "hook-nodes@example.com", "local", [{ id: "s", prompt: "Say {{input}}" }])
+        const hooked = await requestJson(`${urls[1]}/api/orchestrations/${tenant.orchestrationId}`, {
+          method: "PUT",
+          headers: tenant.session,
+          body: { outputWebhookUrl: receiver.url() }
+        })
+        const ids = await executeMany(urls, tenant, count)
+        return { ...tenant, ids, secret: hooked.signingSecret as string }
+      })
+
+      while (receiver.requests.length < count / 3) yield* Effect.sleep("10 millis")
+      nodes[2]!.child.kill("SIGKILL")
+      yield* Effect.promise(() => nodes[2]!.exited)
+      const killedAt = Date.now()
+
+      const idsOf = () => new Set(receiver.requests.map((request) => request.headers["webhook-id"]))
+      const deadline = Date.now() + 90_000
+      while (idsOf().size < count && Date.now() < deadline) yield* Effect.sleep("100 millis")
+      // Whatever was still to come (a retry of an attempt cut by the kill) has come.
+      yield* Effect.sleep("3 seconds")
+
+      const requests = receiver.requests
+      const distinct = idsOf()
+      console.log(`${distinct.size} distinct webhook ids, ${requests.length} deliveries in all`)
+      assert.strictEqual(distinct.size, count)
+      const subjects = new Set<string>()
+      for (const request of requests) {
+        const event = new Webhook(setup.secret).verify(request.body, request.headers) as any
+        assert.strictEqual(event.type, "execution.completed")
+        subjects.add(event.data.id)
+      }
+      assert.deepStrictEqual([...subjects].sort(), [...setup.ids].sort())
+      // A repeated id is an attempt the killed node had begun (the receiver answered, the node died
+      // before storing that): its first copy arrived before the node was gone.
+      const first = new Map<string, number>()
+      for (const request of requests) {
+        const id = request.headers["webhook-id"]!
+        if (!first.has(id)) first.set(id, request.at)
+        else assert.isBelow(first.get(id)!, killedAt, `event ${id} repeated`)
+      }
+
+      // With no node lost, each event is delivered exactly once.
+      const before = requests.length
+      const more = yield* Effect.promise(() => executeMany(urls.slice(0, 2), setup, 10))
+      const moreDeadline = Date.now() + 30_000
+      while (idsOf().size < count + more.length && Date.now() < moreDeadline) yield* Effect.sleep("100 millis")
+      yield* Effect.sleep("2 seconds")
+      console.log(`without a kill: ${more.length} executions, ${receiver.requests.length - before} deliveries`)
+      assert.strictEqual(receiver.requests.length - before, more.length)
+      assert.strictEqual(idsOf().size, count + more.length)
+
+      for (const node of nodes.slice(0, 2)) node.child.kill("SIGTERM")
+      yield* Effect.promise(() => Promise.all(nodes.slice(0, 2).map((node) => node.exited)))
+    })), 150_000)
+})

@@ -10,6 +10,7 @@ import tokenBudgetAndAuthThrottle from "./0008_token_budget_and_auth_throttle.ts
 import jsonKeysAsGiven from "./0009_json_keys_as_given.ts"
 import webhooks from "./0010_webhooks.ts"
 import teams from "./0011_teams.ts"
+import knowledge from "./0012_knowledge.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -23,5 +24,6 @@ export const migrations = Migrator.fromRecord({
   "0008_token_budget_and_auth_throttle": tokenBudgetAndAuthThrottle,
   "0009_json_keys_as_given": jsonKeysAsGiven,
   "0010_webhooks": webhooks,
-  "0011_teams": teams
+  "0011_teams": teams,
+  "0012_knowledge": knowledge
 })

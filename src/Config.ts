@@ -34,6 +34,8 @@ export interface AppSettings {
   readonly cookieSecure: boolean
   /** How long a verified API key is trusted before it is checked again. */
   readonly apiKeyCacheTtl: Duration.Duration
+  /** How often the keys used since the last flush have their `lastUsedAt` written (one statement for all). */
+  readonly apiKeyLastUsedFlush: Duration.Duration
   /** Model given to agents created without one. */
   readonly defaultModel: string
   /** Grace period for in-flight requests on SIGTERM. */
@@ -314,6 +316,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   sessionTtl: Config.Duration("SESSION_TTL").pipe(Config.withDefault(Duration.days(7))),
   cookieSecure: flag("COOKIE_SECURE").pipe(Config.withDefault(false)),
   apiKeyCacheTtl: Config.Duration("API_KEY_CACHE_TTL").pipe(Config.withDefault(Duration.seconds(60))),
+  apiKeyLastUsedFlush: Config.Duration("API_KEY_LAST_USED_FLUSH").pipe(Config.withDefault(Duration.seconds(30))),
   defaultModel: defaultModel.pipe(Config.withDefault("local")),
   shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20))),
   maxMessageChars: Config.Int("MAX_MESSAGE_CHARS").pipe(Config.withDefault(32_000)),

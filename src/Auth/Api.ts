@@ -170,9 +170,39 @@ export const ApiKey = Schema.Struct({
   name: Schema.String,
   prefix: Schema.String,
   scopes: Schema.Array(Scope),
-  createdAt: Schema.Date
+  createdAt: Schema.Date,
+  expiresAt: Schema.NullOr(Schema.Date).annotate({ description: "When the key stops working; null when it never expires." }),
+  lastUsedAt: Schema.NullOr(Schema.Date).annotate({
+    description: "When the key last authenticated a request; written in batches, so up to API_KEY_LAST_USED_FLUSH late."
+  })
 })
 export type ApiKey = typeof ApiKey.Type
+
+/** The longest lifetime a key may be given. */
+export const maxKeyLifetimeDays = 3_650
+
+// An ISO 8601 date-time with a time zone (`2027-01-31T00:00:00Z`), in the future, at most ten years ahead.
+const isoDateTime = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-](\d{2}):(\d{2}))$/
+// Date.parse rolls 2030-02-31 over into March; a date that does not exist is refused instead.
+const isIsoDateTime = (raw: string) => {
+  const match = isoDateTime.exec(raw)
+  if (match === null) return false
+  const [year, month, day, hour, minute, second = "0", offsetHours = "0", offsetMinutes = "0"] = match.slice(1)
+  return Number(month) >= 1 && Number(month) <= 12 && Number(day) >= 1 &&
+    Number(day) <= new Date(Date.UTC(Number(year), Number(month), 0)).getUTCDate() &&
+    Number(hour) <= 23 && Number(minute) <= 59 && Number(second) <= 59 &&
+    Number(offsetHours) <= 23 && Number(offsetMinutes) <= 59 && !Number.isNaN(Date.parse(raw))
+}
+export const KeyExpiry = text(
+  Schema.makeFilter((raw: string) =>
+    isIsoDateTime(raw) || "Expected an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z"
+  ),
+  Schema.makeFilter((raw: string) => {
+    const at = Date.parse(raw)
+    return at > Date.now() && at <= Date.now() + maxKeyLifetimeDays * 86_400_000 ||
+      `Expected a time in the future, at most ${maxKeyLifetimeDays} days ahead`
+  })
+).annotate({ description: "When the key stops working (ISO 8601, in the future, at most ten years ahead)." })
 
 export const CreatedApiKey = Schema.Struct({
   ...ApiKey.fields,
@@ -189,7 +219,8 @@ export const CreateApiKeyRequest = Schema.Struct({
       tooFew: "Expected at least one scope; omit scopes for all",
       tooMany: `Expected at most ${allScopes.length} scopes`
     })
-  )
+  ),
+  expiresAt: Schema.optionalKey(Schema.NullOr(KeyExpiry))
 })
 
 export class KeysApi extends HttpApiGroup.make("keys")

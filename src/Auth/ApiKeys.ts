@@ -13,6 +13,8 @@ const keyPattern = /^ak_[A-Za-z0-9_-]{43}$/
 
 interface VerifiedKey {
   readonly keyHash: string
+  /** Epoch milliseconds; null when the key never expires. */
+  readonly expiresAt: number | null
   readonly principal: Principal & { readonly _tag: "ApiKey" }
 }
 
@@ -31,6 +33,7 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
           Effect.map(Option.filter((row) => row.revokedAt === null)),
           Effect.map(Option.map((row): VerifiedKey => ({
             keyHash: row.keyHash,
+            expiresAt: row.expiresAt === null ? null : row.expiresAt.getTime(),
             principal: { _tag: "ApiKey", tenantId: row.tenantId, keyId: row.id, scopes: toApiKey(row).scopes }
           })))
         ),
@@ -59,24 +62,49 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
       Effect.forkScoped
     )
 
+    // When each key was last used, since the last flush: one map entry per
+    // key, written by one statement for all of them every apiKeyLastUsedFlush
+    // (and at shutdown), so the request path never writes for it.
+    let used = new Map<ApiKeyId, Date>()
+    const flushUses = Effect.suspend(() => {
+      if (used.size === 0) return Effect.void
+      const batch = used
+      used = new Map()
+      return repo.touchApiKeys([...batch]).pipe(
+        Effect.catchCause((cause) => {
+          // Kept for the next flush, unless the key was used again since.
+          for (const [id, at] of batch) if (!used.has(id)) used.set(id, at)
+          return Effect.logWarning("Could not record when API keys were last used; retrying", cause)
+        })
+      )
+    })
+    yield* flushUses.pipe(Effect.repeat(Schedule.spaced(config.apiKeyLastUsedFlush)), Effect.forkScoped)
+    yield* Effect.addFinalizer(() => flushUses)
+
     const authenticate = Effect.fn("ApiKeys.authenticate")(function*(key: string) {
       if (!keyPattern.test(key)) return Option.none<VerifiedKey["principal"]>()
       const keyHash = hashSecret(key)
       const found = yield* Cache.get(verified, keyHash)
-      return Option.flatMap(found, (entry) =>
-        constantTimeEqual(entry.keyHash, keyHash) ? Option.some(entry.principal) : Option.none())
+      if (Option.isNone(found) || !constantTimeEqual(found.value.keyHash, keyHash)) return Option.none()
+      const now = Date.now()
+      // An expired key is refused like an unknown one, from the cache as well.
+      if (found.value.expiresAt !== null && found.value.expiresAt <= now) return Option.none()
+      used.set(found.value.principal.keyId, new Date(now))
+      return Option.some(found.value.principal)
     })
 
     const create = Effect.fn("ApiKeys.create")(function*(tenantId: TenantId, input: {
       readonly name: string
       readonly scopes?: ReadonlyArray<Scope> | undefined
+      readonly expiresAt?: string | null | undefined
     }) {
       const key = newSecret("ak_")
       const prefix = key.slice(0, 11)
       const scopes = input.scopes === undefined ? null : [...new Set(input.scopes)]
-      const row = yield* repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash: hashSecret(key), scopes })
+      const expiresAt = input.expiresAt == null ? null : new Date(input.expiresAt)
+      const row = yield* repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash: hashSecret(key), scopes, expiresAt })
       return {
-        ...toApiKey({ ...row, tenantId, name: input.name, prefix, keyHash: "", scopes, revokedAt: null }),
+        ...toApiKey({ ...row, tenantId, name: input.name, prefix, keyHash: "", scopes, revokedAt: null, expiresAt, lastUsedAt: null }),
         key
       }
     })

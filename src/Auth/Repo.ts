@@ -32,9 +32,13 @@ const ApiKeyRow = Schema.Struct({
   keyHash: Schema.String,
   scopes: Schema.NullOr(Schema.Array(Scope)),
   createdAt: Schema.Date,
-  revokedAt: Schema.NullOr(Schema.Date)
+  revokedAt: Schema.NullOr(Schema.Date),
+  expiresAt: Schema.NullOr(Schema.Date),
+  lastUsedAt: Schema.NullOr(Schema.Date)
 })
 export type ApiKeyRow = typeof ApiKeyRow.Type
+
+const keyColumns = "id, tenant_id, name, prefix, key_hash, scopes, created_at, revoked_at, expires_at, last_used_at"
 
 /** An e-mail that is already registered. */
 export class EmailTaken extends Data.TaggedError("EmailTaken")<{}> {}
@@ -120,11 +124,12 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       readonly prefix: string
       readonly keyHash: string
       readonly scopes: ReadonlyArray<Scope> | null
+      readonly expiresAt: Date | null
     }) =>
       sql<{ id: string; createdAt: Date }>`
-        INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes)
+        INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scopes, expires_at)
         VALUES (${newId()}, ${input.tenantId}, ${input.name}, ${input.prefix}, ${input.keyHash},
-                ${input.scopes === null ? null : [...input.scopes]})
+                ${input.scopes === null ? null : [...input.scopes]}, ${input.expiresAt})
         RETURNING id, created_at`.pipe(
         Effect.map(([row]) => ({ id: ApiKeyId.make(row!.id), createdAt: row!.createdAt })),
         Effect.orDie,
@@ -135,7 +140,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       Request: TenantId,
       Result: ApiKeyRow,
       execute: (tenantId) =>
-        sql`SELECT id, tenant_id, name, prefix, key_hash, scopes, created_at, revoked_at FROM api_keys
+        sql`SELECT ${sql.literal(keyColumns)} FROM api_keys
             WHERE tenant_id = ${tenantId} AND revoked_at IS NULL ORDER BY id`
     })
 
@@ -155,11 +160,25 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
         Effect.withSpan("AuthRepo.revokeApiKey")
       )
 
+    /**
+     * Records when keys were last used, many at once; a time never moves back
+     * (two nodes may flush the same key in either order).
+     */
+    const touchApiKeys = (uses: ReadonlyArray<readonly [ApiKeyId, Date]>) =>
+      uses.length === 0 ? Effect.void : sql`
+        UPDATE api_keys AS k SET last_used_at = u.used_at
+        FROM unnest(${uses.map(([id]) => id)}::text[], ${uses.map(([, at]) => at.toISOString())}::timestamptz[])
+          AS u (id, used_at)
+        WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.used_at)`.pipe(
+        Effect.asVoid,
+        Effect.withSpan("AuthRepo.touchApiKeys")
+      )
+
     const findApiKeyByHash = SqlSchema.findOneOption({
       Request: Schema.String,
       Result: ApiKeyRow,
       execute: (keyHash) =>
-        sql`SELECT id, tenant_id, name, prefix, key_hash, scopes, created_at, revoked_at FROM api_keys
+        sql`SELECT ${sql.literal(keyColumns)} FROM api_keys
             WHERE key_hash = ${keyHash}`
     })
 
@@ -173,7 +192,8 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       insertApiKey,
       listApiKeys: (tenantId: TenantId) => listApiKeys(tenantId).pipe(Effect.orDie),
       revokeApiKey,
-      findApiKeyByHash: (keyHash: string) => findApiKeyByHash(keyHash).pipe(Effect.orDie)
+      findApiKeyByHash: (keyHash: string) => findApiKeyByHash(keyHash).pipe(Effect.orDie),
+      touchApiKeys
     } as const
   })
 }) {
@@ -189,7 +209,9 @@ export const toApiKey = (row: ApiKeyRow): ApiKey => ({
   prefix: row.prefix,
   // No stored list means every scope.
   scopes: row.scopes ?? allScopes,
-  createdAt: row.createdAt
+  createdAt: row.createdAt,
+  expiresAt: row.expiresAt,
+  lastUsedAt: row.lastUsedAt
 })
 
 /**

@@ -11,6 +11,7 @@ import jsonKeysAsGiven from "./0009_json_keys_as_given.ts"
 import webhooks from "./0010_webhooks.ts"
 import teams from "./0011_teams.ts"
 import knowledge from "./0012_knowledge.ts"
+import apiKeyExpiryAndUse from "./0013_api_key_expiry_and_use.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -25,5 +26,6 @@ export const migrations = Migrator.fromRecord({
   "0009_json_keys_as_given": jsonKeysAsGiven,
   "0010_webhooks": webhooks,
   "0011_teams": teams,
-  "0012_knowledge": knowledge
+  "0012_knowledge": knowledge,
+  "0013_api_key_expiry_and_use": apiKeyExpiryAndUse
 })

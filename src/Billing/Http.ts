@@ -1,9 +1,10 @@
-import { Effect, Layer, Option } from "effect"
+import { Clock, Effect, Layer, Option } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import { TokenBudget } from "./Budget.ts"
-import { Quota } from "./Quota.ts"
+import { Quota, utcDay } from "./Quota.ts"
+import { BillingRepo } from "./Repo.ts"
 
 export const BillingHttp = HttpApiBuilder.group(
   Api,
@@ -11,7 +12,19 @@ export const BillingHttp = HttpApiBuilder.group(
   Effect.fn(function*(handlers) {
     const quota = yield* Quota
     const budget = yield* TokenBudget
+    const repo = yield* BillingRepo
     return handlers.handleAll({
+      usage: Effect.fn(function*({ query }) {
+        const { tenantId } = yield* CurrentPrincipal
+        const now = yield* Clock.currentTimeMillis
+        const days = query.days ?? 30
+        const [today, tokens, history] = yield* Effect.all([
+          quota.today(tenantId),
+          budget.standing(tenantId),
+          repo.history(tenantId, utcDay(now - (days - 1) * 86_400_000).day, utcDay(now).day)
+        ], { concurrency: "unbounded" })
+        return { plan: today.plan, limit: today.limit, tokenBudget: tokens.budget, days: history }
+      }),
       status: Effect.fn(function*() {
         const { tenantId } = yield* CurrentPrincipal
         const today = yield* quota.today(tenantId)
@@ -32,4 +45,4 @@ export const BillingHttp = HttpApiBuilder.group(
   })
 )
 
-export const layer = BillingHttp.pipe(Layer.provide(TokenBudget.layer))
+export const layer = BillingHttp.pipe(Layer.provide([TokenBudget.layer, BillingRepo.layer]))

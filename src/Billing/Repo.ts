@@ -1,6 +1,7 @@
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { Plan } from "../Auth/Api.ts"
+import { UsageDay } from "./Api.ts"
 import { CounterSql } from "../Database/Sql.ts"
 import { TenantId } from "../Domain/Ids.ts"
 import type { Applied, Envelope } from "./Webhook.ts"
@@ -74,6 +75,17 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
             WHERE t.id = ${r.tenantId}`
     })
 
+    /** Requests and tokens per UTC day from `from` to `to` (YYYY-MM-DD, inclusive), a row for every day. */
+    const history = SqlSchema.findAll({
+      Request: Schema.Struct({ tenantId: Schema.String, from: Schema.String, to: Schema.String }),
+      Result: UsageDay,
+      execute: (r) =>
+        reads`SELECT to_char(d, 'YYYY-MM-DD') AS day, COALESCE(u.count, 0) AS requests, COALESCE(u.tokens, 0)::float8 AS tokens
+            FROM generate_series(${r.from}::date, ${r.to}::date, interval '1 day') AS d
+            LEFT JOIN daily_usage u ON u.tenant_id = ${r.tenantId} AND u.day = d::date
+            ORDER BY d`
+    })
+
     /**
      * Adds model tokens to a tenant's day in one statement (the row lock of
      * the upsert makes concurrent additions from any node add up exactly);
@@ -89,6 +101,8 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
 
     return {
       ensureDay,
+      history: (tenantId: TenantId, from: string, to: string) =>
+        history({ tenantId, from, to }).pipe(Effect.orDie, Effect.withSpan("BillingRepo.history")),
       chargeTokens,
       consume: (request: typeof consume extends (r: infer R) => any ? R : never) =>
         consume(request).pipe(Effect.orDie, Effect.withSpan("BillingRepo.consume")),

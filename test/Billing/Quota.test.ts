@@ -157,6 +157,55 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
     })
 
     describe("the UTC day", () => {
+      it.effect("usage per day: requests and tokens of each UTC day, oldest first, zero-filled, ending today", () =>
+        Effect.gen(function*() {
+          const client = yield* TestClient
+          const { account, key } = yield* setUp
+          const session = TestServer.bearer(account.token)
+          for (let i = 0; i < 3; i++) assert.strictEqual((yield* listAgents(key)).status, 200)
+          const first = yield* client.request("GET", "/api/billing/usage?days=3", { headers: session })
+          assert.strictEqual(first.status, 200, first.text)
+          // Two days on: the day in between had no requests.
+          offsetMs += 2 * 86_400_000
+          for (let i = 0; i < 2; i++) assert.strictEqual((yield* listAgents(key)).status, 200)
+          const later = yield* client.request("GET", "/api/billing/usage?days=3", { headers: session })
+          assert.strictEqual(later.status, 200, later.text)
+          const today = new Date(Date.now() + offsetMs).toISOString().slice(0, 10)
+          const day = (back: number) => new Date(Date.now() + offsetMs - back * 86_400_000).toISOString().slice(0, 10)
+          assert.deepStrictEqual(later.body.days, [
+            { day: day(2), requests: 3, tokens: 0 },
+            { day: day(1), requests: 0, tokens: 0 },
+            { day: today, requests: 2, tokens: 0 }
+          ])
+          assert.deepStrictEqual([later.body.plan, later.body.limit], ["free", 100])
+          assert.strictEqual(first.body.days.at(-1).day, day(2))
+          // The default is 30 days; the bounds are 1 and 90.
+          const month = yield* client.request("GET", "/api/billing/usage", { headers: session })
+          assert.strictEqual(month.body.days.length, 30)
+          assert.strictEqual(month.body.days.at(-1).day, today)
+          for (const days of ["0", "91", "x", "1.5"]) {
+            const bad = yield* client.request("GET", `/api/billing/usage?days=${days}`, { headers: session })
+            assert.strictEqual(bad.status, 400, days)
+            assert.deepStrictEqual(bad.body.errors[0].path, ["query", "days"], days)
+          }
+          // Another tenant's requests are not in it.
+          const other = yield* setUp
+          yield* listAgents(other.key)
+          const again = yield* client.request("GET", "/api/billing/usage?days=1", { headers: session })
+          assert.deepStrictEqual(again.body.days, [{ day: today, requests: 2, tokens: 0 }])
+          // Tokens a chat charged show on today's entry, as the billing status counts them.
+          const agent = yield* TestServer.createAgent(account, { model: "local" })
+          const chat = yield* client.request("POST", `/api/v1/agents/${agent.id}/chat`, {
+            headers: TestServer.bearer(key),
+            body: { message: "Hello there", conversationId: "usage" }
+          })
+          assert.strictEqual(chat.status, 200, chat.text)
+          const status = yield* billing(account)
+          assert.isAbove(status.body.tokensUsedToday, 0)
+          const withTokens = yield* client.request("GET", "/api/billing/usage?days=1", { headers: session })
+          assert.deepStrictEqual(withTokens.body.days, [{ day: today, requests: 3, tokens: status.body.tokensUsedToday }])
+        }))
+
       it.effect("the count starts again at midnight UTC", () =>
         Effect.gen(function*() {
           const { account, key } = yield* setUp

@@ -1,6 +1,7 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
-import { Plan, SessionAuth } from "../Auth/Api.ts"
+import { Plan, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { operation } from "../Domain/ApiDocs.ts"
 
 export const BillingStatus = Schema.Struct({
   plan: Plan,
@@ -19,8 +20,16 @@ export const BillingStatus = Schema.Struct({
 })
 
 export class BillingApi extends HttpApiGroup.make("billing")
-  .add(HttpApiEndpoint.get("status", "/", { success: BillingStatus }))
+  .add(HttpApiEndpoint.get("status", "/", { success: BillingStatus }).annotateMerge(operation({
+    summary: "Get the plan and today's usage",
+    description: "The tenant's plan, its daily request and model-token limits, what is used and left of them " +
+      "today (UTC), the models the plan may use, and when the day resets.",
+    credential: sessionCredential
+  })))
   .middleware(SessionAuth)
   .prefix("/api/billing")
-  .annotateMerge(OpenApi.annotations({ title: "Billing" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Billing",
+    description: "The tenant's plan and its daily limits: API-key requests and model tokens."
+  }))
 {}

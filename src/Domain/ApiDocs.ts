@@ -22,9 +22,9 @@ export interface OperationDoc {
 
 export const noCredential = "No credential."
 
-/** An operation's OpenAPI summary and description. */
+/** An operation's OpenAPI summary and description: one paragraph per part, as /docs renders Markdown. */
 export const operation = (doc: OperationDoc) =>
   OpenApi.annotations({
     summary: doc.summary,
-    description: [doc.description, doc.credential, doc.errors].filter((part) => part !== undefined).join(" ")
+    description: [doc.description, doc.credential, doc.errors].filter((part) => part !== undefined).join("\n\n")
   })

@@ -1,6 +1,7 @@
 import { Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
-import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
+import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { operation } from "../Domain/ApiDocs.ts"
 import { cursorParam } from "../Domain/Cursor.ts"
 import { AgentId, isId } from "../Domain/Ids.ts"
 import { text } from "../Domain/Input.ts"
@@ -178,49 +179,95 @@ export class AgentsApi extends HttpApiGroup.make("agents")
       query: PageQuery,
       success: AgentList,
       error: BadRequest
-    }),
+    }).annotateMerge(operation({
+      summary: "List agents",
+      description: "The tenant's agents, active and inactive, a page at a time (`limit`, `cursor`).",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`."
+    })),
     HttpApiEndpoint.post("create", "/", {
       payload: CreateAgent,
       success: Agent.pipe(HttpApiSchema.status(201)),
       error: ModelNotAllowed
-    }),
+    }).annotateMerge(operation({
+      summary: "Create an agent",
+      description: "Creates an agent: a model (DEFAULT_MODEL when omitted), instructions and whether it remembers " +
+        "conversations.",
+      credential: sessionCredential,
+      errors: "400 on invalid fields, 403 when the plan may not use the model."
+    })),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: AgentId },
       success: Agent,
       error: NotFound
-    }),
+    }).annotateMerge(operation({
+      summary: "Get an agent",
+      description: "The agent, with its instructions.",
+      credential: sessionCredential,
+      errors: "404 when the agent is not the tenant's."
+    })),
     HttpApiEndpoint.put("update", "/:id", {
       params: { id: AgentId },
       payload: UpdateAgent,
       success: Agent,
       error: [NotFound, ModelNotAllowed]
-    }),
+    }).annotateMerge(operation({
+      summary: "Update an agent",
+      description: "Changes the fields sent and leaves the others as they are.",
+      credential: sessionCredential,
+      errors: "400 on invalid fields, 403 when the plan may not use the new model, 404 when the agent is not the tenant's."
+    })),
     HttpApiEndpoint.delete("remove", "/:id", {
       params: { id: AgentId },
       success: HttpApiSchema.NoContent,
       error: NotFound
-    }),
+    }).annotateMerge(operation({
+      summary: "Delete an agent",
+      description: "Deletes the agent.",
+      credential: sessionCredential,
+      errors: "404 when the agent is not the tenant's."
+    })),
     HttpApiEndpoint.get("conversations", "/:id/conversations", {
       params: { id: AgentId },
       query: ConversationPageQuery,
       success: ConversationList,
       error: [NotFound, BadRequest]
-    }),
+    }).annotateMerge(operation({
+      summary: "List an agent's conversations",
+      description: "The conversations the agent remembers, with their turn counts, a page at a time (`limit`, `cursor`).",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`, 404 when the agent is not the tenant's."
+    })),
     HttpApiEndpoint.get("turns", "/:id/conversations/:conversationId/messages", {
       params: conversationParams,
       query: TurnPageQuery,
       success: TurnList,
       error: [NotFound, BadRequest]
-    }).annotate(OpenApi.Description, "The conversation's turns, oldest first, a page at a time (`limit`, `cursor`)."),
+    }).annotateMerge(operation({
+      summary: "List a conversation's turns",
+      description: "The conversation's turns, oldest first, a page at a time (`limit`, `cursor`): each message, its " +
+        "reply, the model and its tokens.",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`, 404 when the agent is not the tenant's or has no such conversation."
+    })),
     HttpApiEndpoint.delete("forget", "/:id/conversations/:conversationId", {
       params: conversationParams,
       success: HttpApiSchema.NoContent,
       error: [NotFound, ServiceUnavailable]
-    })
+    }).annotateMerge(operation({
+      summary: "Forget a conversation",
+      description: "Deletes the conversation's turns, so the agent no longer remembers them.",
+      credential: sessionCredential,
+      errors: "404 when the agent is not the tenant's or has no such conversation, 503 when the conversation " +
+        "cannot be reached in CLUSTER_CALL_TIMEOUT (try again)."
+    }))
   )
   .middleware(SessionAuth)
   .prefix("/api/agents")
-  .annotateMerge(OpenApi.annotations({ title: "Agents (management)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Agents (management)",
+    description: "Define a tenant's agents (model, instructions, memory) and read or forget their conversations."
+  }))
 {}
 
 export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
@@ -229,7 +276,11 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
       query: PageQuery,
       success: V1AgentList,
       error: BadRequest
-    }).annotate(RequiredScope, "read"),
+    }).annotateMerge(keyOperation("read", "bearer", {
+      summary: "List active agents",
+      description: "The tenant's active agents, without their instructions, a page at a time (`limit`, `cursor`).",
+      errors: "400 on a bad `limit` or `cursor`."
+    })),
     HttpApiEndpoint.post("chat", "/:id/chat", {
       params: { id: AgentId },
       payload: ChatRequest,
@@ -243,14 +294,22 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
         TokenBudgetSpent,
         ModelNotAllowed
       ]
-    }).annotate(RequiredScope, "chat").annotate(
-      OpenApi.Description,
-      "Sends a message and returns the reply. With `Accept: text/event-stream` the reply streams as " +
-        "server-sent events: `delta` events carrying `{ text }`, then one `done` event carrying this " +
-        "response's JSON (or an `error` event carrying a problem)."
-    )
+    }).annotateMerge(keyOperation("chat", "bearer", {
+      summary: "Chat with an agent",
+      description: "Sends a message and returns the reply. Without `conversationId` a new conversation starts; with " +
+        "one, an agent with memory answers with that conversation's earlier turns in mind. With " +
+        "`Accept: text/event-stream` the reply streams as server-sent events: `delta` events carrying `{ text }`, " +
+        "then one `done` event carrying this response's JSON (or an `error` event carrying a problem).",
+      errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) message, 403 when the plan may not use the agent's " +
+        "model, 404 when the agent is not the tenant's or is inactive, 429 when the day's model tokens are spent, " +
+        "502 when the model provider fails, 503 when the model is not configured or the service cannot reach the " +
+        "conversation, 504 when the model times out (MODEL_TIMEOUT)."
+    }))
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/agents")
-  .annotateMerge(OpenApi.annotations({ title: "Agents (API key)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Agents (API key)",
+    description: "List the tenant's active agents and chat with them, with an API key."
+  }))
 {}

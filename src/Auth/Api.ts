@@ -7,6 +7,7 @@ import {
   HttpApiSecurity,
   OpenApi
 } from "effect/http-api"
+import { noCredential, operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { ApiKeyId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
 import {
@@ -50,7 +51,13 @@ export const RequiredScope = Context.Reference<Scope>("agent-host/RequiredScope"
 })
 
 export const sessionCookieName = "session"
-export const sessionCookie = HttpApiSecurity.apiKey({ key: sessionCookieName, in: "cookie" })
+export const sessionCookie = HttpApiSecurity.apiKey({ key: sessionCookieName, in: "cookie" }).pipe(
+  HttpApiSecurity.annotate(
+    OpenApi.Description,
+    "The session cookie set by `POST /api/auth/login`. Writes with it are refused (403) unless they come from " +
+      "this service's own origin or ALLOWED_ORIGINS."
+  )
+)
 
 /** Management routes: the session cookie, or `Authorization: Bearer <session token>`. */
 export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
@@ -58,7 +65,9 @@ export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
 }>()("agent-host/SessionAuth", {
   security: {
     sessionCookie,
-    sessionToken: HttpApiSecurity.bearer
+    sessionToken: HttpApiSecurity.bearer.pipe(
+      HttpApiSecurity.annotate(OpenApi.Description, "The `token` of `POST /api/auth/login` as a bearer token.")
+    )
   },
   // Forbidden: a cookie-authenticated write from a foreign Origin.
   error: [Unauthorized, Forbidden]
@@ -87,6 +96,27 @@ export class ApiKeyHeaderAuth extends HttpApiMiddleware.Service<ApiKeyHeaderAuth
   },
   error: [Unauthorized, Forbidden, TooManyRequests]
 }) {}
+
+// How each credential reads in an operation's description (src/Domain/ApiDocs.ts).
+export const sessionCredential = "Session (cookie or bearer token)."
+
+/**
+ * An API-key operation's scope, and its documentation naming that scope: the
+ * scope the auth middleware checks is the one the reference states.
+ */
+export const keyOperation = (
+  scope: Scope,
+  via: "bearer" | "header",
+  doc: Omit<OperationDoc, "credential">
+) =>
+  Context.add(
+    operation({
+      ...doc,
+      credential: `API key ${via === "bearer" ? "as a bearer token" : "in `X-API-Key`"} with the \`${scope}\` scope.`
+    }),
+    RequiredScope,
+    scope
+  )
 
 // ---------------------------------------------------------------------------
 // Accounts and sessions
@@ -144,21 +174,46 @@ export class AuthApi extends HttpApiGroup.make("auth")
       payload: RegisterRequest,
       success: Account.pipe(HttpApiSchema.status(201)),
       error: [Conflict, TooManyAttempts, ServiceUnavailable]
-    }),
+    }).annotateMerge(operation({
+      summary: "Register",
+      description: "Creates a user and its tenant on the free plan. It does not log in.",
+      credential: noCredential,
+      errors: "400 on invalid fields, 409 when the e-mail is taken, 429 with Retry-After past AUTH_ATTEMPTS_PER_ADDRESS " +
+        "or AUTH_ATTEMPTS_PER_ACCOUNT attempts in AUTH_THROTTLE_WINDOW, 503 with Retry-After when too many passwords " +
+        "are being hashed at once."
+    })),
     HttpApiEndpoint.post("login", "/login", {
       payload: LoginRequest,
       success: LoginResponse,
       error: [Unauthorized, TooManyAttempts, ServiceUnavailable]
-    }),
+    }).annotateMerge(operation({
+      summary: "Log in",
+      description: "Starts a session: sets the HttpOnly session cookie and returns the same session as a token for " +
+        "`Authorization: Bearer`, with its expiry.",
+      credential: noCredential,
+      errors: "400 on invalid fields, 401 on a wrong e-mail or password, 429 with Retry-After past the attempt limits " +
+        "(as for register), 503 with Retry-After when too many passwords are being hashed at once."
+    })),
     HttpApiEndpoint.post("logout", "/logout", {
       success: HttpApiSchema.NoContent
-    }).middleware(SessionAuth),
+    }).middleware(SessionAuth).annotateMerge(operation({
+      summary: "Log out",
+      description: "Ends the session that authenticates the request and expires the session cookie.",
+      credential: sessionCredential
+    })),
     HttpApiEndpoint.get("me", "/me", {
       success: Account
-    }).middleware(SessionAuth)
+    }).middleware(SessionAuth).annotateMerge(operation({
+      summary: "Get the current account",
+      description: "The logged-in user and their tenant, with its plan.",
+      credential: sessionCredential
+    }))
   )
   .prefix("/api/auth")
-  .annotateMerge(OpenApi.annotations({ title: "Accounts and sessions" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Accounts and sessions",
+    description: "Register, log in and out. A session is the credential of every management route (/api/...)."
+  }))
 {}
 
 // ---------------------------------------------------------------------------
@@ -228,18 +283,38 @@ export class KeysApi extends HttpApiGroup.make("keys")
     HttpApiEndpoint.post("create", "/", {
       payload: CreateApiKeyRequest,
       success: CreatedApiKey.pipe(HttpApiSchema.status(201))
-    }),
+    }).annotateMerge(operation({
+      summary: "Create an API key",
+      description: "Creates a key with the given scopes (all of them when `scopes` is omitted) and, optionally, an " +
+        "`expiresAt` from which it is refused. The plaintext `key` is in this response only; the service keeps a hash.",
+      credential: sessionCredential,
+      errors: "400 on invalid fields."
+    })),
     HttpApiEndpoint.get("list", "/", {
       success: Schema.Struct({ data: Schema.Array(ApiKey), total: Schema.Int })
-    }),
+    }).annotateMerge(operation({
+      summary: "List API keys",
+      description: "The tenant's keys that are not revoked, by prefix and scopes (never the key itself), with " +
+        "when each expires and when it was last used.",
+      credential: sessionCredential
+    })),
     HttpApiEndpoint.delete("revoke", "/:id", {
       params: { id: ApiKeyId },
       success: HttpApiSchema.NoContent,
       error: NotFound
-    })
+    }).annotateMerge(operation({
+      summary: "Revoke an API key",
+      description: "Revokes the key at once, on every node.",
+      credential: sessionCredential,
+      errors: "404 when the key is not the tenant's or is already revoked."
+    }))
   )
   .middleware(SessionAuth)
   .prefix("/api/keys")
-  .annotateMerge(OpenApi.annotations({ title: "API keys" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "API keys",
+    description: "The keys that authenticate /api/v1 (as a bearer token) and /api/public (in `X-API-Key`), " +
+      "each limited to scopes: `read`, `chat`, `execute`, `teams`."
+  }))
 {}
 

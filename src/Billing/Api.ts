@@ -1,6 +1,7 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
-import { Plan, SessionAuth } from "../Auth/Api.ts"
+import { Plan, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { operation } from "../Domain/ApiDocs.ts"
 
 export const BillingStatus = Schema.Struct({
   plan: Plan,
@@ -34,7 +35,12 @@ export const UsageHistory = Schema.Struct({
 })
 
 export class BillingApi extends HttpApiGroup.make("billing")
-  .add(HttpApiEndpoint.get("status", "/", { success: BillingStatus }))
+  .add(HttpApiEndpoint.get("status", "/", { success: BillingStatus }).annotateMerge(operation({
+    summary: "Get the plan and today's usage",
+    description: "The tenant's plan, its daily request and model-token limits, what is used and left of them " +
+      "today (UTC), the models the plan may use, and when the day resets.",
+    credential: sessionCredential
+  })))
   .add(HttpApiEndpoint.get("usage", "/usage", {
     query: {
       days: Schema.optionalKey(
@@ -44,8 +50,17 @@ export class BillingApi extends HttpApiGroup.make("billing")
       )
     },
     success: UsageHistory
-  }))
+  }).annotateMerge(operation({
+    summary: "Get requests and tokens per day",
+    description: "Requests counted against the plan and model tokens charged, per UTC day, oldest first and " +
+      "ending today, with 0 for days without use; beside them the plan and today's limits.",
+    credential: sessionCredential,
+    errors: "400 when `days` is not an integer from 1 to " + maxUsageDays + "."
+  })))
   .middleware(SessionAuth)
   .prefix("/api/billing")
-  .annotateMerge(OpenApi.annotations({ title: "Billing" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Billing",
+    description: "The tenant's plan and its daily limits: API-key requests and model tokens."
+  }))
 {}

@@ -1,6 +1,7 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Text } from "../Domain/Input.ts"
+import { operation } from "../Domain/ApiDocs.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 
 /**
@@ -42,11 +43,14 @@ export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
       payload: StripeEventBody,
       success: WebhookReceipt,
       error: [InvalidWebhook, ServiceUnavailable]
-    }).annotate(
-      OpenApi.Description,
-      "Stripe event deliveries (checkout.session.completed, customer.subscription.created/updated/deleted); " +
-        "other event types are acknowledged and ignored. Each event id is applied at most once."
-    )
+    }).annotateMerge(operation({
+      summary: "Receive a Stripe event",
+      description: "Stripe event deliveries (checkout.session.completed, customer.subscription.created/updated/deleted) " +
+        "keep the tenant's plan in step with its subscription; other event types are acknowledged and ignored. Each event id is applied at most once.",
+      credential: "No credential: the `Stripe-Signature` header (STRIPE_WEBHOOK_SECRET) authenticates the delivery.",
+      errors: "400 on a missing or bad signature, a timestamp outside the tolerance, or a body that is not a Stripe " +
+        "event; 503 when STRIPE_WEBHOOK_SECRET is not set."
+    }))
   )
   .annotateMerge(OpenApi.annotations({
     title: "Stripe webhook",

@@ -1,7 +1,8 @@
 import { Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { PageQuery } from "../Agents/Api.ts"
-import { ApiKeyAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
+import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { operation } from "../Domain/ApiDocs.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
 import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyStreams } from "../Domain/Problems.ts"
@@ -146,55 +147,100 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
       query: PageQuery,
       success: OrchestrationList,
       error: BadRequest
-    }),
+    }).annotateMerge(operation({
+      summary: "List orchestrations",
+      description: "The tenant's orchestrations, active and inactive, with their steps and webhooks, a page at a " +
+        "time (`limit`, `cursor`).",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`."
+    })),
     HttpApiEndpoint.post("create", "/", {
       payload: CreateOrchestration,
       success: OrchestrationView.pipe(HttpApiSchema.status(201)),
       error: BadRequest
-    }),
+    }).annotateMerge(operation({
+      summary: "Create an orchestration",
+      description: "Creates an orchestration: steps, each an agent and a prompt template, run in the order of their " +
+        "`dependsOn`, and an optional webhook for finished executions (the answer then carries its signing secret, " +
+        "once).",
+      credential: sessionCredential,
+      errors: "400 on invalid fields, naming each: duplicate step ids, unknown or cyclic dependencies, agents that " +
+        "are not the tenant's, prompts that can render past MAX_PROMPT_CHARS, a refused webhook URL."
+    })),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: OrchestrationId },
       success: OrchestrationView,
       error: NotFound
-    }),
+    }).annotateMerge(operation({
+      summary: "Get an orchestration",
+      description: "The orchestration, with its steps and webhook.",
+      credential: sessionCredential,
+      errors: "404 when the orchestration is not the tenant's."
+    })),
     HttpApiEndpoint.put("update", "/:id", {
       params: { id: OrchestrationId },
       payload: UpdateOrchestration,
       success: OrchestrationView,
       error: [NotFound, BadRequest]
-    }),
+    }).annotateMerge(operation({
+      summary: "Update an orchestration",
+      description: "Changes the fields sent; new `steps` replace the old ones and are checked as a whole. Executions " +
+        "already started keep the steps they started with.",
+      credential: sessionCredential,
+      errors: "400 on invalid fields (as for create), 404 when the orchestration is not the tenant's."
+    })),
     HttpApiEndpoint.delete("remove", "/:id", {
       params: { id: OrchestrationId },
       success: HttpApiSchema.NoContent,
       error: NotFound
-    }),
+    }).annotateMerge(operation({
+      summary: "Delete an orchestration",
+      description: "Deletes the orchestration and its webhook.",
+      credential: sessionCredential,
+      errors: "404 when the orchestration is not the tenant's."
+    })),
     HttpApiEndpoint.get("deliveries", "/:id/deliveries", {
       params: { id: OrchestrationId },
       query: DeliveryPageQuery,
       success: DeliveryList,
       error: [NotFound, BadRequest]
-    }).annotate(OpenApi.Description, "Every attempt to deliver the orchestration's webhook events, newest first."),
+    }).annotateMerge(operation({
+      summary: "List an orchestration's webhook deliveries",
+      description: "Every attempt to deliver the orchestration's webhook events, newest first, a page at a time " +
+        "(`limit`, `cursor`).",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`, 404 when the orchestration is not the tenant's."
+    })),
     HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
       params: { id: OrchestrationId, eventId: Text },
       success: Redelivery.pipe(HttpApiSchema.status(202)),
       error: NotFound
-    }).annotate(
-      OpenApi.Description,
-      "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry schedule."
-    ),
+    }).annotateMerge(operation({
+      summary: "Redeliver a webhook event",
+      description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
+        "schedule.",
+      credential: sessionCredential,
+      errors: "404 when the orchestration is not the tenant's or has no such event."
+    })),
     HttpApiEndpoint.post("rotateSecret", "/:id/webhook/secret", {
       params: { id: OrchestrationId },
       success: SigningSecret,
       error: [NotFound, Conflict]
-    }).annotate(
-      OpenApi.Description,
-      "A new signing secret, shown once. The previous one also signs deliveries until `previousSecretExpiresAt` " +
-        "(WEBHOOK_ROTATION_OVERLAP). 409 when the orchestration has no webhook URL."
-    )
+    }).annotateMerge(operation({
+      summary: "Rotate the webhook signing secret",
+      description: "A new signing secret, shown once. The previous one also signs deliveries until " +
+        "`previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP).",
+      credential: sessionCredential,
+      errors: "404 when the orchestration is not the tenant's, 409 when it has no webhook URL."
+    }))
   )
   .middleware(SessionAuth)
   .prefix("/api/orchestrations")
-  .annotateMerge(OpenApi.annotations({ title: "Orchestrations (management)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Orchestrations (management)",
+    description: "Define multi-step orchestrations of agents, and manage the signed webhook their finished " +
+      "executions are sent to."
+  }))
 {}
 
 // ---------------------------------------------------------------------------
@@ -255,18 +301,33 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
       query: PageQuery,
       success: V1OrchestrationList,
       error: BadRequest
-    }).annotate(RequiredScope, "read"),
+    }).annotateMerge(keyOperation("read", "bearer", {
+      summary: "List active orchestrations",
+      description: "The tenant's active orchestrations, without their steps, a page at a time (`limit`, `cursor`).",
+      errors: "400 on a bad `limit` or `cursor`."
+    })),
     HttpApiEndpoint.post("execute", "/:id/execute", {
       params: { id: OrchestrationId },
       headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
       payload: ExecuteRequest,
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
       error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted]
-    }).annotate(RequiredScope, "execute")
+    }).annotateMerge(keyOperation("execute", "bearer", {
+      summary: "Execute an orchestration",
+      description: "Starts an execution on `input` and `variables`; it runs in the background (follow it by " +
+        "`executionId`). An `Idempotency-Key` replayed within 24 hours answers with the same execution.",
+      errors: "400 on invalid fields or variables the prompts use but the request lacks, 404 when the orchestration " +
+        "is not the tenant's or is inactive, 409 when the `Idempotency-Key` was used with another request, 429 when " +
+        "the day's model tokens are spent, 503 when the execution is stored but its start is not confirmed in time " +
+        "(it will run: poll it by `executionId`)."
+    }))
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/orchestrations")
-  .annotateMerge(OpenApi.annotations({ title: "Orchestrations (API key)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Orchestrations (API key)",
+    description: "List the tenant's active orchestrations and execute them, with an API key."
+  }))
 {}
 
 export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
@@ -279,33 +340,50 @@ export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
       },
       success: ExecutionList,
       error: BadRequest
-    }).annotate(RequiredScope, "read"),
+    }).annotateMerge(keyOperation("read", "bearer", {
+      summary: "List executions",
+      description: "The tenant's executions, newest first, a page at a time (`limit`, `cursor`), optionally of one " +
+        "orchestration or in one status.",
+      errors: "400 on a bad `limit`, `cursor` or `status`."
+    })),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: Text },
       success: Execution,
       error: NotFound
-    }).annotate(RequiredScope, "read"),
+    }).annotateMerge(keyOperation("read", "bearer", {
+      summary: "Get an execution",
+      description: "The execution's status, output or error, tokens and duration.",
+      errors: "404 when the execution is not the tenant's."
+    })),
     HttpApiEndpoint.get("events", "/:id/events", {
       params: { id: Text },
       success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
       error: [NotFound, TooManyStreams]
-    }).annotate(RequiredScope, "read").annotate(
-      OpenApi.Description,
-      "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
+    }).annotateMerge(keyOperation("read", "bearer", {
+      summary: "Follow an execution's events",
+      description: "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
         "`step.completed` (with the step's output and tokens), then one final `execution.completed`, " +
         "`execution.failed` or `execution.cancelled`, after which the stream ends. A client that " +
         "connects late first receives what already happened. Each event's `id` can be sent back " +
         "as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
         "execution's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or " +
-        "`executionTimeout`) instead. Beyond MAX_EVENT_STREAMS_PER_TENANT open streams the answer is 429."
-    ),
+        "`executionTimeout`) instead.",
+      errors: "404 when the execution is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
+    })),
     HttpApiEndpoint.post("cancel", "/:id/cancel", {
       params: { id: Text },
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
       error: [NotFound, Conflict]
-    }).annotate(RequiredScope, "execute")
+    }).annotateMerge(keyOperation("execute", "bearer", {
+      summary: "Cancel an execution",
+      description: "Marks the execution cancelled and interrupts its running steps.",
+      errors: "404 when the execution is not the tenant's, 409 when it has already finished."
+    }))
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/executions")
-  .annotateMerge(OpenApi.annotations({ title: "Executions (API key)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Executions (API key)",
+    description: "Follow, list and cancel the executions of orchestrations, with an API key."
+  }))
 {}

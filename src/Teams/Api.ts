@@ -1,7 +1,8 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { PageQuery, pageQuery } from "../Agents/Api.ts"
-import { ApiKeyAuth, ApiKeyHeaderAuth, RequiredScope, SessionAuth } from "../Auth/Api.ts"
+import { ApiKeyAuth, ApiKeyHeaderAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { operation } from "../Domain/ApiDocs.ts"
 import { AgentId, TeamId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text } from "../Domain/Input.ts"
 import {
@@ -17,7 +18,8 @@ import { DeliveryList, DeliveryPageQuery, Redelivery, SigningSecret, WebhookStat
 export const TeamStatus = Schema.Literals(["active", "inactive"])
 export type TeamStatus = typeof TeamStatus.Type
 
-export const TeamMode = Schema.Literals(["chat"])
+// One literal, not a one-member union: the OpenAPI document then says `enum: ["chat"]` without an `anyOf` around it.
+export const TeamMode = Schema.Literal("chat")
 export const TurnTaking = Schema.Literals(["round_robin", "leader"])
 export type TurnTaking = typeof TurnTaking.Type
 
@@ -222,13 +224,40 @@ export class RunNotStarted extends HttpApiError.Problem<RunNotStarted>()("RunNot
 
 const runParams = { id: TeamId, runId: Text }
 
-const eventsDescription =
-  "The run's progress as server-sent events: `run.running`, `turn.started`, `turn.completed` (with the " +
-  "speaker, its content and tokens), then one final `run.completed`, `run.failed` or `run.cancelled`, after " +
-  "which the stream ends. A client that connects late first receives what already happened. Each event's `id` " +
-  "can be sent back as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
-  "run's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or `runTimeout`) instead. Beyond " +
-  "MAX_EVENT_STREAMS_PER_TENANT open streams the answer is 429."
+// The documentation of the run routes, which the management and the key-authenticated groups share.
+const runDocs = {
+  runs: {
+    summary: "List a team's runs",
+    description: "The team's runs, newest first, a page at a time (`limit`, `cursor`).",
+    errors: "400 on a bad `limit` or `cursor`, 404 when the team is not the tenant's."
+  },
+  getRun: {
+    summary: "Get a team run",
+    description: "The run (status, result or error, why it stopped, turns, tokens), with the first page of its " +
+      "transcript (`transcript.nextCursor` pages on through `/transcript`).",
+    errors: "404 when the team or the run is not the tenant's."
+  },
+  transcript: {
+    summary: "Page through a run's transcript",
+    description: "The run's transcript, oldest turn first, a page at a time (`limit`, `cursor`).",
+    errors: "400 on a bad `limit` or `cursor`, 404 when the team or the run is not the tenant's."
+  },
+  cancel: {
+    summary: "Cancel a team run",
+    description: "Marks the run cancelled and interrupts the turn in flight.",
+    errors: "404 when the team or the run is not the tenant's, 409 when the run has already finished."
+  },
+  events: {
+    summary: "Follow a team run's events",
+    description: "The run's progress as server-sent events: `run.running`, `turn.started`, `turn.completed` (with " +
+      "the speaker, its content and tokens), then one final `run.completed`, `run.failed` or `run.cancelled`, " +
+      "after which the stream ends. A client that connects late first receives what already happened. Each " +
+      "event's `id` can be sent back as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, " +
+      "or past the run's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or `runTimeout`) " +
+      "instead.",
+    errors: "404 when the team or the run is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
+  }
+} as const
 
 /** `{ success: true, data }`: the bodies of the key-authenticated team routes. */
 export const envelope = <S extends Schema.Top>(schema: S) => Schema.Struct({ success: Schema.Literal(true), data: schema })
@@ -246,139 +275,199 @@ export class TeamsApi extends HttpApiGroup.make("teams")
       query: PageQuery,
       success: TeamList,
       error: BadRequest
-    }),
+    }).annotateMerge(operation({
+      summary: "List teams",
+      description: "The tenant's teams, active and inactive, with their members and rooms, a page at a time " +
+        "(`limit`, `cursor`).",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`."
+    })),
     HttpApiEndpoint.post("create", "/", {
       payload: CreateTeam,
       success: Team.pipe(HttpApiSchema.status(201)),
       error: BadRequest
-    }),
+    }).annotateMerge(operation({
+      summary: "Create a team",
+      description: "Creates a team: member agents with roles, the turn-taking (`round_robin`, or `leader` with a " +
+        "leader among the members), the limits of a run, and optionally the room's webhook (the answer then " +
+        "carries its signing secret, once).",
+      credential: sessionCredential,
+      errors: "400 on invalid fields, naming each: members that are not distinct agents of the tenant, a leader " +
+        "missing, not a member or given for `round_robin`, a refused webhook URL."
+    })),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: TeamId },
       success: Team,
       error: NotFound
-    }),
+    }).annotateMerge(operation({
+      summary: "Get a team",
+      description: "The team, with its members and room.",
+      credential: sessionCredential,
+      errors: "404 when the team is not the tenant's."
+    })),
     HttpApiEndpoint.put("update", "/:id", {
       params: { id: TeamId },
       payload: UpdateTeam,
       success: Team,
       error: [NotFound, BadRequest]
-    }),
+    }).annotateMerge(operation({
+      summary: "Update a team",
+      description: "Changes the fields sent and checks the team as a whole again. Runs already started keep the " +
+        "team they started with.",
+      credential: sessionCredential,
+      errors: "400 on invalid fields (as for create), 404 when the team is not the tenant's."
+    })),
     HttpApiEndpoint.delete("remove", "/:id", {
       params: { id: TeamId },
       success: HttpApiSchema.NoContent,
       error: NotFound
-    }),
+    }).annotateMerge(operation({
+      summary: "Delete a team",
+      description: "Deletes the team and its room's webhook.",
+      credential: sessionCredential,
+      errors: "404 when the team is not the tenant's."
+    })),
     HttpApiEndpoint.post("rotateSecret", "/:id/room/secret", {
       params: { id: TeamId },
       success: SigningSecret,
       error: [NotFound, Conflict]
-    }).annotate(
-      OpenApi.Description,
-      "A new signing secret for the room's webhook, shown once; for a while deliveries carry both signatures."
-    ),
+    }).annotateMerge(operation({
+      summary: "Rotate the room's signing secret",
+      description: "A new signing secret for the room's webhook, shown once. The previous one also signs " +
+        "deliveries until `previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP).",
+      credential: sessionCredential,
+      errors: "404 when the team is not the tenant's, 409 when its room has no webhook URL."
+    })),
     HttpApiEndpoint.get("deliveries", "/:id/deliveries", {
       params: { id: TeamId },
       query: DeliveryPageQuery,
       success: DeliveryList,
       error: [NotFound, BadRequest]
-    }).annotate(OpenApi.Description, "Every attempt to deliver the room's events, newest first."),
+    }).annotateMerge(operation({
+      summary: "List the room's webhook deliveries",
+      description: "Every attempt to deliver the room's events, newest first, a page at a time (`limit`, `cursor`).",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`, 404 when the team is not the tenant's."
+    })),
     HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
       params: { id: TeamId, eventId: Text },
       success: Redelivery.pipe(HttpApiSchema.status(202)),
       error: NotFound
-    }).annotate(OpenApi.Description, "Sends an event again: the same `webhook-id`, a new timestamp and signature."),
+    }).annotateMerge(operation({
+      summary: "Redeliver a room event",
+      description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
+        "schedule.",
+      credential: sessionCredential,
+      errors: "404 when the team is not the tenant's or has no such event."
+    })),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
       query: PageQuery,
       success: TeamRunList,
       error: [NotFound, BadRequest]
-    }).annotate(OpenApi.Description, "The team's runs, newest first."),
+    }).annotateMerge(operation({ ...runDocs.runs, credential: sessionCredential })),
     HttpApiEndpoint.get("getRun", "/:id/runs/:runId", {
       params: runParams,
       success: TeamRunWithTranscript,
       error: NotFound
-    }).annotate(OpenApi.Description, "The run, with the first page of its transcript."),
+    }).annotateMerge(operation({ ...runDocs.getRun, credential: sessionCredential })),
     HttpApiEndpoint.get("transcript", "/:id/runs/:runId/transcript", {
       params: runParams,
       query: TranscriptPageQuery,
       success: Transcript,
       error: [NotFound, BadRequest]
-    }).annotate(OpenApi.Description, "The run's transcript, oldest turn first."),
+    }).annotateMerge(operation({ ...runDocs.transcript, credential: sessionCredential })),
     HttpApiEndpoint.post("cancel", "/:id/runs/:runId/cancel", {
       params: runParams,
       success: TeamRun.pipe(HttpApiSchema.status(202)),
       error: [NotFound, Conflict]
-    }),
+    }).annotateMerge(operation({ ...runDocs.cancel, credential: sessionCredential })),
     HttpApiEndpoint.get("events", "/:id/runs/:runId/events", {
       params: runParams,
       success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
       error: [NotFound, TooManyStreams]
-    }).annotate(OpenApi.Description, eventsDescription)
+    }).annotateMerge(operation({ ...runDocs.events, credential: sessionCredential }))
   )
   .middleware(SessionAuth)
   .prefix("/api/teams")
-  .annotateMerge(OpenApi.annotations({ title: "Teams (management)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Teams (management)",
+    description: "Define teams of agents that work a mission together in a room, manage the room's signed " +
+      "webhook, and follow the teams' runs."
+  }))
 {}
 
 /** The key-authenticated team routes; /api/v1 and /api/public answer the same bodies. */
-const keyGroup = <const Name extends string>(name: Name) =>
+const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header") =>
   HttpApiGroup.make(name).add(
     HttpApiEndpoint.get("list", "/", {
       query: PageQuery,
       success: ListEnvelope,
       error: BadRequest
-    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, "The tenant's active teams."),
+    }).annotateMerge(keyOperation("teams", via, {
+      summary: "List active teams",
+      description: "The tenant's active teams, a page at a time (`limit`, `cursor`).",
+      errors: "400 on a bad `limit` or `cursor`."
+    })),
     HttpApiEndpoint.post("run", "/:id/run", {
       params: { id: TeamId },
       headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
       payload: RunRequest,
       success: envelope(RunHandle).pipe(HttpApiSchema.status(202)),
       error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, RunNotStarted]
-    }).annotate(RequiredScope, "teams").annotate(
-      OpenApi.Description,
-      "Starts a run of the team on `mission`; it runs in the background and its result goes to the room's " +
-        "output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run (409 with another body)."
-    ),
+    }).annotateMerge(keyOperation("teams", via, {
+      summary: "Run a team",
+      description: "Starts a run of the team on `mission`; it runs in the background and its result goes to the " +
+        "room's output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run.",
+      errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) mission, 404 when the team is not the tenant's or is " +
+        "inactive, 409 when the `Idempotency-Key` was used with another request, 429 when the day's model tokens " +
+        "are spent, 503 when the run is stored but its start is not confirmed in time (it will run: poll it by " +
+        "`runId`)."
+    })),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
       query: PageQuery,
       success: envelope(TeamRunList),
       error: [NotFound, BadRequest]
-    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, "The team's runs, newest first."),
+    }).annotateMerge(keyOperation("teams", via, runDocs.runs)),
     HttpApiEndpoint.get("getRun", "/:id/runs/:runId", {
       params: runParams,
       success: envelope(TeamRunWithTranscript),
       error: NotFound
-    }).annotate(RequiredScope, "teams").annotate(
-      OpenApi.Description,
-      "The run, with the first page of its transcript (`transcript.nextCursor` pages on through `/transcript`)."
-    ),
+    }).annotateMerge(keyOperation("teams", via, runDocs.getRun)),
     HttpApiEndpoint.get("transcript", "/:id/runs/:runId/transcript", {
       params: runParams,
       query: TranscriptPageQuery,
       success: envelope(Transcript),
       error: [NotFound, BadRequest]
-    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, "The run's transcript, oldest turn first."),
+    }).annotateMerge(keyOperation("teams", via, runDocs.transcript)),
     HttpApiEndpoint.post("cancel", "/:id/runs/:runId/cancel", {
       params: runParams,
       success: envelope(TeamRun).pipe(HttpApiSchema.status(202)),
       error: [NotFound, Conflict]
-    }).annotate(RequiredScope, "teams"),
+    }).annotateMerge(keyOperation("teams", via, runDocs.cancel)),
     HttpApiEndpoint.get("events", "/:id/runs/:runId/events", {
       params: runParams,
       success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
       error: [NotFound, TooManyStreams]
-    }).annotate(RequiredScope, "teams").annotate(OpenApi.Description, eventsDescription)
+    }).annotateMerge(keyOperation("teams", via, runDocs.events))
   )
 
-export class TeamsV1Api extends keyGroup("v1Teams")
+export class TeamsV1Api extends keyGroup("v1Teams", "bearer")
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/teams")
-  .annotateMerge(OpenApi.annotations({ title: "Teams (API key, bearer)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Teams (API key, bearer)",
+    description: "Run the tenant's active teams and follow their runs, with an API key as a bearer token. " +
+      "Bodies are `{ success: true, data }`."
+  }))
 {}
 
-export class TeamsPublicApi extends keyGroup("publicTeams")
+export class TeamsPublicApi extends keyGroup("publicTeams", "header")
   .middleware(ApiKeyHeaderAuth)
   .prefix("/api/public/teams")
-  .annotateMerge(OpenApi.annotations({ title: "Teams (API key, X-API-Key)" }))
+  .annotateMerge(OpenApi.annotations({
+    title: "Teams (API key, X-API-Key)",
+    description: "The same routes and bodies as /api/v1/teams, with the API key in the `X-API-Key` header."
+  }))
 {}

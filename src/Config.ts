@@ -118,6 +118,8 @@ export interface AppSettings {
   readonly eventStreamMaxDuration: Duration.Duration
   /** How long the cluster's stored messages of a finished execution's workflow are kept. */
   readonly executionMessagesRetention: Duration.Duration
+  /** How many chunks grounding gives the model (chat, orchestration steps, team turns of agents with knowledge). */
+  readonly knowledgeTopK: number
   /** Bound on the closing turn of a team run that reached a limit (it may run past the run's timeout by this much). */
   readonly teamClosingTurnTimeout: Duration.Duration
   /** How long the cluster's stored messages of a finished team run's workflow are kept. */
@@ -359,6 +361,9 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   eventStreamMaxDuration: Config.Duration("EVENT_STREAM_MAX_DURATION").pipe(Config.withDefault(Duration.minutes(10))),
   executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))
+  ),
+  knowledgeTopK: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 50 })), "KNOWLEDGE_TOP_K").pipe(
+    Config.withDefault(5)
   ),
   teamClosingTurnTimeout: Config.Duration("TEAM_CLOSING_TURN_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
   teamRunMessagesRetention: Config.Duration("TEAM_RUN_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),

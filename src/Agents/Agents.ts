@@ -3,7 +3,8 @@ import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { type AgentId, isId, type TenantId } from "../Domain/Ids.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
-import { NotFound } from "../Domain/Problems.ts"
+import { invalidField, NotFound } from "../Domain/Problems.ts"
+import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { type CreateAgent, defaultPageSize, type UpdateAgent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
 
@@ -15,6 +16,17 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const repo = yield* AgentsRepo
     const config = yield* AppConfig
     const budget = yield* TokenBudget
+    const knowledge = yield* KnowledgeSearch
+
+    /** The ids once each, in order, when every one is a knowledge base of the tenant. */
+    const checkKnowledge = Effect.fn("Agents.checkKnowledge")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
+      const unique = [...new Set(ids)]
+      const missing = yield* knowledge.missing(tenantId, unique)
+      if (missing.length > 0) {
+        return yield* invalidField("knowledgeIds", `No knowledge base ${missing.map((id) => JSON.stringify(id)).join(", ")}`)
+      }
+      return unique
+    })
 
     const list = Effect.fn("Agents.list")(function*(tenantId: TenantId, options: {
       readonly activeOnly: boolean
@@ -32,7 +44,9 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const create = Effect.fn("Agents.create")(function*(tenantId: TenantId, input: CreateAgent) {
       const model = input.model ?? config.defaultModel
       yield* budget.checkModel(tenantId, model)
+      const knowledgeIds = yield* checkKnowledge(tenantId, input.knowledgeIds ?? [])
       return yield* repo.insert(tenantId, {
+        knowledgeIds,
         name: input.name,
         description: input.description ?? "",
         model,
@@ -50,7 +64,8 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
 
     const update = Effect.fn("Agents.update")(function*(tenantId: TenantId, id: AgentId, input: UpdateAgent) {
       if (input.model !== undefined) yield* budget.checkModel(tenantId, input.model)
-      const agent = yield* repo.update(tenantId, id, input)
+      const knowledgeIds = input.knowledgeIds === undefined ? undefined : yield* checkKnowledge(tenantId, input.knowledgeIds)
+      const agent = yield* repo.update(tenantId, id, knowledgeIds === undefined ? input : { ...input, knowledgeIds })
       if (Option.isNone(agent)) return yield* notFound(id)
       return agent.value
     })
@@ -63,5 +78,5 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     return { list, create, get, update, remove } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AgentsRepo.layer, TokenBudget.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer]))
 }

@@ -2,9 +2,10 @@ import { Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import { ChatSource } from "../Knowledge/Grounding.ts"
 import { cursorParam } from "../Domain/Cursor.ts"
 import { AgentId, isId } from "../Domain/Ids.ts"
-import { text } from "../Domain/Input.ts"
+import { boundedArray, text } from "../Domain/Input.ts"
 import {
   BadGateway,
   BadRequest,
@@ -41,10 +42,22 @@ export const Agent = Schema.Struct({
   instructions: Schema.String,
   status: AgentStatus,
   memoryEnabled: Schema.Boolean,
+  knowledgeIds: Schema.Array(Schema.String).annotate({
+    description: "The knowledge bases the agent is grounded on: its chats, orchestration steps and team turns " +
+      "retrieve from them."
+  }),
   createdAt: Schema.Date,
   updatedAt: Schema.Date
 })
 export type Agent = typeof Agent.Type
+
+export const maxAgentKnowledgeBases = 10
+
+const KnowledgeIds = boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength(64)), {
+  max: maxAgentKnowledgeBases,
+  tooMany: `Expected at most ${maxAgentKnowledgeBases} knowledge bases`,
+  description: "Ids of the tenant's knowledge bases the agent is grounded on ([] for none)."
+})
 
 /**
  * An agent as the key-authenticated API shows it: the reference's fields only.
@@ -61,7 +74,8 @@ export const CreateAgent = Schema.Struct({
   model: Schema.optionalKey(ModelId),
   instructions: Schema.optionalKey(Instructions),
   memoryEnabled: Schema.optionalKey(Schema.Boolean),
-  status: Schema.optionalKey(AgentStatus)
+  status: Schema.optionalKey(AgentStatus),
+  knowledgeIds: Schema.optionalKey(KnowledgeIds)
 })
 export type CreateAgent = typeof CreateAgent.Type
 
@@ -71,7 +85,8 @@ export const UpdateAgent = Schema.Struct({
   model: Schema.optionalKey(ModelId),
   instructions: Schema.optionalKey(Instructions),
   memoryEnabled: Schema.optionalKey(Schema.Boolean),
-  status: Schema.optionalKey(AgentStatus)
+  status: Schema.optionalKey(AgentStatus),
+  knowledgeIds: Schema.optionalKey(KnowledgeIds)
 })
 export type UpdateAgent = typeof UpdateAgent.Type
 
@@ -135,7 +150,11 @@ export const ChatResponse = Schema.Struct({
   reply: Schema.String,
   conversationId: Schema.String,
   tokens: Schema.Int.annotate({ description: "Tokens the model reported for this turn, input plus output." }),
-  model: Schema.String.annotate({ description: "The model that answered." })
+  model: Schema.String.annotate({ description: "The model that answered." }),
+  sources: Schema.optionalKey(Schema.Array(ChatSource).annotate({
+    description: "Only for an agent with knowledge bases: the chunks the model was given for this message, best " +
+      "first ([] when nothing matched)."
+  }))
 })
 export type ChatResponse = typeof ChatResponse.Type
 

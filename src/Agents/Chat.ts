@@ -4,6 +4,8 @@ import { AppConfig } from "../Config.ts"
 import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
 import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
 import { BadGateway, GatewayTimeout, invalidField, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
+import { toSource } from "../Knowledge/Grounding.ts"
+import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Agents } from "./Agents.ts"
 import { type ChatRequest, defaultPageSize, isConversationId, isTurnIndex } from "./Api.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId } from "./Conversation.ts"
@@ -37,6 +39,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     const repo = yield* AgentsRepo
     const config = yield* AppConfig
     const budget = yield* TokenBudget
+    const knowledge = yield* KnowledgeSearch
     const clientFor = yield* Conversation.client
     // A turn may take every retry of the model call; past that the cluster is not answering.
     const callBound = Duration.sum(
@@ -53,6 +56,11 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       if (agent.status !== "active") return yield* new NotFound({ detail: `No active agent ${agentId}` })
       // The turn's tokens are charged by the conversation once the model has answered.
       yield* budget.admit(tenantId, agent.model)
+      // The message is the query: what the agent is asked is what it looks up.
+      const grounded = agent.knowledgeIds.length > 0
+      const found = grounded
+        ? yield* knowledge.search({ tenantId, knowledgeIds: agent.knowledgeIds, query: request.message })
+        : []
       const conversationId = request.conversationId ?? newId()
       return {
         client: clientFor(entityId(tenantId, agentId, conversationId)),
@@ -63,7 +71,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
           message: request.message,
           model: agent.model,
           instructions: agent.instructions,
-          memoryEnabled: agent.memoryEnabled
+          memoryEnabled: agent.memoryEnabled,
+          ...(grounded ? { sources: found.map(toSource) } : {})
         }
       }
     })
@@ -138,7 +147,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer])
+    Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer])
   )
 }
 

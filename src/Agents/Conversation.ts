@@ -6,6 +6,7 @@ import { isTransient, retryTransient } from "../Database/Errors.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import { storable } from "../Domain/Text.ts"
+import { citations, fitSources, GroundingSource, withSources } from "../Knowledge/Grounding.ts"
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
 import { ChatResponse } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
@@ -33,7 +34,9 @@ const TurnInput = Schema.Struct({
   message: Schema.String,
   model: Schema.String,
   instructions: Schema.String,
-  memoryEnabled: Schema.Boolean
+  memoryEnabled: Schema.Boolean,
+  /** Retrieved for this message from the agent's knowledge bases, best first; absent for an agent without any. */
+  sources: Schema.optionalKey(Schema.Array(GroundingSource))
 })
 type TurnInput = typeof TurnInput.Type
 
@@ -145,14 +148,21 @@ export const layer = Conversation.toLayer(
         return history
       })
 
-    /** The history that fits the model's budget beside the system prompt and the new message, newest kept. */
+    /**
+     * The system prompt (the instructions, then the sources that fit in half
+     * of what the instructions and the message leave), and the history that
+     * fits the rest of the model's budget, newest kept.
+     */
     const prompt = (input: TurnInput) =>
       Effect.gen(function*() {
-        const newMessage: ChatMessage = { role: "user", content: input.message }
-        if (!input.memoryEnabled) return [newMessage]
-        const turns = yield* loadHistory(input)
-        let budget = models.contextBudget(input.model) - models.countTokens(input.instructions) -
+        const room = models.contextBudget(input.model) - models.countTokens(input.instructions) -
           models.countTokens(input.message)
+        const sources = input.sources === undefined ? undefined : fitSources(input.sources, Math.floor(room / 2))
+        const system = withSources(input.instructions, sources ?? [])
+        const newMessage: ChatMessage = { role: "user", content: input.message }
+        if (!input.memoryEnabled) return { system, sources, messages: [newMessage] }
+        const turns = yield* loadHistory(input)
+        let budget = models.contextBudget(input.model) - models.countTokens(system) - models.countTokens(input.message)
         let first = turns.length
         while (first > 0 && turns[first - 1]!.cost <= budget) {
           first--
@@ -163,7 +173,7 @@ export const layer = Conversation.toLayer(
           messages.push({ role: "user", content: turn.message }, { role: "assistant", content: turn.reply })
         }
         messages.push(newMessage)
-        return messages
+        return { system, sources, messages }
       })
 
     const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
@@ -193,37 +203,42 @@ export const layer = Conversation.toLayer(
         while (turns.length > 0 && held > budget) held -= turns.shift()!.cost
       })
 
-    const toResponse = (input: TurnInput, reply: ModelReply): ChatResponse => ({
+    const toResponse = (
+      input: TurnInput,
+      reply: ModelReply,
+      sources: ReadonlyArray<GroundingSource> | undefined
+    ): ChatResponse => ({
       reply: reply.text,
       conversationId: input.conversationId,
       tokens: reply.inputTokens + reply.outputTokens,
-      model: reply.model
+      model: reply.model,
+      ...(sources === undefined ? {} : { sources: citations(sources) })
     })
 
     return Conversation.of({
       Send: Effect.fn("Conversation.send")(function*({ payload }) {
         const createdAt = new Date()
-        const messages = yield* prompt(payload)
-        const reply = yield* models.generate({ model: payload.model, system: payload.instructions, messages }).pipe(
+        const { messages, sources, system } = yield* prompt(payload)
+        const reply = yield* models.generate({ model: payload.model, system, messages }).pipe(
           Effect.mapError(toChatFailed)
         )
         yield* remember(payload, reply, createdAt)
-        return toResponse(payload, reply)
+        return toResponse(payload, reply, sources)
       }),
       // The turn is stored when the model is done and before `Done` is sent; a
       // stream interrupted earlier (the client went away) stores nothing.
       StreamReply: ({ payload }) =>
         Stream.unwrap(Effect.gen(function*() {
           const createdAt = new Date()
-          const messages = yield* prompt(payload)
-          return models.stream({ model: payload.model, system: payload.instructions, messages }).pipe(
+          const { messages, sources, system } = yield* prompt(payload)
+          return models.stream({ model: payload.model, system, messages }).pipe(
             Stream.mapError(toChatFailed),
             Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> =>
               event._tag === "Delta"
                 ? Effect.succeed({ _tag: "Delta", text: event.text })
                 : Effect.as(remember(payload, event.reply, createdAt), {
                   _tag: "Done",
-                  response: toResponse(payload, event.reply)
+                  response: toResponse(payload, event.reply, sources)
                 })
             )
           )

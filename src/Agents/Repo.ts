@@ -5,7 +5,7 @@ import { pageOf } from "../Domain/Cursor.ts"
 import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from "./Api.ts"
 
-const columns = "id, name, description, model, instructions, status, memory_enabled, created_at, updated_at"
+const columns = "id, name, description, model, instructions, status, memory_enabled, knowledge_ids, created_at, updated_at"
 
 /** All SQL of agents; every statement is scoped by tenant. */
 export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/AgentsRepo", {
@@ -36,13 +36,14 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         model: Schema.String,
         instructions: Schema.String,
         status: Schema.String,
-        memoryEnabled: Schema.Boolean
+        memoryEnabled: Schema.Boolean,
+        knowledgeIds: Schema.Array(Schema.String)
       }),
       Result: Agent,
       execute: (input) =>
-        sql`INSERT INTO agents (id, tenant_id, name, description, model, instructions, status, memory_enabled)
+        sql`INSERT INTO agents (id, tenant_id, name, description, model, instructions, status, memory_enabled, knowledge_ids)
             VALUES (${newId()}, ${input.tenantId}, ${input.name}, ${input.description}, ${input.model},
-                    ${input.instructions}, ${input.status}, ${input.memoryEnabled})
+                    ${input.instructions}, ${input.status}, ${input.memoryEnabled}, ${[...input.knowledgeIds]}::text[])
             RETURNING ${cols}`
     })
 
@@ -61,7 +62,8 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         model: Schema.NullOr(Schema.String),
         instructions: Schema.NullOr(Schema.String),
         status: Schema.NullOr(Schema.String),
-        memoryEnabled: Schema.NullOr(Schema.Boolean)
+        memoryEnabled: Schema.NullOr(Schema.Boolean),
+        knowledgeIds: Schema.NullOr(Schema.Array(Schema.String))
       }),
       Result: Agent,
       // No writable field is nullable, so NULL means "leave as it is".
@@ -73,6 +75,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
               instructions = COALESCE(${input.instructions}, instructions),
               status = COALESCE(${input.status}, status),
               memory_enabled = COALESCE(${input.memoryEnabled}, memory_enabled),
+              knowledge_ids = COALESCE(${input.knowledgeIds === null ? null : [...input.knowledgeIds]}::text[], knowledge_ids),
               updated_at = now()
             WHERE tenant_id = ${input.tenantId} AND id = ${input.id}
             RETURNING ${cols}`
@@ -231,6 +234,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         readonly instructions: string
         readonly status: AgentStatus
         readonly memoryEnabled: boolean
+        readonly knowledgeIds: ReadonlyArray<string>
       }) => insert({ tenantId, ...input }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.insert")),
       // Ids that cannot exist are not looked up: they are simply not found.
       findById: (tenantId: TenantId, id: AgentId) =>
@@ -247,7 +251,8 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
             model: input.model ?? null,
             instructions: input.instructions ?? null,
             status: input.status ?? null,
-            memoryEnabled: input.memoryEnabled ?? null
+            memoryEnabled: input.memoryEnabled ?? null,
+            knowledgeIds: input.knowledgeIds ?? null
           }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.update"))
           : Effect.succeed(Option.none()),
       remove: (tenantId: TenantId, id: AgentId) =>

@@ -1,5 +1,6 @@
 import { Effect, Stream } from "effect"
 import { LanguageModel, type Prompt, type Response } from "effect/ai"
+import { sourcesHeader, sourcesIn } from "../Knowledge/Grounding.ts"
 import { localRoomTurn } from "../Teams/Room.ts"
 import { countTokens } from "./Tokens.ts"
 
@@ -70,14 +71,49 @@ const asksAboutEarlier =
 const asksAboutSelf = /\b(who are you|what are you|your name|your (role|job|purpose|instructions)|what can you do)\b/i
 const selfDescription = /\b(you are|you're|your name|act as|as an? )\b/i
 
+/**
+ * An extractive answer from the sources of a grounded prompt: the sentence
+ * sharing most content words with the message, from the source sharing most
+ * (ties go to the better-ranked source, then the earlier sentence); the best
+ * source's first sentence when nothing is shared.
+ */
+const fromSources = (message: string, system: string): string | undefined => {
+  const sources = sourcesIn(system)
+  if (sources.length === 0) return undefined
+  const words = contentWords(message)
+  let best = sources[0]!
+  let bestScore = 0
+  for (const source of sources) {
+    const score = sharedWords(words, contentWords(source.content))
+    if (score > bestScore) {
+      best = source
+      bestScore = score
+    }
+  }
+  const sentences = sentencesOf(best.content)
+  let sentence = sentences[0] ?? best.content
+  let sentenceScore = 0
+  for (const candidate of sentences) {
+    const score = sharedWords(words, contentWords(candidate))
+    if (score > sentenceScore) {
+      sentence = candidate
+      sentenceScore = score
+    }
+  }
+  return `According to [${best.n}] (${best.label}): ${quote(sentence, 300)}`
+}
+
 /** The local model's reply to a conversation; the same input always gives the same reply. */
-export const reply = (system: string, turns: ReadonlyArray<Turn>): string => {
+export const reply = (prompt: string, turns: ReadonlyArray<Turn>): string => {
   const lastUser = turns.findLastIndex((turn) => turn.role === "user")
   if (lastUser === -1) return `${replyPrefix}There is no message to answer yet.`
   const message = turns[lastUser]!.content
+  const grounded = fromSources(message, prompt)
+  // The agent's own instructions are what comes before the sources.
+  const system = grounded === undefined ? prompt : prompt.slice(0, prompt.lastIndexOf(sourcesHeader))
   // A turn in a team's room follows the room's protocol instead of chatting.
   const roomTurn = localRoomTurn(message)
-  if (roomTurn !== undefined) return replyPrefix + roomTurn
+  if (roomTurn !== undefined) return replyPrefix + (grounded === undefined ? "" : `${grounded}\n`) + roomTurn
   const earlier = turns.slice(0, lastUser).filter((turn) => turn.role === "user").map((turn) => turn.content)
   const words = contentWords(message)
   const instructions = sentencesOf(system)
@@ -87,7 +123,8 @@ export const reply = (system: string, turns: ReadonlyArray<Turn>): string => {
   else if (message.includes("?")) lines.push(`You asked: ${quote(message)}`)
   else lines.push(`You said: ${quote(message)}`)
 
-  if (asksAboutSelf.test(message)) {
+  if (grounded !== undefined) lines.push(grounded)
+  else if (asksAboutSelf.test(message)) {
     const about = instructions.find((sentence) => selfDescription.test(sentence)) ?? instructions[0]
     lines.push(
       about === undefined

@@ -1,0 +1,10 @@
+import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
+
+// The knowledge bases an agent is grounded on: its chats, the orchestration
+// steps it runs and its team turns retrieve from them. A base deleted later
+// simply stops grounding: retrieval skips ids that no longer name a base.
+export default Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE agents ADD COLUMN knowledge_ids text[] NOT NULL DEFAULT '{}'`
+})

@@ -5,6 +5,7 @@ import { BillingApi } from "./Billing/Api.ts"
 import { StripeWebhookApi } from "./Billing/WebhookApi.ts"
 import { HealthApi } from "./Health/Api.ts"
 import { ExecutionsV1Api, OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
+import { KnowledgeSearchApi } from "./Knowledge/SearchApi.ts"
 import { TeamsApi, TeamsPublicApi, TeamsV1Api } from "./Teams/Api.ts"
 
 /** The whole HTTP API: one declaration gives validation, the OpenAPI document and a typed client. */
@@ -22,6 +23,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(TeamsApi)
   .add(TeamsV1Api)
   .add(TeamsPublicApi)
+  .add(KnowledgeSearchApi)
   .middleware(HttpApiMiddleware.ProblemDetails)
   // A 400 names every bad field of the part that failed (params, headers,
   // query, payload), not just the first. Each request string aborts at its

@@ -26,6 +26,7 @@ import * as Cluster from "./Platform/Cluster.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
+import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
 import * as TeamsHttp from "./Teams/Http.ts"
 import { TeamsRepo } from "./Teams/Repo.ts"
 import { TeamRuns } from "./Teams/TeamRuns.ts"
@@ -53,7 +54,8 @@ export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
     BillingHttp.layer,
     StripeWebhookHttp.layer,
     OrchestrationsHttp.layer,
-    TeamsHttp.layer
+    TeamsHttp.layer,
+    KnowledgeSearchHttp.layer
   ]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
   // One quota per process: the middleware and the billing route share its batches.

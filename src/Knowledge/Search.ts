@@ -8,10 +8,25 @@ import { type ScoredChunk, SearchRepo } from "./SearchRepo.ts"
 // worth finding; an OR of thousands of lexemes would only cost time.
 const maxQueryChars = 2_000
 
+// Any word of a query matches, and Postgres ranks without weighing how rare a
+// word is; so in the `simple` configuration (no stop words of its own) "how
+// do I report a vulnerability" would rank every chunk with "a" or "I" beside
+// the one about vulnerabilities, and make every chunk a candidate to rank.
+// The commonest function words of a few languages are dropped from queries
+// (never from the index), unless the query has nothing else.
+const stopWords = new Set((
+  "a an and are as at be but by can do does for from how i if in into is it its me my no not of on or our so " +
+  "than that the their them then there these they this to was we were what when where which who why will with " +
+  "you your le la les un une des de du et ou est en au aux ce il elle on pour par sur dans que qui el los las " +
+  "y o es por con para del al der die das ein eine und oder ist zu mit von den dem im"
+).split(" "))
+
 const queryOf = (text: string) => {
-  if (text.length <= maxQueryChars) return text
   const cut = text.lastIndexOf(" ", maxQueryChars)
-  return text.slice(0, cut > maxQueryChars / 2 ? cut : maxQueryChars)
+  const bounded = text.length <= maxQueryChars ? text : text.slice(0, cut > maxQueryChars / 2 ? cut : maxQueryChars)
+  const words = bounded.split(/(\s+)/)
+  const kept = words.filter((word) => !stopWords.has(word.toLowerCase().replace(/^[^\p{L}\p{N}]+|[^\p{L}\p{N}]+$/gu, "")))
+  return kept.join("").trim() === "" ? bounded : kept.join("")
 }
 
 /** Full-text retrieval over a tenant's knowledge bases: the search route and grounding both use it. */

@@ -1,0 +1,23 @@
+import { Effect, Layer } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
+import { Api } from "../Api.ts"
+import { CurrentPrincipal } from "../Auth/Api.ts"
+import { NotFound } from "../Domain/Problems.ts"
+import { KnowledgeSearch } from "./Search.ts"
+
+export const KnowledgeSearchHttp = HttpApiBuilder.group(
+  Api,
+  "knowledgeSearch",
+  Effect.fn(function*(handlers) {
+    const knowledge = yield* KnowledgeSearch
+    return handlers.handle("search", Effect.fn(function*({ params, payload }) {
+      const { tenantId } = yield* CurrentPrincipal
+      const missing = yield* knowledge.missing(tenantId, [params.id])
+      if (missing.length > 0) return yield* new NotFound({ detail: `No knowledge base ${params.id}` })
+      const found = yield* knowledge.search({ tenantId, knowledgeIds: [params.id], query: payload.query, topK: payload.topK ?? 5 })
+      return { data: found.map(({ filename: _, ...hit }) => hit) }
+    }))
+  })
+)
+
+export const layer = KnowledgeSearchHttp.pipe(Layer.provide(KnowledgeSearch.layer))

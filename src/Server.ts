@@ -26,6 +26,7 @@ import * as Cluster from "./Platform/Cluster.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
+import { KnowledgeSearch } from "./Knowledge/Search.ts"
 import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
 import * as TeamsHttp from "./Teams/Http.ts"
 import { TeamsRepo } from "./Teams/Repo.ts"
@@ -86,7 +87,14 @@ export const EntitiesLayer = Layer.mergeAll(
   WebhookDelivery.layer,
   Webhooks.sweeper
 ).pipe(
-  Layer.provide([Models.layer, AgentsRepo.layer, ExecutionsRepo.layer, TokenBudget.layer, TeamsRepo.layer]),
+  Layer.provide([
+    Models.layer,
+    AgentsRepo.layer,
+    ExecutionsRepo.layer,
+    TokenBudget.layer,
+    TeamsRepo.layer,
+    KnowledgeSearch.layer
+  ]),
   Layer.provideMerge(Webhooks.layer),
   Layer.provideMerge(ClusterWorkflowEngine.layer),
   Layer.provideMerge(Cluster.layer)

@@ -1,6 +1,7 @@
 import { Context, Effect, Layer } from "effect"
 import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
+import { fitSources, type GroundingSource, toSource, withSources } from "./Grounding.ts"
 import { type ScoredChunk, SearchRepo } from "./SearchRepo.ts"
 
 // A query longer than this is cut (at a space when there is one): grounding
@@ -58,7 +59,27 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
       return ids.filter((id) => !found.has(id))
     })
 
-    return { search, missing } as const
+    /**
+     * An agent's system prompt grounded on what its knowledge bases hold for
+     * `query`: its instructions, then the best sources that fit in `budget`
+     * tokens. An agent without knowledge bases keeps its instructions.
+     */
+    const ground = Effect.fn("KnowledgeSearch.ground")(function*(input: {
+      readonly tenantId: TenantId
+      readonly instructions: string
+      readonly knowledgeIds: ReadonlyArray<string>
+      readonly query: string
+      readonly budget: number
+    }) {
+      if (input.knowledgeIds.length === 0) {
+        return { system: input.instructions, sources: [] as ReadonlyArray<GroundingSource> }
+      }
+      const found = yield* search({ tenantId: input.tenantId, knowledgeIds: input.knowledgeIds, query: input.query })
+      const sources = fitSources(found.map(toSource), input.budget)
+      return { system: withSources(input.instructions, sources), sources }
+    })
+
+    return { search, missing, ground } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(SearchRepo.layer))

@@ -7,6 +7,7 @@ import { AppConfig } from "../Config.ts"
 import { AgentId, TenantId } from "../Domain/Ids.ts"
 import { retryTransient } from "../Database/Errors.ts"
 import { storable } from "../Domain/Text.ts"
+import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import type { Step } from "./Api.ts"
@@ -59,6 +60,7 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const models = yield* Models
   const { maxPromptChars } = yield* AppConfig
   const budget = yield* TokenBudget
+  const knowledge = yield* KnowledgeSearch
 
   const row = yield* retryTransient(executions.begin(executionId))
   if (row.status !== "running") return
@@ -100,9 +102,20 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         }
         const prompt = rendered.success
         yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(Effect.mapError(databaseFailed))
+        // An agent with knowledge is grounded on what it holds for the step's prompt, within half of what the prompt leaves.
+        const { system } = yield* retryTransient(sqlErrorsTyped(knowledge.ground({
+          tenantId: TenantId.make(snapshot.tenantId),
+          instructions: agent.value.instructions,
+          knowledgeIds: agent.value.knowledgeIds,
+          query: prompt,
+          budget: Math.floor(
+            (models.contextBudget(agent.value.model) - models.countTokens(agent.value.instructions) -
+              models.countTokens(prompt)) / 2
+          )
+        }))).pipe(Effect.mapError(databaseFailed))
         const reply = yield* models.generate({
           model: agent.value.model,
-          system: agent.value.instructions,
+          system,
           messages: [{ role: "user", content: prompt }]
         }).pipe(
           Effect.mapError((error) => fail(`Step ${step.id}: ${error.message}`)),

@@ -7,6 +7,7 @@ import { AppConfig } from "../Config.ts"
 import { retryTransient } from "../Database/Errors.ts"
 import { AgentId, type TenantId } from "../Domain/Ids.ts"
 import { storable } from "../Domain/Text.ts"
+import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
@@ -142,6 +143,7 @@ const run = Effect.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
   const models = yield* Models
   const config = yield* AppConfig
   const budget = yield* TokenBudget
+  const knowledge = yield* KnowledgeSearch
 
   const begun = yield* retryTransient(repo.begin(runId))
   if (begun.status !== "running") return
@@ -186,8 +188,17 @@ const run = Effect.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
           if (closing !== undefined) return silent("failed")
           return yield* fail(`agent ${speaker} is missing or inactive`)
         }
-        const system = Room.systemPrompt(agent.value.instructions, room, speaker)
+        const rules = Room.systemPrompt(agent.value.instructions, room, speaker)
         const bare = Room.userPrompt({ room, mission: begun.mission, speaker, transcript: [], omitted: 0, turns, closing })
+        // An agent with knowledge is grounded on what it holds for the mission and the latest turn, within half
+        // of what the rules and the bare prompt leave; the transcript gets the rest.
+        const { system } = yield* retryTransient(sqlErrorsTyped(knowledge.ground({
+          tenantId,
+          instructions: rules,
+          knowledgeIds: agent.value.knowledgeIds,
+          query: turns.length === 0 ? begun.mission : `${begun.mission}\n${turns[turns.length - 1]!.content}`,
+          budget: Math.floor((models.contextBudget(agent.value.model) - models.countTokens(rules) - models.countTokens(bare)) / 2)
+        }))).pipe(Effect.mapError(databaseFailed))
         // The transcript is trimmed from its oldest turn to what the model's context holds.
         const room_budget = models.contextBudget(agent.value.model) - models.countTokens(system) - models.countTokens(bare)
         const trimmed = Room.trimTranscript(

@@ -5,44 +5,14 @@
 //   BENCH_DATABASE_URL=... npm run bench   an existing server (a database is created there)
 //   BENCH_SECONDS=10               seconds per measurement
 import autocannon from "autocannon"
-import { Effect, Exit, Redacted, Scope } from "effect"
 import * as ChildProcess from "node:child_process"
-import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
-import * as Net from "node:net"
 import * as Os from "node:os"
-import * as Path from "node:path"
 import pg from "pg"
-import * as Embedded from "../src/Database/Embedded.ts"
+import { json, openDatabase, root, signUp, spawn } from "./Support.ts"
 
-const root = Path.resolve(import.meta.dirname, "..")
 const seconds = Number(process.env.BENCH_SECONDS ?? 10)
 const connections = 50
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const server = Net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-
-const spawn = async (script: string, env: Record<string, string>) => {
-  const port = await freePort()
-  const startedAt = performance.now()
-  const child = ChildProcess.spawn(process.execPath, [script], {
-    cwd: root,
-    env: { ...process.env, ...env, PORT: String(port), HOST: "127.0.0.1" },
-    stdio: ["ignore", "ignore", "inherit"]
-  })
-  const url = `http://127.0.0.1:${port}`
-  for (let i = 0; i < 600; i++) {
-    const ok = await fetch(`${url}/health/ready`).then((r) => r.status < 500, () => false)
-    if (ok) break
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-  return { child, url, readyMs: Math.round(performance.now() - startedAt) }
-}
 
 const rssMb = (pid: number) =>
   Fs.readFile(`/proc/${pid}/status`, "utf8").then(
@@ -67,12 +37,6 @@ const load = async (pid: number, options: Partial<autocannon.Options> & { readon
   return { ...result, cpuPerRequest }
 }
 
-const json = async (url: string, init: RequestInit) => {
-  const response = await fetch(url, { ...init, headers: { "content-type": "application/json", ...init.headers } })
-  if (response.status >= 300) throw new Error(`${init.method} ${url}: ${response.status} ${await response.text()}`)
-  return response.json() as Promise<any>
-}
-
 const row = (name: string, result: Awaited<ReturnType<typeof load>>) =>
   `${name.padEnd(50)} ${String(Math.round(result.requests.average)).padStart(6)} req/s  p50 ${
     String(result.latency.p50).padStart(3)
@@ -84,41 +48,12 @@ const ratio = (a: { requests: { average: number } }, b: { requests: { average: n
   (a.requests.average / b.requests.average).toFixed(2)
 
 const main = async () => {
-  const scope = Effect.runSync(Scope.make())
-  let adminUrl = process.env.BENCH_DATABASE_URL
-  let dataRoot: string | undefined
-  if (adminUrl === undefined) {
-    dataRoot = await Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-host-bench-"))
-    await Fs.chmod(dataRoot, 0o755)
-    const server = await Effect.runPromise(
-      Embedded.start({ dataDir: Path.join(dataRoot, "postgres"), port: await freePort(), osUser: "postgres" }).pipe(
-        Scope.provide(scope)
-      )
-    )
-    adminUrl = Redacted.value(server.url)
-  }
-  const database = `bench_${Crypto.randomBytes(4).toString("hex")}`
-  const admin = new pg.Client({ connectionString: adminUrl })
-  await admin.connect()
-  await admin.query(`CREATE DATABASE ${database}`)
-  const url = new URL(adminUrl)
-  url.pathname = `/${database}`
-  const databaseUrl = url.toString()
-
+  const { close, databaseUrl } = await openDatabase("bench")
   const service = await spawn("src/main.ts", { DATABASE_URL: databaseUrl })
   const pid = service.child.pid!
   try {
     const idleRss = await rssMb(pid)
-    const email = `bench-${Date.now()}@example.com`
-    await json(`${service.url}/api/auth/register`, {
-      method: "POST",
-      body: JSON.stringify({ email, password: "benchmark-password" })
-    })
-    const { token } = await json(`${service.url}/api/auth/login`, {
-      method: "POST",
-      body: JSON.stringify({ email, password: "benchmark-password" })
-    })
-    const auth = { authorization: `Bearer ${token}` }
+    const { auth } = await signUp(service.url)
     const { key } = await json(`${service.url}/api/keys`, { method: "POST", headers: auth, body: JSON.stringify({ name: "bench" }) })
     const agents = []
     for (let i = 0; i < 10; i++) {
@@ -237,11 +172,15 @@ const main = async () => {
   } finally {
     service.child.kill("SIGTERM")
     await new Promise((resolve) => service.child.once("exit", resolve))
-    await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`).catch(() => undefined)
-    await admin.end()
-    await Effect.runPromise(Scope.close(scope, Exit.void))
-    if (dataRoot) await Fs.rm(dataRoot, { recursive: true, force: true })
+    await close()
   }
 }
 
 await main()
+
+// Chunking throughput and knowledge search latency, each its own script
+// (also `npm run bench:chunking` and `npm run bench:search`).
+for (const script of ["bench/chunking.ts", "bench/search.ts"]) {
+  console.log(`\n${script}:`)
+  ChildProcess.execFileSync(process.execPath, [script], { cwd: root, stdio: "inherit" })
+}

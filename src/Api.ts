@@ -5,6 +5,7 @@ import { BillingApi } from "./Billing/Api.ts"
 import { StripeWebhookApi } from "./Billing/WebhookApi.ts"
 import { HealthApi } from "./Health/Api.ts"
 import { ExecutionsV1Api, OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
+import { KnowledgeApi } from "./Knowledge/Api.ts"
 import { KnowledgeSearchApi } from "./Knowledge/SearchApi.ts"
 import { TeamsApi, TeamsPublicApi, TeamsV1Api } from "./Teams/Api.ts"
 
@@ -23,6 +24,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(TeamsApi)
   .add(TeamsV1Api)
   .add(TeamsPublicApi)
+  .add(KnowledgeApi)
   .add(KnowledgeSearchApi)
   .middleware(HttpApiMiddleware.ProblemDetails)
   // A 400 names every bad field of the part that failed (params, headers,

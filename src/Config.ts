@@ -118,6 +118,20 @@ export interface AppSettings {
   readonly eventStreamMaxDuration: Duration.Duration
   /** How long the cluster's stored messages of a finished execution's workflow are kept. */
   readonly executionMessagesRetention: Duration.Duration
+  /** The most bytes one knowledge upload request may carry (413 beyond). */
+  readonly maxUploadBytes: number
+  /** The most files one multipart upload may carry. */
+  readonly maxUploadFiles: number
+  /** The most PDF pages read of one document. */
+  readonly maxUploadPages: number
+  /** The most characters of text one document may hold once extracted. */
+  readonly maxDocumentChars: number
+  /** Bound on extracting one document's text. */
+  readonly extractionTimeout: Duration.Duration
+  /** A document still processing this long after its upload is failed by the sweep. */
+  readonly ingestionTimeout: Duration.Duration
+  /** How long the cluster's stored messages of a finished ingestion are kept. */
+  readonly ingestionMessagesRetention: Duration.Duration
   /** How many chunks grounding gives the model (chat, orchestration steps, team turns of agents with knowledge). */
   readonly knowledgeTopK: number
   /** Bound on the closing turn of a team run that reached a limit (it may run past the run's timeout by this much). */
@@ -362,6 +376,13 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))
   ),
+  maxUploadBytes: Config.Int("MAX_UPLOAD_BYTES").pipe(Config.withDefault(25 * 1024 * 1024)),
+  maxUploadFiles: Config.Int("MAX_UPLOAD_FILES").pipe(Config.withDefault(20)),
+  maxUploadPages: Config.Int("MAX_UPLOAD_PAGES").pipe(Config.withDefault(2_000)),
+  maxDocumentChars: Config.Int("MAX_DOCUMENT_CHARS").pipe(Config.withDefault(5_000_000)),
+  extractionTimeout: Config.Duration("EXTRACTION_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
+  ingestionTimeout: Config.Duration("INGESTION_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
+  ingestionMessagesRetention: Config.Duration("INGESTION_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
   knowledgeTopK: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 50 })), "KNOWLEDGE_TOP_K").pipe(
     Config.withDefault(5)
   ),

@@ -26,6 +26,9 @@ import * as Cluster from "./Platform/Cluster.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
+import * as KnowledgeHttp from "./Knowledge/Http.ts"
+import * as IngestionWorkflow from "./Knowledge/IngestionWorkflow.ts"
+import { Knowledge } from "./Knowledge/Knowledge.ts"
 import { KnowledgeSearch } from "./Knowledge/Search.ts"
 import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
 import * as TeamsHttp from "./Teams/Http.ts"
@@ -56,6 +59,7 @@ export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
     StripeWebhookHttp.layer,
     OrchestrationsHttp.layer,
     TeamsHttp.layer,
+    KnowledgeHttp.layer,
     KnowledgeSearchHttp.layer
   ]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
@@ -84,6 +88,7 @@ export const EntitiesLayer = Layer.mergeAll(
   Conversation.layer,
   ExecutionWorkflow.layer,
   TeamRunWorkflow.layer,
+  IngestionWorkflow.layer,
   WebhookDelivery.layer,
   Webhooks.sweeper
 ).pipe(
@@ -104,7 +109,8 @@ export const EntitiesLayer = Layer.mergeAll(
 export const ServiceLayer = Layer.mergeAll(
   HttpLayer,
   Executions.sweeper.pipe(Layer.provide(Executions.layer)),
-  TeamRuns.sweeper.pipe(Layer.provide(TeamRuns.layer))
+  TeamRuns.sweeper.pipe(Layer.provide(TeamRuns.layer)),
+  Knowledge.sweeper.pipe(Layer.provide(Knowledge.layer))
 ).pipe(
   Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer),

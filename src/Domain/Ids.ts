@@ -26,6 +26,12 @@ export type OrchestrationId = typeof OrchestrationId.Type
 export const TeamId = Text.pipe(Schema.brand("TeamId"))
 export type TeamId = typeof TeamId.Type
 
+export const KnowledgeId = Text.pipe(Schema.brand("KnowledgeId"))
+export type KnowledgeId = typeof KnowledgeId.Type
+
+export const DocumentId = Text.pipe(Schema.brand("DocumentId"))
+export type DocumentId = typeof DocumentId.Type
+
 /** A new UUIDv7 (RFC 9562): 48-bit millisecond timestamp, then random bits. */
 export const newId = (): string => {
   const bytes = Crypto.randomBytes(16)

@@ -109,3 +109,28 @@ export class TooManyAttempts extends HttpApiError.Problem<TooManyAttempts>()("To
 }, {
   retryAfter: Schema.Int.annotate({ description: "Seconds to wait before trying again (also in Retry-After)." })
 }) {}
+
+/** An upload over MAX_UPLOAD_BYTES. */
+export class PayloadTooLarge extends HttpApiError.Problem<PayloadTooLarge>()("PayloadTooLarge", {
+  type: problemType("payload-too-large"),
+  status: 413,
+  title: "Payload Too Large"
+}, {
+  limit: Schema.Int
+}) {}
+
+/** An upload of a type the service cannot read. */
+export class UnsupportedMediaType extends HttpApiError.Problem<UnsupportedMediaType>()("UnsupportedMediaType", {
+  type: problemType("unsupported-media-type"),
+  status: 415,
+  title: "Unsupported Media Type"
+}) {}
+
+/** The same bytes are already a document of the knowledge base. */
+export class DuplicateDocument extends HttpApiError.Problem<DuplicateDocument>()("DuplicateDocument", {
+  type: problemType("duplicate-document"),
+  status: 409,
+  title: "Conflict"
+}, {
+  documentId: Schema.String
+}) {}

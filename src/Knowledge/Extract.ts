@@ -400,6 +400,33 @@ const fromText = (kind: DocumentKind, text: string): Effect.Effect<Omit<Extracte
 }
 
 /**
+ * The kind an upload will be read as, from its first bytes and its declared
+ * type, without parsing it: what an upload answers 415 on before anything is
+ * stored. Extraction may still find the file damaged or without text.
+ */
+export const detect = (input: ExtractInput): DocumentKind | UnsupportedType => {
+  const bytes = input.bytes
+  const declared = declaredKind(input)
+  if (isPdf(bytes, declared)) return "pdf"
+  if (isZip(bytes)) {
+    return isDocx(bytes)
+      ? "docx"
+      : new UnsupportedType({ message: "The archive is not a DOCX document; only DOCX is read among zip formats." })
+  }
+  if (declared === "pdf" || declared === "docx") return declared
+  if (declared === "other") {
+    return new UnsupportedType({
+      message: `The type ${input.contentType ?? input.filename ?? "given"} is not supported: send plain text, Markdown, HTML, JSON, CSV, PDF or DOCX.`
+    })
+  }
+  const text = decodeText(bytes)
+  if (text === undefined) {
+    return new UnsupportedType({ message: "The file is binary and of no supported type: send plain text, Markdown, HTML, JSON, CSV, PDF or DOCX." })
+  }
+  return declared === "unknown" ? sniffText(text) : declared
+}
+
+/**
  * Extracts the text of an uploaded file. Fails with `UnsupportedType` for
  * anything but plain text, Markdown, HTML, JSON, CSV, PDF and DOCX, `ParseError`
  * for a damaged file or one that takes longer than the timeout, `TooLarge`

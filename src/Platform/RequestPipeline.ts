@@ -1,4 +1,4 @@
-import { Cause, Effect, Metric } from "effect"
+import { ByteSize, Cause, Effect, Metric } from "effect"
 import {
   FindMyWay,
   HttpIncomingMessage,
@@ -6,6 +6,7 @@ import {
   HttpServerError,
   HttpServerRequest,
   HttpServerResponse,
+  Multipart,
   ProblemDetails
 } from "effect/http"
 import * as Crypto from "node:crypto"
@@ -89,6 +90,10 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
     Effect.gen(function*() {
       const config = yield* AppConfig
       const maxBodyBytes = config.maxBodyBytes
+      // Knowledge uploads carry files: up to MAX_UPLOAD_BYTES of them, with
+      // room for base64 in JSON (4/3) and for multipart's headers.
+      const maxUploadBodyBytes = Math.max(maxBodyBytes, Math.ceil(config.maxUploadBytes * 4 / 3) + 64 * 1024)
+      const uploadRoute = "/api/knowledge/:id/upload"
       const routes = makeRouteMatcher(api, extraRoutes)
       const securityHeaders = securityHeadersFor(config.cookieSecure)
       // The labelled request metrics, made once per method, route and status.
@@ -119,15 +124,20 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
 
           let response: HttpServerResponse.HttpServerResponse
           const declaredLength = Number(request.headers["content-length"] ?? 0)
+          const bodyLimit = request.method === "POST" && routes.template("POST", request.url) === uploadRoute
+            ? maxUploadBodyBytes
+            : maxBodyBytes
           if (lacksHost(request)) {
             response = problem(400, requestId, "An HTTP/1.1 request needs a Host header")
-          } else if (declaredLength > maxBodyBytes) {
-            response = problem(413, requestId, `The request body is larger than ${maxBodyBytes} bytes`, {
+          } else if (declaredLength > bodyLimit) {
+            response = problem(413, requestId, `The request body is larger than ${bodyLimit} bytes`, {
               connection: "close"
             })
           } else {
             const exit = yield* httpEffect.pipe(
-              Effect.provideService(HttpIncomingMessage.MaxBodySize, BigInt(maxBodyBytes) as never),
+              Effect.provideService(HttpIncomingMessage.MaxBodySize, BigInt(bodyLimit) as never),
+              Effect.provideService(Multipart.MaxFileSize, ByteSize.bytes(config.maxUploadBytes)),
+              Effect.provideService(Multipart.MaxParts, config.maxUploadFiles + 8),
               Effect.annotateLogs({ requestId }),
               Effect.exit
             )

@@ -1,0 +1,267 @@
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { Multipart } from "effect/http"
+import { pageQuery } from "../Agents/Api.ts"
+import { SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { operation } from "../Domain/ApiDocs.ts"
+import { DocumentId, isId, KnowledgeId } from "../Domain/Ids.ts"
+import { text } from "../Domain/Input.ts"
+import { BadRequest, Conflict, DuplicateDocument, NotFound, PayloadTooLarge, UnsupportedMediaType } from "../Domain/Problems.ts"
+import { ChunkingStrategy, maxChunkSize, minChunkSize } from "./Splitter.ts"
+
+const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
+const Description = text(Schema.isMaxLength(2000))
+const Language = text(
+  Schema.isMinLength(1),
+  Schema.isMaxLength(63),
+  Schema.isPattern(/^[a-z_][a-z0-9_]*$/, { message: "Expected the name of a text-search configuration, such as simple or english" })
+).annotate({ description: "The Postgres text-search configuration of the base's words (`simple`, `english`, `french`...)." })
+
+export const Chunking = Schema.Struct({
+  strategy: ChunkingStrategy,
+  chunkSize: Schema.Int.annotate({ description: `Most tokens in a chunk, ${minChunkSize} to ${maxChunkSize}.` }),
+  chunkOverlap: Schema.Int.annotate({ description: "Tokens consecutive chunks share, at most half the size." })
+})
+
+/** Chunking settings as a request gives them: any left out keep their default; checked together by the service. */
+export const ChunkingInput = Schema.Struct({
+  strategy: Schema.optionalKey(ChunkingStrategy),
+  chunkSize: Schema.optionalKey(Schema.Int),
+  chunkOverlap: Schema.optionalKey(Schema.Int)
+})
+export type ChunkingInput = typeof ChunkingInput.Type
+
+export const KnowledgeBase = Schema.Struct({
+  id: KnowledgeId,
+  name: Schema.String,
+  description: Schema.String,
+  language: Schema.String,
+  chunking: Chunking.annotate({ description: "The chunking of new uploads (each upload may give its own)." }),
+  documentCount: Schema.Int,
+  chunkCount: Schema.Int,
+  tokenCount: Schema.Int,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type KnowledgeBase = typeof KnowledgeBase.Type
+
+export const CreateKnowledge = Schema.Struct({
+  name: Name,
+  description: Schema.optionalKey(Description),
+  language: Schema.optionalKey(Language),
+  chunking: Schema.optionalKey(ChunkingInput)
+})
+export type CreateKnowledge = typeof CreateKnowledge.Type
+
+export const UpdateKnowledge = Schema.Struct({
+  name: Schema.optionalKey(Name),
+  description: Schema.optionalKey(Description),
+  chunking: Schema.optionalKey(ChunkingInput)
+})
+export type UpdateKnowledge = typeof UpdateKnowledge.Type
+
+export const DocumentStatus = Schema.Literals(["processing", "ready", "failed"])
+export type DocumentStatus = typeof DocumentStatus.Type
+
+export const DocumentError = Schema.Struct({
+  code: Schema.String.annotate({ description: "`no_text`, `unsupported_type`, `parse_error`, `too_large` or `timeout`." }),
+  message: Schema.String
+})
+
+export const Document = Schema.Struct({
+  id: DocumentId,
+  knowledgeId: KnowledgeId,
+  filename: Schema.String,
+  contentType: Schema.String,
+  bytes: Schema.Int,
+  sha256: Schema.String,
+  status: DocumentStatus,
+  error: Schema.NullOr(DocumentError),
+  chunking: Chunking,
+  chunkCount: Schema.Int,
+  tokenCount: Schema.Int,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type Document = typeof Document.Type
+
+export const Chunk = Schema.Struct({
+  id: Schema.String,
+  knowledgeId: KnowledgeId,
+  documentId: DocumentId,
+  index: Schema.Int,
+  content: Schema.String,
+  tokenCount: Schema.Int,
+  startOffset: Schema.Int.annotate({ description: "Where the chunk starts in the document's extracted text (UTF-16 units)." }),
+  endOffset: Schema.Int,
+  page: Schema.NullOr(Schema.Int).annotate({ description: "The PDF page the chunk starts on; null for other types." }),
+  headingPath: Schema.Array(Schema.String).annotate({ description: "The headings the chunk sits under (Markdown, HTML, DOCX)." })
+})
+export type Chunk = typeof Chunk.Type
+
+export const maxFilenameChars = 255
+
+export const UploadJson = Schema.Struct({
+  content: text().annotate({ description: "The file: its text, or its bytes in base64 with `encoding: base64`." }),
+  filename: text(Schema.isMinLength(1, { message: "Expected a filename" }), Schema.isMaxLength(maxFilenameChars)),
+  contentType: Schema.optionalKey(text(Schema.isMaxLength(200))),
+  encoding: Schema.optionalKey(Schema.Literals(["utf8", "base64"])),
+  chunking: Schema.optionalKey(ChunkingInput)
+})
+export type UploadJson = typeof UploadJson.Type
+
+const numberField = text(Schema.isMaxLength(10), Schema.isPattern(/^\d+$/, { message: "Expected a whole number" }))
+
+export const UploadForm = Schema.Struct({
+  files: Multipart.FilesSchema,
+  strategy: Schema.optionalKey(text(Schema.isMaxLength(20))),
+  chunkSize: Schema.optionalKey(numberField),
+  chunkOverlap: Schema.optionalKey(numberField)
+}).pipe(HttpApiSchema.asMultipart())
+export type UploadForm = typeof UploadForm.Type
+
+export const UploadQuery = {
+  duplicates: Schema.optionalKey(Schema.Literals(["reject", "allow"]).annotate({
+    description: "`reject` (default): the same bytes already in the base are a 409; `allow`: stored again."
+  }))
+}
+
+export const Uploaded = Schema.Struct({ data: Schema.Array(Document) })
+
+export const RechunkRequest = ChunkingInput
+
+export const KnowledgeList = Schema.Struct({ data: Schema.Array(KnowledgeBase), total: Schema.Int, nextCursor: Schema.NullOr(Schema.String) })
+export const DocumentList = Schema.Struct({ data: Schema.Array(Document), total: Schema.Int, nextCursor: Schema.NullOr(Schema.String) })
+export const ChunkList = Schema.Struct({ data: Schema.Array(Chunk), total: Schema.Int, nextCursor: Schema.NullOr(Schema.String) })
+
+/** A chunk list's cursor holds `<documentId>/<index>`. */
+export const isChunkKey = (key: string) => {
+  const slash = key.indexOf("/")
+  return slash > 0 && isId(key.slice(0, slash)) && /^(0|[1-9]\d{0,8})$/.test(key.slice(slash + 1))
+}
+
+const byId = { id: KnowledgeId }
+const byDocument = { id: KnowledgeId, documentId: DocumentId }
+const notTheTenants = "404 when the knowledge base is not the tenant's."
+
+export class KnowledgeApi extends HttpApiGroup.make("knowledge")
+  .add(
+    HttpApiEndpoint.get("list", "/", { query: pageQuery(isId), success: KnowledgeList }).annotateMerge(operation({
+      summary: "List knowledge bases",
+      description: "The tenant's knowledge bases, oldest first, a page at a time (`limit`, `cursor`).",
+      credential: sessionCredential,
+      errors: "400 on a bad `limit` or `cursor`."
+    })),
+    HttpApiEndpoint.post("create", "/", {
+      payload: CreateKnowledge,
+      success: KnowledgeBase.pipe(HttpApiSchema.status(201)),
+      error: BadRequest
+    }).annotateMerge(operation({
+      summary: "Create a knowledge base",
+      description: "A knowledge base with its text-search `language` (default `simple`) and the chunking of its " +
+        "uploads (default `auto`, 512 tokens, 64 of overlap).",
+      credential: sessionCredential,
+      errors: "400 on invalid fields, naming each."
+    })),
+    HttpApiEndpoint.get("get", "/:id", { params: byId, success: KnowledgeBase, error: NotFound }).annotateMerge(operation({
+      summary: "Get a knowledge base",
+      description: "The knowledge base with its counts of documents, chunks and tokens.",
+      credential: sessionCredential,
+      errors: notTheTenants
+    })),
+    HttpApiEndpoint.put("update", "/:id", {
+      params: byId,
+      payload: UpdateKnowledge,
+      success: KnowledgeBase,
+      error: [NotFound, BadRequest]
+    }).annotateMerge(operation({
+      summary: "Update a knowledge base",
+      description: "Changes the given fields. New chunking settings apply to later uploads; rechunk a document to " +
+        "apply them to it.",
+      credential: sessionCredential,
+      errors: `400 on invalid fields. ${notTheTenants}`
+    })),
+    HttpApiEndpoint.delete("remove", "/:id", { params: byId, success: HttpApiSchema.NoContent, error: NotFound })
+      .annotateMerge(operation({
+        summary: "Delete a knowledge base",
+        description: "Deletes the base with its documents and chunks; agents grounded on it stop retrieving from it.",
+        credential: sessionCredential,
+        errors: notTheTenants
+      })),
+    HttpApiEndpoint.post("upload", "/:id/upload", {
+      params: byId,
+      query: UploadQuery,
+      payload: [UploadJson, UploadForm],
+      success: [Document.pipe(HttpApiSchema.status(201)), Uploaded.pipe(HttpApiSchema.status(202))],
+      error: [NotFound, BadRequest, DuplicateDocument, PayloadTooLarge, UnsupportedMediaType]
+    }).annotateMerge(operation({
+      summary: "Upload documents",
+      description: "JSON `{ content, filename, contentType?, encoding?, chunking? }` or `multipart/form-data` with " +
+        "one or more `files` (and optional `strategy`, `chunkSize`, `chunkOverlap` fields). Plain text, Markdown, " +
+        "HTML, JSON, CSV, PDF and DOCX, known by their content and declared type. Each file becomes a document, " +
+        "ingested in the background: 201 with the document when one upload was ingested within about 2 s (ready, " +
+        "or failed with its error), else 202 with `{ data: [Document] }`, each `processing` until it is `ready` or " +
+        "`failed`.",
+      credential: sessionCredential,
+      errors: "400 on invalid fields. 404 when the base is not the tenant's. 409 when the same bytes are already " +
+        "in the base (naming the document; `?duplicates=allow` stores them again). 413 beyond MAX_UPLOAD_BYTES. " +
+        "415 for an unsupported type."
+    })),
+    HttpApiEndpoint.get("documents", "/:id/documents", { params: byId, query: pageQuery(isId), success: DocumentList, error: NotFound })
+      .annotateMerge(operation({
+        summary: "List a base's documents",
+        description: "The documents of the base, oldest first, a page at a time, with their status and counts.",
+        credential: sessionCredential,
+        errors: notTheTenants
+      })),
+    HttpApiEndpoint.get("document", "/:id/documents/:documentId", { params: byDocument, success: Document, error: NotFound })
+      .annotateMerge(operation({
+        summary: "Get a document",
+        description: "The document with its status, its error when it failed, and its counts.",
+        credential: sessionCredential,
+        errors: "404 when the base or the document is not the tenant's."
+      })),
+    HttpApiEndpoint.delete("removeDocument", "/:id/documents/:documentId", {
+      params: byDocument,
+      success: HttpApiSchema.NoContent,
+      error: NotFound
+    }).annotateMerge(operation({
+      summary: "Delete a document",
+      description: "Deletes the document and its chunks.",
+      credential: sessionCredential,
+      errors: "404 when the base or the document is not the tenant's."
+    })),
+    HttpApiEndpoint.post("rechunk", "/:id/documents/:documentId/rechunk", {
+      params: byDocument,
+      payload: RechunkRequest,
+      success: Document,
+      error: [NotFound, BadRequest, Conflict]
+    }).annotateMerge(operation({
+      summary: "Rechunk a document",
+      description: "Splits the document's text again with these settings (the base's for those left out) and " +
+        "replaces its chunks in one transaction: readers see the old chunks or the new ones, never a mix.",
+      credential: sessionCredential,
+      errors: "400 on invalid settings. 404 when the base or the document is not the tenant's. 409 while the " +
+        "document is still processing, or when it failed."
+    })),
+    HttpApiEndpoint.get("chunks", "/:id/chunks", {
+      params: byId,
+      query: { ...pageQuery(isChunkKey), documentId: Schema.optionalKey(DocumentId) },
+      success: ChunkList,
+      error: NotFound
+    }).annotateMerge(operation({
+      summary: "List a base's chunks",
+      description: "The chunks of the base's documents in document order (documents oldest first, then by index), " +
+        "a page at a time; `documentId` keeps one document's.",
+      credential: sessionCredential,
+      errors: `400 on a bad \`limit\` or \`cursor\`. ${notTheTenants}`
+    }))
+  )
+  .middleware(SessionAuth)
+  .prefix("/api/knowledge")
+  .annotateMerge(OpenApi.annotations({
+    title: "Knowledge bases",
+    description: "Knowledge bases, their uploaded documents (ingested in the background) and the chunks they are " +
+      "split into."
+  }))
+{}

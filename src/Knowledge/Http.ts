@@ -1,0 +1,78 @@
+import { Effect, FileSystem, Layer } from "effect"
+import { HttpServerResponse } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
+import { Api } from "../Api.ts"
+import { CurrentPrincipal } from "../Auth/Api.ts"
+import { invalidField } from "../Domain/Problems.ts"
+import type { ChunkingInput, UploadForm, UploadJson } from "./Api.ts"
+import { Knowledge, type UploadFile } from "./Knowledge.ts"
+
+// A base64 payload is refused as a whole when it is not canonical base64, rather than decoded leniently.
+const base64 = /^[A-Za-z0-9+/]*={0,2}$/
+
+const fromJson = (payload: UploadJson) =>
+  Effect.gen(function*() {
+    if (payload.encoding === "base64") {
+      const compact = payload.content.replace(/\s+/g, "")
+      if (compact.length % 4 !== 0 || !base64.test(compact)) return yield* invalidField("content", "Expected base64 (encoding: base64)")
+      return [{ filename: payload.filename, contentType: payload.contentType, bytes: Buffer.from(compact, "base64") }]
+    }
+    return [{ filename: payload.filename, contentType: payload.contentType, bytes: Buffer.from(payload.content, "utf8") }]
+  })
+
+const formNumber = (raw: string | undefined) => raw === undefined ? undefined : Number(raw)
+
+const fromForm = (payload: UploadForm) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const files: Array<UploadFile> = []
+    for (const file of payload.files) {
+      files.push({ filename: file.name || "upload", contentType: file.contentType, bytes: yield* fs.readFile(file.path) })
+    }
+    const chunking: ChunkingInput = {
+      ...(payload.strategy === undefined ? {} : { strategy: payload.strategy as ChunkingInput["strategy"] & string }),
+      ...(payload.chunkSize === undefined ? {} : { chunkSize: formNumber(payload.chunkSize)! }),
+      ...(payload.chunkOverlap === undefined ? {} : { chunkOverlap: formNumber(payload.chunkOverlap)! })
+    }
+    return { files, chunking }
+  })
+
+export const KnowledgeHttp = HttpApiBuilder.group(
+  Api,
+  "knowledge",
+  Effect.fn(function*(handlers) {
+    const knowledge = yield* Knowledge
+    const tenant = Effect.map(CurrentPrincipal, (principal) => principal.tenantId)
+    return handlers
+      .handle("list", ({ query }) => Effect.flatMap(tenant, (tenantId) => knowledge.list(tenantId, query)))
+      .handle("create", ({ payload }) => Effect.flatMap(tenant, (tenantId) => knowledge.create(tenantId, payload)))
+      .handle("get", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.get(tenantId, params.id)))
+      .handle("update", ({ params, payload }) => Effect.flatMap(tenant, (tenantId) => knowledge.update(tenantId, params.id, payload)))
+      .handle("remove", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.remove(tenantId, params.id)))
+      .handle("upload", Effect.fn(function*({ params, payload, query }) {
+        const tenantId = yield* tenant
+        const isForm = "files" in payload
+        const form = isForm ? yield* fromForm(payload as UploadForm).pipe(Effect.orDie) : undefined
+        const files = form?.files ?? (yield* fromJson(payload as UploadJson))
+        const uploaded = yield* knowledge.upload(tenantId, params.id, {
+          files,
+          chunking: form?.chunking ?? (payload as UploadJson).chunking,
+          chunkingPath: isForm ? ["payload"] : ["payload", "chunking"],
+          duplicates: query.duplicates ?? "reject"
+        })
+        // One document ingested at once is answered as itself; anything else as the list, still being processed.
+        return uploaded.final
+          ? HttpServerResponse.jsonUnsafe(uploaded.documents[0], { status: 201 })
+          : HttpServerResponse.jsonUnsafe({ data: uploaded.documents }, { status: 202 })
+      }))
+      .handle("documents", ({ params, query }) => Effect.flatMap(tenant, (tenantId) => knowledge.documents(tenantId, params.id, query)))
+      .handle("document", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.document(tenantId, params.id, params.documentId)))
+      .handle("removeDocument", ({ params }) =>
+        Effect.flatMap(tenant, (tenantId) => knowledge.removeDocument(tenantId, params.id, params.documentId)))
+      .handle("rechunk", ({ params, payload }) =>
+        Effect.flatMap(tenant, (tenantId) => knowledge.rechunk(tenantId, params.id, params.documentId, payload)))
+      .handle("chunks", ({ params, query }) => Effect.flatMap(tenant, (tenantId) => knowledge.chunks(tenantId, params.id, query)))
+  })
+)
+
+export const layer = KnowledgeHttp.pipe(Layer.provide(Knowledge.layer))

@@ -1,0 +1,300 @@
+import { Context, Duration, Effect, Layer, Option } from "effect"
+import type { WorkflowEngine } from "effect/workflow"
+import * as Crypto from "node:crypto"
+import { AppConfig } from "../Config.ts"
+import { decodeCursor } from "../Domain/Cursor.ts"
+import { isId, type TenantId } from "../Domain/Ids.ts"
+import {
+  BadRequest,
+  Conflict,
+  DuplicateDocument,
+  invalidField,
+  NotFound,
+  PayloadTooLarge,
+  UnsupportedMediaType
+} from "../Domain/Problems.ts"
+import * as DurableRuns from "../Platform/DurableRuns.ts"
+import { defaultPageSize } from "../Agents/Api.ts"
+import { type ChunkingInput, type CreateKnowledge, type Document, isChunkKey, type KnowledgeBase, type UpdateKnowledge } from "./Api.ts"
+import { detect } from "./Extract.ts"
+import { IngestionWorkflow } from "./IngestionWorkflow.ts"
+import { type BaseRow, type DocumentRow, KnowledgeRepo } from "./Repo.ts"
+import { type Chunking, chunkingProblems, type ChunkingStrategy, defaultChunking, split } from "./Splitter.ts"
+
+const toBase = (row: BaseRow): KnowledgeBase => ({
+  id: row.id,
+  name: row.name,
+  description: row.description,
+  language: row.language,
+  chunking: { strategy: row.chunkStrategy as ChunkingStrategy, chunkSize: row.chunkSize, chunkOverlap: row.chunkOverlap },
+  documentCount: row.documentCount,
+  chunkCount: row.chunkCount,
+  tokenCount: row.tokenCount,
+  createdAt: row.createdAt,
+  updatedAt: row.updatedAt
+})
+
+export const toDocument = (row: DocumentRow): Document => ({
+  id: row.id,
+  knowledgeId: row.knowledgeId,
+  filename: row.filename,
+  contentType: row.contentType,
+  bytes: row.bytes,
+  sha256: row.sha256,
+  status: row.status,
+  error: row.errorCode === null ? null : { code: row.errorCode, message: row.errorMessage ?? "" },
+  chunking: { strategy: row.chunkStrategy as ChunkingStrategy, chunkSize: row.chunkSize, chunkOverlap: row.chunkOverlap },
+  chunkCount: row.chunkCount,
+  tokenCount: row.tokenCount,
+  createdAt: row.createdAt,
+  updatedAt: row.updatedAt
+})
+
+/** Settings over `base`: the given ones, checked together; a 400 names each bad one under `path`. */
+const chunkingOver = (base: Chunking, input: ChunkingInput | undefined, path: ReadonlyArray<string>) => {
+  const merged = {
+    strategy: input?.strategy ?? base.strategy,
+    chunkSize: input?.chunkSize ?? base.chunkSize,
+    chunkOverlap: input?.chunkOverlap ?? base.chunkOverlap
+  }
+  const problems = chunkingProblems(merged)
+  if (problems.length === 0) return Effect.succeed<Chunking>(merged)
+  const errors = problems.map((message) => ({ path: [...path, message.split(" ")[0]!], message }))
+  return Effect.fail(new BadRequest({ detail: errors.map((e) => `${e.path.join(".")}: ${e.message}`).join("; "), errors }))
+}
+
+/** One file of an upload, as received. */
+export interface UploadFile {
+  readonly filename: string
+  readonly contentType: string | undefined
+  readonly bytes: Uint8Array
+}
+
+/** Knowledge bases, their documents and chunks, uploads and their ingestion, and its sweeps. */
+export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledge", {
+  make: Effect.gen(function*() {
+    const repo = yield* KnowledgeRepo
+    const config = yield* AppConfig
+    const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+
+    const startWorkflow = (documentId: string) =>
+      IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
+
+    const findBase = Effect.fn("Knowledge.findBase")(function*(tenantId: TenantId, id: string) {
+      const base = yield* repo.findBase(tenantId, id)
+      if (Option.isNone(base)) return yield* new NotFound({ detail: `No knowledge base ${id}` })
+      return base.value
+    })
+    const baseChunking = (base: BaseRow): Chunking => ({
+      strategy: base.chunkStrategy as ChunkingStrategy,
+      chunkSize: base.chunkSize,
+      chunkOverlap: base.chunkOverlap
+    })
+
+    const list = Effect.fn("Knowledge.list")(function*(tenantId: TenantId, page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) {
+      const after = yield* decodeCursor(page.cursor, isId)
+      const rows = yield* repo.listBases(tenantId, { after, limit: page.limit ?? defaultPageSize })
+      return { ...rows, data: rows.data.map(toBase) }
+    })
+
+    const create = Effect.fn("Knowledge.create")(function*(tenantId: TenantId, input: CreateKnowledge) {
+      const chunking = yield* chunkingOver(defaultChunking, input.chunking, ["payload", "chunking"])
+      const language = input.language ?? "simple"
+      if (!(yield* repo.languageExists(language))) {
+        return yield* invalidField("language", `No text-search configuration ${JSON.stringify(language)} (try simple, english, french, german...)`)
+      }
+      const id = yield* repo.insertBase(tenantId, { name: input.name, description: input.description ?? "", language, chunking })
+      return toBase(yield* findBase(tenantId, id).pipe(Effect.orDie))
+    })
+
+    const get = Effect.fn("Knowledge.get")(function*(tenantId: TenantId, id: string) {
+      return toBase(yield* findBase(tenantId, id))
+    })
+
+    const update = Effect.fn("Knowledge.update")(function*(tenantId: TenantId, id: string, input: UpdateKnowledge) {
+      const base = yield* findBase(tenantId, id)
+      const chunking = input.chunking === undefined
+        ? undefined
+        : yield* chunkingOver(baseChunking(base), input.chunking, ["payload", "chunking"])
+      yield* repo.updateBase(tenantId, id, { name: input.name, description: input.description, chunking })
+      return toBase(yield* findBase(tenantId, id))
+    })
+
+    const remove = Effect.fn("Knowledge.remove")(function*(tenantId: TenantId, id: string) {
+      if (!(yield* repo.removeBase(tenantId, id))) return yield* new NotFound({ detail: `No knowledge base ${id}` })
+    })
+
+    // --- uploads -------------------------------------------------------------
+
+    /**
+     * Stores each file as a document and starts its ingestion; every file is
+     * checked (size, type, duplicate) before any is stored. Waits up to about
+     * 2 s for them to be ingested: `final` says whether they all were.
+     */
+    const upload = Effect.fn("Knowledge.upload")(function*(tenantId: TenantId, knowledgeId: string, input: {
+      readonly files: ReadonlyArray<UploadFile>
+      readonly chunking: ChunkingInput | undefined
+      readonly chunkingPath: ReadonlyArray<string>
+      readonly duplicates: "reject" | "allow"
+    }) {
+      const base = yield* findBase(tenantId, knowledgeId)
+      const chunking = yield* chunkingOver(baseChunking(base), input.chunking, input.chunkingPath)
+      if (input.files.length === 0) return yield* invalidField("files", "Expected at least one file")
+      if (input.files.length > config.maxUploadFiles) {
+        return yield* invalidField("files", `Expected at most ${config.maxUploadFiles} files (MAX_UPLOAD_FILES)`)
+      }
+      const checked: Array<UploadFile & { readonly sha256: string; readonly contentType: string }> = []
+      for (const file of input.files) {
+        if (file.bytes.length > config.maxUploadBytes) {
+          return yield* new PayloadTooLarge({
+            detail: `${file.filename} has ${file.bytes.length} bytes; at most ${config.maxUploadBytes} are accepted (MAX_UPLOAD_BYTES)`,
+            limit: config.maxUploadBytes
+          })
+        }
+        const kind = detect(file)
+        if (typeof kind !== "string") return yield* new UnsupportedMediaType({ detail: `${file.filename}: ${kind.message}` })
+        const sha256 = Crypto.createHash("sha256").update(file.bytes).digest("hex")
+        if (input.duplicates === "reject") {
+          const existing = yield* repo.findDuplicate(knowledgeId, sha256)
+          const twice = checked.find((other) => other.sha256 === sha256)
+          if (Option.isSome(existing) || twice !== undefined) {
+            const documentId = Option.isSome(existing) ? existing.value : "(another file of this upload)"
+            return yield* new DuplicateDocument({
+              detail: `${file.filename} is already in this knowledge base as document ${documentId}; add ?duplicates=allow to store it again`,
+              documentId
+            })
+          }
+        }
+        checked.push({ ...file, sha256, contentType: file.contentType?.split(";")[0]!.trim().toLowerCase() || "application/octet-stream" })
+      }
+      const ids: Array<string> = []
+      for (const file of checked) {
+        const stored = yield* DurableRuns.startStored({
+          insert: repo.insertDocument(tenantId, {
+            knowledgeId,
+            filename: file.filename,
+            contentType: file.contentType,
+            content: file.bytes,
+            sha256: file.sha256,
+            chunking
+          }).pipe(Effect.orDie, Effect.map((id) => ({ id, fresh: true }))),
+          start: startWorkflow,
+          timeout: config.clusterCallTimeout,
+          // Stored but its start not confirmed: the sweeps start it, and the answer shows it processing.
+          notStarted: (id) => id,
+          what: "A document's ingestion"
+        }).pipe(Effect.map((claimed) => claimed.id), Effect.catch((id) => Effect.succeed(id)))
+        ids.push(stored)
+      }
+      // Small uploads are usually ingested at once: wait a little for them.
+      const deadline = Date.now() + 2_000
+      let final = false
+      while (!final && Date.now() < deadline) {
+        const statuses = yield* repo.statusOf(ids)
+        final = ids.every((id) => statuses.get(id) !== undefined && statuses.get(id) !== "processing")
+        if (!final) yield* Effect.sleep("25 millis")
+      }
+      const documents: Array<Document> = []
+      for (const id of ids) {
+        const row = yield* repo.findDocument(tenantId, knowledgeId, id)
+        if (Option.isSome(row)) documents.push(toDocument(row.value))
+      }
+      return { documents, final: final && documents.length === 1 && input.files.length === 1 }
+    })
+
+    // --- documents and chunks ------------------------------------------------
+
+    const findDocument = Effect.fn("Knowledge.findDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+      yield* findBase(tenantId, knowledgeId)
+      const row = yield* repo.findDocument(tenantId, knowledgeId, id)
+      if (Option.isNone(row)) return yield* new NotFound({ detail: `No document ${id} in knowledge base ${knowledgeId}` })
+      return row.value
+    })
+
+    const documents = Effect.fn("Knowledge.documents")(function*(tenantId: TenantId, knowledgeId: string, page: {
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+    }) {
+      yield* findBase(tenantId, knowledgeId)
+      const after = yield* decodeCursor(page.cursor, isId)
+      const rows = yield* repo.listDocuments(tenantId, knowledgeId, { after, limit: page.limit ?? defaultPageSize })
+      return { ...rows, data: rows.data.map(toDocument) }
+    })
+
+    const document = Effect.fn("Knowledge.document")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+      return toDocument(yield* findDocument(tenantId, knowledgeId, id))
+    })
+
+    const removeDocument = Effect.fn("Knowledge.removeDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+      yield* findBase(tenantId, knowledgeId)
+      if (!(yield* repo.removeDocument(tenantId, knowledgeId, id))) {
+        return yield* new NotFound({ detail: `No document ${id} in knowledge base ${knowledgeId}` })
+      }
+    })
+
+    const rechunk = Effect.fn("Knowledge.rechunk")(function*(tenantId: TenantId, knowledgeId: string, id: string, input: ChunkingInput) {
+      const base = yield* findBase(tenantId, knowledgeId)
+      const row = yield* findDocument(tenantId, knowledgeId, id)
+      if (row.status !== "ready") {
+        return yield* new Conflict({ detail: `Document ${id} is ${row.status}; only a ready document can be rechunked` })
+      }
+      const chunking = yield* chunkingOver(baseChunking(base), input, ["payload"])
+      const source = yield* repo.ingestSource(id).pipe(Effect.orDie)
+      if (Option.isNone(source) || source.value.text === null) {
+        return yield* new Conflict({ detail: `Document ${id} has no stored text to rechunk` })
+      }
+      const layout = source.value.layout
+      const chunks = split({
+        text: source.value.text,
+        kind: layout?.kind as never,
+        headings: layout?.headings,
+        pages: layout?.pages
+      }, chunking)
+      if (!(yield* repo.replaceChunks(id, source.value, chunking, chunks))) {
+        return yield* new Conflict({ detail: `Document ${id} changed meanwhile; try again` })
+      }
+      return yield* document(tenantId, knowledgeId, id)
+    })
+
+    const chunks = Effect.fn("Knowledge.chunks")(function*(tenantId: TenantId, knowledgeId: string, query: {
+      readonly limit?: number | undefined
+      readonly cursor?: string | undefined
+      readonly documentId?: string | undefined
+    }) {
+      yield* findBase(tenantId, knowledgeId)
+      const after = yield* decodeCursor(query.cursor, isChunkKey)
+      return yield* repo.listChunks(tenantId, knowledgeId, { documentId: query.documentId, after, limit: query.limit ?? defaultPageSize })
+    })
+
+    // --- sweeps --------------------------------------------------------------
+
+    const entityType = `Workflow/${IngestionWorkflow._tag}`
+    const sweeps: DurableRuns.Sweeps = {
+      unfinished: repo.processing,
+      notStarted: repo.processingSince,
+      start: startWorkflow,
+      reap: Effect.gen(function*() {
+        const ids = yield* repo.failStuck(Duration.toSeconds(config.ingestionTimeout))
+        if (ids.length === 0) return
+        yield* Effect.logWarning("Documents still processing past INGESTION_TIMEOUT failed by the sweep").pipe(
+          Effect.annotateLogs({ count: ids.length })
+        )
+      }),
+      unpruned: (limit) => repo.unpruned(Duration.toSeconds(config.ingestionMessagesRetention), limit),
+      prune: (ids) =>
+        Effect.flatMap(
+          Effect.forEach(ids, (documentId) => IngestionWorkflow.executionId({ documentId })),
+          (entityIds) => repo.pruneMessages(ids, entityType, entityIds)
+        )
+    }
+
+    return { list, create, get, update, remove, upload, documents, document, removeDocument, rechunk, chunks, sweeps } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(KnowledgeRepo.layer))
+
+  /** The sweeps of ingestions (DurableRuns.sweeper), a cluster singleton. */
+  static readonly sweeper = DurableRuns.sweeper("IngestionSweep", "Ingestions", Effect.gen(function*() {
+    return (yield* Knowledge).sweeps
+  }))
+}

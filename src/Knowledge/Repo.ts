@@ -1,0 +1,383 @@
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { tenantPage } from "../Database/Page.ts"
+import { encodeCursor } from "../Domain/Cursor.ts"
+import { DocumentId, isId, KnowledgeId, newId, type TenantId } from "../Domain/Ids.ts"
+import { Chunk, DocumentStatus } from "./Api.ts"
+import { searchText } from "./Segment.ts"
+import type { Chunk as SplitChunk, Chunking, Heading } from "./Splitter.ts"
+
+export const BaseRow = Schema.Struct({
+  id: KnowledgeId,
+  name: Schema.String,
+  description: Schema.String,
+  language: Schema.String,
+  chunkStrategy: Schema.String,
+  chunkSize: Schema.Int,
+  chunkOverlap: Schema.Int,
+  documentCount: Schema.Int,
+  chunkCount: Schema.Int,
+  tokenCount: Schema.Int,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type BaseRow = typeof BaseRow.Type
+
+// The counts are those of the base's ready documents, read with the base.
+const baseColumns = `id, name, description, language::text AS language, chunk_strategy, chunk_size, chunk_overlap,
+  (SELECT count(*)::int FROM knowledge_documents d WHERE d.knowledge_id = knowledge_bases.id) AS document_count,
+  (SELECT COALESCE(sum(chunk_count), 0)::int FROM knowledge_documents d
+     WHERE d.knowledge_id = knowledge_bases.id AND d.status = 'ready') AS chunk_count,
+  (SELECT COALESCE(sum(token_count), 0)::int FROM knowledge_documents d
+     WHERE d.knowledge_id = knowledge_bases.id AND d.status = 'ready') AS token_count,
+  created_at, updated_at`
+
+export const DocumentRow = Schema.Struct({
+  id: DocumentId,
+  knowledgeId: KnowledgeId,
+  filename: Schema.String,
+  contentType: Schema.String,
+  bytes: Schema.Int,
+  sha256: Schema.String,
+  status: DocumentStatus,
+  errorCode: Schema.NullOr(Schema.String),
+  errorMessage: Schema.NullOr(Schema.String),
+  chunkStrategy: Schema.String,
+  chunkSize: Schema.Int,
+  chunkOverlap: Schema.Int,
+  chunkCount: Schema.Int,
+  tokenCount: Schema.Int,
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+export type DocumentRow = typeof DocumentRow.Type
+
+const documentColumns = `id, knowledge_id, filename, content_type, bytes, sha256, status, error_code, error_message,
+  chunk_strategy, chunk_size, chunk_overlap, chunk_count, token_count, created_at, updated_at`
+
+/** What ingestion reads of a document: the upload itself, or the text it was extracted to. */
+export interface IngestSource {
+  readonly tenantId: TenantId
+  readonly knowledgeId: string
+  readonly language: string
+  readonly filename: string
+  readonly contentType: string
+  readonly status: typeof DocumentStatus.Type
+  readonly content: Uint8Array | null
+  readonly text: string | null
+  readonly layout: { readonly kind: string; readonly headings: ReadonlyArray<Heading>; readonly pages?: ReadonlyArray<number> } | null
+  readonly chunking: Chunking
+}
+
+const chunkKey = (documentId: string, index: number) => `${documentId}/${index}`
+
+/** All SQL of knowledge bases, documents and chunks (search has its own, SearchRepo.ts). */
+export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/KnowledgeRepo", {
+  make: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const listBases = (tenantId: TenantId, page: { readonly after: string | null; readonly limit: number }) =>
+      tenantPage({ table: "knowledge_bases", columns: baseColumns, row: BaseRow, tenantId, after: page.after, limit: page.limit }).pipe(
+        Effect.orDie,
+        Effect.withSpan("KnowledgeRepo.listBases")
+      )
+
+    const decodeBase = Schema.decodeUnknownEffect(BaseRow)
+    const findBase = (tenantId: TenantId, id: string) =>
+      !isId(id)
+        ? Effect.succeed(Option.none<BaseRow>())
+        : sql`SELECT ${sql.literal(baseColumns)} FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
+          Effect.flatMap((rows) => rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeBase(rows[0]), Option.some)),
+          Effect.orDie,
+          Effect.withSpan("KnowledgeRepo.findBase")
+        )
+
+    const languageExists = (language: string) =>
+      sql<{ found: boolean }>`SELECT EXISTS (SELECT 1 FROM pg_ts_config WHERE cfgname = ${language}) AS found`.pipe(
+        Effect.map((rows) => rows[0]?.found === true),
+        Effect.orDie
+      )
+
+    const insertBase = (tenantId: TenantId, input: {
+      readonly name: string
+      readonly description: string
+      readonly language: string
+      readonly chunking: Chunking
+    }) =>
+      Effect.gen(function*() {
+        const id = newId()
+        yield* sql`INSERT INTO knowledge_bases (id, tenant_id, name, description, language, chunk_strategy, chunk_size, chunk_overlap)
+          VALUES (${id}, ${tenantId}, ${input.name}, ${input.description}, ${input.language}::regconfig,
+                  ${input.chunking.strategy}, ${input.chunking.chunkSize}, ${input.chunking.chunkOverlap})`
+        return id
+      }).pipe(Effect.orDie, Effect.withSpan("KnowledgeRepo.insertBase"))
+
+    const updateBase = (tenantId: TenantId, id: string, input: {
+      readonly name?: string | undefined
+      readonly description?: string | undefined
+      readonly chunking?: Chunking | undefined
+    }) =>
+      sql`UPDATE knowledge_bases SET
+            name = COALESCE(${input.name ?? null}, name),
+            description = COALESCE(${input.description ?? null}, description),
+            chunk_strategy = COALESCE(${input.chunking?.strategy ?? null}, chunk_strategy),
+            chunk_size = COALESCE(${input.chunking?.chunkSize ?? null}::int, chunk_size),
+            chunk_overlap = COALESCE(${input.chunking?.chunkOverlap ?? null}::int, chunk_overlap),
+            updated_at = now()
+          WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("KnowledgeRepo.updateBase"))
+
+    const removeBase = (tenantId: TenantId, id: string) =>
+      !isId(id) ? Effect.succeed(false) : sql`DELETE FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        Effect.orDie,
+        Effect.withSpan("KnowledgeRepo.removeBase")
+      )
+
+    // --- documents -----------------------------------------------------------
+
+    const listDocuments = (tenantId: TenantId, knowledgeId: string, page: { readonly after: string | null; readonly limit: number }) =>
+      tenantPage({
+        table: "knowledge_documents",
+        columns: documentColumns,
+        row: DocumentRow,
+        tenantId,
+        filters: [sql`knowledge_id = ${knowledgeId}`],
+        after: page.after,
+        limit: page.limit
+      }).pipe(Effect.orDie, Effect.withSpan("KnowledgeRepo.listDocuments"))
+
+    const decodeDocument = Schema.decodeUnknownEffect(DocumentRow)
+    const findDocument = (tenantId: TenantId, knowledgeId: string, id: string) =>
+      !isId(id)
+        ? Effect.succeed(Option.none<DocumentRow>())
+        : sql`SELECT ${sql.literal(documentColumns)} FROM knowledge_documents
+              WHERE tenant_id = ${tenantId} AND knowledge_id = ${knowledgeId} AND id = ${id}`.pipe(
+          Effect.flatMap((rows) => rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeDocument(rows[0]), Option.some)),
+          Effect.orDie,
+          Effect.withSpan("KnowledgeRepo.findDocument")
+        )
+
+    const findDuplicate = (knowledgeId: string, sha256: string) =>
+      sql<{ id: string }>`SELECT id FROM knowledge_documents WHERE knowledge_id = ${knowledgeId} AND sha256 = ${sha256}
+                          ORDER BY id LIMIT 1`.pipe(Effect.map((rows) => Option.fromNullishOr(rows[0]?.id)), Effect.orDie)
+
+    /** Stores an upload as a document being processed; its bytes stay with it until it is ingested. */
+    const insertDocument = (tenantId: TenantId, input: {
+      readonly knowledgeId: string
+      readonly filename: string
+      readonly contentType: string
+      readonly content: Uint8Array
+      readonly sha256: string
+      readonly chunking: Chunking
+    }) =>
+      Effect.gen(function*() {
+        const id = newId()
+        yield* sql`INSERT INTO knowledge_documents (id, tenant_id, knowledge_id, filename, content_type, bytes, sha256, status,
+                     chunk_strategy, chunk_size, chunk_overlap, content)
+          VALUES (${id}, ${tenantId}, ${input.knowledgeId}, ${input.filename}, ${input.contentType}, ${input.content.length},
+                  ${input.sha256}, 'processing', ${input.chunking.strategy}, ${input.chunking.chunkSize},
+                  ${input.chunking.chunkOverlap}, ${Buffer.from(input.content.buffer, input.content.byteOffset, input.content.length)})`
+        return id
+      }).pipe(Effect.withSpan("KnowledgeRepo.insertDocument"))
+
+    const removeDocument = (tenantId: TenantId, knowledgeId: string, id: string) =>
+      !isId(id) ? Effect.succeed(false) : sql`DELETE FROM knowledge_documents
+          WHERE tenant_id = ${tenantId} AND knowledge_id = ${knowledgeId} AND id = ${id} RETURNING id`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        Effect.orDie,
+        Effect.withSpan("KnowledgeRepo.removeDocument")
+      )
+
+    const statusOf = (ids: ReadonlyArray<string>) =>
+      sql<{ id: string; status: string }>`SELECT id, status FROM knowledge_documents WHERE id IN ${sql.in(ids)}`.pipe(
+        Effect.map((rows) => new Map(rows.map((row) => [row.id, row.status]))),
+        Effect.orDie
+      )
+
+    // --- ingestion -----------------------------------------------------------
+
+    const ingestSource = (id: string) =>
+      sql<{
+        tenantId: TenantId
+        knowledgeId: string
+        language: string
+        filename: string
+        contentType: string
+        status: typeof DocumentStatus.Type
+        content: Uint8Array | null
+        text: string | null
+        layout: IngestSource["layout"]
+        chunkStrategy: Chunking["strategy"]
+        chunkSize: number
+        chunkOverlap: number
+      }>`SELECT d.tenant_id, d.knowledge_id, b.language::text AS language, d.filename, d.content_type, d.status, d.content,
+                d.text, d.layout, d.chunk_strategy, d.chunk_size, d.chunk_overlap
+         FROM knowledge_documents d JOIN knowledge_bases b ON b.id = d.knowledge_id WHERE d.id = ${id}`.pipe(
+        Effect.map((rows) => {
+          const row = rows[0]
+          if (row === undefined) return Option.none<IngestSource>()
+          const layout = typeof row.layout === "string" ? JSON.parse(row.layout) : row.layout
+          return Option.some<IngestSource>({
+            ...row,
+            layout,
+            chunking: { strategy: row.chunkStrategy, chunkSize: row.chunkSize, chunkOverlap: row.chunkOverlap }
+          })
+        }),
+        Effect.withSpan("KnowledgeRepo.ingestSource")
+      )
+
+    /** Replaces a document's chunks with these, indexed for search (in the caller's transaction). */
+    const writeChunks = (source: { readonly tenantId: TenantId; readonly knowledgeId: string; readonly language: string }, documentId: string, chunks: ReadonlyArray<SplitChunk>) =>
+      Effect.gen(function*() {
+        yield* sql`DELETE FROM knowledge_chunks WHERE document_id = ${documentId}`
+        if (chunks.length === 0) return
+        yield* sql`
+          INSERT INTO knowledge_chunks (id, tenant_id, knowledge_id, document_id, index, content, token_count,
+            start_offset, end_offset, page, heading_path, search_vector)
+          SELECT c.id, ${source.tenantId}, ${source.knowledgeId}, ${documentId}, c.index, c.content, c.tokens, c.start_offset,
+                 c.end_offset, NULLIF(c.page, '')::int, c.heading_path::jsonb, to_tsvector(${source.language}::regconfig, knowledge_unaccent(c.indexed))
+          FROM unnest(${chunks.map(() => newId())}::text[], ${chunks.map((c) => c.index)}::int[],
+                      ${chunks.map((c) => c.content)}::text[], ${chunks.map((c) => c.tokenCount)}::int[],
+                      ${chunks.map((c) => c.startOffset)}::int[], ${chunks.map((c) => c.endOffset)}::int[],
+                      ${chunks.map((c) => c.page === undefined ? "" : String(c.page))}::text[],
+                      ${chunks.map((c) => JSON.stringify(c.headingPath))}::text[],
+                      ${chunks.map((c) => searchText(c.content))}::text[])
+            AS c (id, index, content, tokens, start_offset, end_offset, page, heading_path, indexed)`
+      })
+
+    /**
+     * The end of a document's ingestion, in one transaction: its chunks, its
+     * extracted text and its status `ready`, the upload's bytes dropped. Only
+     * a document still processing is written (not one deleted or finished
+     * meanwhile); returns whether it was.
+     */
+    const finishReady = (documentId: string, source: IngestSource, result: {
+      readonly contentType: string
+      readonly text: string
+      readonly layout: NonNullable<IngestSource["layout"]>
+      readonly chunks: ReadonlyArray<SplitChunk>
+    }) =>
+      Effect.gen(function*() {
+        const claimed = yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'processing' FOR UPDATE`
+        if (claimed.length === 0) return false
+        yield* writeChunks(source, documentId, result.chunks)
+        yield* sql`UPDATE knowledge_documents SET status = 'ready', content = NULL, text = ${result.text},
+                     layout = ${JSON.stringify(result.layout)}::jsonb, content_type = ${result.contentType},
+                     chunk_count = ${result.chunks.length},
+                     token_count = ${result.chunks.reduce((sum, chunk) => sum + chunk.tokenCount, 0)}, updated_at = now()
+                   WHERE id = ${documentId}`
+        return true
+      }).pipe(sql.withTransaction, Effect.withSpan("KnowledgeRepo.finishReady"))
+
+    const finishFailed = (documentId: string, code: string, message: string) =>
+      sql`UPDATE knowledge_documents SET status = 'failed', error_code = ${code}, error_message = ${message},
+            content = NULL, updated_at = now()
+          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Effect.withSpan("KnowledgeRepo.finishFailed"))
+
+    /** A ready document's chunks replaced with these, with its settings and counts, in one transaction. */
+    const replaceChunks = (documentId: string, source: IngestSource, chunking: Chunking, chunks: ReadonlyArray<SplitChunk>) =>
+      Effect.gen(function*() {
+        const claimed = yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'ready' FOR UPDATE`
+        if (claimed.length === 0) return false
+        yield* writeChunks(source, documentId, chunks)
+        yield* sql`UPDATE knowledge_documents SET chunk_strategy = ${chunking.strategy}, chunk_size = ${chunking.chunkSize},
+                     chunk_overlap = ${chunking.chunkOverlap}, chunk_count = ${chunks.length},
+                     token_count = ${chunks.reduce((sum, chunk) => sum + chunk.tokenCount, 0)}, updated_at = now()
+                   WHERE id = ${documentId}`
+        return true
+      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("KnowledgeRepo.replaceChunks"))
+
+    // --- chunks --------------------------------------------------------------
+
+    const decodeChunks = Schema.decodeUnknownEffect(Schema.Array(Chunk))
+    /** A page of a base's chunks in document order; the cursor is the last chunk's document and index. */
+    const listChunks = (tenantId: TenantId, knowledgeId: string, options: {
+      readonly documentId: string | undefined
+      readonly after: string | null
+      readonly limit: number
+    }) =>
+      Effect.gen(function*() {
+        const scope = sql.and([
+          sql`tenant_id = ${tenantId}`,
+          sql`knowledge_id = ${knowledgeId}`,
+          ...(options.documentId === undefined ? [] : [sql`document_id = ${options.documentId}`])
+        ])
+        const slash = options.after?.indexOf("/") ?? -1
+        const after = options.after === null
+          ? sql``
+          : sql`AND (document_id, index) > (${options.after.slice(0, slash)}, ${Number(options.after.slice(slash + 1))})`
+        const rows = yield* sql`
+          SELECT id, knowledge_id, document_id, index, content, token_count, start_offset, end_offset, page, heading_path
+          FROM knowledge_chunks WHERE ${scope} ${after}
+          ORDER BY document_id, index LIMIT ${options.limit + 1}`
+        const [counted] = yield* sql<{ total: number }>`SELECT count(*)::int AS total FROM knowledge_chunks WHERE ${scope}`
+        const data = yield* decodeChunks(
+          rows.slice(0, options.limit).map((row: any) => ({
+            ...row,
+            headingPath: typeof row.headingPath === "string" ? JSON.parse(row.headingPath) : row.headingPath
+          }))
+        )
+        const last = data[data.length - 1]
+        return {
+          data,
+          total: counted?.total ?? 0,
+          nextCursor: rows.length > options.limit && last !== undefined ? encodeCursor(chunkKey(last.documentId, last.index)) : null
+        }
+      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("KnowledgeRepo.listChunks"))
+
+    // --- sweeps --------------------------------------------------------------
+
+    const ids = (rows: ReadonlyArray<{ readonly id: string }>) => rows.map((row) => row.id)
+    const processing = sql<{ id: string }>`SELECT id FROM knowledge_documents WHERE status = 'processing'`.pipe(
+      Effect.map(ids),
+      Effect.orDie
+    )
+    const processingSince = (seconds: number) =>
+      sql<{ id: string }>`SELECT id FROM knowledge_documents
+        WHERE status = 'processing' AND created_at < now() - make_interval(secs => ${seconds})`.pipe(Effect.map(ids), Effect.orDie)
+    /** Fails what is still processing past `seconds` (a crash loop, a stuck extractor): never processing forever. */
+    const failStuck = (seconds: number) =>
+      sql<{ id: string }>`UPDATE knowledge_documents SET status = 'failed', error_code = 'timeout',
+            error_message = ${`Ingestion did not finish within ${seconds} s`}, content = NULL, updated_at = now()
+          WHERE status = 'processing' AND created_at < now() - make_interval(secs => ${seconds})
+          RETURNING id`.pipe(Effect.map(ids), Effect.orDie)
+    const unpruned = (seconds: number, limit: number) =>
+      sql<{ id: string }>`SELECT id FROM knowledge_documents
+        WHERE NOT messages_pruned AND status <> 'processing' AND updated_at < now() - make_interval(secs => ${seconds})
+        ORDER BY updated_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
+    const pruneMessages = (documentIds: ReadonlyArray<string>, entityType: string, entityIds: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        yield* sql`DELETE FROM cluster_replies WHERE request_id IN (
+                     SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
+        yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
+        yield* sql`UPDATE knowledge_documents SET messages_pruned = true WHERE id IN ${sql.in(documentIds)}`
+      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("KnowledgeRepo.pruneMessages"))
+
+    return {
+      listBases,
+      findBase,
+      languageExists,
+      insertBase,
+      updateBase,
+      removeBase,
+      listDocuments,
+      findDocument,
+      findDuplicate,
+      insertDocument,
+      removeDocument,
+      statusOf,
+      ingestSource,
+      finishReady,
+      finishFailed,
+      replaceChunks,
+      listChunks,
+      processing,
+      processingSince,
+      failStuck,
+      unpruned,
+      pruneMessages
+    } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}

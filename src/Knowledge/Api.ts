@@ -5,7 +5,7 @@ import { pageQuery } from "../Agents/Api.ts"
 import { SessionAuth, sessionCredential } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import { DocumentId, isId, KnowledgeId } from "../Domain/Ids.ts"
-import { text } from "../Domain/Input.ts"
+import { boundedArray, text } from "../Domain/Input.ts"
 import { BadRequest, Conflict, DuplicateDocument, NotFound, PayloadTooLarge, UnsupportedMediaType } from "../Domain/Problems.ts"
 import { ChunkingStrategy, maxChunkSize, minChunkSize } from "./Splitter.ts"
 
@@ -112,8 +112,9 @@ export type UploadJson = typeof UploadJson.Type
 
 const numberField = text(Schema.isMaxLength(10), Schema.isPattern(/^\d+$/, { message: "Expected a whole number" }))
 
+// The parts themselves are bounded while the body is parsed (MAX_UPLOAD_FILES); so is the list.
 export const UploadForm = Schema.Struct({
-  files: Multipart.FilesSchema,
+  files: boundedArray(Multipart.PersistedFileSchema, { max: 64, tooMany: "Expected at most 64 files" }),
   strategy: Schema.optionalKey(text(Schema.isMaxLength(20))),
   chunkSize: Schema.optionalKey(numberField),
   chunkOverlap: Schema.optionalKey(numberField)

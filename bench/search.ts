@@ -14,6 +14,7 @@ import { json, openDatabase, signUp, spawn } from "./Support.ts"
 
 const chunkCount = Number(process.env.BENCH_SEARCH_CHUNKS ?? 50_000)
 const queryCount = Number(process.env.BENCH_SEARCH_QUERIES ?? 300)
+// (BENCH_SEARCH_KEEP=1 keeps the database, to look at the plans.)
 const wordsPerChunk = 120
 const chunksPerDocument = 100
 
@@ -104,7 +105,9 @@ const main = async () => {
     await db.end()
     service.child.kill("SIGTERM")
     await new Promise((resolve) => service.child.once("exit", resolve))
-    await close()
+    // BENCH_SEARCH_KEEP=1 leaves the database, to look at the plans.
+    if (process.env.BENCH_SEARCH_KEEP === "1") console.log(`kept ${databaseUrl}`)
+    else await close()
   }
 }
 

@@ -1,4 +1,4 @@
-import { Context, Effect, Layer } from "effect"
+import { Cache, Context, Duration, Effect, Layer } from "effect"
 import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { fitSources, type GroundingSource, toSource, withSources } from "./Grounding.ts"
@@ -35,6 +35,12 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
   make: Effect.gen(function*() {
     const repo = yield* SearchRepo
     const config = yield* AppConfig
+    // Words in over 1% of all chunks, once the table holds 20,000 chunks; read again every minute.
+    const common = yield* Cache.make({
+      lookup: (_: "common") => repo.commonLexemes(0.01, 20_000),
+      capacity: 1,
+      timeToLive: Duration.minutes(1)
+    })
 
     /** The best `topK` chunks of the given bases (those that exist and are the tenant's) for `query`, best first. */
     const search = Effect.fn("KnowledgeSearch.search")(function*(input: {
@@ -49,7 +55,8 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
         tenantId: input.tenantId,
         knowledgeIds: [...new Set(input.knowledgeIds)],
         query,
-        topK: input.topK ?? config.knowledgeTopK
+        topK: input.topK ?? config.knowledgeTopK,
+        common: yield* Cache.get(common, "common")
       })
     })
 

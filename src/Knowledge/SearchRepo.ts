@@ -1,5 +1,5 @@
 import { Context, Effect, Layer, Schema } from "effect"
-import { SqlClient, SqlSchema } from "effect/sql"
+import { SqlClient } from "effect/sql"
 import type { TenantId } from "../Domain/Ids.ts"
 import { searchText } from "./Segment.ts"
 
@@ -26,36 +26,102 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
     const sql = yield* SqlClient.SqlClient
 
     // The query is parsed like the chunks were indexed (CJK runs segmented,
-    // accents removed, the base's text-search configuration), and its words
-    // are OR-ed: a chunk matching any of them is a candidate, ranked by cover
-    // density normalised by the chunk's length (1) and into [0, 1) (32).
+    // accents removed, each base's text-search configuration), and its words
+    // are OR-ed: a chunk matching any of them ranks, by cover density
+    // normalised by the chunk's length (1) and into [0, 1) (32).
     // plainto_tsquery's canonical text quotes every lexeme, so turning its
     // operators into ORs and casting back parses exactly what it produced.
-    const search = SqlSchema.findAll({
-      Request: Schema.Struct({
-        tenantId: Schema.String,
-        knowledgeIds: Schema.Array(Schema.String),
-        query: Schema.String,
-        topK: Schema.Int
-      }),
-      Result: ScoredChunk,
-      execute: (request) =>
-        sql`
-          SELECT c.id, c.knowledge_id, c.document_id, d.filename, c.index, c.content, c.token_count,
-                 c.start_offset, c.end_offset, c.page, c.heading_path,
-                 ts_rank_cd(c.search_vector, q.query, 1 | 32)::float8 AS score
-          FROM knowledge_bases b
-          CROSS JOIN LATERAL (
-            SELECT replace(replace(
-              plainto_tsquery(b.language, knowledge_unaccent(${searchText(request.query)}))::text,
-              ' & ', ' | '), ' <-> ', ' | ')::tsquery AS query
-          ) q
-          JOIN knowledge_chunks c ON c.knowledge_id = b.id AND c.search_vector @@ q.query
-          JOIN knowledge_documents d ON d.id = c.document_id AND d.status = 'ready'
-          WHERE b.tenant_id = ${request.tenantId} AND b.id IN ${sql.in(request.knowledgeIds)}
-          ORDER BY score DESC, c.id
-          LIMIT ${request.topK}`
-    })
+    //
+    // Candidates are found with the query's uncommon words only: a word in a
+    // large share of all chunks (`common`, from the planner's statistics)
+    // would make nearly every chunk a candidate to rank, and says little
+    // about which is best. A query of common words only needs every one of
+    // them (AND), and ranks at most `commonOnlyCandidates` of the chunks that
+    // have them all. Each uncommon lexeme is quoted for tsquery input (quotes
+    // and backslashes doubled). The queries are built first, so that the
+    // search itself sees them as constants and reads the GIN index.
+    const queries = (request: {
+      readonly tenantId: string
+      readonly knowledgeIds: ReadonlyArray<string>
+      readonly text: string
+      readonly common: ReadonlyArray<string>
+    }) =>
+      sql<{ id: string; ranked: string; rare: string | null; plain: string }>`
+        SELECT b.id,
+               replace(replace(plainto_tsquery(b.language, knowledge_unaccent(${request.text}))::text, ' & ', ' | '), ' <-> ', ' | ') AS ranked,
+               plainto_tsquery(b.language, knowledge_unaccent(${request.text}))::text AS plain,
+               (SELECT string_agg(chr(39) || replace(replace(l, chr(92), chr(92) || chr(92)), chr(39), chr(39) || chr(39)) || chr(39), ' | ')
+                FROM unnest(tsvector_to_array(to_tsvector(b.language, knowledge_unaccent(${request.text})))) AS l
+                WHERE l <> ALL (${request.common}::text[])) AS rare
+        FROM knowledge_bases b
+        WHERE b.tenant_id = ${request.tenantId} AND b.id IN ${sql.in(request.knowledgeIds)}`
+
+    const commonOnlyCandidates = 300
+    const decodeChunks = Schema.decodeUnknownEffect(Schema.Array(ScoredChunk))
+    // Ranked on the search vectors alone; only the best rows are read whole.
+    const searchBases = (ids: ReadonlyArray<string>, ranked: string, candidates: string, commonOnly: boolean, topK: number) =>
+      sql`
+        SELECT c.id, c.knowledge_id, c.document_id, d.filename, c.index, c.content, c.token_count,
+               c.start_offset, c.end_offset, c.page, c.heading_path, best.score
+        FROM (
+          SELECT hit.id, ts_rank_cd(hit.search_vector, ${ranked}::tsquery, 1 | 32)::float8 AS score
+          FROM (
+            SELECT id, search_vector FROM knowledge_chunks
+            WHERE knowledge_id IN ${sql.in(ids)} AND search_vector @@ ${candidates}::tsquery
+              AND document_id IN (SELECT id FROM knowledge_documents WHERE knowledge_id IN ${sql.in(ids)} AND status = 'ready')
+            ${commonOnly ? sql`LIMIT ${commonOnlyCandidates}` : sql``}
+          ) hit
+          ORDER BY score DESC, hit.id
+          LIMIT ${topK}
+        ) best
+        JOIN knowledge_chunks c ON c.id = best.id
+        JOIN knowledge_documents d ON d.id = c.document_id
+        ORDER BY best.score DESC, c.id`.pipe(Effect.flatMap(decodeChunks))
+
+    const search = (request: {
+      readonly tenantId: string
+      readonly knowledgeIds: ReadonlyArray<string>
+      readonly query: string
+      readonly topK: number
+      readonly common: ReadonlyArray<string>
+    }) =>
+      Effect.gen(function*() {
+        const built = yield* queries({ ...request, text: searchText(request.query) })
+        // Bases whose configurations give the same queries are searched together.
+        const groups = new Map<string, { ranked: string; candidates: string; commonOnly: boolean; ids: Array<string> }>()
+        for (const base of built) {
+          if (base.plain.trim() === "") continue
+          const candidates = base.rare ?? base.plain
+          const key = `${base.ranked}\u0000${candidates}`
+          const group = groups.get(key)
+          if (group === undefined) groups.set(key, { ranked: base.ranked, candidates, commonOnly: base.rare === null, ids: [base.id] })
+          else group.ids.push(base.id)
+        }
+        const found = yield* Effect.forEach(groups.values(), (group) =>
+          searchBases(group.ids, group.ranked, group.candidates, group.commonOnly, request.topK))
+        return found.flat().sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1)).slice(0, request.topK)
+      })
+
+    /**
+     * Lexemes in more than `share` of all chunks, from the planner's
+     * statistics of the search vectors; none while the table holds fewer than
+     * `minChunks` (a small table is ranked whole, and its statistics are too
+     * coarse to judge by).
+     */
+    const commonLexemes = (share: number, minChunks: number) =>
+      sql<{ elems: ReadonlyArray<string> | null; freqs: ReadonlyArray<number> | null; rows: number }>`
+        SELECT s.most_common_elems::text::text[] AS elems, s.most_common_elem_freqs AS freqs, c.reltuples::float8 AS rows
+        FROM pg_class c LEFT JOIN pg_stats s
+          ON s.schemaname = current_schema() AND s.tablename = 'knowledge_chunks' AND s.attname = 'search_vector'
+        WHERE c.oid = 'knowledge_chunks'::regclass`.pipe(
+        Effect.map((rows): ReadonlyArray<string> => {
+          const row = rows[0]
+          if (row === undefined || row.rows < minChunks || row.elems === null || row.freqs === null) return []
+          return row.elems.filter((_, i) => (row.freqs![i] ?? 0) > share)
+        }),
+        Effect.orDie,
+        Effect.withSpan("SearchRepo.commonLexemes")
+      )
 
     /** The ids among `ids` that name a knowledge base of the tenant. */
     const existing = (tenantId: TenantId, ids: ReadonlyArray<string>) =>
@@ -66,7 +132,8 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
         )
 
     return {
-      search: (request: typeof search extends (r: infer R) => any ? R : never) =>
+      commonLexemes,
+      search: (request: Parameters<typeof search>[0]) =>
         (request.knowledgeIds.length === 0 ? Effect.succeed([]) : search(request)).pipe(
           Effect.orDie,
           Effect.withSpan("SearchRepo.search")

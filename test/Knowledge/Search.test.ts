@@ -58,6 +58,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("knowledge search", (it
         assert.strictEqual(yield* top("发票"), documents["refund-zh.txt"])
         assert.strictEqual(yield* top("豚骨スープ"), documents["ramen-ja.txt"])
         assert.strictEqual(yield* top("zebra quantum tomatoes"), documents["gardening.txt"])
+        // Quotes, backslashes and tsquery operators in a query are words like any other.
+        for (const query of ["it's O'Brien \\ back\\slash", "a & b | !c <-> (d)", "'quoted'", "\\"]) {
+          const odd = yield* search(account, knowledgeId, { query })
+          assert.strictEqual(odd.status, 200, `${query}: ${odd.text}`)
+        }
         // Nothing searchable: an empty answer, not an error.
         const nothing = yield* search(account, knowledgeId, { query: "!!! ??? ..." })
         assert.strictEqual(nothing.status, 200, nothing.text)

@@ -20,6 +20,15 @@ export const ScoredChunk = Schema.Struct({
 })
 export type ScoredChunk = typeof ScoredChunk.Type
 
+/** Bases searched with the same queries, and the documents of theirs that are not ready. */
+interface Group {
+  readonly ranked: string
+  readonly candidates: string
+  readonly commonOnly: boolean
+  readonly ids: Array<string>
+  readonly hidden: Array<string>
+}
+
 /** The SQL of knowledge search. */
 export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/SearchRepo", {
   make: Effect.gen(function*() {
@@ -39,15 +48,19 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
     // them (AND), and ranks at most `commonOnlyCandidates` of the chunks that
     // have them all. Each uncommon lexeme is quoted for tsquery input (quotes
     // and backslashes doubled). The queries are built first, so that the
-    // search itself sees them as constants and reads the GIN index.
+    // search itself sees them as constants and reads the GIN index. The
+    // documents not (or no longer) ready are read first too, and left out by
+    // id: a join on the documents' status lets a planner with stale
+    // statistics of a new base walk every chunk of it.
     const queries = (request: {
       readonly tenantId: string
       readonly knowledgeIds: ReadonlyArray<string>
       readonly text: string
       readonly common: ReadonlyArray<string>
     }) =>
-      sql<{ id: string; ranked: string; rare: string | null; plain: string }>`
+      sql<{ id: string; ranked: string; rare: string | null; plain: string; hidden: ReadonlyArray<string> }>`
         SELECT b.id,
+               ARRAY(SELECT d.id FROM knowledge_documents d WHERE d.knowledge_id = b.id AND d.status <> 'ready') AS hidden,
                replace(replace(plainto_tsquery(b.language, knowledge_unaccent(${request.text}))::text, ' & ', ' | '), ' <-> ', ' | ') AS ranked,
                plainto_tsquery(b.language, knowledge_unaccent(${request.text}))::text AS plain,
                (SELECT string_agg(chr(39) || replace(replace(l, chr(92), chr(92) || chr(92)), chr(39), chr(39) || chr(39)) || chr(39), ' | ')
@@ -59,17 +72,17 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
     const commonOnlyCandidates = 300
     const decodeChunks = Schema.decodeUnknownEffect(Schema.Array(ScoredChunk))
     // Ranked on the search vectors alone; only the best rows are read whole.
-    const searchBases = (ids: ReadonlyArray<string>, ranked: string, candidates: string, commonOnly: boolean, topK: number) =>
+    const searchBases = (group: Group, topK: number) =>
       sql`
         SELECT c.id, c.knowledge_id, c.document_id, d.filename, c.index, c.content, c.token_count,
                c.start_offset, c.end_offset, c.page, c.heading_path, best.score
         FROM (
-          SELECT hit.id, ts_rank_cd(hit.search_vector, ${ranked}::tsquery, 1 | 32)::float8 AS score
+          SELECT hit.id, ts_rank_cd(hit.search_vector, ${group.ranked}::tsquery, 1 | 32)::float8 AS score
           FROM (
             SELECT id, search_vector FROM knowledge_chunks
-            WHERE knowledge_id IN ${sql.in(ids)} AND search_vector @@ ${candidates}::tsquery
-              AND document_id IN (SELECT id FROM knowledge_documents WHERE knowledge_id IN ${sql.in(ids)} AND status = 'ready')
-            ${commonOnly ? sql`LIMIT ${commonOnlyCandidates}` : sql``}
+            WHERE knowledge_id IN ${sql.in(group.ids)} AND search_vector @@ ${group.candidates}::tsquery
+              AND document_id <> ALL (${group.hidden}::text[])
+            ${group.commonOnly ? sql`LIMIT ${commonOnlyCandidates}` : sql``}
           ) hit
           ORDER BY score DESC, hit.id
           LIMIT ${topK}
@@ -88,17 +101,20 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
       Effect.gen(function*() {
         const built = yield* queries({ ...request, text: searchText(request.query) })
         // Bases whose configurations give the same queries are searched together.
-        const groups = new Map<string, { ranked: string; candidates: string; commonOnly: boolean; ids: Array<string> }>()
+        const groups = new Map<string, Group>()
         for (const base of built) {
           if (base.plain.trim() === "") continue
           const candidates = base.rare ?? base.plain
           const key = `${base.ranked}\u0000${candidates}`
           const group = groups.get(key)
-          if (group === undefined) groups.set(key, { ranked: base.ranked, candidates, commonOnly: base.rare === null, ids: [base.id] })
-          else group.ids.push(base.id)
+          if (group === undefined) {
+            groups.set(key, { ranked: base.ranked, candidates, commonOnly: base.rare === null, ids: [base.id], hidden: [...base.hidden] })
+          } else {
+            group.ids.push(base.id)
+            group.hidden.push(...base.hidden)
+          }
         }
-        const found = yield* Effect.forEach(groups.values(), (group) =>
-          searchBases(group.ids, group.ranked, group.candidates, group.commonOnly, request.topK))
+        const found = yield* Effect.forEach(groups.values(), (group) => searchBases(group, request.topK))
         return found.flat().sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1)).slice(0, request.topK)
       })
 

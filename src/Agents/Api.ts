@@ -2,7 +2,6 @@ import { Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
-import { ChatSource } from "../Knowledge/Grounding.ts"
 import { cursorParam } from "../Domain/Cursor.ts"
 import { AgentId, isId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
@@ -15,6 +14,15 @@ import {
   ServiceUnavailable,
   TokenBudgetSpent
 } from "../Domain/Problems.ts"
+
+/** A knowledge chunk a grounded chat answer was given, as the chat response names it. */
+export const ChatSource = Schema.Struct({
+  chunkId: Schema.String,
+  documentId: Schema.String,
+  knowledgeId: Schema.String,
+  score: Schema.Number
+})
+export type ChatSource = typeof ChatSource.Type
 
 export const AgentStatus = Schema.Literals(["active", "inactive"])
 export type AgentStatus = typeof AgentStatus.Type

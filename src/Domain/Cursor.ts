@@ -1,10 +1,11 @@
-import { Effect, Schema } from "effect"
+import { Effect, Result, Schema } from "effect"
+import { Base64Url } from "effect/encoding"
 import { invalidField } from "./Problems.ts"
 import { text } from "./Input.ts"
 
 // Page cursors are opaque to clients: the last key of the page (an id, or a
 // conversation's own id), base64url-encoded.
-export const encodeCursor = (key: string) => Buffer.from(key, "utf8").toString("base64url")
+export const encodeCursor = (key: string) => Base64Url.encode(key)
 
 const cursorMessage = "Expected the nextCursor of a previous page of this list"
 
@@ -14,7 +15,9 @@ const cursorMessage = "Expected the nextCursor of a previous page of this list"
  * (a conversation id on a list of UUIDs) is not.
  */
 const keyOf = (cursor: string, isKey: (key: string) => boolean): string | undefined => {
-  const key = Buffer.from(cursor, "base64url").toString("utf8")
+  const decoded = Base64Url.decodeString(cursor)
+  if (Result.isFailure(decoded)) return undefined
+  const key = decoded.success
   return encodeCursor(key) === cursor && isKey(key) ? key : undefined
 }
 

@@ -1,5 +1,4 @@
 import { Schema } from "effect"
-import * as Crypto from "node:crypto"
 import { Text } from "./Input.ts"
 
 // Ids are UUIDv7 strings: time-ordered, so the id alone is a stable cursor for
@@ -32,15 +31,33 @@ export type KnowledgeId = typeof KnowledgeId.Type
 export const DocumentId = Text.pipe(Schema.brand("DocumentId"))
 export type DocumentId = typeof DocumentId.Type
 
-/** A new UUIDv7 (RFC 9562): 48-bit millisecond timestamp, then random bits. */
+const hex = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, "0"))
+
+/**
+ * A new UUIDv7 (RFC 9562): 48-bit millisecond timestamp, then random bits.
+ * Web Crypto, so the schemas that use ids load in a browser too.
+ */
+// Random bytes are drawn 4 KiB at a time: one draw per id costs more than the rest of it.
+const pool = new Uint8Array(4096)
+let pooled = 0
+
 export const newId = (): string => {
-  const bytes = Crypto.randomBytes(16)
-  const now = Date.now()
-  bytes.writeUIntBE(now, 0, 6)
+  if (pooled < 16) {
+    globalThis.crypto.getRandomValues(pool)
+    pooled = pool.length
+  }
+  pooled -= 16
+  const bytes = pool.subarray(pooled, pooled + 16)
+  let now = Date.now()
+  for (let i = 5; i >= 0; i--) {
+    bytes[i] = now % 256
+    now = Math.floor(now / 256)
+  }
   bytes[6] = 0x70 | (bytes[6]! & 0x0f)
   bytes[8] = 0x80 | (bytes[8]! & 0x3f)
-  const hex = bytes.toString("hex")
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+  let id = ""
+  for (let i = 0; i < 16; i++) id += (i === 4 || i === 6 || i === 8 || i === 10 ? "-" : "") + hex[bytes[i]!]
+  return id
 }
 
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/

@@ -7,7 +7,7 @@ import { operation } from "../Domain/ApiDocs.ts"
 import { DocumentId, isId, KnowledgeId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
 import { BadRequest, Conflict, DuplicateDocument, NotFound, PayloadTooLarge, UnsupportedMediaType } from "../Domain/Problems.ts"
-import { ChunkingStrategy, maxChunkSize, minChunkSize } from "./Splitter.ts"
+import { ChunkingStrategy, maxChunkSize, minChunkSize } from "./Chunking.ts"
 
 const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
 const Description = text(Schema.isMaxLength(2000))

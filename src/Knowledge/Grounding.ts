@@ -1,4 +1,5 @@
 import { Schema } from "effect"
+import { ChatSource } from "../Agents/Api.ts"
 import { countTokens } from "../Models/Tokens.ts"
 import type { ScoredChunk } from "./SearchRepo.ts"
 
@@ -6,15 +7,6 @@ import type { ScoredChunk } from "./SearchRepo.ts"
 // it is asked as numbered sources at the end of its system prompt, and the
 // answer names the sources it was given. The block's first line is fixed, so
 // the built-in `local` model can find the sources and answer from them.
-
-/** A source as a chat response names it. */
-export const ChatSource = Schema.Struct({
-  chunkId: Schema.String,
-  documentId: Schema.String,
-  knowledgeId: Schema.String,
-  score: Schema.Number
-})
-export type ChatSource = typeof ChatSource.Type
 
 /** What a model is given of a retrieved chunk: its place, for the label, and its text. */
 export const GroundingSource = Schema.Struct({

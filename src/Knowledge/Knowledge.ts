@@ -19,7 +19,8 @@ import { type ChunkingInput, type CreateKnowledge, type Document, isChunkKey, ty
 import { detect } from "./Extract.ts"
 import { IngestionWorkflow } from "./IngestionWorkflow.ts"
 import { type BaseRow, type DocumentRow, KnowledgeRepo } from "./Repo.ts"
-import { type Chunking, chunkingProblems, type ChunkingStrategy, defaultChunking, split } from "./Splitter.ts"
+import { type Chunking, chunkingProblems, type ChunkingStrategy, defaultChunking } from "./Chunking.ts"
+import { split } from "./Splitter.ts"
 
 const toBase = (row: BaseRow): KnowledgeBase => ({
   id: row.id,

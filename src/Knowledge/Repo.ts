@@ -5,7 +5,8 @@ import { encodeCursor } from "../Domain/Cursor.ts"
 import { DocumentId, isId, KnowledgeId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Chunk, DocumentStatus } from "./Api.ts"
 import { searchText } from "./Segment.ts"
-import type { Chunk as SplitChunk, Chunking, Heading } from "./Splitter.ts"
+import type { Chunking } from "./Chunking.ts"
+import type { Chunk as SplitChunk, Heading } from "./Splitter.ts"
 
 export const BaseRow = Schema.Struct({
   id: KnowledgeId,

@@ -2,16 +2,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit } from "effect"
 import fc from "fast-check"
 import {
-  type Chunk,
   type Chunking,
   chunkingProblems,
-  chunkText,
-  markdownHeadings,
   maxChunkSize,
   minChunkSize,
-  split,
   validateChunking
-} from "../../src/Knowledge/Splitter.ts"
+} from "../../src/Knowledge/Chunking.ts"
+import { type Chunk, chunkText, markdownHeadings, split } from "../../src/Knowledge/Splitter.ts"
 import { countTokens } from "../../src/Models/Tokens.ts"
 
 // Fragments the generated texts are made of: every script and shape the splitter must handle.

@@ -3,7 +3,8 @@ import { SqlClient } from "effect/sql"
 import * as Crypto from "node:crypto"
 import { newId } from "../../src/Domain/Ids.ts"
 import { searchText } from "../../src/Knowledge/Segment.ts"
-import { defaultChunking, split } from "../../src/Knowledge/Splitter.ts"
+import { defaultChunking } from "../../src/Knowledge/Chunking.ts"
+import { split } from "../../src/Knowledge/Splitter.ts"
 import type { Account } from "./TestServer.ts"
 
 export interface SeedDocument {

@@ -143,6 +143,8 @@ export interface AppSettings {
   readonly otelServiceName: string
   /** Serves GET /metrics in the Prometheus text format. */
   readonly metricsEnabled: boolean
+  /** Builds (when its sources changed) and serves the dashboard at /app. */
+  readonly dashboardEnabled: boolean
   /** When set, GET /metrics needs `Authorization: Bearer <token>`. */
   readonly metricsToken: Option.Option<Redacted.Redacted<string>>
   /**
@@ -391,6 +393,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   otelEndpoint: Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT")),
   otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
   metricsEnabled: flag("METRICS_ENABLED").pipe(Config.withDefault(true)),
+  dashboardEnabled: flag("DASHBOARD_ENABLED").pipe(Config.withDefault(true)),
   metricsToken: Config.option(Config.Redacted("METRICS_TOKEN")).pipe(
     // An empty token would let anyone in with `Bearer `: treat it as unset.
     Config.map(Option.filter((token) => Redacted.value(token) !== ""))

@@ -23,6 +23,7 @@ import * as OrchestrationsHttp from "./Orchestrations/Http.ts"
 import { ExecutionsRepo } from "./Orchestrations/Repo.ts"
 import { Models } from "./Models/Models.ts"
 import * as Cluster from "./Platform/Cluster.ts"
+import * as Dashboard from "./Platform/Dashboard.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
@@ -38,16 +39,19 @@ import * as TeamRunWorkflow from "./Teams/TeamRunWorkflow.ts"
 import * as WebhookDelivery from "./Webhooks/Delivery.ts"
 import { Webhooks } from "./Webhooks/Webhooks.ts"
 
-/** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, and the request pipeline. */
+/** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, the dashboard, and the request pipeline. */
 export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   const extraRoutes: Array<readonly [string, string]> = [["GET", "/openapi.json"], ["GET", "/docs"]]
   if (config.metricsEnabled) extraRoutes.push(["GET", "/metrics"])
+  if (config.dashboardEnabled) extraRoutes.push(...Dashboard.routes)
   return Layer.mergeAll(
     HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
     HttpApiScalar.layer(Api, { path: "/docs" }),
     // Prometheus text format, unless METRICS_ENABLED=false; behind METRICS_TOKEN when set.
     config.metricsEnabled ? MetricsHttp.layer : Layer.empty,
+    // The dashboard at /app, unless DASHBOARD_ENABLED=false.
+    config.dashboardEnabled ? Dashboard.layer : Layer.empty,
     RequestPipeline.layer(Api, extraRoutes)
   )
 })).pipe(

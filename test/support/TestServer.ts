@@ -87,6 +87,8 @@ export const layer = (overrides: Partial<AppSettings> = {}) =>
       databaseUrl: Option.some(Redacted.make(url)),
       // A fixed key: tests write no key file into the project, and servers over one database share it.
       webhookSecretKey: Option.some(Redacted.make("dGVzdC1vbmx5LXdlYmhvb2stc2VjcmV0LWtleS0zMmI=")),
+      // The dashboard's tests turn it on; the others need no build.
+      dashboardEnabled: false,
       ...overrides
     })
     // Request logs would drown the test output; the process test reads them instead.

@@ -1,0 +1,195 @@
+import { assert, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import type { Browser, Page } from "playwright-core"
+import { launch, screenshot, seriousViolations } from "../support/Browser.ts"
+import * as TestServer from "../support/TestServer.ts"
+import { TestClient } from "../support/TestServer.ts"
+
+// The dashboard in a real headless Chromium, driven like a newcomer would use
+// it, against the real service. Every screen is checked with axe-core and
+// photographed (test-results/dashboard).
+
+const withBrowser = <A>(run: (page: Page, requests: Array<string>) => Promise<A>) =>
+  Effect.acquireUseRelease(
+    Effect.promise(() => launch()),
+    (browser: Browser) =>
+      Effect.promise(async () => {
+        const context = await browser.newContext({ viewport: { width: 1280, height: 900 } })
+        const page = await context.newPage()
+        page.setDefaultTimeout(20_000)
+        // Every request the page makes, to check that none leaves the service.
+        const requests: Array<string> = []
+        page.on("request", (request) => void requests.push(request.url()))
+        const errors: Array<string> = []
+        page.on("pageerror", (error) => void errors.push(error.message))
+        page.on("console", (message) => {
+          if (message.type() === "error" && !/status of 4\d\d/.test(message.text())) errors.push(message.text())
+        })
+        // On a failure, the page as it was, beside the screens' pictures.
+        const result = await run(page, requests).catch(async (error: unknown) => {
+          await screenshot(page, "failure").catch(() => undefined)
+          throw error
+        })
+        assert.deepStrictEqual(errors, [], "the page logged no errors")
+        return result
+      }),
+    (browser) => Effect.promise(() => browser.close())
+  )
+
+const accessible = async (page: Page, screen: string) => {
+  const violations = await seriousViolations(page)
+  assert.deepStrictEqual(violations, [], `${screen}: serious accessibility violations`)
+  await screenshot(page, screen)
+}
+
+layer(TestServer.layer({ dashboardEnabled: true }), { excludeTestServices: true })("the dashboard", (it) => {
+  it.effect("serves the single page at /app with cached hashed assets, and / redirects there", () =>
+    Effect.gen(function*() {
+      const client = yield* TestClient
+      const root = yield* Effect.promise(() => fetch(`${client.baseUrl}/`, { redirect: "manual" }))
+      assert.strictEqual(root.status, 302)
+      assert.strictEqual(root.headers.get("location"), "/app/")
+      const page = yield* client.request("GET", "/app/agents?status=active")
+      assert.strictEqual(page.status, 200)
+      assert.match(page.headers.get("content-type") ?? "", /^text\/html/)
+      assert.strictEqual(page.headers.get("cache-control"), "no-cache")
+      assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'self'/)
+      const script = /src="(\/app\/assets\/[^"]+\.js)"/.exec(page.text)?.[1]
+      assert.isDefined(script, page.text)
+      const asset = yield* client.request("GET", script!)
+      assert.strictEqual(asset.status, 200)
+      assert.strictEqual(asset.headers.get("cache-control"), "public, max-age=31536000, immutable")
+      assert.match(asset.headers.get("content-type") ?? "", /^text\/javascript/)
+      // A missing asset is a 404 problem, not the page.
+      const missing = yield* client.request("GET", "/app/assets/missing-0000.js")
+      assert.strictEqual(missing.status, 404)
+      assert.strictEqual(missing.headers.get("content-type"), "application/problem+json")
+      const wrongMethod = yield* client.request("POST", "/app/keys")
+      assert.strictEqual(wrongMethod.status, 405)
+    }), { timeout: 120_000 })
+
+  it.effect("a newcomer registers, makes a key and uses it, makes an agent, sees usage, revokes the key, logs out", () =>
+    Effect.gen(function*() {
+      const client = yield* TestClient
+      const base = client.baseUrl
+      yield* withBrowser(async (page, requests) => {
+        await page.goto(`${base}/`)
+        await page.waitForURL(`${base}/app/`)
+        await page.getByRole("heading", { name: "Log in to Agent Host" }).waitFor()
+        await accessible(page, "01-login")
+
+        // Register.
+        await page.getByRole("link", { name: "Create an account" }).click()
+        await page.getByRole("heading", { name: "Create your account" }).waitFor()
+        assert.strictEqual(new URL(page.url()).pathname, "/app/register")
+        await page.getByLabel("E-mail").fill("not-an-address")
+        await page.getByLabel("Password").fill("short")
+        await page.getByRole("button", { name: "Create account" }).click()
+        // The service's own validation, shown as it names the fields.
+        await page.getByRole("alert").filter({ hasText: "payload.email" }).waitFor()
+        await accessible(page, "02-register-errors")
+        const email = `newcomer-${Date.now()}@example.com`
+        await page.getByLabel("E-mail").fill(email)
+        await page.getByLabel("Password").fill("a-long-enough-password")
+        await page.getByRole("button", { name: "Create account" }).click()
+        await page.getByRole("heading", { name: "Getting started" }).waitFor()
+        assert.strictEqual(await page.getByTestId("step-keys").getAttribute("data-done"), "false")
+        await accessible(page, "03-getting-started")
+
+        // The skip link is the first stop of the keyboard, and leads to the content.
+        await page.keyboard.press("Tab")
+        assert.strictEqual(await page.evaluate("document.activeElement?.textContent"), "Skip to content")
+
+        // Make a key, with an expiry preset that shows its date.
+        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "API keys" }).click()
+        await page.getByRole("heading", { name: "API keys", level: 1 }).waitFor()
+        await page.getByLabel("Name").fill("ci")
+        await page.getByLabel("Expires").selectOption("30")
+        const expiryHint = await page.getByText(/^On .* UTC\.$/).textContent()
+        assert.match(expiryHint ?? "", /^On \d{1,2} \w{3} \d{4}/)
+        await page.getByRole("button", { name: "Create key" }).click()
+        const key = (await page.getByTestId("new-key").textContent()) ?? ""
+        assert.match(key, /^\S{20,}$/)
+        await accessible(page, "04-key-created")
+
+        // The key works with a plain HTTP call, outside the browser.
+        const agentsByKey = await fetch(`${base}/api/v1/agents`, { headers: { authorization: `Bearer ${key}` } })
+        assert.strictEqual(agentsByKey.status, 200)
+        await page.getByRole("button", { name: "I have stored it" }).click()
+        assert.strictEqual(await page.getByTestId("new-key").count(), 0, "the secret is gone once dismissed")
+        const row = page.getByRole("row").filter({ hasText: "ci" })
+        assert.include(await row.textContent(), "read, chat, execute, teams")
+
+        // Make an agent: first with a mistake the API names on its field, then right.
+        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Agents" }).click()
+        await page.getByRole("heading", { name: "New agent" }).waitFor()
+        await page.getByLabel("Name").fill("Helper")
+        await page.getByLabel("Model").fill("unknown-model")
+        await page.getByRole("button", { name: "Create agent" }).click()
+        await page.getByText("Expected `local`, `openai/<model>` or `anthropic/<model>`").first().waitFor()
+        assert.strictEqual(await page.getByLabel("Model").getAttribute("aria-invalid"), "true")
+        await page.getByLabel("Model").fill("local")
+        await page.getByLabel("Instructions").fill("Answer briefly.")
+        await page.getByRole("button", { name: "Create agent" }).click()
+        await page.getByRole("heading", { name: "Edit Helper" }).waitFor()
+        const agentId = new URL(page.url()).searchParams.get("agent")
+        assert.isString(agentId)
+        await accessible(page, "05-agents")
+
+        // The selection lives in the URL: a reload shows the same agent.
+        await page.reload()
+        await page.getByRole("heading", { name: "Edit Helper" }).waitFor()
+        assert.strictEqual(await page.getByLabel("Instructions").inputValue(), "Answer briefly.")
+        // And the key sees it too.
+        const listed: any = await (await fetch(`${base}/api/v1/agents`, { headers: { authorization: `Bearer ${key}` } })).json()
+        assert.deepStrictEqual(listed.data.map((agent: { id: string }) => agent.id), [agentId])
+        // A filter in the URL.
+        await page.getByLabel("Status").first().selectOption("inactive")
+        await page.getByText("No agents inactive.").waitFor()
+        assert.strictEqual(new URL(page.url()).searchParams.get("status"), "inactive")
+
+        // Usage: the key's two requests are counted today, in the chart's table.
+        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Usage and plan" }).click()
+        await page.getByTestId("usage-table").waitFor()
+        assert.strictEqual(await page.getByTestId("plan").textContent(), "free")
+        const today = new Date().toISOString().slice(0, 10)
+        const todayRow = await page.getByTestId("usage-table").getByRole("row").filter({ hasText: today }).textContent()
+        assert.match(todayRow ?? "", new RegExp(`^${today}2`))
+        await accessible(page, "06-usage")
+
+        // The checklist shows what was done.
+        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Getting started" }).click()
+        await page.getByTestId("step-keys").and(page.locator("[data-done=true]")).waitFor()
+        assert.strictEqual(await page.getByTestId("step-agents").getAttribute("data-done"), "true")
+
+        // Revoke the key, confirming in a dialog; it is refused from then on.
+        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "API keys" }).click()
+        await page.getByRole("button", { name: "Revoke ci" }).click()
+        const dialog = page.getByRole("dialog", { name: "Revoke “ci”?" })
+        await dialog.waitFor()
+        await accessible(page, "07-revoke-dialog")
+        await dialog.getByRole("button", { name: "Revoke key" }).click()
+        await page.getByText("No keys yet.").waitFor()
+        const refused = await fetch(`${base}/api/v1/agents`, { headers: { authorization: `Bearer ${key}` } })
+        assert.strictEqual(refused.status, 401)
+
+        // Log out: the session is gone, and so is the dashboard.
+        await page.getByRole("button", { name: "Log out" }).click()
+        await page.getByRole("heading", { name: "Log in to Agent Host" }).waitFor()
+        const cookies = await page.context().cookies()
+        const me = await page.evaluate(async () => (await fetch("/api/auth/me")).status)
+        assert.strictEqual(me, 401, `cookies left: ${JSON.stringify(cookies.map((c) => c.name))}`)
+
+        // Log in again from a link straight to a screen.
+        await page.goto(`${base}/app/keys`)
+        await page.getByLabel("E-mail").fill(email)
+        await page.getByLabel("Password").fill("a-long-enough-password")
+        await page.getByRole("button", { name: "Log in" }).click()
+        await page.getByRole("heading", { name: "Getting started" }).waitFor()
+
+        // Nothing was fetched from anywhere but the service.
+        const foreign = requests.filter((url) => !url.startsWith(`${base}/`))
+        assert.deepStrictEqual(foreign, [])
+      })
+    }), { timeout: 180_000 })
+})

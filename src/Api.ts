@@ -4,7 +4,7 @@ import { AuthApi, KeysApi } from "./Auth/Api.ts"
 import { BillingApi } from "./Billing/Api.ts"
 import { StripeWebhookApi } from "./Billing/WebhookApi.ts"
 import { HealthApi } from "./Health/Api.ts"
-import { ExecutionsV1Api, OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
+import { ExecutionsApi, ExecutionsV1Api, OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
 import { KnowledgeApi } from "./Knowledge/Api.ts"
 import { KnowledgeSearchApi } from "./Knowledge/SearchApi.ts"
 import { TeamsApi, TeamsPublicApi, TeamsV1Api } from "./Teams/Api.ts"
@@ -20,6 +20,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(StripeWebhookApi)
   .add(OrchestrationsApi)
   .add(OrchestrationsV1Api)
+  .add(ExecutionsApi)
   .add(ExecutionsV1Api)
   .add(TeamsApi)
   .add(TeamsV1Api)

@@ -200,6 +200,34 @@ export const TurnList = Schema.Struct({
 
 const conversationParams = { id: AgentId, conversationId: ConversationId }
 
+// Chat, with an API key or (for the dashboard's playground) a session: one shape, one behaviour.
+const chatSpec = {
+  params: { id: AgentId },
+  payload: ChatRequest,
+  success: ChatResponse,
+  error: [
+    NotFound,
+    BadRequest,
+    BadGateway,
+    GatewayTimeout,
+    ServiceUnavailable,
+    TokenBudgetSpent,
+    ModelNotAllowed
+  ]
+} as const
+
+const chatDoc = {
+  summary: "Chat with an agent",
+  description: "Sends a message and returns the reply. Without `conversationId` a new conversation starts; with " +
+    "one, an agent with memory answers with that conversation's earlier turns in mind. With " +
+    "`Accept: text/event-stream` the reply streams as server-sent events: `delta` events carrying `{ text }`, " +
+    "then one `done` event carrying this response's JSON (or an `error` event carrying a problem).",
+  errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) message, 403 when the plan may not use the agent's " +
+    "model, 404 when the agent is not the tenant's or is inactive, 429 when the day's model tokens are spent, " +
+    "502 when the model provider fails, 503 when the model is not configured or the service cannot reach the " +
+    "conversation, 504 when the model times out (MODEL_TIMEOUT)."
+}
+
 export class AgentsApi extends HttpApiGroup.make("agents")
   .add(
     HttpApiEndpoint.get("list", "/", {
@@ -287,7 +315,8 @@ export class AgentsApi extends HttpApiGroup.make("agents")
       credential: sessionCredential,
       errors: "404 when the agent is not the tenant's or has no such conversation, 503 when the conversation " +
         "cannot be reached in CLUSTER_CALL_TIMEOUT (try again)."
-    }))
+    })),
+    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).annotateMerge(operation({ ...chatDoc, credential: sessionCredential }))
   )
   .middleware(SessionAuth)
   .prefix("/api/agents")
@@ -308,30 +337,7 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
       description: "The tenant's active agents, without their instructions, a page at a time (`limit`, `cursor`).",
       errors: "400 on a bad `limit` or `cursor`."
     })),
-    HttpApiEndpoint.post("chat", "/:id/chat", {
-      params: { id: AgentId },
-      payload: ChatRequest,
-      success: ChatResponse,
-      error: [
-        NotFound,
-        BadRequest,
-        BadGateway,
-        GatewayTimeout,
-        ServiceUnavailable,
-        TokenBudgetSpent,
-        ModelNotAllowed
-      ]
-    }).annotateMerge(keyOperation("chat", "bearer", {
-      summary: "Chat with an agent",
-      description: "Sends a message and returns the reply. Without `conversationId` a new conversation starts; with " +
-        "one, an agent with memory answers with that conversation's earlier turns in mind. With " +
-        "`Accept: text/event-stream` the reply streams as server-sent events: `delta` events carrying `{ text }`, " +
-        "then one `done` event carrying this response's JSON (or an `error` event carrying a problem).",
-      errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) message, 403 when the plan may not use the agent's " +
-        "model, 404 when the agent is not the tenant's or is inactive, 429 when the day's model tokens are spent, " +
-        "502 when the model provider fails, 503 when the model is not configured or the service cannot reach the " +
-        "conversation, 504 when the model times out (MODEL_TIMEOUT)."
-    }))
+    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).annotateMerge(keyOperation("chat", "bearer", chatDoc))
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/agents")

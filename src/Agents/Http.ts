@@ -3,8 +3,10 @@ import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
+import type { AgentId } from "../Domain/Ids.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Agents } from "./Agents.ts"
+import type { ChatRequest } from "./Api.ts"
 import { Chat } from "./Chat.ts"
 import type { ChatEvent } from "./Conversation.ts"
 
@@ -23,6 +25,20 @@ const toEventStream = <E extends { readonly status: number }>(events: Stream.Str
 
 const wantsEventStream = (request: HttpServerRequest.HttpServerRequest) =>
   (request.headers.accept ?? "").includes("text/event-stream")
+
+/** A chat, as JSON or (on `Accept: text/event-stream`) as events, with a key or a session alike. */
+const chatHandler = (chat: Chat["Service"]) =>
+  Effect.fn(function*({ params, payload, request }: {
+    readonly params: { readonly id: AgentId }
+    readonly payload: ChatRequest
+    readonly request: HttpServerRequest.HttpServerRequest
+  }) {
+    const { tenantId } = yield* CurrentPrincipal
+    if (wantsEventStream(request)) {
+      return toEventStream(yield* withBudgetHeaders(chat.stream(tenantId, params.id, payload)))
+    }
+    return yield* withBudgetHeaders(chat.send(tenantId, params.id, payload))
+  })
 
 export const AgentsHttp = HttpApiBuilder.group(
   Api,
@@ -62,7 +78,8 @@ export const AgentsHttp = HttpApiBuilder.group(
       forget: Effect.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         yield* chat.forget(tenantId, params.id, params.conversationId)
-      })
+      }),
+      chat: chatHandler(chat)
     })
   })
 )
@@ -78,13 +95,7 @@ export const AgentsV1Http = HttpApiBuilder.group(
         const { tenantId } = yield* CurrentPrincipal
         return yield* agents.list(tenantId, { activeOnly: true, ...query })
       }),
-      chat: Effect.fn(function*({ params, payload, request }) {
-        const { tenantId } = yield* CurrentPrincipal
-        if (wantsEventStream(request)) {
-          return toEventStream(yield* withBudgetHeaders(chat.stream(tenantId, params.id, payload)))
-        }
-        return yield* withBudgetHeaders(chat.send(tenantId, params.id, payload))
-      })
+      chat: chatHandler(chat)
     })
   })
 )

@@ -1,8 +1,8 @@
-import { Schema, Struct } from "effect"
+import { type Context, Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { PageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
-import { operation } from "../Domain/ApiDocs.ts"
+import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
 import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyStreams } from "../Domain/Problems.ts"
@@ -141,6 +141,133 @@ export const V1OrchestrationList = Schema.Struct({
   nextCursor: Schema.NullOr(Schema.String)
 })
 
+// ---------------------------------------------------------------------------
+// Executions
+// ---------------------------------------------------------------------------
+
+export const ExecutionStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
+export type ExecutionStatus = typeof ExecutionStatus.Type
+
+export const ExecuteRequest = Schema.Struct({
+  input: text(Schema.isMaxLength(maxPromptLength)),
+  variables: Schema.optionalKey(
+    textRecord(text(Schema.isMaxLength(maxPromptLength)), { max: 100 })
+  )
+})
+export type ExecuteRequest = typeof ExecuteRequest.Type
+
+export const ExecutionStarted = Schema.Struct({
+  executionId: Schema.String,
+  status: ExecutionStatus,
+  orchestrationId: Schema.String
+})
+
+/**
+ * The execution is stored and will run, but its start could not be confirmed
+ * in time: poll it by `executionId` rather than executing again.
+ */
+export class ExecutionNotStarted extends HttpApiError.Problem<ExecutionNotStarted>()("ExecutionNotStarted", {
+  type: "urn:agent-host:problem:execution-not-started",
+  status: 503,
+  title: "Service Unavailable"
+}, {
+  executionId: Schema.String
+}) {}
+
+export const Execution = Schema.Struct({
+  id: Schema.String,
+  orchestrationId: Schema.String,
+  status: ExecutionStatus,
+  output: Schema.NullOr(Schema.String),
+  error: Schema.NullOr(Schema.String),
+  tokensUsed: Schema.Int,
+  durationMs: Schema.NullOr(Schema.Int),
+  createdAt: Schema.Date,
+  completedAt: Schema.NullOr(Schema.Date)
+})
+export type Execution = typeof Execution.Type
+
+export const ExecutionList = Schema.Struct({
+  data: Schema.Array(Execution),
+  total: Schema.Int,
+  nextCursor: Schema.NullOr(Schema.String)
+})
+
+// Executing and following executions, with an API key or a session (the
+// dashboard): one shape and one documentation, the credential aside.
+const executeSpec = {
+  params: { id: OrchestrationId },
+  headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
+  payload: ExecuteRequest,
+  success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
+  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted]
+} as const
+
+const executeDoc = {
+  summary: "Execute an orchestration",
+  description: "Starts an execution on `input` and `variables`; it runs in the background (follow it by " +
+    "`executionId`). An `Idempotency-Key` replayed within 24 hours answers with the same execution.",
+  errors: "400 on invalid fields or variables the prompts use but the request lacks, 404 when the orchestration " +
+    "is not the tenant's or is inactive, 409 when the `Idempotency-Key` was used with another request, 429 when " +
+    "the day's model tokens are spent, 503 when the execution is stored but its start is not confirmed in time " +
+    "(it will run: poll it by `executionId`)."
+}
+
+/** The execution routes of a group, documented with its credential by `doc` (given the key scope each needs). */
+const executionRoutes = <const Name extends string>(
+  name: Name,
+  doc: (scope: "read" | "execute", text: Omit<OperationDoc, "credential">) => Context.Context<never>
+) =>
+  HttpApiGroup.make(name).add(
+    HttpApiEndpoint.get("list", "/", {
+      query: {
+        ...PageQuery,
+        orchestrationId: Schema.optionalKey(Text),
+        status: Schema.optionalKey(ExecutionStatus)
+      },
+      success: ExecutionList,
+      error: BadRequest
+    }).annotateMerge(doc("read", {
+      summary: "List executions",
+      description: "The tenant's executions, newest first, a page at a time (`limit`, `cursor`), optionally of one " +
+        "orchestration or in one status.",
+      errors: "400 on a bad `limit`, `cursor` or `status`."
+    })),
+    HttpApiEndpoint.get("get", "/:id", {
+      params: { id: Text },
+      success: Execution,
+      error: NotFound
+    }).annotateMerge(doc("read", {
+      summary: "Get an execution",
+      description: "The execution's status, output or error, tokens and duration.",
+      errors: "404 when the execution is not the tenant's."
+    })),
+    HttpApiEndpoint.get("events", "/:id/events", {
+      params: { id: Text },
+      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
+      error: [NotFound, TooManyStreams]
+    }).annotateMerge(doc("read", {
+      summary: "Follow an execution's events",
+      description: "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
+        "`step.completed` (with the step's output and tokens), then one final `execution.completed`, " +
+        "`execution.failed` or `execution.cancelled`, after which the stream ends. A client that " +
+        "connects late first receives what already happened. Each event's `id` can be sent back " +
+        "as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
+        "execution's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or " +
+        "`executionTimeout`) instead.",
+      errors: "404 when the execution is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
+    })),
+    HttpApiEndpoint.post("cancel", "/:id/cancel", {
+      params: { id: Text },
+      success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
+      error: [NotFound, Conflict]
+    }).annotateMerge(doc("execute", {
+      summary: "Cancel an execution",
+      description: "Marks the execution cancelled and interrupts its running steps.",
+      errors: "404 when the execution is not the tenant's, 409 when it has already finished."
+    }))
+  )
+
 export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
   .add(
     HttpApiEndpoint.get("list", "/", {
@@ -232,7 +359,9 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
         "`previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP).",
       credential: sessionCredential,
       errors: "404 when the orchestration is not the tenant's, 409 when it has no webhook URL."
-    }))
+    })),
+    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec)
+      .annotateMerge(operation({ ...executeDoc, credential: sessionCredential }))
   )
   .middleware(SessionAuth)
   .prefix("/api/orchestrations")
@@ -242,58 +371,6 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
       "executions are sent to."
   }))
 {}
-
-// ---------------------------------------------------------------------------
-// Executions
-// ---------------------------------------------------------------------------
-
-export const ExecutionStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
-export type ExecutionStatus = typeof ExecutionStatus.Type
-
-export const ExecuteRequest = Schema.Struct({
-  input: text(Schema.isMaxLength(maxPromptLength)),
-  variables: Schema.optionalKey(
-    textRecord(text(Schema.isMaxLength(maxPromptLength)), { max: 100 })
-  )
-})
-export type ExecuteRequest = typeof ExecuteRequest.Type
-
-export const ExecutionStarted = Schema.Struct({
-  executionId: Schema.String,
-  status: ExecutionStatus,
-  orchestrationId: Schema.String
-})
-
-/**
- * The execution is stored and will run, but its start could not be confirmed
- * in time: poll it by `executionId` rather than executing again.
- */
-export class ExecutionNotStarted extends HttpApiError.Problem<ExecutionNotStarted>()("ExecutionNotStarted", {
-  type: "urn:agent-host:problem:execution-not-started",
-  status: 503,
-  title: "Service Unavailable"
-}, {
-  executionId: Schema.String
-}) {}
-
-export const Execution = Schema.Struct({
-  id: Schema.String,
-  orchestrationId: Schema.String,
-  status: ExecutionStatus,
-  output: Schema.NullOr(Schema.String),
-  error: Schema.NullOr(Schema.String),
-  tokensUsed: Schema.Int,
-  durationMs: Schema.NullOr(Schema.Int),
-  createdAt: Schema.Date,
-  completedAt: Schema.NullOr(Schema.Date)
-})
-export type Execution = typeof Execution.Type
-
-export const ExecutionList = Schema.Struct({
-  data: Schema.Array(Execution),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
 
 export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
   .add(
@@ -306,21 +383,7 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
       description: "The tenant's active orchestrations, without their steps, a page at a time (`limit`, `cursor`).",
       errors: "400 on a bad `limit` or `cursor`."
     })),
-    HttpApiEndpoint.post("execute", "/:id/execute", {
-      params: { id: OrchestrationId },
-      headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
-      payload: ExecuteRequest,
-      success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
-      error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted]
-    }).annotateMerge(keyOperation("execute", "bearer", {
-      summary: "Execute an orchestration",
-      description: "Starts an execution on `input` and `variables`; it runs in the background (follow it by " +
-        "`executionId`). An `Idempotency-Key` replayed within 24 hours answers with the same execution.",
-      errors: "400 on invalid fields or variables the prompts use but the request lacks, 404 when the orchestration " +
-        "is not the tenant's or is inactive, 409 when the `Idempotency-Key` was used with another request, 429 when " +
-        "the day's model tokens are spent, 503 when the execution is stored but its start is not confirmed in time " +
-        "(it will run: poll it by `executionId`)."
-    }))
+    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec).annotateMerge(keyOperation("execute", "bearer", executeDoc))
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/orchestrations")
@@ -330,56 +393,16 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
   }))
 {}
 
-export class ExecutionsV1Api extends HttpApiGroup.make("v1Executions")
-  .add(
-    HttpApiEndpoint.get("list", "/", {
-      query: {
-        ...PageQuery,
-        orchestrationId: Schema.optionalKey(Text),
-        status: Schema.optionalKey(ExecutionStatus)
-      },
-      success: ExecutionList,
-      error: BadRequest
-    }).annotateMerge(keyOperation("read", "bearer", {
-      summary: "List executions",
-      description: "The tenant's executions, newest first, a page at a time (`limit`, `cursor`), optionally of one " +
-        "orchestration or in one status.",
-      errors: "400 on a bad `limit`, `cursor` or `status`."
-    })),
-    HttpApiEndpoint.get("get", "/:id", {
-      params: { id: Text },
-      success: Execution,
-      error: NotFound
-    }).annotateMerge(keyOperation("read", "bearer", {
-      summary: "Get an execution",
-      description: "The execution's status, output or error, tokens and duration.",
-      errors: "404 when the execution is not the tenant's."
-    })),
-    HttpApiEndpoint.get("events", "/:id/events", {
-      params: { id: Text },
-      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
-      error: [NotFound, TooManyStreams]
-    }).annotateMerge(keyOperation("read", "bearer", {
-      summary: "Follow an execution's events",
-      description: "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
-        "`step.completed` (with the step's output and tokens), then one final `execution.completed`, " +
-        "`execution.failed` or `execution.cancelled`, after which the stream ends. A client that " +
-        "connects late first receives what already happened. Each event's `id` can be sent back " +
-        "as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
-        "execution's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or " +
-        "`executionTimeout`) instead.",
-      errors: "404 when the execution is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
-    })),
-    HttpApiEndpoint.post("cancel", "/:id/cancel", {
-      params: { id: Text },
-      success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
-      error: [NotFound, Conflict]
-    }).annotateMerge(keyOperation("execute", "bearer", {
-      summary: "Cancel an execution",
-      description: "Marks the execution cancelled and interrupts its running steps.",
-      errors: "404 when the execution is not the tenant's, 409 when it has already finished."
-    }))
-  )
+export class ExecutionsApi extends executionRoutes("executions", (_, doc) => operation({ ...doc, credential: sessionCredential }))
+  .middleware(SessionAuth)
+  .prefix("/api/executions")
+  .annotateMerge(OpenApi.annotations({
+    title: "Executions (management)",
+    description: "Follow, list and cancel the executions of orchestrations, with a session (the dashboard's view)."
+  }))
+{}
+
+export class ExecutionsV1Api extends executionRoutes("v1Executions", (scope, doc) => keyOperation(scope, "bearer", doc))
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/executions")
   .annotateMerge(OpenApi.annotations({

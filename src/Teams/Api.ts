@@ -226,6 +226,15 @@ const runParams = { id: TeamId, runId: Text }
 
 // The documentation of the run routes, which the management and the key-authenticated groups share.
 const runDocs = {
+  run: {
+    summary: "Run a team",
+    description: "Starts a run of the team on `mission`; it runs in the background and its result goes to the " +
+      "room's output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run.",
+    errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) mission, 404 when the team is not the tenant's or is " +
+      "inactive, 409 when the `Idempotency-Key` was used with another request, 429 when the day's model tokens " +
+      "are spent, 503 when the run is stored but its start is not confirmed in time (it will run: poll it by " +
+      "`runId`)."
+  },
   runs: {
     summary: "List a team's runs",
     description: "The team's runs, newest first, a page at a time (`limit`, `cursor`).",
@@ -257,6 +266,14 @@ const runDocs = {
       "instead.",
     errors: "404 when the team or the run is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
   }
+} as const
+
+// What starting a run takes and may answer, in every group.
+const runSpec = {
+  params: { id: TeamId },
+  headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
+  payload: RunRequest,
+  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, RunNotStarted]
 } as const
 
 /** `{ success: true, data }`: the bodies of the key-authenticated team routes. */
@@ -360,6 +377,8 @@ export class TeamsApi extends HttpApiGroup.make("teams")
       credential: sessionCredential,
       errors: "404 when the team is not the tenant's or has no such event."
     })),
+    HttpApiEndpoint.post("run", "/:id/run", { ...runSpec, success: RunHandle.pipe(HttpApiSchema.status(202)) })
+      .annotateMerge(operation({ ...runDocs.run, credential: sessionCredential })),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
       query: PageQuery,
@@ -409,21 +428,7 @@ const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header
       description: "The tenant's active teams, a page at a time (`limit`, `cursor`).",
       errors: "400 on a bad `limit` or `cursor`."
     })),
-    HttpApiEndpoint.post("run", "/:id/run", {
-      params: { id: TeamId },
-      headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
-      payload: RunRequest,
-      success: envelope(RunHandle).pipe(HttpApiSchema.status(202)),
-      error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, RunNotStarted]
-    }).annotateMerge(keyOperation("teams", via, {
-      summary: "Run a team",
-      description: "Starts a run of the team on `mission`; it runs in the background and its result goes to the " +
-        "room's output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run.",
-      errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) mission, 404 when the team is not the tenant's or is " +
-        "inactive, 409 when the `Idempotency-Key` was used with another request, 429 when the day's model tokens " +
-        "are spent, 503 when the run is stored but its start is not confirmed in time (it will run: poll it by " +
-        "`runId`)."
-    })),
+    HttpApiEndpoint.post("run", "/:id/run", { ...runSpec, success: envelope(RunHandle).pipe(HttpApiSchema.status(202)) }).annotateMerge(keyOperation("teams", via, runDocs.run)),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
       query: PageQuery,

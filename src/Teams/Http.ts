@@ -66,6 +66,10 @@ export const TeamsHttp = HttpApiBuilder.group(
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.redeliver(tenantId, params.id, params.eventId)
       }),
+      run: Effect.fn(function*({ params, payload, headers }) {
+        const { tenantId } = yield* CurrentPrincipal
+        return yield* withBudgetHeaders(runs.start(tenantId, params.id, payload, headers["idempotency-key"]))
+      }),
       runs: Effect.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* runs.list(tenantId, params.id, query)

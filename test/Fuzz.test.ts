@@ -9,8 +9,8 @@ import { TestClient } from "./support/TestServer.ts"
 
 // A bounded run inside `npm test`; `npm run fuzz` runs a long one (FUZZ_REQUESTS).
 // FUZZ_SEED replays a failing run. Every operation meets every kind of
-// credential within 2 x operations x credential kinds requests (62
-// operations and 7 kinds now, 868 requests): raise this with the API.
+// credential within 2 x operations x credential kinds requests (82
+// operations and 7 kinds now, 1,148 requests): raise this with the API.
 const requests = Number(process.env.FUZZ_TEST_REQUESTS ?? 1_300)
 const stripeSecret = "whsec_fuzz"
 

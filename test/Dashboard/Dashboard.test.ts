@@ -2,6 +2,7 @@ import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Browser, Page } from "playwright-core"
 import { launch, screenshot, seriousViolations } from "../support/Browser.ts"
+import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -36,13 +37,27 @@ const withBrowser = <A>(run: (page: Page, requests: Array<string>) => Promise<A>
     (browser) => Effect.promise(() => browser.close())
   )
 
+/** Polls `check` every 50 ms until it holds, for at most 15 s. */
+const waitUntil = async (what: string, check: () => boolean) => {
+  const deadline = Date.now() + 15_000
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`Timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+const nav = async (page: Page, screen: string) => {
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: screen, exact: true }).click()
+  await page.getByRole("heading", { name: screen, level: 1 }).waitFor()
+}
+
 const accessible = async (page: Page, screen: string) => {
   const violations = await seriousViolations(page)
   assert.deepStrictEqual(violations, [], `${screen}: serious accessibility violations`)
   await screenshot(page, screen)
 }
 
-layer(TestServer.layer({ dashboardEnabled: true }), { excludeTestServices: true })("the dashboard", (it) => {
+layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), { excludeTestServices: true })("the dashboard", (it) => {
   it.effect("serves the single page at /app with cached hashed assets, and / redirects there", () =>
     Effect.gen(function*() {
       const client = yield* TestClient
@@ -68,10 +83,11 @@ layer(TestServer.layer({ dashboardEnabled: true }), { excludeTestServices: true 
       assert.strictEqual(wrongMethod.status, 405)
     }), { timeout: 120_000 })
 
-  it.effect("a newcomer registers, makes a key and uses it, makes an agent, sees usage, revokes the key, logs out", () =>
+  it.effect("a newcomer's path: register, a key used over HTTP, an agent, a streamed chat, an orchestration run, a document, a team run and its webhook delivery, usage", () =>
     Effect.gen(function*() {
       const client = yield* TestClient
       const base = client.baseUrl
+      const receiver = yield* FakeReceiver.make
       yield* withBrowser(async (page, requests) => {
         await page.goto(`${base}/`)
         await page.waitForURL(`${base}/app/`)
@@ -148,26 +164,114 @@ layer(TestServer.layer({ dashboardEnabled: true }), { excludeTestServices: true 
         await page.getByText("No agents inactive.").waitFor()
         assert.strictEqual(new URL(page.url()).searchParams.get("status"), "inactive")
 
+        await page.getByLabel("Status").first().selectOption("all")
+
+        // Chat, streamed: the reply, its model and tokens.
+        await nav(page, "Chat")
+        await page.getByLabel("Agent").selectOption({ label: "Helper (local)" })
+        await page.getByLabel("Message").fill("What is a durable execution?")
+        await page.getByRole("button", { name: "Send" }).click()
+        await page.getByTestId("messages").getByText("local ·").first().waitFor()
+        const conversation = new URL(page.url()).searchParams.get("conversation")
+        assert.isString(conversation, "the conversation is in the URL")
+        await page.getByLabel("Message").fill("And again?")
+        await page.getByRole("button", { name: "Send" }).click()
+        await page.getByTestId("messages").getByRole("listitem").nth(1).getByText("local ·").waitFor()
+        await page.getByRole("link", { name: /2 turns/ }).waitFor()
+        await accessible(page, "06-chat")
+
+        // An orchestration: a step that refers to a step it does not wait for is refused, on that step.
+        await nav(page, "Orchestrations")
+        await page.getByLabel("Name").fill("Summarise")
+        await page.getByLabel("Step 1 prompt").fill("Summarise {{input}}")
+        await page.getByRole("button", { name: "Add a step" }).click()
+        await page.getByLabel("Step 2 prompt").fill("Shorten {{steps.step1.output}}")
+        await page.getByRole("button", { name: "Create orchestration" }).click()
+        const stepError = page.getByTestId("step-1").getByRole("alert")
+        await stepError.waitFor()
+        assert.match((await stepError.textContent()) ?? "", /step1/)
+        assert.strictEqual(await page.getByTestId("step-0").getByRole("alert").count(), 0, "the error is on the step that has it")
+        await accessible(page, "07-orchestration-errors")
+        await page.getByRole("group", { name: "Step 2 waits for" }).getByLabel("step1").check()
+        await page.getByRole("button", { name: "Create orchestration" }).click()
+        await page.getByRole("heading", { name: "Edit Summarise" }).waitFor()
+        await page.getByLabel("Input").fill("the dashboard")
+        await page.getByRole("button", { name: "Execute" }).click()
+        await page.getByTestId("execution").and(page.locator("[data-status=completed]")).waitFor()
+        assert.include(await page.getByTestId("execution-output").textContent(), "the dashboard")
+        await accessible(page, "08-orchestrations")
+
+        // Knowledge: a base, a file uploaded, its chunks, a search.
+        await nav(page, "Knowledge")
+        await page.getByLabel("New base name").fill("Handbook")
+        await page.getByRole("button", { name: "Create base" }).click()
+        await page.getByRole("heading", { name: "Handbook" }).waitFor()
+        await page.getByLabel("Choose files").setInputFiles({
+          name: "refunds.md",
+          mimeType: "text/markdown",
+          buffer: Buffer.from("# Refunds\n\nRefunds are paid back within five working days.\n\n# Shipping\n\nParcels leave the warehouse every morning.\n")
+        })
+        await page.getByTestId("documents").getByText("ready").waitFor()
+        await page.getByRole("link", { name: "refunds.md" }).click()
+        await page.getByTestId("chunks").getByText("Parcels leave the warehouse").waitFor()
+        await page.getByLabel("Search this base").fill("when are refunds paid")
+        await page.getByRole("button", { name: "Search", exact: true }).click()
+        await page.getByTestId("search-hits").getByText("five working days").waitFor()
+        await accessible(page, "09-knowledge")
+
+        // A team whose webhook goes to a receiver on loopback: its secret shown once, a run, the delivery logged.
+        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Agents" }).click()
+        await page.getByRole("button", { name: "New agent" }).click()
+        await page.getByLabel("Name").fill("Critic")
+        await page.getByRole("button", { name: "Create agent" }).click()
+        await page.getByRole("heading", { name: "Edit Critic" }).waitFor()
+        await nav(page, "Teams")
+        await page.getByLabel("Name").fill("Review board")
+        await page.getByRole("checkbox", { name: "Helper" }).check()
+        await page.getByLabel("Role of Helper").fill("writer")
+        await page.getByRole("checkbox", { name: "Critic" }).check()
+        await page.getByLabel("Role of Critic").fill("reviewer")
+        await page.getByLabel("Output webhook URL").fill(receiver.url("/hook"))
+        await page.getByRole("button", { name: "Create team" }).click()
+        const signingSecret = (await page.getByTestId("signing-secret").textContent()) ?? ""
+        assert.match(signingSecret, /^whsec_/)
+        await page.getByLabel("Mission").fill("Write a two-line welcome note")
+        await page.getByRole("button", { name: "Start the run" }).click()
+        await page.getByTestId("run-detail").and(page.locator("[data-status=completed]")).waitFor()
+        assert.isAbove((await page.getByTestId("run-result").textContent())?.length ?? 0, 0)
+        await page.getByTestId("deliveries").getByText("team.run.completed").waitFor()
+        assert.strictEqual(receiver.requests.filter((r) => r.path === "/hook").length, 1)
+        await accessible(page, "10-teams")
+        // Redelivered from the log: the same event id again, logged as a redelivery.
+        await page.getByTestId("deliveries").getByRole("button", { name: /^Redeliver / }).click()
+        await waitUntil("the redelivery", () => receiver.requests.filter((r) => r.path === "/hook").length === 2)
+        const [first, second] = receiver.requests.filter((r) => r.path === "/hook")
+        assert.strictEqual(second!.headers["webhook-id"], first!.headers["webhook-id"])
+        await page.getByRole("button", { name: "Refresh" }).click()
+        await page.getByTestId("deliveries").getByText("(redelivery 1)").waitFor()
+
         // Usage: the key's two requests are counted today, in the chart's table.
         await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Usage and plan" }).click()
         await page.getByTestId("usage-table").waitFor()
         assert.strictEqual(await page.getByTestId("plan").textContent(), "free")
         const today = new Date().toISOString().slice(0, 10)
         const todayRow = await page.getByTestId("usage-table").getByRole("row").filter({ hasText: today }).textContent()
-        assert.match(todayRow ?? "", new RegExp(`^${today}2`))
-        await accessible(page, "06-usage")
+        assert.match(todayRow ?? "", new RegExp(`^${today}2[1-9]`), "two requests, and the chats' and runs' tokens")
+        await accessible(page, "11-usage")
 
         // The checklist shows what was done.
-        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Getting started" }).click()
+        await nav(page, "Getting started")
         await page.getByTestId("step-keys").and(page.locator("[data-done=true]")).waitFor()
-        assert.strictEqual(await page.getByTestId("step-agents").getAttribute("data-done"), "true")
+        for (const step of ["agents", "chat", "orchestrations"]) {
+          assert.strictEqual(await page.getByTestId(`step-${step}`).getAttribute("data-done"), "true", step)
+        }
 
         // Revoke the key, confirming in a dialog; it is refused from then on.
         await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "API keys" }).click()
         await page.getByRole("button", { name: "Revoke ci" }).click()
         const dialog = page.getByRole("dialog", { name: "Revoke “ci”?" })
         await dialog.waitFor()
-        await accessible(page, "07-revoke-dialog")
+        await accessible(page, "12-revoke-dialog")
         await dialog.getByRole("button", { name: "Revoke key" }).click()
         await page.getByText("No keys yet.").waitFor()
         const refused = await fetch(`${base}/api/v1/agents`, { headers: { authorization: `Bearer ${key}` } })
@@ -191,5 +295,5 @@ layer(TestServer.layer({ dashboardEnabled: true }), { excludeTestServices: true 
         const foreign = requests.filter((url) => !url.startsWith(`${base}/`))
         assert.deepStrictEqual(foreign, [])
       })
-    }), { timeout: 180_000 })
+    }), { timeout: 240_000 })
 })

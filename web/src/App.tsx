@@ -4,14 +4,22 @@ import { ProblemMessage, useLoad } from "./components.tsx"
 import { Link, navigate, type Route, useRoute } from "./router.tsx"
 import { AgentsScreen } from "./screens/Agents.tsx"
 import { AuthScreen } from "./screens/Auth.tsx"
+import { ChatScreen } from "./screens/Chat.tsx"
 import { KeysScreen } from "./screens/Keys.tsx"
+import { KnowledgeScreen } from "./screens/Knowledge.tsx"
+import { OrchestrationsScreen } from "./screens/Orchestrations.tsx"
 import { OverviewScreen } from "./screens/Overview.tsx"
+import { TeamsScreen } from "./screens/Teams.tsx"
 import { UsageScreen } from "./screens/Usage.tsx"
 
 const screens: ReadonlyArray<{ readonly path: string; readonly title: string; readonly render: (route: Route) => React.ReactNode }> = [
   { path: "/", title: "Getting started", render: () => <OverviewScreen /> },
   { path: "/keys", title: "API keys", render: () => <KeysScreen /> },
   { path: "/agents", title: "Agents", render: (route) => <AgentsScreen route={route} /> },
+  { path: "/chat", title: "Chat", render: (route) => <ChatScreen route={route} /> },
+  { path: "/orchestrations", title: "Orchestrations", render: (route) => <OrchestrationsScreen route={route} /> },
+  { path: "/knowledge", title: "Knowledge", render: (route) => <KnowledgeScreen route={route} /> },
+  { path: "/teams", title: "Teams", render: (route) => <TeamsScreen route={route} /> },
   { path: "/usage", title: "Usage and plan", render: (route) => <UsageScreen route={route} /> }
 ]
 

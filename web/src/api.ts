@@ -57,6 +57,9 @@ const client = runtime.runPromise(HttpApiClient.make(Api, { transformClient: pro
 
 export type Client = HttpApiClient.ForApi<typeof Api>
 
+/** Paths of the API's routes, built from the same declaration (for event streams and uploads with progress). */
+export const urls = HttpApiClient.urlBuilder(Api)
+
 /** Runs one call of the typed client; a failure rejects with an ApiProblem. */
 export const call = async <A>(f: (client: Client) => Effect.Effect<A, unknown, never>): Promise<A> => {
   const exit = await runtime.runPromiseExit(Effect.flatMap(Effect.promise(() => client), (c) => f(c)))

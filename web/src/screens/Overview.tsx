@@ -1,19 +1,22 @@
 import { call } from "../api.ts"
-import { ApiCall, useLoad } from "../components.tsx"
+import { useLoad } from "../components.tsx"
 import { Link } from "../router.tsx"
 
 /** The first-run checklist, each step read from the account's own data. */
 export const OverviewScreen = () => {
   const progress = useLoad(async () => {
-    const [keys, agents, orchestrations, usage] = await Promise.all([
+    const [keys, agents, executions] = await Promise.all([
       call((c) => c.keys.list()),
       call((c) => c.agents.list({ query: { limit: 20 } })),
-      call((c) => c.orchestrations.list({ query: { limit: 1 } })),
+      call((c) => c.executions.list({ query: { limit: 1 } }))
+    ])
+    // A chat leaves a conversation with an agent that remembers, and spends model tokens with one that does not.
+    const [conversations, usage] = await Promise.all([
+      Promise.all(agents.data.map((agent) => call((c) => c.agents.conversations({ params: { id: agent.id }, query: { limit: 1 } })))),
       call((c) => c.billing.usage({ query: { days: 90 } }))
     ])
-    // A chat spends model tokens: any in the last 90 days counts.
-    const tokens = usage.days.reduce((sum, day) => sum + day.tokens, 0)
-    return { keys: keys.total > 0, agents: agents.data.length > 0, chatted: tokens > 0, orchestrations: orchestrations.data.length > 0 }
+    const chatted = conversations.some((page) => page.total > 0) || usage.days.some((day) => day.tokens > 0)
+    return { keys: keys.total > 0, agents: agents.data.length > 0, chatted, orchestrations: executions.total > 0 }
   }, [])
   const done = progress.data
   const steps = [
@@ -23,13 +26,13 @@ export const OverviewScreen = () => {
       key: "chat",
       done: done?.chatted,
       title: "Chat with it",
-      body: <ApiCall title="Chat with an API key" call={{ method: "POST", path: "/api/v1/agents/AGENT_ID/chat", body: { message: "Hello" }, credential: "key" }} />
+      body: <><Link to="/chat">Chat</Link>: talk to an agent, its reply streamed as it is written.</>
     },
     {
       key: "orchestrations",
       done: done?.orchestrations,
       title: "Run an orchestration",
-      body: <ApiCall title="Define one" call={{ method: "POST", path: "/api/orchestrations", body: { name: "Summarise", steps: [{ id: "s1", agentId: "AGENT_ID", prompt: "Summarise: {{input}}" }] } }} />
+      body: <><Link to="/orchestrations">Orchestrations</Link>: steps of agents, run in the background and followed live.</>
     }
   ]
   return (

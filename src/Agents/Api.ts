@@ -2,6 +2,7 @@ import { Schema, Struct } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import { eventStream } from "../Domain/EventStream.ts"
 import { cursorParam } from "../Domain/Cursor.ts"
 import { AgentId, isId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
@@ -201,10 +202,23 @@ export const TurnList = Schema.Struct({
 const conversationParams = { id: AgentId, conversationId: ConversationId }
 
 // Chat, with an API key or (for the dashboard's playground) a session: one shape, one behaviour.
+/** A streamed chat's events: `delta`s of the reply, then `done` with the response, or `error` with a problem. */
+export const chatEventNames = ["delta", "done", "error"] as const
+export const ChatEvents = eventStream(
+  chatEventNames,
+  Schema.Union([
+    Schema.Struct({ text: Schema.String }).annotate({ description: "`delta`: the next piece of the reply." }),
+    ChatResponse.annotate({ description: "`done`: the response, as without streaming." }),
+    Schema.Struct({ status: Schema.Int, title: Schema.String, detail: Schema.optionalKey(Schema.String) }).annotate({
+      description: "`error`: the problem that ended the stream."
+    })
+  ])
+)
+
 const chatSpec = {
   params: { id: AgentId },
   payload: ChatRequest,
-  success: ChatResponse,
+  success: [ChatResponse, ChatEvents],
   error: [
     NotFound,
     BadRequest,

@@ -3,6 +3,7 @@ import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } f
 import { PageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
 import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
+import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
 import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyStreams } from "../Domain/Problems.ts"
@@ -193,6 +194,34 @@ export const ExecutionList = Schema.Struct({
   nextCursor: Schema.NullOr(Schema.String)
 })
 
+/** The events of an execution's stream, in the order they can come. */
+export const executionEventNames = [
+  "execution.running",
+  "step.started",
+  "step.completed",
+  "execution.completed",
+  "execution.failed",
+  "execution.cancelled",
+  "stream.end"
+] as const
+
+/** What an execution event carries (each kind some of it). */
+export const ExecutionEventData = Schema.Struct({
+  type: Schema.String,
+  stepId: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  at: Schema.optionalKey(Schema.String),
+  status: Schema.optionalKey(ExecutionStatus),
+  output: Schema.optionalKey(Schema.String),
+  error: Schema.optionalKey(Schema.String),
+  tokens: Schema.optionalKey(Schema.Number).annotate({ description: "A completed step's tokens." }),
+  tokensUsed: Schema.optionalKey(Schema.Number).annotate({ description: "The execution's tokens, on its final event." }),
+  reason: Schema.optionalKey(Schema.Literals(["maxDuration", "executionTimeout"])).annotate({
+    description: "Why a `stream.end` ended the stream before the execution finished."
+  })
+})
+
+export const ExecutionEvents = eventStream(executionEventNames, ExecutionEventData)
+
 // Executing and following executions, with an API key or a session (the
 // dashboard): one shape and one documentation, the credential aside.
 const executeSpec = {
@@ -244,7 +273,7 @@ const executionRoutes = <const Name extends string>(
     })),
     HttpApiEndpoint.get("events", "/:id/events", {
       params: { id: Text },
-      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
+      success: ExecutionEvents,
       error: [NotFound, TooManyStreams]
     }).annotateMerge(doc("read", {
       summary: "Follow an execution's events",

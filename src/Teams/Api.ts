@@ -3,6 +3,7 @@ import { HttpApiEndpoint, HttpApiError, HttpApiGroup, HttpApiSchema, OpenApi } f
 import { PageQuery, pageQuery } from "../Agents/Api.ts"
 import { ApiKeyAuth, ApiKeyHeaderAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, TeamId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text } from "../Domain/Input.ts"
 import {
@@ -222,6 +223,41 @@ export class RunNotStarted extends HttpApiError.Problem<RunNotStarted>()("RunNot
   runId: Schema.String
 }) {}
 
+/** The events of a team run's stream, in the order they can come. */
+export const runEventNames = [
+  "run.running",
+  "turn.started",
+  "turn.completed",
+  "run.completed",
+  "run.failed",
+  "run.cancelled",
+  "stream.end"
+] as const
+
+/** What a team run event carries (each kind some of it). */
+export const RunEventData = Schema.Struct({
+  type: Schema.String,
+  turn: Schema.optionalKey(Schema.NullOr(Schema.Int)),
+  at: Schema.optionalKey(Schema.String),
+  status: Schema.optionalKey(RunStatus),
+  index: Schema.optionalKey(Schema.Int),
+  agentId: Schema.optionalKey(Schema.String),
+  role: Schema.optionalKey(Schema.String),
+  content: Schema.optionalKey(Schema.String),
+  tokens: Schema.optionalKey(Schema.Number),
+  closing: Schema.optionalKey(Schema.Boolean).annotate({ description: "A closing turn asked for the final answer at a limit." }),
+  result: Schema.optionalKey(Schema.String),
+  error: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  stopReason: Schema.optionalKey(Schema.NullOr(StopReason)),
+  turns: Schema.optionalKey(Schema.Int),
+  tokensUsed: Schema.optionalKey(Schema.Number),
+  reason: Schema.optionalKey(Schema.Literals(["maxDuration", "runTimeout"])).annotate({
+    description: "Why a `stream.end` ended the stream before the run finished."
+  })
+})
+
+export const RunEvents = eventStream(runEventNames, RunEventData)
+
 const runParams = { id: TeamId, runId: Text }
 
 // The documentation of the run routes, which the management and the key-authenticated groups share.
@@ -403,7 +439,7 @@ export class TeamsApi extends HttpApiGroup.make("teams")
     }).annotateMerge(operation({ ...runDocs.cancel, credential: sessionCredential })),
     HttpApiEndpoint.get("events", "/:id/runs/:runId/events", {
       params: runParams,
-      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
+      success: RunEvents,
       error: [NotFound, TooManyStreams]
     }).annotateMerge(operation({ ...runDocs.events, credential: sessionCredential }))
   )
@@ -453,7 +489,7 @@ const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header
     }).annotateMerge(keyOperation("teams", via, runDocs.cancel)),
     HttpApiEndpoint.get("events", "/:id/runs/:runId/events", {
       params: runParams,
-      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/event-stream" })),
+      success: RunEvents,
       error: [NotFound, TooManyStreams]
     }).annotateMerge(keyOperation("teams", via, runDocs.events))
   )

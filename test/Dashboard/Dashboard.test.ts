@@ -1,7 +1,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Browser, Page } from "playwright-core"
-import { launch, screenshot, seriousViolations } from "../support/Browser.ts"
+import { launch, screenshot, seriousViolations, unreachableByKeyboard } from "../support/Browser.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -54,6 +54,8 @@ const nav = async (page: Page, screen: string) => {
 const accessible = async (page: Page, screen: string) => {
   const violations = await seriousViolations(page)
   assert.deepStrictEqual(violations, [], `${screen}: serious accessibility violations`)
+  // Every control can be reached with the keyboard alone.
+  assert.deepStrictEqual(await unreachableByKeyboard(page), [], `${screen}: controls Tab never reaches`)
   await screenshot(page, screen)
 }
 
@@ -110,11 +112,10 @@ layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), {
         await page.getByRole("button", { name: "Create account" }).click()
         await page.getByRole("heading", { name: "Getting started" }).waitFor()
         assert.strictEqual(await page.getByTestId("step-keys").getAttribute("data-done"), "false")
-        await accessible(page, "03-getting-started")
-
-        // The skip link is the first stop of the keyboard, and leads to the content.
+        // The skip link is the first stop of the keyboard.
         await page.keyboard.press("Tab")
         assert.strictEqual(await page.evaluate("document.activeElement?.textContent"), "Skip to content")
+        await accessible(page, "03-getting-started")
 
         // Make a key, with an expiry preset that shows its date.
         await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "API keys" }).click()

@@ -45,3 +45,37 @@ export const screenshot = async (page: Page, name: string) => {
   await Fs.mkdir(screenshotDir, { recursive: true })
   await page.screenshot({ path: Path.join(screenshotDir, `${name}.png`), fullPage: true })
 }
+
+/**
+ * The visible controls of the page that Tab never reaches (an open modal
+ * dialog keeps focus inside, so then only its controls count). Tabs through
+ * the page once from the top.
+ */
+export const unreachableByKeyboard = async (page: Page): Promise<Array<string>> => {
+  const describe = `(el) => (el.getAttribute("aria-label") || el.textContent || el.getAttribute("name") || el.id || el.tagName).trim().slice(0, 60)`
+  const controls = await page.evaluate(`(() => {
+    const describe = ${describe}
+    const root = document.querySelector("dialog[open]") ?? document
+    const all = [...root.querySelectorAll("a[href], button, input, select, textarea, summary, [tabindex]:not([tabindex='-1'])")]
+    const visible = all.filter((el) => !el.disabled && el.getAttribute("tabindex") !== "-1" &&
+      (el.checkVisibility({ visibilityProperty: true }) || el.matches("input[type=file]")))
+    visible.forEach((el, i) => el.setAttribute("data-focus-probe", String(i)))
+    return visible.length
+  })()`) as number
+  await page.evaluate(`document.activeElement?.blur()`)
+  const reached = new Set<string>()
+  for (let i = 0; i < controls * 2 + 5; i++) {
+    await page.keyboard.press("Tab")
+    const probe = await page.evaluate(`document.activeElement?.getAttribute("data-focus-probe") ?? null`) as string | null
+    if (probe !== null) reached.add(probe)
+    if (reached.size === controls) break
+  }
+  const missed = await page.evaluate(`(() => {
+    const describe = ${describe}
+    const reached = new Set(${JSON.stringify([...reached])})
+    const missed = [...document.querySelectorAll("[data-focus-probe]")].filter((el) => !reached.has(el.getAttribute("data-focus-probe"))).map(describe)
+    document.querySelectorAll("[data-focus-probe]").forEach((el) => el.removeAttribute("data-focus-probe"))
+    return missed
+  })()`) as Array<string>
+  return missed
+}

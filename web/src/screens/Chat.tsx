@@ -1,6 +1,6 @@
 import { type FormEvent, useEffect, useRef, useState } from "react"
 import type { ChatResponse, Turn } from "../../../src/Agents/Api.ts"
-import { call } from "../api.ts"
+import { call, urls } from "../api.ts"
 import { ApiCall, formatDate, ProblemMessage, useLoad } from "../components.tsx"
 import { navigate, type Route, withQuery } from "../router.tsx"
 import { postEventStream } from "../sse.ts"
@@ -58,7 +58,7 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
     abort.current = controller
     try {
       await postEventStream(
-        `/api/agents/${agentId}/chat`,
+        urls.agents.chat({ params: { id: agentId as never } }),
         { message: sent, ...(conversationId ? { conversationId } : {}) },
         (e) => {
           if (e.event === "delta") setLive((t) => t && { ...t, reply: t.reply + (e.data as { text: string }).text })

@@ -1,6 +1,6 @@
 import { type FormEvent, useEffect, useState } from "react"
-import type { Execution, OrchestrationView } from "../../../src/Orchestrations/Api.ts"
-import { ApiProblem, call } from "../api.ts"
+import { type Execution, executionEventNames, type OrchestrationView } from "../../../src/Orchestrations/Api.ts"
+import { ApiProblem, call, urls } from "../api.ts"
 import { ApiCall, Confirm, Field, formatDate, ProblemMessage, useLoad } from "../components.tsx"
 import { navigate, type Route, withQuery } from "../router.tsx"
 import { followEvents } from "../sse.ts"
@@ -31,9 +31,6 @@ const toPayload = (d: Draft) => ({
 })
 
 const finalStatuses = new Set(["completed", "failed", "cancelled"])
-const executionEvents = [
-  "execution.running", "step.started", "step.completed", "execution.completed", "execution.failed", "execution.cancelled", "stream.end"
-]
 
 /**
  * An execution followed live: its stored state, read again at every
@@ -46,7 +43,7 @@ const useLiveExecution = (initial: Execution, onFinal: () => void) => {
   useEffect(() => {
     if (finalStatuses.has(initial.status)) return
     const reread = () => call((c) => c.executions.get({ params: { id: initial.id } })).then(setExecution, () => undefined)
-    const close = followEvents(`/api/executions/${initial.id}/events`, executionEvents, {
+    const close = followEvents(urls.executions.events({ params: { id: initial.id } }), executionEventNames, {
       onOpen: reread,
       onEvent: (event) => {
         const data = event.data as { stepId?: string; tokens?: number }

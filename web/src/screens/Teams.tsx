@@ -1,5 +1,5 @@
 import { type FormEvent, useEffect, useState } from "react"
-import type { Team, TeamRun } from "../../../src/Teams/Api.ts"
+import { runEventNames, type Team, type TeamRun } from "../../../src/Teams/Api.ts"
 import { ApiProblem, call, urls } from "../api.ts"
 import { ApiCall, CopyButton, Field, formatDate, ProblemMessage, useLoad } from "../components.tsx"
 import { navigate, type Route, withQuery } from "../router.tsx"
@@ -37,7 +37,6 @@ const toPayload = (d: Draft) => ({
   room: { outputWebhookUrl: d.webhookUrl === "" ? null : d.webhookUrl, webhookEnabled: d.webhookEnabled }
 })
 
-const runEvents = ["run.running", "turn.started", "turn.completed", "run.completed", "run.failed", "run.cancelled", "stream.end"]
 const final = new Set(["completed", "failed", "cancelled"])
 
 /** A run and its transcript, read again at every (re)connection of its event stream and after each turn. */
@@ -46,7 +45,7 @@ const RunDetail = ({ teamId, runId, onFinal }: { readonly teamId: string; readon
   const [speaking, setSpeaking] = useState<string>()
   useEffect(() => {
     if (run.data && final.has(run.data.status)) return
-    const close = followEvents(urls.teams.events({ params: { id: teamId as never, runId } }), runEvents, {
+    const close = followEvents(urls.teams.events({ params: { id: teamId as never, runId } }), runEventNames, {
       onOpen: run.reload,
       onEvent: (event) => {
         const data = event.data as { agentId?: string }

@@ -1,7 +1,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Browser, Page } from "playwright-core"
-import { launch, screenshot, seriousViolations, unreachableByKeyboard } from "../support/Browser.ts"
+import { launch, resetScreenshots, screenshot, seriousViolations, unreachableByKeyboard } from "../support/Browser.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -90,6 +90,7 @@ layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), {
       const client = yield* TestClient
       const base = client.baseUrl
       const receiver = yield* FakeReceiver.make
+      yield* Effect.promise(resetScreenshots)
       yield* withBrowser(async (page, requests) => {
         await page.goto(`${base}/`)
         await page.waitForURL(`${base}/app/`)

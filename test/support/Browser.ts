@@ -41,6 +41,9 @@ export const seriousViolations = async (page: Page): Promise<Array<Violation>> =
 /** Where the dashboard test writes its screenshots, for people to look at: DASHBOARD_SCREENSHOTS or test-results/dashboard. */
 export const screenshotDir = Path.resolve(import.meta.dirname, "..", "..", process.env.DASHBOARD_SCREENSHOTS ?? "test-results/dashboard")
 
+/** Empties the screenshot folder, so it shows one run. */
+export const resetScreenshots = () => Fs.rm(screenshotDir, { recursive: true, force: true })
+
 export const screenshot = async (page: Page, name: string) => {
   await Fs.mkdir(screenshotDir, { recursive: true })
   await page.screenshot({ path: Path.join(screenshotDir, `${name}.png`), fullPage: true })

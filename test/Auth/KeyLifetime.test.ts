@@ -3,18 +3,6 @@ import { Duration, Effect } from "effect"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
-/** Polls `check` every 50 ms until it returns a value, for at most `timeoutMs`. */
-const waitFor = <A>(what: string, check: Effect.Effect<A | undefined>, timeoutMs = 10_000) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const value = yield* check
-      if (value !== undefined) return value
-      yield* Effect.sleep("50 millis")
-    }
-    return assert.fail(`Timed out waiting for ${what}`)
-  })
-
 layer(TestServer.layer({ apiKeyLastUsedFlush: Duration.millis(100) }), { excludeTestServices: true })(
   "API key expiry and last use",
   (it) => {
@@ -32,7 +20,7 @@ layer(TestServer.layer({ apiKeyLastUsedFlush: Duration.millis(100) }), { exclude
           // Used (and cached) before it expires.
           const before = yield* client.request("GET", "/api/v1/agents", { headers: key })
           assert.strictEqual(before.status, 200)
-          const refusedAt = yield* waitFor("the key to expire", Effect.gen(function*() {
+          const refusedAt = yield* TestServer.waitFor("the key to expire", Effect.gen(function*() {
             const response = yield* client.request("GET", "/api/v1/agents", { headers: key })
             if (response.status === 200) return undefined
             assert.strictEqual(response.status, 401, response.text)
@@ -94,7 +82,7 @@ layer(TestServer.layer({ apiKeyLastUsedFlush: Duration.millis(100) }), { exclude
             client.request("GET", "/api/keys", { headers: session }).pipe(
               Effect.map((list) => list.body.data.find((key: any) => key.id === id)?.lastUsedAt as string | null)
             )
-          const recorded = yield* waitFor("the first use to be recorded", lastUsedOf(used.id).pipe(
+          const recorded = yield* TestServer.waitFor("the first use to be recorded", lastUsedOf(used.id).pipe(
             Effect.map((at) => at === null ? undefined : Date.parse(at))
           ))
           assert.isAtLeast(recorded, firstUse - 1_000)
@@ -103,7 +91,7 @@ layer(TestServer.layer({ apiKeyLastUsedFlush: Duration.millis(100) }), { exclude
 
           // A later use moves it on.
           const secondUse = Date.now()
-          yield* waitFor("a later use to be recorded", Effect.gen(function*() {
+          yield* TestServer.waitFor("a later use to be recorded", Effect.gen(function*() {
             yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(used.key) })
             const at = yield* lastUsedOf(used.id)
             return at !== null && Date.parse(at) >= secondUse ? at : undefined

@@ -9,18 +9,6 @@ import { TestClient } from "../support/TestServer.ts"
 // does, for the session's tenant only, and refusing cookie writes from a
 // foreign origin.
 
-/** Polls `check` every 50 ms until it returns a value, for at most `timeoutMs`. */
-const waitFor = <A>(what: string, check: Effect.Effect<A | undefined>, timeoutMs = 15_000) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const value = yield* check
-      if (value !== undefined) return value
-      yield* Effect.sleep("50 millis")
-    }
-    return assert.fail(`Timed out waiting for ${what}`)
-  })
-
 layer(TestServer.layer(), { excludeTestServices: true })("session twins of the key routes", (it) => {
   it.effect("chat with a session answers like the key route, as JSON and as server-sent events", () =>
     Effect.gen(function*() {
@@ -113,7 +101,7 @@ layer(TestServer.layer(), { excludeTestServices: true })("session twins of the k
       const started = yield* client.request("POST", `/api/teams/${team.id}/run`, { headers: session, body: { mission: "Plan a picnic" } })
       assert.strictEqual(started.status, 202, started.text)
       assert.deepStrictEqual(Object.keys(started.body).sort(), ["mode", "runId", "status"])
-      const run = yield* waitFor("the run to complete", Effect.gen(function*() {
+      const run = yield* TestServer.waitFor("the run to complete", Effect.gen(function*() {
         const read = yield* client.request("GET", `/api/teams/${team.id}/runs/${started.body.runId}`, { headers: session })
         return read.body.status === "completed" ? read.body : undefined
       }))

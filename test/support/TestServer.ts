@@ -137,6 +137,18 @@ export const signUp = (name = "Test User") =>
 
 export const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
 
+/** Polls `check` every 50 ms until it returns a value, for at most `timeoutMs`; fails the test after that. */
+export const waitFor = <A>(what: string, check: Effect.Effect<A | undefined>, timeoutMs = 15_000) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + timeoutMs
+    while (Date.now() < deadline) {
+      const value = yield* check
+      if (value !== undefined) return value
+      yield* Effect.sleep("50 millis")
+    }
+    return yield* Effect.die(new Error(`Timed out waiting for ${what}`))
+  })
+
 /** Creates an API key for the account; returns its plaintext. */
 export const createKey = (account: Account, scopes?: ReadonlyArray<string>) =>
   Effect.gen(function*() {

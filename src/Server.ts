@@ -1,4 +1,4 @@
-import { NodeHttpServer } from "@effect/platform-node"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Duration, Effect, Layer } from "effect"
 import { ClusterWorkflowEngine } from "effect/cluster"
 import { HttpRouter } from "effect/http"

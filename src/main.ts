@@ -1,4 +1,4 @@
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer } from "effect"
 import { AppConfig } from "./Config.ts"
 import * as Observability from "./Platform/Observability.ts"

@@ -1,4 +1,4 @@
-import { NodeServices } from "@effect/platform-node"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Context, Duration, Effect, Layer, Option, type Redacted, String } from "effect"
 import { Reactivity } from "effect/reactivity"

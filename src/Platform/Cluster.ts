@@ -1,4 +1,5 @@
-import { NodeClusterSocket, NodeCrypto } from "@effect/platform-node"
+import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
+import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import { Duration, Effect, Layer, Option } from "effect"
 import {
   MessageStorage,

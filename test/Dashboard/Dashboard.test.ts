@@ -2,6 +2,7 @@ import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Browser, Page } from "playwright-core"
 import { launch, resetScreenshots, screenshot, seriousViolations, unreachableByKeyboard } from "../support/Browser.ts"
+import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -59,7 +60,9 @@ const accessible = async (page: Page, screen: string) => {
   await screenshot(page, screen)
 }
 
-layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), { excludeTestServices: true })("the dashboard", (it) => {
+layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, webhookAllowPrivate: true }), {
+  excludeTestServices: true
+})("the dashboard", (it) => {
   it.effect("serves the single page at /app with cached hashed assets, and / redirects there", () =>
     Effect.gen(function*() {
       const client = yield* TestClient
@@ -90,6 +93,7 @@ layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), {
       const client = yield* TestClient
       const base = client.baseUrl
       const receiver = yield* FakeReceiver.make
+      const openai = yield* FakeOpenAi
       yield* Effect.promise(resetScreenshots)
       yield* withBrowser(async (page, requests) => {
         await page.goto(`${base}/`)
@@ -181,6 +185,32 @@ layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), {
         await page.getByTestId("messages").getByRole("listitem").nth(1).getByText("local ·").waitFor()
         await page.getByRole("link", { name: /2 turns/ }).waitFor()
         await accessible(page, "06-chat")
+
+        // A reply that stalls midway is stopped from the page: its text so far stays, no turn is stored,
+        // and the next message is answered.
+        await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Agents" }).click()
+        await page.getByRole("button", { name: "New agent" }).click()
+        await page.getByLabel("Name").fill("Streamer")
+        await page.getByLabel("Model").fill("openai/gpt-4o-mini")
+        await page.getByRole("button", { name: "Create agent" }).click()
+        await page.getByRole("heading", { name: "Edit Streamer" }).waitFor()
+        const streamerId = new URL(page.url()).searchParams.get("agent")!
+        openai.script({ text: "first second third fourth fifth", stallAfter: 2 })
+        await nav(page, "Chat")
+        await page.getByLabel("Agent").selectOption({ label: "Streamer (openai/gpt-4o-mini)" })
+        await page.getByLabel("Message").fill("Tell me a long story")
+        await page.getByRole("button", { name: "Send" }).click()
+        await page.getByTestId("live-turn").getByText("first second").waitFor()
+        await page.getByRole("button", { name: "Stop" }).click()
+        await page.getByTestId("live-turn").getByText("Stopped.").waitFor()
+        const stored = await page.evaluate(`fetch("/api/agents/${streamerId}/conversations").then((r) => r.json())`) as {
+          data: Array<{ turns: number }>
+        }
+        assert.strictEqual(stored.data.reduce((sum, c) => sum + c.turns, 0), 0, "a stopped reply is not stored")
+        await page.getByLabel("Message").fill("A short one, then")
+        await page.getByRole("button", { name: "Send" }).click()
+        // (The reply's model and tokens: on the live turn, then on the stored one that replaces it.)
+        await page.getByTestId("messages").getByText(/gpt-4o-mini · \d+ tokens/).first().waitFor()
 
         // An orchestration: a step that refers to a step it does not wait for is refused, on that step.
         await nav(page, "Orchestrations")

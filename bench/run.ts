@@ -9,6 +9,7 @@ import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import pg from "pg"
+import { openLoop, type OpenLoopResult } from "./OpenLoop.ts"
 import { json, openDatabase, root, signUp, spawn } from "./Support.ts"
 
 const seconds = Number(process.env.BENCH_SECONDS ?? 10)
@@ -47,9 +48,25 @@ const row = (name: string, result: Awaited<ReturnType<typeof load>>) =>
 const ratio = (a: { requests: { average: number } }, b: { requests: { average: number } }) =>
   (a.requests.average / b.requests.average).toFixed(2)
 
+const pacedRow = (name: string, result: OpenLoopResult, cpuPerRequest?: number) =>
+  `${name.padEnd(50)} ${String(result.ok).padStart(6)} answered  p50 ${result.p50.toFixed(2)} ms  p99 ${
+    result.p99.toFixed(2)
+  } ms  max ${result.max.toFixed(1)} ms${
+    cpuPerRequest === undefined ? "" : `  ${Math.round(cpuPerRequest)} µs CPU/req`
+  }  failed ${result.failed}`
+
+const providerModel = "gpt-4o-mini"
+
+/** The instant provider on a free port, ready (it answers anything but its one route with a 404). */
+const spawnProvider = () => spawn("bench/provider.ts", {})
+
 const main = async () => {
   const { close, databaseUrl } = await openDatabase("bench")
-  const service = await spawn("src/main.ts", { DATABASE_URL: databaseUrl })
+  // An instant OpenAI-compatible provider: chat through the service is
+  // compared with calling it directly.
+  const provider = await spawnProvider()
+  const providerEnv = { OPENAI_BASE_URL: `${provider.url}/v1`, OPENAI_API_KEY: "bench-provider-key" }
+  const service = await spawn("src/main.ts", { DATABASE_URL: databaseUrl, ...providerEnv })
   const pid = service.child.pid!
   try {
     const idleRss = await rssMb(pid)
@@ -63,6 +80,11 @@ const main = async () => {
         body: JSON.stringify({ name: `Agent ${i}`, memoryEnabled: false })
       }))
     }
+    const providerAgent = await json(`${service.url}/api/agents`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify({ name: "Instant provider", model: `openai/${providerModel}`, memoryEnabled: false })
+    })
     const orchestration = await json(`${service.url}/api/orchestrations`, {
       method: "POST",
       headers: auth,
@@ -71,7 +93,7 @@ const main = async () => {
     const baseline = await spawn("bench/baseline.ts", { DATABASE_URL: databaseUrl })
     const baselinePid = baseline.child.pid!
     // The same service without daily limits, on the same database, to price the counting.
-    const uncounted = await spawn("src/main.ts", { DATABASE_URL: databaseUrl, ENFORCE_DAILY_LIMITS: "false" })
+    const uncounted = await spawn("src/main.ts", { DATABASE_URL: databaseUrl, ENFORCE_DAILY_LIMITS: "false", ...providerEnv })
     // A warm start: the database is migrated and the modules are in the file cache.
     const warmStartMs = uncounted.readyMs
     const db = new pg.Client({ connectionString: databaseUrl })
@@ -143,10 +165,31 @@ const main = async () => {
     }
     await warm(chatOptions.url, chatOptions)
     const chat = await load(pid, chatOptions)
+    // The overhead: the same open loop at a fixed rate, on the instant
+    // provider directly and then through the service (an agent on it).
     const chatRate = 200
-    const chatPaced = await load(pid, { ...chatOptions, overallRate: chatRate })
+    const paced = (url: string, headers: Record<string, string>, body: () => string) =>
+      openLoop({ url, headers, body, rate: chatRate, seconds })
+    const directBody = () =>
+      JSON.stringify({
+        model: providerModel,
+        messages: [{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "Hello, how are you?" }]
+      })
+    const directUrl = `${provider.url}/v1/chat/completions`
+    const directHeaders = { authorization: "Bearer bench-provider-key" }
+    const viaUrl = `${service.url}/api/v1/agents/${providerAgent.id}/chat`
+    const viaBody = () => JSON.stringify({ message: "Hello, how are you?" })
+    await openLoop({ url: directUrl, headers: directHeaders, body: directBody, rate: chatRate, seconds: 2 })
+    const direct = await paced(directUrl, directHeaders, directBody)
+    await openLoop({ url: viaUrl, headers: keyHeader, body: viaBody, rate: chatRate, seconds: 2 })
+    const viaCpuBefore = await cpuMicros(pid)
+    const via = await paced(viaUrl, keyHeader, viaBody)
+    const viaCpu = (await cpuMicros(pid) - viaCpuBefore) / Math.max(1, via.ok)
     const loadedRss = await rssMb(pid)
     await db.end()
+    // Memory a minute after the load: what the service gives back.
+    await new Promise((resolve) => setTimeout(resolve, 60_000))
+    const settledRss = await rssMb(pid)
 
     console.log(`\n${seconds}s per measurement, ${connections} connections, ${Os.cpus().length} cores\n`)
     console.log(row("baseline: fastify + pg, SELECT by id", select))
@@ -155,7 +198,8 @@ const main = async () => {
     console.log(row("baseline: fastify + pg, INSERT", insert))
     console.log(row("POST /api/v1/orchestrations/{id}/execute", execute))
     console.log(row("POST /api/v1/agents/{id}/chat (local model)", chat))
-    console.log(row(`same, open loop at ${chatRate} req/s`, chatPaced))
+    console.log(pacedRow(`instant provider directly, ${chatRate} req/s open loop`, direct))
+    console.log(pacedRow(`chat through the service on it, ${chatRate} req/s`, via, viaCpu))
     console.log(`\nGET /api/v1/agents / SELECT baseline: ${ratio(list, select)}x (target 0.8x)`)
     console.log(`counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`)
     console.log(`execute / INSERT baseline: ${ratio(execute, insert)}x (target 0.6x)`)
@@ -164,12 +208,30 @@ const main = async () => {
         executeSeconds.toFixed(1)
       } s from the first request: ${Math.round(completed / executeSeconds)} per second (target 1,000)`
     )
-    console.log(`chat latency, closed loop: p50 ${chat.latency.p50} ms, p99 ${chat.latency.p99} ms (target p50 2 ms, p99 10 ms)`)
-    console.log(`chat latency, ${chatRate} req/s: p50 ${chatPaced.latency.p50} ms, p99 ${chatPaced.latency.p99} ms`)
-    console.log(`service RSS: idle ${idleRss} MB, after load ${loadedRss} MB (targets 150 / 400 MB)`)
+    console.log(`chat latency, local model, closed loop: p50 ${chat.latency.p50} ms, p99 ${chat.latency.p99} ms`)
+    console.log(
+      `chat overhead at ${chatRate} req/s over the provider directly: p50 +${(via.p50 - direct.p50).toFixed(2)} ms, p99 +${
+        (via.p99 - direct.p99).toFixed(2)
+      } ms (targets 2 / 10 ms)`
+    )
+    console.log(
+      `service RSS: idle ${idleRss} MB, after load ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
+    )
     console.log(`warm start until /health/ready: ${warmStartMs} ms (target 3,000 ms)`)
+
+    const figures: Array<[string, string, string]> = [
+      ["GET /api/v1/agents / SELECT by id", `${ratio(list, select)}x`, ">= 0.8x"],
+      ["POST .../execute / INSERT", `${ratio(execute, insert)}x`, ">= 0.6x"],
+      ["one-step executions per second", String(Math.round(completed / executeSeconds)), ">= 1,000"],
+      ["chat added p50 / p99 at 200 req/s", `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`, "<= 2 / 10 ms"],
+      ["RSS idle / after load / 60 s later", `${idleRss} / ${loadedRss} / ${settledRss} MB`, "<= 150 / 400 / 250 MB"],
+      ["warm start", `${warmStartMs} ms`, "<= 3,000 ms"]
+    ]
+    console.log(`\n| figure | measured | target |\n|---|---|---|`)
+    for (const [name, value, target] of figures) console.log(`| ${name} | ${value} | ${target} |`)
     baseline.child.kill("SIGTERM")
   } finally {
+    provider.child.kill("SIGTERM")
     service.child.kill("SIGTERM")
     await new Promise((resolve) => service.child.once("exit", resolve))
     await close()

@@ -97,13 +97,14 @@ export const EntitiesLayer = Layer.mergeAll(
   Webhooks.sweeper
 ).pipe(
   Layer.provide([
-    Models.layer,
     AgentsRepo.layer,
     ExecutionsRepo.layer,
     TokenBudget.layer,
     TeamsRepo.layer,
     KnowledgeSearch.layer
   ]),
+  // One model client per process: chats of agents without memory call it from the routes.
+  Layer.provideMerge(Models.layer),
   Layer.provideMerge(Webhooks.layer),
   Layer.provideMerge(ClusterWorkflowEngine.layer),
   Layer.provideMerge(Cluster.layer)

@@ -8,7 +8,7 @@ import { toSource } from "../Knowledge/Grounding.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Agents } from "./Agents.ts"
 import { type ChatRequest, defaultPageSize, isConversationId, isTurnIndex } from "./Api.ts"
-import { type ChatEvent, type ChatFailed, Conversation, entityId } from "./Conversation.ts"
+import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
 
 const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
@@ -41,6 +41,9 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     const budget = yield* TokenBudget
     const knowledge = yield* KnowledgeSearch
     const clientFor = yield* Conversation.client
+    // Turns of agents without memory: nothing is kept per conversation, so
+    // they run here, without a trip through the cluster.
+    const stateless = yield* makeTurns
     // A turn may take every retry of the model call; past that the cluster is not answering.
     const callBound = Duration.sum(
       Duration.times(config.modelTimeout, config.modelMaxRetries + 1),
@@ -63,7 +66,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
         : []
       const conversationId = request.conversationId ?? newId()
       return {
-        client: clientFor(entityId(tenantId, agentId, conversationId)),
+        turns: agent.memoryEnabled ? entityTurns(entityId(tenantId, agentId, conversationId)) : stateless,
         input: {
           tenantId,
           agentId,
@@ -77,9 +80,15 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       }
     })
 
+    // A conversation with memory is its entity's: one turn at a time, on the node that holds it.
+    const entityTurns = (id: string) => {
+      const client = clientFor(id)
+      return { send: client.Send, streamReply: client.StreamReply }
+    }
+
     const send = Effect.fn("Chat.send")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
-      const { client, input } = yield* prepare(tenantId, agentId, request)
-      return yield* client.Send(input).pipe(
+      const { input, turns } = yield* prepare(tenantId, agentId, request)
+      return yield* turns.send(input).pipe(
         Effect.mapError(toProblem),
         Effect.timeoutOrElse({ duration: callBound, orElse: () => Effect.fail(unreachable) })
       )
@@ -87,8 +96,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
 
     /** The reply as events; errors before or during the stream become problems. */
     const stream = Effect.fn("Chat.stream")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
-      const { client, input } = yield* prepare(tenantId, agentId, request)
-      return client.StreamReply(input).pipe(
+      const { input, turns } = yield* prepare(tenantId, agentId, request)
+      return turns.streamReply(input).pipe(
         Stream.mapError(toProblem),
         Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) })
       ) as Stream.Stream<ChatEvent, GatewayTimeout | BadGateway | ServiceUnavailable>

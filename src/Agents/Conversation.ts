@@ -38,7 +38,7 @@ const TurnInput = Schema.Struct({
   /** Retrieved for this message from the agent's knowledge bases, best first; absent for an agent without any. */
   sources: Schema.optionalKey(Schema.Array(GroundingSource))
 })
-type TurnInput = typeof TurnInput.Type
+export type TurnInput = typeof TurnInput.Type
 
 export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
   reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel", "DatabaseUnavailable"]),
@@ -103,152 +103,172 @@ const withDatabase = <A, R>(effect: Effect.Effect<A, never, R>): Effect.Effect<A
     )
   )
 
-export const layer = Conversation.toLayer(
-  Effect.gen(function*() {
-    const models = yield* Models
-    const repo = yield* AgentsRepo
-    const tokenBudget = yield* TokenBudget
-    // Only the newest turns whose tokens fit the model's whole context budget
-    // (the most any prompt can carry) are held, oldest first; older turns stay
-    // in Postgres. Loaded on the first message that needs them; the entity is
-    // the only writer of its conversation.
-    let history: Array<StoredTurn> | undefined
-    let held = 0
+/**
+ * The turns of one conversation: what the entity runs, and what a chat with
+ * an agent without memory runs on the node that took the request (nothing is
+ * stored per conversation then, so there is nothing to keep in order and no
+ * entity to route to). Each call of this holds its own history.
+ */
+export const makeTurns = Effect.gen(function*() {
+  const models = yield* Models
+  const repo = yield* AgentsRepo
+  const tokenBudget = yield* TokenBudget
+  // Only the newest turns whose tokens fit the model's whole context budget
+  // (the most any prompt can carry) are held, oldest first; older turns stay
+  // in Postgres. Loaded on the first message that needs them; the entity is
+  // the only writer of its conversation.
+  let history: Array<StoredTurn> | undefined
+  let held = 0
 
-    const costOf = (message: string, reply: string) => models.countTokens(message) + models.countTokens(reply)
+  const costOf = (message: string, reply: string) => models.countTokens(message) + models.countTokens(reply)
 
-    // Newest first, a batch at a time, until a turn does not fit: a long
-    // conversation costs what fits the budget, not its whole history.
-    const loadBatch = 32
-    const newestBefore = (input: TurnInput, before: number | null): Effect.Effect<ReadonlyArray<StoredRow>, ChatFailed> =>
-      withDatabase(repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
-        before,
-        limit: loadBatch
-      }))
-    const loadHistory = (input: TurnInput) =>
-      Effect.gen(function*() {
-        if (history !== undefined) return history
-        const budget = models.contextBudget(input.model)
-        const newestFirst: Array<StoredTurn> = []
-        let total = 0
-        let before: number | null = null
-        load: while (true) {
-          const rows: ReadonlyArray<StoredRow> = yield* newestBefore(input, before)
-          for (const row of rows) {
-            const cost = costOf(row.message, row.reply)
-            if (total + cost > budget) break load
-            total += cost
-            newestFirst.push({ message: row.message, reply: row.reply, cost })
-          }
-          if (rows.length < loadBatch) break
-          before = rows[rows.length - 1]!.seq
+  // Newest first, a batch at a time, until a turn does not fit: a long
+  // conversation costs what fits the budget, not its whole history.
+  const loadBatch = 32
+  const newestBefore = (input: TurnInput, before: number | null): Effect.Effect<ReadonlyArray<StoredRow>, ChatFailed> =>
+    withDatabase(repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
+      before,
+      limit: loadBatch
+    }))
+  const loadHistory = (input: TurnInput) =>
+    Effect.gen(function*() {
+      if (history !== undefined) return history
+      const budget = models.contextBudget(input.model)
+      const newestFirst: Array<StoredTurn> = []
+      let total = 0
+      let before: number | null = null
+      load: while (true) {
+        const rows: ReadonlyArray<StoredRow> = yield* newestBefore(input, before)
+        for (const row of rows) {
+          const cost = costOf(row.message, row.reply)
+          if (total + cost > budget) break load
+          total += cost
+          newestFirst.push({ message: row.message, reply: row.reply, cost })
         }
-        history = newestFirst.reverse()
-        held = total
-        return history
-      })
-
-    /**
-     * The system prompt (the instructions, then the sources that fit in half
-     * of what the instructions and the message leave), and the history that
-     * fits the rest of the model's budget, newest kept.
-     */
-    const prompt = (input: TurnInput) =>
-      Effect.gen(function*() {
-        const room = models.contextBudget(input.model) - models.countTokens(input.instructions) -
-          models.countTokens(input.message)
-        const sources = input.sources === undefined ? undefined : fitSources(input.sources, Math.floor(room / 2))
-        const system = withSources(input.instructions, sources ?? [])
-        const newMessage: ChatMessage = { role: "user", content: input.message }
-        if (!input.memoryEnabled) return { system, sources, messages: [newMessage] }
-        const turns = yield* loadHistory(input)
-        let budget = models.contextBudget(input.model) - models.countTokens(system) - models.countTokens(input.message)
-        let first = turns.length
-        while (first > 0 && turns[first - 1]!.cost <= budget) {
-          first--
-          budget -= turns[first]!.cost
-        }
-        const messages: Array<ChatMessage> = []
-        for (const turn of turns.slice(first)) {
-          messages.push({ role: "user", content: turn.message }, { role: "assistant", content: turn.reply })
-        }
-        messages.push(newMessage)
-        return { system, sources, messages }
-      })
-
-    const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
-      Effect.gen(function*() {
-        // Charged here, where the tokens are known, even if the caller has stopped waiting.
-        yield* withDatabase(tokenBudget.charge(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens))
-        yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
-        if (!input.memoryEnabled) return
-        const turns = yield* loadHistory(input)
-        yield* withDatabase(repo.appendTurn({
-          tenantId: input.tenantId as TenantId,
-          agentId: input.agentId as AgentId,
-          conversationId: input.conversationId,
-          message: input.message,
-          reply: storable(reply.text),
-          model: reply.model,
-          inputTokens: reply.inputTokens,
-          outputTokens: reply.outputTokens,
-          createdAt,
-          completedAt: new Date()
-        }))
-        const cost = costOf(input.message, reply.text)
-        turns.push({ message: input.message, reply: reply.text, cost })
-        held += cost
-        // The oldest turns leave memory once they could no longer be sent.
-        const budget = models.contextBudget(input.model)
-        while (turns.length > 0 && held > budget) held -= turns.shift()!.cost
-      })
-
-    const toResponse = (
-      input: TurnInput,
-      reply: ModelReply,
-      sources: ReadonlyArray<GroundingSource> | undefined
-    ): ChatResponse => ({
-      reply: reply.text,
-      conversationId: input.conversationId,
-      tokens: reply.inputTokens + reply.outputTokens,
-      model: reply.model,
-      ...(sources === undefined ? {} : { sources: citations(sources) })
+        if (rows.length < loadBatch) break
+        before = rows[rows.length - 1]!.seq
+      }
+      history = newestFirst.reverse()
+      held = total
+      return history
     })
 
-    return Conversation.of({
-      Send: Effect.fn("Conversation.send")(function*({ payload }) {
+  /**
+   * The system prompt (the instructions, then the sources that fit in half
+   * of what the instructions and the message leave), and the history that
+   * fits the rest of the model's budget, newest kept.
+   */
+  const prompt = (input: TurnInput) =>
+    Effect.gen(function*() {
+      const room = models.contextBudget(input.model) - models.countTokens(input.instructions) -
+        models.countTokens(input.message)
+      const sources = input.sources === undefined ? undefined : fitSources(input.sources, Math.floor(room / 2))
+      const system = withSources(input.instructions, sources ?? [])
+      const newMessage: ChatMessage = { role: "user", content: input.message }
+      if (!input.memoryEnabled) return { system, sources, messages: [newMessage] }
+      const turns = yield* loadHistory(input)
+      let budget = models.contextBudget(input.model) - models.countTokens(system) - models.countTokens(input.message)
+      let first = turns.length
+      while (first > 0 && turns[first - 1]!.cost <= budget) {
+        first--
+        budget -= turns[first]!.cost
+      }
+      const messages: Array<ChatMessage> = []
+      for (const turn of turns.slice(first)) {
+        messages.push({ role: "user", content: turn.message }, { role: "assistant", content: turn.reply })
+      }
+      messages.push(newMessage)
+      return { system, sources, messages }
+    })
+
+  const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
+    Effect.gen(function*() {
+      // Charged here, where the tokens are known, even if the caller has stopped waiting.
+      yield* withDatabase(tokenBudget.charge(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens))
+      yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
+      if (!input.memoryEnabled) return
+      const turns = yield* loadHistory(input)
+      yield* withDatabase(repo.appendTurn({
+        tenantId: input.tenantId as TenantId,
+        agentId: input.agentId as AgentId,
+        conversationId: input.conversationId,
+        message: input.message,
+        reply: storable(reply.text),
+        model: reply.model,
+        inputTokens: reply.inputTokens,
+        outputTokens: reply.outputTokens,
+        createdAt,
+        completedAt: new Date()
+      }))
+      const cost = costOf(input.message, reply.text)
+      turns.push({ message: input.message, reply: reply.text, cost })
+      held += cost
+      // The oldest turns leave memory once they could no longer be sent.
+      const budget = models.contextBudget(input.model)
+      while (turns.length > 0 && held > budget) held -= turns.shift()!.cost
+    })
+
+  const toResponse = (
+    input: TurnInput,
+    reply: ModelReply,
+    sources: ReadonlyArray<GroundingSource> | undefined
+  ): ChatResponse => ({
+    reply: reply.text,
+    conversationId: input.conversationId,
+    tokens: reply.inputTokens + reply.outputTokens,
+    model: reply.model,
+    ...(sources === undefined ? {} : { sources: citations(sources) })
+  })
+
+  return {
+    send: Effect.fn("Conversation.send")(function*(payload: TurnInput) {
+      const createdAt = new Date()
+      const { messages, sources, system } = yield* prompt(payload)
+      const reply = yield* models.generate({ model: payload.model, system, messages }).pipe(
+        Effect.mapError(toChatFailed)
+      )
+      // Once the model has answered, its tokens are charged (and the turn
+      // stored) even if the caller stops waiting.
+      yield* Effect.uninterruptible(remember(payload, reply, createdAt))
+      return toResponse(payload, reply, sources)
+    }),
+    // The turn is stored when the model is done and before `Done` is sent; a
+    // stream interrupted earlier (the client went away) stores nothing.
+    streamReply: (payload: TurnInput) =>
+      Stream.unwrap(Effect.gen(function*() {
         const createdAt = new Date()
         const { messages, sources, system } = yield* prompt(payload)
-        const reply = yield* models.generate({ model: payload.model, system, messages }).pipe(
-          Effect.mapError(toChatFailed)
-        )
-        yield* remember(payload, reply, createdAt)
-        return toResponse(payload, reply, sources)
-      }),
-      // The turn is stored when the model is done and before `Done` is sent; a
-      // stream interrupted earlier (the client went away) stores nothing.
-      StreamReply: ({ payload }) =>
-        Stream.unwrap(Effect.gen(function*() {
-          const createdAt = new Date()
-          const { messages, sources, system } = yield* prompt(payload)
-          return models.stream({ model: payload.model, system, messages }).pipe(
-            Stream.mapError(toChatFailed),
-            Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> =>
-              event._tag === "Delta"
-                ? Effect.succeed({ _tag: "Delta", text: event.text })
-                : Effect.as(remember(payload, event.reply, createdAt), {
-                  _tag: "Done",
-                  response: toResponse(payload, event.reply, sources)
-                })
-            )
+        return models.stream({ model: payload.model, system, messages }).pipe(
+          Stream.mapError(toChatFailed),
+          Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> =>
+            event._tag === "Delta"
+              ? Effect.succeed({ _tag: "Delta", text: event.text })
+              : Effect.as(remember(payload, event.reply, createdAt), {
+                _tag: "Done",
+                response: toResponse(payload, event.reply, sources)
+              })
           )
-        })),
-      Forget: Effect.fn("Conversation.forget")(function*({ payload }) {
-        history = undefined
-        held = 0
-        return yield* repo.forget(payload.tenantId as TenantId, payload.agentId as AgentId, payload.conversationId)
-      })
+        )
+      })),
+    forget: Effect.fn("Conversation.forget")(function*(payload: typeof Forget.payloadSchema.Type) {
+      history = undefined
+      held = 0
+      return yield* repo.forget(payload.tenantId as TenantId, payload.agentId as AgentId, payload.conversationId)
     })
-  }),
-  { maxIdleTime: "10 minutes" }
+  } as const
+})
+
+/**
+ * A conversation with memory lives on one node while it is used; one idle for
+ * two minutes leaves memory (its turns are in Postgres and are read again on
+ * its next message), so a burst of conversations does not stay resident.
+ */
+export const layer = Conversation.toLayer(
+  Effect.map(makeTurns, (turns) =>
+    Conversation.of({
+      Send: ({ payload }) => turns.send(payload),
+      StreamReply: ({ payload }) => turns.streamReply(payload),
+      Forget: ({ payload }) => turns.forget(payload)
+    })),
+  { maxIdleTime: "2 minutes" }
 )

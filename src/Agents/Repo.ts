@@ -1,11 +1,19 @@
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Cache, Context, Duration, Effect, Exit, Layer, Option, Queue, Schedule, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { tenantPage } from "../Database/Page.ts"
+import { ListenerSql } from "../Database/Sql.ts"
 import { pageOf } from "../Domain/Cursor.ts"
 import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from "./Api.ts"
 
 const columns = "id, name, description, model, instructions, status, memory_enabled, knowledge_ids, created_at, updated_at"
+
+/** Notified with `tenantId/agentId` when an agent changes or is deleted, in the same transaction. */
+export const agentChangedChannel = "agent_changed"
+
+// How long a node trusts an agent it has read. Changes reach every node at
+// once through notifications; this only bounds what a missed one could cost.
+const agentCacheTtl = Duration.minutes(5)
 
 /** All SQL of agents; every statement is scoped by tenant. */
 export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/AgentsRepo", {
@@ -68,7 +76,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       Result: Agent,
       // No writable field is nullable, so NULL means "leave as it is".
       execute: (input) =>
-        sql`UPDATE agents SET
+        sql`WITH changed AS (UPDATE agents SET
               name = COALESCE(${input.name}, name),
               description = COALESCE(${input.description}, description),
               model = COALESCE(${input.model}, model),
@@ -78,13 +86,63 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
               knowledge_ids = COALESCE(${input.knowledgeIds === null ? null : [...input.knowledgeIds]}::text[], knowledge_ids),
               updated_at = now()
             WHERE tenant_id = ${input.tenantId} AND id = ${input.id}
-            RETURNING ${cols}`
+            RETURNING ${cols}, tenant_id)
+            SELECT ${cols}, pg_notify(${agentChangedChannel}, tenant_id || '/' || id) FROM changed`
     })
 
     const remove = (tenantId: TenantId, id: AgentId) =>
-      sql`DELETE FROM agents WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
+      sql`WITH removed AS (DELETE FROM agents WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING tenant_id, id)
+          SELECT id, pg_notify(${agentChangedChannel}, tenant_id || '/' || id) FROM removed`.pipe(
         Effect.map((rows) => rows.length > 0)
       )
+
+    // Agents as last read, by `tenantId/agentId`, for the request and run paths
+    // (a chat, a step): a change on any node drops its entry on every node
+    // through a notification sent at commit. The cache is only trusted while
+    // this node listens; each (re)connection starts it empty. A read that
+    // overlapped a change is not kept (`generation`), and an agent that was
+    // not found is never remembered.
+    let listening = false
+    let generation = 0
+    const cached = yield* Cache.makeWith(
+      (key: string) => {
+        const started = generation
+        const [tenantId, id] = key.split("/") as [string, string]
+        return Effect.map(findById({ tenantId, id }), (agent) => ({ agent, started }))
+      },
+      {
+        capacity: 10_000,
+        timeToLive: (exit) =>
+          Exit.isSuccess(exit) && Option.isSome(exit.value.agent) && exit.value.started === generation
+            ? agentCacheTtl
+            : Duration.zero
+      }
+    )
+    const forgetAgent = (key: string) =>
+      Effect.suspend(() => {
+        generation++
+        return Cache.invalidate(cached, key)
+      })
+    const listener = yield* ListenerSql
+    yield* Effect.gen(function*() {
+      const changed = yield* listener.listen(agentChangedChannel)
+      generation++
+      yield* Cache.invalidateAll(cached)
+      listening = true
+      while (true) yield* forgetAgent((yield* Queue.take(changed)).payload)
+    }).pipe(
+      Effect.scoped,
+      Effect.ensuring(Effect.sync(() => {
+        listening = false
+      })),
+      Effect.tapCause((cause) => Effect.logWarning("Agent change listener lost; reconnecting", cause)),
+      Effect.retry(Schedule.spaced("1 second")),
+      Effect.forkScoped
+    )
+    const findCached = (tenantId: TenantId, id: AgentId) =>
+      listening
+        ? Effect.map(Cache.get(cached, `${tenantId}/${id}`), ({ agent }) => agent)
+        : findById({ tenantId, id })
 
     // --- conversations -----------------------------------------------------
 
@@ -239,7 +297,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       // Ids that cannot exist are not looked up: they are simply not found.
       findById: (tenantId: TenantId, id: AgentId) =>
         isId(id)
-          ? findById({ tenantId, id }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.findById"))
+          ? findCached(tenantId, id).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.findById"))
           : Effect.succeed(Option.none()),
       update: (tenantId: TenantId, id: AgentId, input: UpdateAgent) =>
         isId(id)
@@ -253,11 +311,20 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
             status: input.status ?? null,
             memoryEnabled: input.memoryEnabled ?? null,
             knowledgeIds: input.knowledgeIds ?? null
-          }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.update"))
+          }).pipe(
+            // This node's next read sees the change at once; the others' on the notification.
+            Effect.ensuring(forgetAgent(`${tenantId}/${id}`)),
+            Effect.orDie,
+            Effect.withSpan("AgentsRepo.update")
+          )
           : Effect.succeed(Option.none()),
       remove: (tenantId: TenantId, id: AgentId) =>
         isId(id)
-          ? remove(tenantId, id).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.remove"))
+          ? remove(tenantId, id).pipe(
+            Effect.ensuring(forgetAgent(`${tenantId}/${id}`)),
+            Effect.orDie,
+            Effect.withSpan("AgentsRepo.remove")
+          )
           : Effect.succeed(false)
     } as const
   })

@@ -83,17 +83,20 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
   ).pipe(Layer.provide(Reactivity.layer))
 }
 
+/** A LISTEN holds its connection: one each for API key revocations and agent changes. */
+export const listenerConnections = 2
+
 /**
- * A pool of one connection of its own, for LISTEN: notifications never take a
- * connection from the pool the requests use, and a lost connection is
- * replaced when the listener reconnects.
+ * Connections of their own for LISTEN: notifications never take a connection
+ * from the pool the requests use, and a lost connection is replaced when its
+ * listener reconnects.
  */
 export class ListenerSql extends Context.Service<ListenerSql, PgClient.PgClient>()("agent-host/ListenerSql") {
   static readonly layer = Layer.effect(
     ListenerSql,
     Effect.gen(function*() {
       const options = yield* connectionOptions
-      return yield* PgClient.make({ ...options, maxConnections: 1, applicationName: "agent-host-listener" })
+      return yield* PgClient.make({ ...options, maxConnections: listenerConnections, applicationName: "agent-host-listener" })
     })
   ).pipe(Layer.provide(Reactivity.layer))
 }

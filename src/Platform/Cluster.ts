@@ -42,6 +42,11 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
     // Messages persisted for this node's shards by other nodes are also pushed
     // over the socket; the poll is the fallback that catches the rest.
     entityMessagePollInterval: Duration.seconds(1),
+    // A workflow's entity stays in memory this long after its last message:
+    // after a burst of executions, what they held is given back within
+    // seconds rather than the default minute. A run that has ended is read
+    // from the read model, never from its entity.
+    entityMaxIdleTime: Duration.seconds(10),
     entityTerminationTimeout: Duration.min(config.shutdownGrace, Duration.seconds(15))
   }
 }

@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import pg from "pg"
 import Stripe from "stripe"
+import { listenerConnections } from "../../src/Database/Sql.ts"
 import {
   awaitFinal,
   type ClusterNode,
@@ -54,6 +55,25 @@ const revokeOnARefusedOnC = async (
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
   throw new Error("node C still accepts the revoked key after 5 s")
+}
+
+/** Reads the agent on node C (so C caches it), renames it on node A; how long until C answers with the new name. */
+const renameOnASeenOnC = async (
+  urls: ReadonlyArray<string>,
+  session: Record<string, string>,
+  agentId: string,
+  name: string
+) => {
+  const before = await requestJson(`${urls[2]}/api/agents/${agentId}`, { headers: session })
+  assert.notStrictEqual(before.name, name)
+  const renamedAt = Date.now()
+  await requestJson(`${urls[0]}/api/agents/${agentId}`, { method: "PUT", headers: session, body: { name } })
+  while (Date.now() - renamedAt < 5_000) {
+    const seen = await requestJson(`${urls[2]}/api/agents/${agentId}`, { headers: session })
+    if (seen.name === name) return Date.now() - renamedAt
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  throw new Error("node C still answers with the old agent after 5 s")
 }
 
 /**
@@ -219,7 +239,13 @@ describe("three nodes on one database", () => {
       console.log(`a key revoked on node A was refused on node C after ${refusedAfter} ms`)
       assert.isAtMost(refusedAfter, 1_000)
 
-      // Still so after every node lost its listening connection (a database
+      // An agent read on node C (so C has it cached) and changed on node A is
+      // read changed on C within 1 s.
+      const renamedAfter = yield* Effect.promise(() => renameOnASeenOnC(urls, setup.session, setup.agentId, "Renamed on A"))
+      console.log(`an agent changed on node A was read changed on node C after ${renamedAfter} ms`)
+      assert.isAtMost(renamedAfter, 1_000)
+
+      // Still so after every node lost its listening connections (a database
       // restart, a proxy timeout): the listeners reconnect.
       const terminated = yield* Effect.promise(async () => {
         const admin = new pg.Client({ connectionString: databaseUrl })
@@ -231,7 +257,7 @@ describe("three nodes on one database", () => {
         await admin.end()
         return result.rowCount
       })
-      assert.strictEqual(terminated, 3)
+      assert.strictEqual(terminated, 3 * listenerConnections)
       yield* Effect.sleep("2 seconds")
       const another = yield* Effect.promise(() =>
         requestJson(`${urls[0]}/api/keys`, { method: "POST", headers: setup.session, body: { name: "another" } })
@@ -241,5 +267,10 @@ describe("three nodes on one database", () => {
       )
       console.log(`after the listeners reconnected, a revoked key was refused on node C after ${refusedAgainAfter} ms`)
       assert.isAtMost(refusedAgainAfter, 1_000)
+      const renamedAgainAfter = yield* Effect.promise(() =>
+        renameOnASeenOnC(urls, setup.session, setup.agentId, "Renamed again on A")
+      )
+      console.log(`after the listeners reconnected, a changed agent was read on node C after ${renamedAgainAfter} ms`)
+      assert.isAtMost(renamedAgainAfter, 1_000)
     }), 120_000)
 })

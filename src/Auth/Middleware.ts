@@ -4,7 +4,7 @@ import type { HttpApiEndpoint } from "effect/http-api"
 import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
 import { Accounts } from "./Accounts.ts"
 import { ApiKeyAuth, ApiKeyHeaderAuth, CurrentPrincipal, RequiredScope, SessionAuth, sessionCookieName } from "./Api.ts"
-import { Quota } from "../Billing/Quota.ts"
+import { CountedToday, Quota } from "../Billing/Quota.ts"
 import { AppConfig } from "../Config.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 
@@ -125,7 +125,10 @@ const makeApiKeyCheck = Effect.gen(function*() {
         Effect.tapError((refused) => setLimitHeaders(refused.limit, 0, new Date(refused.resetAt), true))
       )
       if (allowance.limit !== null) yield* setLimitHeaders(allowance.limit, allowance.remaining!, allowance.resetAt, false)
-      return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
+      return yield* httpEffect.pipe(
+        Effect.provideService(CurrentPrincipal, principal.value),
+        Effect.provideService(CountedToday, allowance.counted)
+      )
     })
 })
 

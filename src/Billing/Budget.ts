@@ -4,7 +4,7 @@ import { setLimitHeaders } from "../Auth/Middleware.ts"
 import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { ModelNotAllowed, TokenBudgetSpent } from "../Domain/Problems.ts"
-import { utcDay } from "./Quota.ts"
+import { CountedToday, utcDay } from "./Quota.ts"
 import { BillingRepo } from "./Repo.ts"
 
 /** Where a tenant stands today with model tokens. */
@@ -48,7 +48,12 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
 
     const standing = Effect.fn("TokenBudget.standing")(function*(tenantId: TenantId) {
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
-      const usage = yield* repo.usage(tenantId, day)
+      // Read by this request's own count a moment ago (key-authenticated
+      // routes); otherwise (a step, a turn of a team run) read now.
+      const counted = yield* CountedToday
+      const usage = counted !== undefined && counted.tenantId === tenantId && counted.day === day
+        ? { plan: counted.plan, tokens: counted.tokens }
+        : yield* repo.usage(tenantId, day)
       const budget = budgetOf(usage.plan)
       return {
         plan: usage.plan,

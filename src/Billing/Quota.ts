@@ -15,6 +15,22 @@ export interface Allowance {
   readonly resetAt: Date
 }
 
+/**
+ * The tenant's day as the request's own count read it: plan and model tokens
+ * used so far, at the start of the request. The token budget checks a model
+ * call of the same request against it instead of reading the day again.
+ */
+export interface CountedDay {
+  readonly tenantId: TenantId
+  readonly day: string
+  readonly plan: Plan
+  readonly tokens: number
+}
+
+export const CountedToday = Context.Reference<CountedDay | undefined>("agent-host/CountedToday", {
+  defaultValue: () => undefined
+})
+
 const dayMs = 86_400_000
 
 /** The UTC day of `now` (YYYY-MM-DD) and the moment it ends. */
@@ -24,7 +40,7 @@ export const utcDay = (now: number) => {
 }
 
 interface Waiter {
-  readonly deferred: Deferred.Deferred<Allowance, TooManyRequests>
+  readonly deferred: Deferred.Deferred<Allowance & { readonly counted: CountedDay }, TooManyRequests>
 }
 
 /**
@@ -77,6 +93,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
         const counted = found.value
         const limit = limitOf(counted.plan)
         const granted = counted.after - counted.before
+        const countedDay: CountedDay = { tenantId, day, plan: counted.plan, tokens: counted.tokens }
         for (const [i, waiter] of waiters.entries()) {
           if (i < granted) {
             const used = counted.before + i + 1
@@ -85,7 +102,8 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
               limit,
               used,
               remaining: limit === null ? null : limit - used,
-              resetAt
+              resetAt,
+              counted: countedDay
             })
           } else {
             yield* Deferred.fail(
@@ -118,7 +136,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       })
 
     const consume = Effect.fn("Quota.consume")(function*(tenantId: TenantId) {
-      const deferred = yield* Deferred.make<Allowance, TooManyRequests>()
+      const deferred = yield* Deferred.make<Allowance & { readonly counted: CountedDay }, TooManyRequests>()
       const waiters = pending.get(tenantId)
       if (waiters === undefined) pending.set(tenantId, [{ deferred }])
       else waiters.push({ deferred })

@@ -11,7 +11,9 @@ type StripeEvent = typeof Envelope.Type
 const Consumed = Schema.Struct({
   before: Schema.Int,
   after: Schema.Int,
-  plan: Plan
+  plan: Plan,
+  /** Model tokens used so far today. */
+  tokens: Schema.Number
 })
 
 const Usage = Schema.Struct({ plan: Plan, used: Schema.Int, tokens: Schema.Number })
@@ -60,9 +62,9 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
                                ELSE GREATEST(current.count, LEAST(current.count + ${r.n}, tenant.day_limit)) END
               FROM current, tenant
               WHERE u.tenant_id = ${r.tenantId} AND u.day = ${r.day}
-              RETURNING u.count
+              RETURNING u.count, u.tokens
             )
-            SELECT current.count AS before, counted.count AS after, tenant.plan
+            SELECT current.count AS before, counted.count AS after, tenant.plan, counted.tokens::float8 AS tokens
             FROM current, counted, tenant`
     })
 

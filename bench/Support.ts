@@ -3,6 +3,7 @@
 import { Effect, Exit, Redacted, Scope } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Crypto from "node:crypto"
+import * as NodeFs from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as Net from "node:net"
 import * as Os from "node:os"
@@ -20,11 +21,16 @@ export const freePort = () =>
     })
   })
 
+/** Node's flags in `npm start` (the service is measured as it is started). */
+export const startFlags: ReadonlyArray<string> = JSON.parse(
+  NodeFs.readFileSync(Path.join(root, "package.json"), "utf8")
+).scripts.start.split(" ").filter((word: string) => word.startsWith("--"))
+
 /** Starts `script` (the service or a baseline) on a free port and waits until it is ready. */
 export const spawn = async (script: string, env: Record<string, string>) => {
   const port = await freePort()
   const startedAt = performance.now()
-  const child = ChildProcess.spawn(process.execPath, [script], {
+  const child = ChildProcess.spawn(process.execPath, [...(script === "src/main.ts" ? startFlags : []), script], {
     cwd: root,
     env: { ...process.env, ...env, PORT: String(port), HOST: "127.0.0.1" },
     stdio: ["ignore", "ignore", "inherit"]

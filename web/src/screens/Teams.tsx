@@ -1,4 +1,4 @@
-import { type FormEvent, useEffect, useState } from "react"
+import { type FormEvent, useEffect, useRef, useState } from "react"
 import { runEventNames, type Team, type TeamRun } from "../../../src/Teams/Api.ts"
 import { ApiProblem, call, urls } from "../api.ts"
 import { ApiCall, CopyButton, Field, formatDate, ProblemMessage, useLoad } from "../components.tsx"
@@ -43,6 +43,17 @@ const final = new Set(["completed", "failed", "cancelled"])
 const RunDetail = ({ teamId, runId, onFinal }: { readonly teamId: string; readonly runId: string; readonly onFinal: () => void }) => {
   const run = useLoad(() => call((c) => c.teams.getRun({ params: { id: teamId as never, runId } })), [teamId, runId])
   const [speaking, setSpeaking] = useState<string>()
+  // `onFinal` once, when a run this screen saw unfinished is read finished
+  // (from its final event or from a read again on reconnection).
+  const seenUnfinished = useRef(false)
+  useEffect(() => {
+    if (run.data === undefined) return
+    if (!final.has(run.data.status)) seenUnfinished.current = true
+    else if (seenUnfinished.current) {
+      seenUnfinished.current = false
+      onFinal()
+    }
+  }, [run.data?.status])
   useEffect(() => {
     if (run.data && final.has(run.data.status)) return
     const close = followEvents(urls.teams.events({ params: { id: teamId as never, runId } }), runEventNames, {
@@ -57,7 +68,6 @@ const RunDetail = ({ teamId, runId, onFinal }: { readonly teamId: string; readon
         if (event.event.startsWith("run.") && event.event !== "run.running" || event.event === "stream.end") {
           close()
           run.reload()
-          onFinal()
         }
       }
     })
@@ -103,6 +113,20 @@ export const TeamsScreen = ({ route }: { readonly route: Route }) => {
   const team = teams.data?.data.find((t) => t.id === teamId)
   const runs = useLoad(() => teamId ? call((c) => c.teams.runs({ params: { id: teamId as never }, query: { limit: 20 } })) : Promise.resolve(undefined), [teamId])
   const deliveries = useLoad(() => teamId ? call((c) => c.teams.deliveries({ params: { id: teamId as never }, query: { limit: 20 } })) : Promise.resolve(undefined), [teamId])
+  // After a run ends, its delivery is logged once the receiver has answered:
+  // the log is read again every second until an event not seen before
+  // appears, for up to a minute.
+  const [awaitedDelivery, setAwaitedDelivery] = useState<{ readonly known: ReadonlySet<string>; readonly until: number }>()
+  useEffect(() => {
+    if (awaitedDelivery === undefined || deliveries.loading) return
+    const arrived = deliveries.data?.data.some((d) => !awaitedDelivery.known.has(d.eventId)) ?? false
+    if (arrived || Date.now() > awaitedDelivery.until) {
+      setAwaitedDelivery(undefined)
+      return
+    }
+    const timer = setTimeout(deliveries.reload, 1_000)
+    return () => clearTimeout(timer)
+  }, [awaitedDelivery, deliveries.loading, deliveries.data])
   const [draft, setDraft] = useState<Draft>(emptyDraft)
   const [problem, setProblem] = useState<unknown>()
   const [secret, setSecret] = useState<string>()
@@ -298,7 +322,12 @@ export const TeamsScreen = ({ route }: { readonly route: Route }) => {
               </ul>
               {runId && <RunDetail teamId={team.id} runId={runId} onFinal={() => {
                 runs.reload()
-                setTimeout(deliveries.reload, 500)
+                if (team.room.outputWebhookUrl) {
+                  setAwaitedDelivery({
+                    known: new Set(deliveries.data?.data.map((d) => d.eventId) ?? []),
+                    until: Date.now() + 60_000
+                  })
+                }
               }} />}
 
               <h2>Webhook deliveries</h2>

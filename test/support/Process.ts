@@ -26,7 +26,7 @@ export interface ServiceProcess {
   readonly exited: Promise<number | null>
 }
 
-/** Runs `node src/main.ts` (what `npm start` runs, without its memory flag) as a child process; killed when the scope closes. */
+/** Runs `node src/main.ts` (what `npm start` runs) as a child process; killed when the scope closes. */
 export const spawnService = (env: Record<string, string>) =>
   Effect.acquireRelease(
     Effect.gen(function*() {

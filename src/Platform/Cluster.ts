@@ -8,13 +8,12 @@ import {
   Runners,
   Sharding,
   ShardingConfig,
-  SocketRunner,
-  SqlMessageStorage,
-  SqlRunnerStorage
+  SocketRunner
 } from "effect/cluster"
 import { RpcSerialization } from "effect/rpc"
 import { AppConfig, type AppSettings } from "../Config.ts"
 import * as Sql from "../Database/Sql.ts"
+import * as ClusterStorage from "./ClusterStorage.ts"
 
 /**
  * The sharding settings, always given explicitly: the cluster's own
@@ -56,12 +55,13 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
  * (Sql.indexClusterMessages): without them every poll for unprocessed
  * messages (each node, every second) reads the whole message table, so it
  * costs more the longer the service has run. Built in the background once the
- * cluster has made its tables.
+ * cluster has made its tables. The storage is effect's, with fewer statements
+ * per message (ClusterStorage.ts).
  */
 const MessageStorageLayer = Layer.effectDiscard(Effect.gen(function*() {
   yield* MessageStorage.MessageStorage
   yield* Effect.forkScoped(Sql.indexClusterMessages)
-})).pipe(Layer.provideMerge(SqlMessageStorage.layer), Layer.orDie)
+})).pipe(Layer.provideMerge(ClusterStorage.messageStorageLayer), Layer.orDie)
 
 /**
  * One node: entities run in this process, with message and runner storage in
@@ -71,7 +71,7 @@ const singleNode = (config: AppSettings) =>
   Sharding.layer.pipe(
     Layer.provideMerge(Runners.layerNoop),
     Layer.provideMerge(MessageStorageLayer),
-    Layer.provide([Layer.orDie(SqlRunnerStorage.layer), RunnerHealth.layerNoop]),
+    Layer.provide([Layer.orDie(ClusterStorage.runnerStorageLayer), RunnerHealth.layerNoop]),
     // The runner address only names this node in storage: nothing listens on it.
     Layer.provide(ShardingConfig.layer({
       ...shardingSettings(config),
@@ -97,7 +97,7 @@ const multiNode = (config: AppSettings) =>
     ),
     Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
     Layer.provideMerge(MessageStorageLayer),
-    Layer.provide(Layer.orDie(SqlRunnerStorage.layer)),
+    Layer.provide(Layer.orDie(ClusterStorage.runnerStorageLayer)),
     Layer.provide(ShardingConfig.layer(shardingSettings(config))),
     Layer.provide(RpcSerialization.layerSchemaBinary()),
     Layer.provide(NodeCrypto.layerDigest)

@@ -1,7 +1,8 @@
 import { Context, Data, Duration, Effect, Layer, Metric, Option, Random, Redacted, Stream } from "effect"
 import { type AiError, LanguageModel, Prompt, type Response } from "effect/ai"
-import { FetchHttpClient, HttpClient } from "effect/http"
+import { HttpClient } from "effect/http"
 import { AppConfig } from "../Config.ts"
+import * as FetchClient from "../Platform/FetchClient.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import * as Anthropic from "./Anthropic.ts"
 import * as Local from "./Local.ts"
@@ -423,6 +424,6 @@ export class Models extends Context.Service<Models, {
   readonly contextBudget: (model: string) => number
 }>()("agent-host/Models") {
   static readonly layer: Layer.Layer<Models, never, AppConfig> = Layer.effect(Models, make).pipe(
-    Layer.provide(FetchHttpClient.layer)
+    Layer.provide(FetchClient.layer)
   )
 }

@@ -1,8 +1,8 @@
 import { Context, Effect, Layer, Logger, Metric, Option, References, Tracer } from "effect"
-import { FetchHttpClient } from "effect/http"
 import { OtlpSerialization, OtlpTracer } from "effect/observability"
 import * as Os from "node:os"
 import { AppConfig, type AppSettings } from "../Config.ts"
+import * as FetchClient from "./FetchClient.ts"
 
 /**
  * Structured JSON log lines, each naming the node that wrote it and, when
@@ -61,7 +61,7 @@ export const TracingLayer = Layer.unwrap(Effect.gen(function*() {
     },
     exportInterval: "1 second"
   }).pipe(
-    Layer.provide([OtlpSerialization.layerJson, FetchHttpClient.layer])
+    Layer.provide([OtlpSerialization.layerJson, FetchClient.layer])
   )
 }))
 

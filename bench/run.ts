@@ -14,6 +14,8 @@ import { json, openDatabase, root, signUp, spawn } from "./Support.ts"
 
 const seconds = Number(process.env.BENCH_SECONDS ?? 10)
 const connections = 50
+// How long chat runs at its fixed rate before its overhead is measured.
+const chatSettleSeconds = 20
 
 const rssMb = (pid: number) =>
   Fs.readFile(`/proc/${pid}/status`, "utf8").then(
@@ -182,6 +184,11 @@ const main = async () => {
     await openLoop({ url: directUrl, headers: directHeaders, body: directBody, rate: chatRate, seconds: 2 })
     const direct = await paced(directUrl, directHeaders, directBody)
     await openLoop({ url: viaUrl, headers: keyHeader, body: viaBody, rate: chatRate, seconds: 2 })
+    // The first seconds of this load, then the same load once it has run for
+    // a while: in between, the heap grows to its working size (its first
+    // major collections fall there) and the hot paths are optimised.
+    const viaFirst = await paced(viaUrl, keyHeader, viaBody)
+    await openLoop({ url: viaUrl, headers: keyHeader, body: viaBody, rate: chatRate, seconds: chatSettleSeconds })
     const viaCpuBefore = await cpuMicros(pid)
     const via = await paced(viaUrl, keyHeader, viaBody)
     const viaCpu = (await cpuMicros(pid) - viaCpuBefore) / Math.max(1, via.ok)
@@ -199,7 +206,8 @@ const main = async () => {
     console.log(row("POST /api/v1/orchestrations/{id}/execute", execute))
     console.log(row("POST /api/v1/agents/{id}/chat (local model)", chat))
     console.log(pacedRow(`instant provider directly, ${chatRate} req/s open loop`, direct))
-    console.log(pacedRow(`chat through the service on it, ${chatRate} req/s`, via, viaCpu))
+    console.log(pacedRow(`chat through the service on it, first ${seconds} s`, viaFirst))
+    console.log(pacedRow(`the same after ${chatSettleSeconds} s more of it`, via, viaCpu))
     console.log(`\nGET /api/v1/agents / SELECT baseline: ${ratio(list, select)}x (target 0.8x)`)
     console.log(`counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`)
     console.log(`execute / INSERT baseline: ${ratio(execute, insert)}x (target 0.6x)`)
@@ -212,7 +220,9 @@ const main = async () => {
     console.log(
       `chat overhead at ${chatRate} req/s over the provider directly: p50 +${(via.p50 - direct.p50).toFixed(2)} ms, p99 +${
         (via.p99 - direct.p99).toFixed(2)
-      } ms (targets 2 / 10 ms)`
+      } ms (targets 2 / 10 ms); in its first ${seconds} s: p50 +${(viaFirst.p50 - direct.p50).toFixed(2)} ms, p99 +${
+        (viaFirst.p99 - direct.p99).toFixed(2)
+      } ms`
     )
     console.log(
       `service RSS: idle ${idleRss} MB, after load ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
@@ -223,7 +233,7 @@ const main = async () => {
       ["GET /api/v1/agents / SELECT by id", `${ratio(list, select)}x`, ">= 0.8x"],
       ["POST .../execute / INSERT", `${ratio(execute, insert)}x`, ">= 0.6x"],
       ["one-step executions per second", String(Math.round(completed / executeSeconds)), ">= 1,000"],
-      ["chat added p50 / p99 at 200 req/s", `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`, "<= 2 / 10 ms"],
+      ["chat added p50 / p99 at 200 req/s (after warm-up)", `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`, "<= 2 / 10 ms"],
       ["RSS idle / after load / 60 s later", `${idleRss} / ${loadedRss} / ${settledRss} MB`, "<= 150 / 400 / 250 MB"],
       ["warm start", `${warmStartMs} ms`, "<= 3,000 ms"]
     ]

@@ -15,8 +15,10 @@ import { plan, renderWithin } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
 
 /**
- * One execution is one durable workflow of effect's cluster. Each step is an
- * activity: its result is stored when it completes, so after a crash or a
+ * One execution is one durable workflow of effect's cluster. Each step of a
+ * run of several is an activity: its result is stored when it completes (the
+ * one step of a one-step run is stored with the run's final status), so
+ * after a crash or a
  * restart a completed step is never asked again, a step that was in flight
  * runs again, and the execution goes on from there. Every status change is
  * written to the executions read model as it happens.
@@ -24,7 +26,8 @@ import { ExecutionsRepo } from "./Repo.ts"
  * Only the steps are activities. The rest is idempotent and simply runs again
  * when a run is replayed: the definition was fixed when the execution was
  * accepted, and a status moves only while the execution is unfinished. That
- * keeps a one-step run to two stored cluster messages (the run and its step).
+ * keeps a one-step run to one stored cluster message (the run) and a run of
+ * n steps to n + 1.
  *
  * The database may fail under a run (a cut connection, a restart, a
  * statement timeout): each statement is tried again with backoff while the
@@ -71,70 +74,76 @@ const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const outputs: Record<string, string> = {}
   let tokensUsed = 0
 
-  const runStep = (step: Step) =>
-    Activity.make({
-      name: `step:${step.id}`,
-      success: StepResult,
-      error: StepFailed,
-      execute: Effect.gen(function*() {
-        const fail = (message: string) => new StepFailed({ step: step.id, message, tokens: 0 })
-        const remaining = deadline - (yield* Clock.currentTimeMillis)
-        if (remaining <= 0) return yield* fail(`The execution timed out after ${snapshot.timeoutMs} ms`)
-        const databaseFailed = (error: { readonly message: string }) =>
-          fail(`Step ${step.id}: ${databaseFailure(error)}`)
-        const agent = yield* retryTransient(sqlErrorsTyped(agents.findById(snapshot.tenantId as never, AgentId.make(step.agentId))))
-          .pipe(Effect.mapError(databaseFailed))
-        if (Option.isNone(agent) || agent.value.status !== "active") {
-          return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
-        }
-        // The plan is read again before each step: the model may not be one it
-        // may use (any more), and the day's tokens may be spent.
-        yield* budget.admit(TenantId.make(snapshot.tenantId), agent.value.model).pipe(
-          Effect.mapError((refused) => fail(`Step ${step.id}: ${refused.detail}`))
+  const stepEffect = (step: Step) =>
+    Effect.gen(function*() {
+      const fail = (message: string) => new StepFailed({ step: step.id, message, tokens: 0 })
+      const remaining = deadline - (yield* Clock.currentTimeMillis)
+      if (remaining <= 0) return yield* fail(`The execution timed out after ${snapshot.timeoutMs} ms`)
+      const databaseFailed = (error: { readonly message: string }) =>
+        fail(`Step ${step.id}: ${databaseFailure(error)}`)
+      const agent = yield* retryTransient(sqlErrorsTyped(agents.findById(snapshot.tenantId as never, AgentId.make(step.agentId))))
+        .pipe(Effect.mapError(databaseFailed))
+      if (Option.isNone(agent) || agent.value.status !== "active") {
+        return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
+      }
+      // The plan is read again before each step: the model may not be one it
+      // may use (any more), and the day's tokens may be spent.
+      yield* budget.admit(TenantId.make(snapshot.tenantId), agent.value.model).pipe(
+        Effect.mapError((refused) => fail(`Step ${step.id}: ${refused.detail}`))
+      )
+      // Outputs of earlier steps are as long as the models made them: only
+      // now is the size known, and rendering stops as soon as it is too much.
+      const rendered = renderWithin(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs }, maxPromptChars)
+      if (Result.isFailure(rendered)) {
+        return yield* fail(
+          `Step ${step.id}: its prompt renders to more than ${maxPromptChars} characters (MAX_PROMPT_CHARS)`
         )
-        // Outputs of earlier steps are as long as the models made them: only
-        // now is the size known, and rendering stops as soon as it is too much.
-        const rendered = renderWithin(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs }, maxPromptChars)
-        if (Result.isFailure(rendered)) {
-          return yield* fail(
-            `Step ${step.id}: its prompt renders to more than ${maxPromptChars} characters (MAX_PROMPT_CHARS)`
-          )
-        }
-        const prompt = rendered.success
-        yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(Effect.mapError(databaseFailed))
-        // An agent with knowledge is grounded on what it holds for the step's prompt, within half of what the prompt leaves.
-        const { system } = yield* retryTransient(sqlErrorsTyped(knowledge.ground({
-          tenantId: TenantId.make(snapshot.tenantId),
-          instructions: agent.value.instructions,
-          knowledgeIds: agent.value.knowledgeIds,
-          query: prompt,
-          budget: Math.floor(
-            (models.contextBudget(agent.value.model) - models.countTokens(agent.value.instructions) -
-              models.countTokens(prompt)) / 2
-          )
-        }))).pipe(Effect.mapError(databaseFailed))
-        const reply = yield* models.generate({
-          model: agent.value.model,
-          system,
-          messages: [{ role: "user", content: prompt }]
-        }).pipe(
-          Effect.mapError((error) => fail(`Step ${step.id}: ${error.message}`)),
-          Effect.timeoutOrElse({
-            duration: Duration.millis(remaining),
-            orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
-          })
+      }
+      const prompt = rendered.success
+      yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(Effect.mapError(databaseFailed))
+      // An agent with knowledge is grounded on what it holds for the step's prompt, within half of what the prompt leaves.
+      const { system } = yield* retryTransient(sqlErrorsTyped(knowledge.ground({
+        tenantId: TenantId.make(snapshot.tenantId),
+        instructions: agent.value.instructions,
+        knowledgeIds: agent.value.knowledgeIds,
+        query: prompt,
+        budget: Math.floor(
+          (models.contextBudget(agent.value.model) - models.countTokens(agent.value.instructions) -
+            models.countTokens(prompt)) / 2
         )
-        const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
-        yield* retryTransient(sqlErrorsTyped(budget.charge(TenantId.make(snapshot.tenantId), result.tokens))).pipe(
-          Effect.mapError(databaseFailed)
-        )
-        yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
-          Effect.mapError(databaseFailed)
-        )
-        yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
-        return result
-      })
+      }))).pipe(Effect.mapError(databaseFailed))
+      const reply = yield* models.generate({
+        model: agent.value.model,
+        system,
+        messages: [{ role: "user", content: prompt }]
+      }).pipe(
+        Effect.mapError((error) => fail(`Step ${step.id}: ${error.message}`)),
+        Effect.timeoutOrElse({
+          duration: Duration.millis(remaining),
+          orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
+        })
+      )
+      const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
+      yield* retryTransient(sqlErrorsTyped(budget.charge(TenantId.make(snapshot.tenantId), result.tokens))).pipe(
+        Effect.mapError(databaseFailed)
+      )
+      yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
+        Effect.mapError(databaseFailed)
+      )
+      yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
+      return result
     })
+
+  // The step of a one-step run is not an activity: its result is stored with
+  // the run's final status (the transition below), in one statement, and a
+  // replay after that returns at `begin`, so a stored activity reply would
+  // add no guarantee, only a message, its reply and a trip through the
+  // cluster. Killed before that statement, the step runs again, as an
+  // activity killed before its reply is stored does.
+  const runStep = (step: Step) =>
+    snapshot.steps.length === 1
+      ? stepEffect(step)
+      : Activity.make({ name: `step:${step.id}`, success: StepResult, error: StepFailed, execute: stepEffect(step) })
 
   const planned = plan(snapshot.steps)
   if (Result.isFailure(planned)) {

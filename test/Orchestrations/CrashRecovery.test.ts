@@ -52,6 +52,55 @@ describe("crash recovery", () => {
     }), 180_000)
 })
 
+describe("crash recovery of one-step runs (their step is not an activity)", () => {
+  it.live("a one-step run finished before a kill -9 is never asked again; one in flight at the kill is asked again and completes", () =>
+    Effect.gen(function*() {
+      const databaseUrl = yield* TestDatabaseUrl
+      const fake = yield* FakeOpenAi.make({ apiKey: "sk-one-step" })
+      const env = { DATABASE_URL: databaseUrl, OPENAI_BASE_URL: fake.url, OPENAI_API_KEY: "sk-one-step" }
+      fake.script({ delayMs: 50, text: "quick", times: count })
+      fake.setDefault({ delayMs: 3_000, text: "slow" })
+
+      const first = yield* spawnService(env)
+      yield* waitReady(first)
+      const setup = yield* Effect.promise(() =>
+        orchestrationSetup(first.baseUrl, "one-step-crash@example.com", "openai/gpt-4o-mini", [{ id: "s", prompt: "S {{input}}" }])
+      )
+      const execute = (input: string) =>
+        requestJson(`${first.baseUrl}/api/v1/orchestrations/${setup.orchestrationId}/execute`, {
+          method: "POST",
+          headers: setup.bearer,
+          body: { input }
+        }).then((started) => started.executionId as string)
+      const inputs = Array.from({ length: 2 * count }, (_, i) => `run-${i}`)
+      // The first runs finish before the kill; the others are in flight at it.
+      const finished = yield* Effect.promise(() => Promise.all(inputs.slice(0, count).map(execute)))
+      const before = yield* Effect.promise(() => awaitFinal([first.baseUrl], setup.bearer, finished, 30_000))
+      assert.deepStrictEqual(before.map((e) => e.output), Array(count).fill("quick"))
+      const inFlight = yield* Effect.promise(() => Promise.all(inputs.slice(count).map(execute)))
+      const asked = (input: string) => fake.requests.filter((r) => r.body.messages.at(-1).content === `S ${input}`)
+      for (let i = 0; i < 200 && inputs.slice(count).some((input) => asked(input).length === 0); i++) {
+        yield* Effect.sleep("50 millis")
+      }
+      for (const input of inputs.slice(count)) assert.strictEqual(asked(input).length, 1, `${input} in flight`)
+      first.child.kill("SIGKILL")
+      yield* Effect.promise(() => first.exited)
+      fake.setDefault({ delayMs: 50, text: "after" })
+
+      const second = yield* spawnService(env)
+      yield* waitReady(second)
+      const finals = yield* Effect.promise(() =>
+        awaitFinal([second.baseUrl], setup.bearer, [...finished, ...inFlight], 90_000)
+      )
+      assert.deepStrictEqual(finals.map((e) => e.status), Array(2 * count).fill("completed"))
+      assert.deepStrictEqual(finals.map((e) => e.output), [...Array(count).fill("quick"), ...Array(count).fill("after")])
+      for (const input of inputs.slice(0, count)) assert.strictEqual(asked(input).length, 1, `${input} finished before the kill`)
+      for (const input of inputs.slice(count)) assert.isAtLeast(asked(input).length, 2, `${input} in flight at the kill`)
+      second.child.kill("SIGTERM")
+      yield* Effect.promise(() => second.exited)
+    }), 180_000)
+})
+
 describe("executions whose start did not reach the cluster", () => {
   it.live("an execute answered 503 (its answer gave up waiting on the cluster) still completes, across a kill -9 and a restart", () =>
     Effect.gen(function*() {

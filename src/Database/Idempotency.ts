@@ -18,7 +18,9 @@ interface Keyed<S> {
 /**
  * Runs `insert` (an `INSERT INTO table (...) VALUES (...)` without its
  * conflict clause), or finds the row its idempotency key already names:
- * `fresh` tells which. Run it in a transaction.
+ * `fresh` tells which. With a key, the claim runs in a transaction of its
+ * own (an expired key is released first); without one it is a single
+ * statement and needs none.
  */
 export const claimKeyed = Effect.fn("Database.claimKeyed")(function*<S extends Schema.Codec<any, any, never, never>>(
   options: Keyed<S> & { readonly idempotencyKey: string | null; readonly insert: Statement.Fragment }
@@ -26,12 +28,6 @@ export const claimKeyed = Effect.fn("Database.claimKeyed")(function*<S extends S
   const sql = yield* SqlClient.SqlClient
   const table = sql(options.table)
   const columns = sql.literal(options.returning)
-  if (options.idempotencyKey !== null) {
-    // An expired key may be used again.
-    yield* sql`UPDATE ${table} SET idempotency_key = NULL
-               WHERE tenant_id = ${options.tenantId} AND idempotency_key = ${options.idempotencyKey}
-                 AND created_at < now() - interval '24 hours'`
-  }
   const claim = sql`
     WITH inserted AS (
       ${options.insert}
@@ -43,12 +39,19 @@ export const claimKeyed = Effect.fn("Database.claimKeyed")(function*<S extends S
     SELECT ${columns}, false AS fresh FROM ${table}
     WHERE tenant_id = ${options.tenantId} AND idempotency_key = ${options.idempotencyKey}
       AND NOT EXISTS (SELECT 1 FROM inserted)`
-  // When another request with the same key commits while this statement
-  // waits on it, the insert does nothing and the statement's snapshot cannot
-  // see that row yet; the next statement can.
-  let rows = yield* claim
-  for (let attempt = 0; rows.length === 0 && attempt < 3; attempt++) rows = yield* claim
-  return yield* Schema.decodeUnknownEffect(options.claimed)(rows[0])
+  if (options.idempotencyKey === null) return yield* Schema.decodeUnknownEffect(options.claimed)((yield* claim)[0])
+  return yield* Effect.gen(function*() {
+    // An expired key may be used again.
+    yield* sql`UPDATE ${table} SET idempotency_key = NULL
+               WHERE tenant_id = ${options.tenantId} AND idempotency_key = ${options.idempotencyKey}
+                 AND created_at < now() - interval '24 hours'`
+    // When another request with the same key commits while this statement
+    // waits on it, the insert does nothing and the statement's snapshot cannot
+    // see that row yet; the next statement can.
+    let rows = yield* claim
+    for (let attempt = 0; rows.length === 0 && attempt < 3; attempt++) rows = yield* claim
+    return yield* Schema.decodeUnknownEffect(options.claimed)(rows[0])
+  }).pipe(sql.withTransaction)
 })
 
 /** The row an idempotency key (still valid) names, if any, as `claimKeyed` would find it. */

@@ -212,7 +212,6 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                             ${input.idempotencyKey}, ${input.requestHash})`
       }).pipe(
         Effect.provideService(SqlClient.SqlClient, sql),
-        sql.withTransaction,
         Effect.orDie,
         Effect.withSpan("ExecutionsRepo.insert")
       )

@@ -182,7 +182,6 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
                             ${input.requestHash})`
       }).pipe(
         Effect.provideService(SqlClient.SqlClient, sql),
-        sql.withTransaction,
         Effect.orDie,
         Effect.withSpan("TeamsRepo.insertRun")
       )

@@ -1,7 +1,7 @@
-import { Cache, Context, Duration, Effect, Exit, Layer, Option, Queue, Schedule, Schema } from "effect"
+import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { tenantPage } from "../Database/Page.ts"
-import { ListenerSql } from "../Database/Sql.ts"
+import * as NotifiedCache from "../Database/NotifiedCache.ts"
 import { pageOf } from "../Domain/Cursor.ts"
 import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from "./Api.ts"
@@ -96,53 +96,15 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         Effect.map((rows) => rows.length > 0)
       )
 
-    // Agents as last read, by `tenantId/agentId`, for the request and run paths
-    // (a chat, a step): a change on any node drops its entry on every node
-    // through a notification sent at commit. The cache is only trusted while
-    // this node listens; each (re)connection starts it empty. A read that
-    // overlapped a change is not kept (`generation`), and an agent that was
-    // not found is never remembered.
-    let listening = false
-    let generation = 0
-    const cached = yield* Cache.makeWith(
-      (key: string) => {
-        const started = generation
-        const [tenantId, id] = key.split("/") as [string, string]
-        return Effect.map(findById({ tenantId, id }), (agent) => ({ agent, started }))
-      },
-      {
-        capacity: 10_000,
-        timeToLive: (exit) =>
-          Exit.isSuccess(exit) && Option.isSome(exit.value.agent) && exit.value.started === generation
-            ? agentCacheTtl
-            : Duration.zero
-      }
-    )
-    const forgetAgent = (key: string) =>
-      Effect.suspend(() => {
-        generation++
-        return Cache.invalidate(cached, key)
-      })
-    const listener = yield* ListenerSql
-    yield* Effect.gen(function*() {
-      const changed = yield* listener.listen(agentChangedChannel)
-      generation++
-      yield* Cache.invalidateAll(cached)
-      listening = true
-      while (true) yield* forgetAgent((yield* Queue.take(changed)).payload)
-    }).pipe(
-      Effect.scoped,
-      Effect.ensuring(Effect.sync(() => {
-        listening = false
-      })),
-      Effect.tapCause((cause) => Effect.logWarning("Agent change listener lost; reconnecting", cause)),
-      Effect.retry(Schedule.spaced("1 second")),
-      Effect.forkScoped
-    )
-    const findCached = (tenantId: TenantId, id: AgentId) =>
-      listening
-        ? Effect.map(Cache.get(cached, `${tenantId}/${id}`), ({ agent }) => agent)
-        : findById({ tenantId, id })
+    // Agents as last read, by `tenantId/agentId`, for the request and run
+    // paths (a chat, a step).
+    const cache = yield* NotifiedCache.make({
+      channel: agentChangedChannel,
+      what: "Agent",
+      lookup: findById,
+      timeToLive: agentCacheTtl,
+      capacity: 10_000
+    })
 
     // --- conversations -----------------------------------------------------
 
@@ -297,7 +259,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       // Ids that cannot exist are not looked up: they are simply not found.
       findById: (tenantId: TenantId, id: AgentId) =>
         isId(id)
-          ? findCached(tenantId, id).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.findById"))
+          ? cache.get(tenantId, id).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.findById"))
           : Effect.succeed(Option.none()),
       update: (tenantId: TenantId, id: AgentId, input: UpdateAgent) =>
         isId(id)
@@ -313,7 +275,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
             knowledgeIds: input.knowledgeIds ?? null
           }).pipe(
             // This node's next read sees the change at once; the others' on the notification.
-            Effect.ensuring(forgetAgent(`${tenantId}/${id}`)),
+            Effect.ensuring(cache.forget(tenantId, id)),
             Effect.orDie,
             Effect.withSpan("AgentsRepo.update")
           )
@@ -321,7 +283,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       remove: (tenantId: TenantId, id: AgentId) =>
         isId(id)
           ? remove(tenantId, id).pipe(
-            Effect.ensuring(forgetAgent(`${tenantId}/${id}`)),
+            Effect.ensuring(cache.forget(tenantId, id)),
             Effect.orDie,
             Effect.withSpan("AgentsRepo.remove")
           )

@@ -96,8 +96,8 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
   ).pipe(Layer.provide(Reactivity.layer))
 }
 
-/** A LISTEN holds its connection: one each for API key revocations and agent changes. */
-export const listenerConnections = 2
+/** A LISTEN holds its connection: one each for API key revocations, agent changes and orchestration changes. */
+export const listenerConnections = 3
 
 /**
  * Connections of their own for LISTEN: notifications never take a connection

@@ -1,13 +1,17 @@
 import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
+import * as NotifiedCache from "../Database/NotifiedCache.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { type AgentId, isId, newId, type OrchestrationId, TenantId } from "../Domain/Ids.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { Execution, ExecutionStatus, Orchestration, type OrchestrationStatus, Step } from "./Api.ts"
 
 const columns = "id, name, description, status, steps, timeout_ms, created_at, updated_at"
+
+/** Notified with `tenantId/orchestrationId` when an orchestration changes or is deleted, by the changing statement. */
+export const orchestrationChangedChannel = "orchestration_changed"
 
 /** All SQL of orchestrations; every statement is scoped by tenant. */
 export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("agent-host/OrchestrationsRepo", {
@@ -71,7 +75,7 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
       Result: Orchestration,
       // No writable field is nullable, so NULL means "leave as it is".
       execute: (input) =>
-        sql`UPDATE orchestrations SET
+        sql`WITH changed AS (UPDATE orchestrations SET
               name = COALESCE(${input.name}, name),
               description = COALESCE(${input.description}, description),
               status = COALESCE(${input.status}, status),
@@ -79,13 +83,25 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
               timeout_ms = COALESCE(${input.timeoutMs}, timeout_ms),
               updated_at = now()
             WHERE tenant_id = ${input.tenantId} AND id = ${input.id}
-            RETURNING ${cols}`
+            RETURNING ${cols}, tenant_id)
+            SELECT ${cols}, pg_notify(${orchestrationChangedChannel}, tenant_id || '/' || id) FROM changed`
     })
 
     const remove = (tenantId: TenantId, id: OrchestrationId) =>
-      sql`DELETE FROM orchestrations WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
+      sql`WITH removed AS (DELETE FROM orchestrations WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING tenant_id, id)
+          SELECT id, pg_notify(${orchestrationChangedChannel}, tenant_id || '/' || id) FROM removed`.pipe(
         Effect.map((rows) => rows.length > 0)
       )
+
+    // Orchestrations as last read, by `tenantId/orchestrationId`, for the
+    // request path (every execute reads its orchestration).
+    const cache = yield* NotifiedCache.make({
+      channel: orchestrationChangedChannel,
+      what: "Orchestration",
+      lookup: findById,
+      timeToLive: Duration.minutes(5),
+      capacity: 10_000
+    })
 
     // The one read of another feature's table: which of the agents named by
     // steps exist in the tenant, in one statement rather than one per step.
@@ -106,7 +122,7 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
       // Ids that cannot exist are not looked up: they are simply not found.
       findById: (tenantId: TenantId, id: OrchestrationId) =>
         isId(id)
-          ? findById({ tenantId, id }).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.findById"))
+          ? cache.get(tenantId, id).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.findById"))
           : Effect.succeed(Option.none()),
       update: (tenantId: TenantId, id: OrchestrationId, input: {
         readonly name?: string | undefined
@@ -124,11 +140,20 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
             status: input.status ?? null,
             steps: input.steps ?? null,
             timeoutMs: input.timeoutMs ?? null
-          }).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.update"))
+          }).pipe(
+            // This node's next read sees the change at once; the others' on the notification.
+            Effect.ensuring(cache.forget(tenantId, id)),
+            Effect.orDie,
+            Effect.withSpan("OrchestrationsRepo.update")
+          )
           : Effect.succeed(Option.none()),
       remove: (tenantId: TenantId, id: OrchestrationId) =>
         isId(id)
-          ? remove(tenantId, id).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.remove"))
+          ? remove(tenantId, id).pipe(
+            Effect.ensuring(cache.forget(tenantId, id)),
+            Effect.orDie,
+            Effect.withSpan("OrchestrationsRepo.remove")
+          )
           : Effect.succeed(false),
       /** The subset of `ids` that are agents of the tenant (any status). */
       existingAgents: (tenantId: TenantId, ids: ReadonlyArray<string>) => {

@@ -57,23 +57,27 @@ const revokeOnARefusedOnC = async (
   throw new Error("node C still accepts the revoked key after 5 s")
 }
 
-/** Reads the agent on node C (so C caches it), renames it on node A; how long until C answers with the new name. */
+/**
+ * Reads an agent or an orchestration (`path`, e.g. `/api/agents/<id>`) on
+ * node C (so C caches it), renames it on node A; how long until C answers
+ * with the new name.
+ */
 const renameOnASeenOnC = async (
   urls: ReadonlyArray<string>,
   session: Record<string, string>,
-  agentId: string,
+  path: string,
   name: string
 ) => {
-  const before = await requestJson(`${urls[2]}/api/agents/${agentId}`, { headers: session })
+  const before = await requestJson(`${urls[2]}${path}`, { headers: session })
   assert.notStrictEqual(before.name, name)
   const renamedAt = Date.now()
-  await requestJson(`${urls[0]}/api/agents/${agentId}`, { method: "PUT", headers: session, body: { name } })
+  await requestJson(`${urls[0]}${path}`, { method: "PUT", headers: session, body: { name } })
   while (Date.now() - renamedAt < 5_000) {
-    const seen = await requestJson(`${urls[2]}/api/agents/${agentId}`, { headers: session })
+    const seen = await requestJson(`${urls[2]}${path}`, { headers: session })
     if (seen.name === name) return Date.now() - renamedAt
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
-  throw new Error("node C still answers with the old agent after 5 s")
+  throw new Error(`node C still answers ${path} with the old name after 5 s`)
 }
 
 /**
@@ -241,9 +245,16 @@ describe("three nodes on one database", () => {
 
       // An agent read on node C (so C has it cached) and changed on node A is
       // read changed on C within 1 s.
-      const renamedAfter = yield* Effect.promise(() => renameOnASeenOnC(urls, setup.session, setup.agentId, "Renamed on A"))
+      const agentPath = `/api/agents/${setup.agentId}`
+      const orchestrationPath = `/api/orchestrations/${setup.orchestrationId}`
+      const renamedAfter = yield* Effect.promise(() => renameOnASeenOnC(urls, setup.session, agentPath, "Renamed on A"))
       console.log(`an agent changed on node A was read changed on node C after ${renamedAfter} ms`)
       assert.isAtMost(renamedAfter, 1_000)
+      const orchestrationRenamedAfter = yield* Effect.promise(() =>
+        renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed on A")
+      )
+      console.log(`an orchestration changed on node A was read changed on node C after ${orchestrationRenamedAfter} ms`)
+      assert.isAtMost(orchestrationRenamedAfter, 1_000)
 
       // Still so after every node lost its listening connections (a database
       // restart, a proxy timeout): the listeners reconnect.
@@ -268,9 +279,16 @@ describe("three nodes on one database", () => {
       console.log(`after the listeners reconnected, a revoked key was refused on node C after ${refusedAgainAfter} ms`)
       assert.isAtMost(refusedAgainAfter, 1_000)
       const renamedAgainAfter = yield* Effect.promise(() =>
-        renameOnASeenOnC(urls, setup.session, setup.agentId, "Renamed again on A")
+        renameOnASeenOnC(urls, setup.session, agentPath, "Renamed again on A")
       )
       console.log(`after the listeners reconnected, a changed agent was read on node C after ${renamedAgainAfter} ms`)
       assert.isAtMost(renamedAgainAfter, 1_000)
+      const orchestrationRenamedAgainAfter = yield* Effect.promise(() =>
+        renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed again on A")
+      )
+      console.log(
+        `after the listeners reconnected, a changed orchestration was read on node C after ${orchestrationRenamedAgainAfter} ms`
+      )
+      assert.isAtMost(orchestrationRenamedAgainAfter, 1_000)
     }), 120_000)
 })

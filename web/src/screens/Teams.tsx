@@ -40,20 +40,27 @@ const toPayload = (d: Draft) => ({
 const final = new Set(["completed", "failed", "cancelled"])
 
 /** A run and its transcript, read again at every (re)connection of its event stream and after each turn. */
-const RunDetail = ({ teamId, runId, onFinal }: { readonly teamId: string; readonly runId: string; readonly onFinal: () => void }) => {
+const RunDetail = ({ teamId, runId, startedHere, onFinal }: {
+  readonly teamId: string
+  readonly runId: string
+  /** The run was started from this screen: it may be finished by the time it is first read. */
+  readonly startedHere: boolean
+  readonly onFinal: () => void
+}) => {
   const run = useLoad(() => call((c) => c.teams.getRun({ params: { id: teamId as never, runId } })), [teamId, runId])
   const [speaking, setSpeaking] = useState<string>()
-  // `onFinal` once, when a run this screen saw unfinished is read finished
-  // (from its final event or from a read again on reconnection).
-  const seenUnfinished = useRef(false)
+  // `onFinal` once per run, when a run this screen started or saw unfinished
+  // is read finished (from its final event or from a read again).
+  const seenUnfinished = useRef<string>(undefined)
+  const notified = useRef<string>(undefined)
   useEffect(() => {
-    if (run.data === undefined) return
-    if (!final.has(run.data.status)) seenUnfinished.current = true
-    else if (seenUnfinished.current) {
-      seenUnfinished.current = false
+    if (run.data === undefined || run.data.runId !== runId) return
+    if (!final.has(run.data.status)) seenUnfinished.current = runId
+    else if ((startedHere || seenUnfinished.current === runId) && notified.current !== runId) {
+      notified.current = runId
       onFinal()
     }
-  }, [run.data?.status])
+  }, [run.data?.runId, run.data?.status, runId, startedHere])
   useEffect(() => {
     if (run.data && final.has(run.data.status)) return
     const close = followEvents(urls.teams.events({ params: { id: teamId as never, runId } }), runEventNames, {
@@ -116,6 +123,7 @@ export const TeamsScreen = ({ route }: { readonly route: Route }) => {
   // After a run ends, its delivery is logged once the receiver has answered:
   // the log is read again every second until an event not seen before
   // appears, for up to a minute.
+  const [startedRun, setStartedRun] = useState<string>()
   const [awaitedDelivery, setAwaitedDelivery] = useState<{ readonly known: ReadonlySet<string>; readonly until: number }>()
   useEffect(() => {
     if (awaitedDelivery === undefined || deliveries.loading) return
@@ -171,6 +179,7 @@ export const TeamsScreen = ({ route }: { readonly route: Route }) => {
     setRunProblem(undefined)
     try {
       const started = await call((c) => c.teams.run({ params: { id: team.id }, headers: {}, payload: { mission } }))
+      setStartedRun(started.runId)
       navigate(withQuery(route, { run: started.runId }), { replace: true })
       runs.reload()
     } catch (error) {
@@ -320,7 +329,7 @@ export const TeamsScreen = ({ route }: { readonly route: Route }) => {
                   </li>
                 ))}
               </ul>
-              {runId && <RunDetail teamId={team.id} runId={runId} onFinal={() => {
+              {runId && <RunDetail teamId={team.id} runId={runId} startedHere={runId === startedRun} onFinal={() => {
                 runs.reload()
                 if (team.room.outputWebhookUrl) {
                   setAwaitedDelivery({

@@ -16,6 +16,11 @@ const seconds = Number(process.env.BENCH_SECONDS ?? 10)
 const connections = 50
 // How long chat runs at its fixed rate before its overhead is measured.
 const chatSettleSeconds = 20
+// How long the service is left quiet before its settled idle RSS is read, and
+// after the executions before chat starts: longer than the memory reducer's
+// quiet period (src/Platform/MemoryReducer.ts), so what start-up or the burst
+// left is given back first.
+const quietSeconds = 18
 
 const rssMb = (pid: number) =>
   Fs.readFile(`/proc/${pid}/status`, "utf8").then(
@@ -72,6 +77,8 @@ const main = async () => {
   const pid = service.child.pid!
   try {
     const idleRss = await rssMb(pid)
+    await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
+    const settledIdleRss = await rssMb(pid)
     const { auth } = await signUp(service.url)
     const { key } = await json(`${service.url}/api/keys`, { method: "POST", headers: auth, body: JSON.stringify({ name: "bench" }) })
     const agents = []
@@ -141,11 +148,17 @@ const main = async () => {
     await warm(executeUrl, post)
     await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
     const doneBefore = await countDone()
+    let burstRss = 0
+    const sampleRss = setInterval(() => void rssMb(pid).then((mb) => burstRss = Math.max(burstRss, mb)), 200)
     const executeStartedAt = performance.now()
     const execute = await load(pid, { url: executeUrl, ...post })
     const accepted = execute["2xx"]
     await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
     const executeSeconds = (performance.now() - executeStartedAt) / 1000
+    clearInterval(sampleRss)
+    const afterBurstRss = await rssMb(pid)
+    await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
+    const quietRss = await rssMb(pid)
     const completed = (await countDone()) - doneBefore
     const failed = Number((await db.query("SELECT count(*) AS n FROM executions WHERE status = 'failed'")).rows[0].n)
 
@@ -225,7 +238,7 @@ const main = async () => {
       } ms`
     )
     console.log(
-      `service RSS: idle ${idleRss} MB, after load ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
+      `service RSS: idle ${idleRss} MB when ready, ${settledIdleRss} MB ${quietSeconds} s later; executions burst: peak ${burstRss} MB, ${afterBurstRss} MB when its runs had finished, ${quietRss} MB after ${quietSeconds} s quiet; under chat load ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
     )
     console.log(`warm start until /health/ready: ${warmStartMs} ms (target 3,000 ms)`)
 
@@ -234,7 +247,12 @@ const main = async () => {
       ["POST .../execute / INSERT", `${ratio(execute, insert)}x`, ">= 0.6x"],
       ["one-step executions per second", String(Math.round(completed / executeSeconds)), ">= 1,000"],
       ["chat added p50 / p99 at 200 req/s (after warm-up)", `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`, "<= 2 / 10 ms"],
-      ["RSS idle / after load / 60 s later", `${idleRss} / ${loadedRss} / ${settledRss} MB`, "<= 150 / 400 / 250 MB"],
+      [
+        `RSS idle (ready / ${quietSeconds} s later) / under chat load / 60 s later`,
+        `${idleRss} / ${settledIdleRss} / ${loadedRss} / ${settledRss} MB`,
+        "<= 150 / 400 / 250 MB"
+      ],
+      [`RSS peak of the executions burst / after it and ${quietSeconds} s quiet`, `${burstRss} / ${quietRss} MB`, "(not a target)"],
       ["warm start", `${warmStartMs} ms`, "<= 3,000 ms"]
     ]
     console.log(`\n| figure | measured | target |\n|---|---|---|`)

@@ -1,4 +1,6 @@
-import { HttpApi, HttpApiMiddleware, OpenApi } from "effect/http-api"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as OpenApi from "effect/http-api/OpenApi"
 import { AgentsApi, AgentsV1Api } from "./Agents/Api.ts"
 import { AuthApi, KeysApi } from "./Auth/Api.ts"
 import { BillingApi } from "./Billing/Api.ts"

@@ -1,4 +1,12 @@
-import { Config, Context, Duration, Effect, Layer, type LogLevel, Option, Redacted, Schema } from "effect"
+import * as Config from "effect/Config"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import * as NodePath from "node:path"
 
 /**
@@ -145,6 +153,8 @@ export interface AppSettings {
   readonly metricsEnabled: boolean
   /** Builds (when its sources changed) and serves the dashboard at /app. */
   readonly dashboardEnabled: boolean
+  /** Runs a full collection that gives memory back to the OS when the node goes quiet after a burst (Platform/MemoryReducer.ts). */
+  readonly memoryReducer: boolean
   /** When set, GET /metrics needs `Authorization: Bearer <token>`. */
   readonly metricsToken: Option.Option<Redacted.Redacted<string>>
   /**
@@ -394,6 +404,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
   metricsEnabled: flag("METRICS_ENABLED").pipe(Config.withDefault(true)),
   dashboardEnabled: flag("DASHBOARD_ENABLED").pipe(Config.withDefault(true)),
+  memoryReducer: flag("MEMORY_REDUCER").pipe(Config.withDefault(true)),
   metricsToken: Config.option(Config.Redacted("METRICS_TOKEN")).pipe(
     // An empty token would let anyone in with `Bearer `: treat it as unset.
     Config.map(Option.filter((token) => Redacted.value(token) !== ""))

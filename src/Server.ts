@@ -1,8 +1,13 @@
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { Duration, Effect, Layer } from "effect"
-import { ClusterWorkflowEngine } from "effect/cluster"
-import { HttpRouter } from "effect/http"
-import { HttpApiBuilder, HttpApiMiddleware, HttpApiScalar } from "effect/http-api"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Scope from "effect/Scope"
+import * as ClusterWorkflowEngine from "effect/cluster/ClusterWorkflowEngine"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpApiScalar from "effect/http-api/HttpApiScalar"
 import { createServer } from "node:http"
 import * as Conversation from "./Agents/Conversation.ts"
 import * as AgentsHttp from "./Agents/Http.ts"
@@ -24,6 +29,7 @@ import { ExecutionsRepo } from "./Orchestrations/Repo.ts"
 import { Models } from "./Models/Models.ts"
 import * as Cluster from "./Platform/Cluster.ts"
 import * as Dashboard from "./Platform/Dashboard.ts"
+import * as MemoryReducer from "./Platform/MemoryReducer.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
@@ -39,6 +45,20 @@ import * as TeamRunWorkflow from "./Teams/TeamRunWorkflow.ts"
 import * as WebhookDelivery from "./Webhooks/Delivery.ts"
 import { Webhooks } from "./Webhooks/Webhooks.ts"
 
+/**
+ * The offline API reference at /docs (Scalar). Its page inlines several MB of
+ * script, which effect's layer loads when it is built: here that layer is
+ * built on the first request for the page, so a node whose docs are never
+ * read never holds it.
+ */
+const DocsLayer = HttpRouter.use(Effect.fnUntraced(function*(router) {
+  const scope = yield* Effect.scope
+  const page = yield* Effect.cached(
+    HttpRouter.toHttpEffect(HttpApiScalar.layer(Api, { path: "/docs" })).pipe(Scope.provide(scope))
+  )
+  yield* router.add("GET", "/docs", Effect.flatten(page))
+}))
+
 /** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, the dashboard, and the request pipeline. */
 export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
@@ -47,7 +67,7 @@ export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
   if (config.dashboardEnabled) extraRoutes.push(...Dashboard.routes)
   return Layer.mergeAll(
     HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
-    HttpApiScalar.layer(Api, { path: "/docs" }),
+    DocsLayer,
     // Prometheus text format, unless METRICS_ENABLED=false; behind METRICS_TOKEN when set.
     config.metricsEnabled ? MetricsHttp.layer : Layer.empty,
     // The dashboard at /app, unless DASHBOARD_ENABLED=false.
@@ -115,7 +135,8 @@ export const ServiceLayer = Layer.mergeAll(
   HttpLayer,
   Executions.sweeper.pipe(Layer.provide(Executions.layer)),
   TeamRuns.sweeper.pipe(Layer.provide(TeamRuns.layer)),
-  Knowledge.sweeper.pipe(Layer.provide(Knowledge.layer))
+  Knowledge.sweeper.pipe(Layer.provide(Knowledge.layer)),
+  MemoryReducer.layer
 ).pipe(
   Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer),

@@ -1,4 +1,7 @@
-import { Context, Effect, Layer, Semaphore } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Semaphore from "effect/Semaphore"
 import { AppConfig } from "../Config.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 import * as Crypto from "node:crypto"

@@ -1,4 +1,7 @@
-import { Cause, Duration, Effect, Schedule } from "effect"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 
 // What a failed statement means for the caller, read from its SQLSTATE.

@@ -1,5 +1,7 @@
-import { Effect, Schema } from "effect"
-import { SqlClient, type Statement } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import type { TenantId } from "../Domain/Ids.ts"
 
 // A start that takes an Idempotency-Key (execute, a team run) stores its row

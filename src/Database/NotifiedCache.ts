@@ -1,4 +1,11 @@
-import { Cache, Duration, Effect, Exit, Option, Queue, Schedule, type Scope } from "effect"
+import * as Cache from "effect/Cache"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import type * as Scope from "effect/Scope"
 import { ListenerSql } from "./Sql.ts"
 
 /**

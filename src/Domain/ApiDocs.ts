@@ -1,4 +1,4 @@
-import { OpenApi } from "effect/http-api"
+import * as OpenApi from "effect/http-api/OpenApi"
 
 // What /docs and /openapi.json say about each operation. Every operation has
 // a summary and a description in the same three parts, so a reader finds

@@ -1,5 +1,7 @@
-import { Effect, Result, Schema } from "effect"
-import { Base64Url } from "effect/encoding"
+import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as Base64Url from "effect/encoding/Base64Url"
 import { invalidField } from "./Problems.ts"
 import { text } from "./Input.ts"
 

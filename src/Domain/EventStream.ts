@@ -1,5 +1,5 @@
-import { Schema } from "effect"
-import { HttpApiSchema } from "effect/http-api"
+import * as Schema from "effect/Schema"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 
 /**
  * A server-sent event stream as an endpoint's typed success: events named

@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import { Text } from "./Input.ts"
 
 // Ids are UUIDv7 strings: time-ordered, so the id alone is a stable cursor for

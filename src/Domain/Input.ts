@@ -1,4 +1,6 @@
-import { Schema, SchemaAST, SchemaTransformation } from "effect"
+import * as Schema from "effect/Schema"
+import * as SchemaAST from "effect/SchemaAST"
+import * as SchemaTransformation from "effect/SchemaTransformation"
 
 // The building blocks of every request schema (payload, query, path params,
 // headers) of every Api.ts. test/Platform/HostileInput.test.ts walks the

@@ -1,5 +1,5 @@
-import { Schema } from "effect"
-import { HttpApiError } from "effect/http-api"
+import * as Schema from "effect/Schema"
+import * as HttpApiError from "effect/http-api/HttpApiError"
 
 // Every error a client can receive is one of these RFC 9457 problems (or one
 // of effect's built-in BadRequestProblem / InternalServerErrorProblem). The

@@ -1,5 +1,7 @@
-import { Schema } from "effect"
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
+import * as Schema from "effect/Schema"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as OpenApi from "effect/http-api/OpenApi"
 import { noCredential, operation } from "../Domain/ApiDocs.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 

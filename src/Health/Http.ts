@@ -1,6 +1,6 @@
-import { Effect } from "effect"
-import { HttpApiBuilder } from "effect/http-api"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as SqlClient from "effect/sql/SqlClient"
 import { Api } from "../Api.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 

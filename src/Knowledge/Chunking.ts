@@ -1,4 +1,6 @@
-import { Data, Effect, Schema } from "effect"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 
 // Chunking settings and their validation: schemas only, so the API
 // declaration that uses them loads in a browser (the splitter does not).

@@ -1,4 +1,6 @@
-import { Data, Duration, Effect } from "effect"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 import { type DocumentKind, type Heading, markdownHeadings } from "./Splitter.ts"
 
 /**

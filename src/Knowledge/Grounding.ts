@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import { ChatSource } from "../Agents/Api.ts"
 import { countTokens } from "../Models/Tokens.ts"
 import type { ScoredChunk } from "./SearchRepo.ts"

@@ -1,4 +1,4 @@
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { countTokens, maxRunChars } from "../Models/Tokens.ts"
 import { type Chunking, type ChunkingInput, type ChunkingStrategy, validateChunking } from "./Chunking.ts"
 

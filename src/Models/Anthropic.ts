@@ -1,6 +1,12 @@
-import { Effect, Redacted, Schema, Stream } from "effect"
-import { AiError, LanguageModel, type Prompt, type Response } from "effect/ai"
-import type { HttpClient } from "effect/http"
+import * as Effect from "effect/Effect"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
+import * as AiError from "effect/ai/AiError"
+import * as LanguageModel from "effect/ai/LanguageModel"
+import type * as Prompt from "effect/ai/Prompt"
+import type * as Response from "effect/ai/Response"
+import type * as HttpClient from "effect/http/HttpClient"
 import * as ProviderHttp from "./ProviderHttp.ts"
 
 /**

@@ -1,7 +1,15 @@
-import { DateTime, Duration, Effect, Result, Stream } from "effect"
-import { AiError } from "effect/ai"
-import { Sse } from "effect/encoding"
-import { Headers, HttpClient, HttpClientError, HttpClientRequest, type HttpClientResponse } from "effect/http"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
+import * as Stream from "effect/Stream"
+import * as AiError from "effect/ai/AiError"
+import * as Sse from "effect/encoding/Sse"
+import * as Headers from "effect/http/Headers"
+import * as HttpClient from "effect/http/HttpClient"
+import * as HttpClientError from "effect/http/HttpClientError"
+import * as HttpClientRequest from "effect/http/HttpClientRequest"
+import type * as HttpClientResponse from "effect/http/HttpClientResponse"
 
 /**
  * The HTTP plumbing the provider adapters share: one JSON POST with errors

@@ -1,16 +1,17 @@
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
-import { Duration, Effect, Layer, Option } from "effect"
-import {
-  MessageStorage,
-  RunnerAddress,
-  RunnerHealth,
-  Runners,
-  Sharding,
-  ShardingConfig,
-  SocketRunner
-} from "effect/cluster"
-import { RpcSerialization } from "effect/rpc"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as MessageStorage from "effect/cluster/MessageStorage"
+import * as RunnerAddress from "effect/cluster/RunnerAddress"
+import * as RunnerHealth from "effect/cluster/RunnerHealth"
+import * as Runners from "effect/cluster/Runners"
+import * as Sharding from "effect/cluster/Sharding"
+import * as ShardingConfig from "effect/cluster/ShardingConfig"
+import * as SocketRunner from "effect/cluster/SocketRunner"
+import * as RpcSerialization from "effect/rpc/RpcSerialization"
 import { AppConfig, type AppSettings } from "../Config.ts"
 import * as Sql from "../Database/Sql.ts"
 import * as ClusterStorage from "./ClusterStorage.ts"

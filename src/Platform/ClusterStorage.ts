@@ -1,15 +1,15 @@
-import { Deferred, Effect, Layer } from "effect"
-import {
-  ClusterError,
-  MessageStorage,
-  type RunnerAddress,
-  RunnerStorage,
-  type ShardId,
-  Snowflake,
-  SqlMessageStorage,
-  SqlRunnerStorage
-} from "effect/cluster"
-import { SqlClient } from "effect/sql"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as ClusterError from "effect/cluster/ClusterError"
+import * as MessageStorage from "effect/cluster/MessageStorage"
+import type * as RunnerAddress from "effect/cluster/RunnerAddress"
+import * as RunnerStorage from "effect/cluster/RunnerStorage"
+import type * as ShardId from "effect/cluster/ShardId"
+import * as Snowflake from "effect/cluster/Snowflake"
+import * as SqlMessageStorage from "effect/cluster/SqlMessageStorage"
+import * as SqlRunnerStorage from "effect/cluster/SqlRunnerStorage"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /**
  * The cluster's storage in our Postgres: effect's SQL storage, with fewer

@@ -1,5 +1,10 @@
-import { Effect, Layer, Stream } from "effect"
-import { Headers, HttpClient, HttpClientError, HttpClientResponse } from "effect/http"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
+import * as Headers from "effect/http/Headers"
+import * as HttpClient from "effect/http/HttpClient"
+import * as HttpClientError from "effect/http/HttpClientError"
+import * as HttpClientResponse from "effect/http/HttpClientResponse"
 
 /**
  * An HTTP client on the platform's fetch, for model providers and the

@@ -1,5 +1,13 @@
-import { Context, Effect, Layer, Logger, Metric, Option, References, Tracer } from "effect"
-import { OtlpSerialization, OtlpTracer } from "effect/observability"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as References from "effect/References"
+import * as Tracer from "effect/Tracer"
+import * as OtlpSerialization from "effect/observability/OtlpSerialization"
+import * as OtlpTracer from "effect/observability/OtlpTracer"
 import * as Os from "node:os"
 import { AppConfig, type AppSettings } from "../Config.ts"
 import * as FetchClient from "./FetchClient.ts"
@@ -91,6 +99,10 @@ export const Metrics = {
   }),
   modelTokens: Metric.counter("model_tokens_total", {
     description: "Tokens sent to and received from models, by model and direction",
+    incremental: true
+  }),
+  memoryReductions: Metric.counter("memory_reductions_total", {
+    description: "Full collections run by the memory reducer when the node went quiet after a burst",
     incremental: true
   }),
   modelDuration: Metric.histogram("model_request_duration_seconds", {

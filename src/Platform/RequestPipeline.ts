@@ -1,14 +1,15 @@
-import { ByteSize, Cause, Effect, Metric } from "effect"
-import {
-  FindMyWay,
-  HttpIncomingMessage,
-  HttpRouter,
-  HttpServerError,
-  HttpServerRequest,
-  HttpServerResponse,
-  Multipart,
-  ProblemDetails
-} from "effect/http"
+import * as ByteSize from "effect/ByteSize"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as FindMyWay from "effect/http/FindMyWay"
+import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerError from "effect/http/HttpServerError"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as Multipart from "effect/http/Multipart"
+import * as ProblemDetails from "effect/http/ProblemDetails"
 import * as Crypto from "node:crypto"
 import { type Server, STATUS_CODES } from "node:http"
 import type { unhandled } from "effect/Types"

@@ -1,4 +1,7 @@
-import { Context, Effect, Layer, Option } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { defaultPageSize } from "../Agents/Api.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, type TenantId } from "../Domain/Ids.ts"

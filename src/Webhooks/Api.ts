@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import { cursorParam } from "../Domain/Cursor.ts"
 import { text } from "../Domain/Input.ts"
 

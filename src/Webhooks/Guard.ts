@@ -1,4 +1,6 @@
-import { Duration, Effect, Result } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import ipaddr from "ipaddr.js"
 import * as Dns from "node:dns/promises"
 import * as Http from "node:http"

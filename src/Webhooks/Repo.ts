@@ -1,5 +1,8 @@
 import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer, Option } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import type { TenantId } from "../Domain/Ids.ts"
 import type { Owner } from "./Webhooks.ts"
 

@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Tenants, their users, sessions, API keys and agents. Secrets (passwords,
 // session tokens, API keys) are stored only as hashes.

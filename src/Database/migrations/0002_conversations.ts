@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Conversation memory: one row per conversation, one per turn (the user's
 // message and the reply, with the tokens and the model that answered).

@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Daily request counts per tenant, the Stripe link of a tenant, and every
 // Stripe event received (for idempotency and audit).

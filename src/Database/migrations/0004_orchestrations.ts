@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Orchestration definitions. The steps are one jsonb document: they are
 // always read and written whole, and validated as a whole before writing.

@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // The read model of executions: what clients poll. The workflow writes every
 // status change here as it happens; the definition is copied in at the start,

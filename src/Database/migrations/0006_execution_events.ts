@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // What happened in an execution, in order: what GET /api/v1/executions/{id}/events
 // replays to a client that connects late, then follows.

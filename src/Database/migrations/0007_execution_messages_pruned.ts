@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Once an execution has finished, the cluster's stored messages of its
 // workflow are no longer needed (the read model keeps its result); they are

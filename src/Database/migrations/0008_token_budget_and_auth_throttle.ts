@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Model tokens per tenant and UTC day, beside the request count, for the
 // plans' daily token budgets; and the leaky buckets that throttle logins and

@@ -1,5 +1,6 @@
-import { Effect, String } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as String from "effect/String"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Until now the SQL client renamed the keys of JSON values as it does column
 // names: camelCase to snake_case on the way in, back on the way out. JSON is

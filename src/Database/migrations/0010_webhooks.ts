@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Outbound webhooks: one endpoint per owner (a team or an orchestration), the
 // outbox of events (written in the same transaction as the final state they

@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Teams (agents that work a mission together in a room), their runs (the
 // read model clients poll, written by the team run workflow), each run's

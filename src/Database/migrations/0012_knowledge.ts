@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Knowledge bases, their documents (one per upload, ingested by a cluster
 // workflow) and the documents' chunks, searched with Postgres full-text

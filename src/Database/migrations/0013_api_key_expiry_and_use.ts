@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // API keys may expire, and show when they were last used (written in batches,
 // so it is exact to within the flush interval, never on every request).

@@ -1,5 +1,5 @@
-import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // The knowledge bases an agent is grounded on: its chats, the orchestration
 // steps it runs and its team turns retrieve from them. A base deleted later

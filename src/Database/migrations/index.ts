@@ -1,4 +1,4 @@
-import { Migrator } from "effect/sql"
+import * as Migrator from "effect/sql/Migrator"
 import foundation from "./0001_foundation.ts"
 import conversations from "./0002_conversations.ts"
 import billing from "./0003_billing.ts"

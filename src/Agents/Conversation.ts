@@ -188,7 +188,7 @@ export const makeTurns = Effect.gen(function*() {
   const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
     Effect.gen(function*() {
       // Charged here, where the tokens are known, even if the caller has stopped waiting.
-      yield* withDatabase(tokenBudget.charge(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens))
+      yield* tokenBudget.chargeInBackground(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens)
       yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
       if (!input.memoryEnabled) return
       const turns = yield* loadHistory(input)

@@ -14,7 +14,7 @@ import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from ".
 
 const columns = "id, name, description, model, instructions, status, memory_enabled, knowledge_ids, created_at, updated_at"
 
-/** Notified with `tenantId/agentId` when an agent changes or is deleted, in the same transaction. */
+/** Notified with `tenantId/agentId` when an agent is made, changed or deleted, in the same transaction. */
 export const agentChangedChannel = "agent_changed"
 
 // How long a node trusts an agent it has read. Changes reach every node at
@@ -27,7 +27,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
     const sql = yield* SqlClient.SqlClient
     const cols = sql.literal(columns)
 
-    const list = (tenantId: TenantId, options: {
+    const readPage = (tenantId: TenantId, options: {
       readonly activeOnly: boolean
       readonly after: string | null
       readonly limit: number
@@ -40,7 +40,23 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         filters: options.activeOnly ? [sql`status = 'active'`] : [],
         after: options.after,
         limit: options.limit
-      }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.list"))
+      }).pipe(Effect.orDie)
+
+    // Pages of a tenant's agents as last read; any change of one of its agents
+    // drops them all, on every node (the cache below tells of changes).
+    const pages = NotifiedCache.makeTenantReads<Effect.Success<ReturnType<typeof readPage>>>({
+      timeToLive: agentCacheTtl,
+      capacity: 10_000,
+      perTenant: 64
+    })
+    const list = (tenantId: TenantId, options: {
+      readonly activeOnly: boolean
+      readonly after: string | null
+      readonly limit: number
+    }) =>
+      (cache.listening()
+        ? pages.get(tenantId, `${options.activeOnly}/${options.limit}/${options.after ?? ""}`, readPage(tenantId, options))
+        : readPage(tenantId, options)).pipe(Effect.withSpan("AgentsRepo.list"))
 
     const insert = SqlSchema.findOne({
       Request: Schema.Struct({
@@ -55,10 +71,11 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       }),
       Result: Agent,
       execute: (input) =>
-        sql`INSERT INTO agents (id, tenant_id, name, description, model, instructions, status, memory_enabled, knowledge_ids)
+        sql`WITH inserted AS (INSERT INTO agents (id, tenant_id, name, description, model, instructions, status, memory_enabled, knowledge_ids)
             VALUES (${newId()}, ${input.tenantId}, ${input.name}, ${input.description}, ${input.model},
                     ${input.instructions}, ${input.status}, ${input.memoryEnabled}, ${[...input.knowledgeIds]}::text[])
-            RETURNING ${cols}`
+            RETURNING ${cols}, tenant_id)
+            SELECT ${cols}, pg_notify(${agentChangedChannel}, tenant_id || '/' || id) FROM inserted`
     })
 
     const findById = SqlSchema.findOneOption({
@@ -109,7 +126,8 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       what: "Agent",
       lookup: findById,
       timeToLive: agentCacheTtl,
-      capacity: 10_000
+      capacity: 10_000,
+      onChange: (tenantId) => pages.drop(tenantId)
     })
 
     // --- conversations -----------------------------------------------------
@@ -261,7 +279,13 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         readonly status: AgentStatus
         readonly memoryEnabled: boolean
         readonly knowledgeIds: ReadonlyArray<string>
-      }) => insert({ tenantId, ...input }).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.insert")),
+      }) =>
+        insert({ tenantId, ...input }).pipe(
+          // This node's next list sees it at once; the others' on the notification.
+          Effect.tap((agent) => cache.forget(tenantId, agent.id)),
+          Effect.orDie,
+          Effect.withSpan("AgentsRepo.insert")
+        ),
       // Ids that cannot exist are not looked up: they are simply not found.
       findById: (tenantId: TenantId, id: AgentId) =>
         isId(id)

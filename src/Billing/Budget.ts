@@ -8,7 +8,7 @@ import { setLimitHeaders } from "../Auth/Middleware.ts"
 import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { ModelNotAllowed, TokenBudgetSpent } from "../Domain/Problems.ts"
-import { CountedToday, utcDay } from "./Quota.ts"
+import { CountedToday, Quota, utcDay } from "./Quota.ts"
 import { BillingRepo } from "./Repo.ts"
 
 /** Where a tenant stands today with model tokens. */
@@ -42,6 +42,7 @@ export const modelAllowed = (patterns: Option.Option<ReadonlyArray<string>>, mod
 export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/TokenBudget", {
   make: Effect.gen(function*() {
     const repo = yield* BillingRepo
+    const quota = yield* Quota
     const config = yield* AppConfig
 
     const budgetOf = (plan: Plan) =>
@@ -57,7 +58,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
       const counted = yield* CountedToday
       const usage = counted !== undefined && counted.tenantId === tenantId && counted.day === day
         ? { plan: counted.plan, tokens: counted.tokens }
-        : yield* repo.usage(tenantId, day)
+        : yield* Effect.andThen(quota.settled(tenantId), repo.usage(tenantId, day))
       const budget = budgetOf(usage.plan)
       return {
         plan: usage.plan,
@@ -111,17 +112,29 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
       yield* unspent(yield* standing(tenantId))
     })
 
-    /** After a model call: its tokens (input plus output) count against today's budget. */
+    /**
+     * After a model call: its tokens (input plus output) count against today's
+     * budget, written before this returns (a run's step is stored after its
+     * charge, so a run killed in between charges the step again, never not).
+     */
     const charge = Effect.fn("TokenBudget.charge")(function*(tenantId: TenantId, tokens: number) {
       if (!config.enforceDailyLimits || tokens <= 0) return
       const { day } = utcDay(yield* Clock.currentTimeMillis)
       yield* repo.chargeTokens(tenantId, day, tokens)
     })
 
-    return { standing, checkModel, admit, admitWork, charge, modelsOf } as const
+    /**
+     * After a chat's model call: the same, without waiting for the write. It
+     * goes with the tenant's next count (Quota), in order, so the next
+     * request reads it; a node killed in between loses it.
+     */
+    const chargeInBackground = (tenantId: TenantId, tokens: number) =>
+      !config.enforceDailyLimits || tokens <= 0 ? Effect.void : quota.charge(tenantId, tokens)
+
+    return { standing, checkModel, admit, admitWork, charge, chargeInBackground, modelsOf } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(BillingRepo.layer))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([BillingRepo.layer, Quota.layer]))
 }
 
 /** On a refusal for the token budget, the RateLimit headers describe the budget, with Retry-After. */

@@ -2,10 +2,15 @@ import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
 import type { Plan } from "../Auth/Api.ts"
 import { AppConfig } from "../Config.ts"
+import { ListenerSql } from "../Database/Sql.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { TooManyRequests } from "../Domain/Problems.ts"
 import { BillingRepo } from "./Repo.ts"
@@ -15,7 +20,8 @@ export interface Allowance {
   readonly plan: Plan
   /** null: the plan is unlimited. */
   readonly limit: number | null
-  readonly used: number
+  /** null: not known when the request went on (a plan without a limit does not wait for its count). */
+  readonly used: number | null
   readonly remaining: number | null
   readonly resetAt: Date
 }
@@ -44,34 +50,84 @@ export const utcDay = (now: number) => {
   return { day: new Date(start).toISOString().slice(0, 10), resetAt: new Date(start + dayMs) }
 }
 
+/** Where a plan change is announced (a trigger on `tenants`, migration 0015). */
+export const tenantPlanChangedChannel = "tenant_plan_changed"
+
+type Counted = Allowance & { readonly counted: CountedDay }
+
 interface Waiter {
-  readonly deferred: Deferred.Deferred<Allowance & { readonly counted: CountedDay }, TooManyRequests>
+  readonly deferred: Deferred.Deferred<Counted, TooManyRequests>
 }
 
+/** What one statement writes to a tenant's day: requests waiting for their count, requests already answered, tokens. */
+interface Batch {
+  readonly waiters: Array<Waiter>
+  answered: number
+  tokens: number
+  /** Done once the batch's statement has ended, whether it wrote or failed. */
+  readonly landed: Deferred.Deferred<void>
+  /** Ends the wait of a batch nobody waited for, once someone does. */
+  readonly needed: Deferred.Deferred<void>
+}
+
+// How long what nobody waits for (answered requests, tokens) gathers before
+// it is written, unless a request or a read comes to wait for it: one
+// statement per tenant and window rather than one per round trip.
+const gatherWindow = "25 millis"
+
 /**
- * The daily request limits of the plans. Counting is exact across nodes (the
- * database decides, atomically), and cheap: the requests of one tenant that
- * arrive while its previous count is on its way to the database are counted
- * together in the next statement, on a pool whose commits do not wait for
- * the disk. A refused request is not counted.
+ * A tenant's day: its requests counted against the plan's daily limit, and
+ * the model tokens it used. Counting is exact across nodes (the database
+ * decides, atomically), and cheap: what one tenant's requests and model calls
+ * add while its previous write is on its way to the database goes together
+ * into the next statement, on a pool whose commits do not wait for the disk.
+ * A refused request is not counted.
+ *
+ * Only a request that may be refused waits for its count. Tokens are added
+ * after a model call without waiting, in the same order as the counts, so the
+ * next request's count reads them. A tenant whose plan has no limit
+ * (business) cannot be refused, so once this node has seen its plan, its
+ * requests go on without waiting either. Plan changes reach every node
+ * through `tenantPlanChangedChannel` when they commit; a count that reads a
+ * limited plan also ends it, and so does a lost listener (nothing is trusted
+ * until it listens again). Reads of the day (`settled`) first wait for this
+ * node's writes in flight; at shutdown they land before the node stops.
  */
 export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
   make: Effect.gen(function*() {
     const repo = yield* BillingRepo
     const config = yield* AppConfig
+    const listener = yield* ListenerSql
     const scope = yield* Effect.scope
+    // The writes' own scope, made before the finalizer below: at shutdown the
+    // finalizer lets the writes in flight land before this scope ends them.
+    const writeScope = yield* Scope.fork(scope)
+    // Business: neither a request limit here nor a token budget (TokenBudget),
+    // so a request of such a plan needs nothing from its count.
     const limitOf = (plan: Plan) =>
       plan === "free" ? config.freeDailyLimit : plan === "pro" ? config.proDailyLimit : null
 
     // Days whose counter row this node has seen exist, so most batches need one statement.
     let knownDay = ""
     const knownRows = new Set<string>()
-    const pending = new Map<string, Array<Waiter>>()
-    const draining = new Set<string>()
+    // Per tenant, the batch gathering and the batch being written.
+    const pending = new Map<string, Batch>()
+    const writing = new Map<string, Batch>()
 
-    const countBatch = (tenantId: TenantId, waiters: ReadonlyArray<Waiter>) =>
+    // Tenants last counted on a plan without a limit, as that count read their
+    // day, while this node listens for plan changes; `planChanges` counts the
+    // changes heard, so a count that overlapped one does not add its tenant back.
+    const unlimited = new Map<string, CountedDay>()
+    let listening = false
+    let planChanges = 0
+
+    const write = (tenantId: TenantId, batch: Batch) =>
       Effect.gen(function*() {
         const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
+        if (batch.waiters.length === 0 && batch.answered === 0) {
+          // Tokens alone (a step of a run, a turn that was not a request).
+          return yield* repo.chargeTokens(tenantId, day, batch.tokens)
+        }
         if (day !== knownDay) {
           knownDay = day
           knownRows.clear()
@@ -83,10 +139,13 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
         const request = {
           tenantId,
           day,
-          n: waiters.length,
+          n: batch.waiters.length,
+          answered: batch.answered,
+          tokens: batch.tokens,
           freeLimit: config.freeDailyLimit,
           proLimit: config.proDailyLimit
         }
+        const changesBefore = planChanges
         let found = yield* repo.consume(request)
         if (Option.isNone(found)) {
           // The row this node knew of is gone (deleted by an operator, or a
@@ -99,7 +158,9 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
         const limit = limitOf(counted.plan)
         const granted = counted.after - counted.before
         const countedDay: CountedDay = { tenantId, day, plan: counted.plan, tokens: counted.tokens }
-        for (const [i, waiter] of waiters.entries()) {
+        if (limit !== null) unlimited.delete(tenantId)
+        else if (listening && changesBefore === planChanges) unlimited.set(tenantId, countedDay)
+        for (const [i, waiter] of batch.waiters.entries()) {
           if (i < granted) {
             const used = counted.before + i + 1
             yield* Deferred.succeed(waiter.deferred, {
@@ -123,37 +184,115 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
           }
         }
       }).pipe(
-        // A failed count fails its requests, never the others.
-        Effect.catchCause((cause) => Effect.forEach(waiters, (waiter) => Deferred.failCause(waiter.deferred, cause)))
+        // A failed write fails its waiting requests, never the others; what
+        // nobody waits for is logged as lost.
+        Effect.catchCause((cause) =>
+          Effect.andThen(
+            Effect.forEach(batch.waiters, (waiter) => Deferred.failCause(waiter.deferred, cause)),
+            batch.answered > 0 || batch.tokens > 0
+              ? Effect.logWarning("Requests or model tokens of a tenant could not be counted", cause).pipe(
+                Effect.annotateLogs({ tenantId, requests: batch.answered, tokens: batch.tokens })
+              )
+              : Effect.void
+          )
+        ),
+        Effect.ensuring(Deferred.done(batch.landed, Exit.void))
       )
 
+    // Writes the tenant's batches one after the other until none is gathering.
     const drain = (tenantId: TenantId): Effect.Effect<void> =>
       Effect.gen(function*() {
         while (true) {
-          const waiters = pending.get(tenantId)
-          if (waiters === undefined) {
-            draining.delete(tenantId)
+          const batch = pending.get(tenantId)
+          if (batch === undefined) {
+            writing.delete(tenantId)
             return
           }
+          if (batch.waiters.length === 0) yield* Effect.raceFirst(Effect.sleep(gatherWindow), Deferred.await(batch.needed))
           pending.delete(tenantId)
-          yield* countBatch(tenantId, waiters)
+          writing.set(tenantId, batch)
+          yield* write(tenantId, batch)
         }
       })
 
+    // The batch gathering for the tenant, its write started unless one is under way.
+    const gathering = (tenantId: TenantId) =>
+      Effect.suspend(() => {
+        let batch = pending.get(tenantId)
+        if (batch === undefined) {
+          batch = { waiters: [], answered: 0, tokens: 0, landed: Deferred.makeUnsafe(), needed: Deferred.makeUnsafe() }
+          pending.set(tenantId, batch)
+        }
+        if (writing.has(tenantId)) return Effect.succeed(batch)
+        writing.set(tenantId, batch)
+        return Effect.as(Effect.forkIn(drain(tenantId), writeScope), batch)
+      })
+
     const consume = Effect.fn("Quota.consume")(function*(tenantId: TenantId) {
-      const deferred = yield* Deferred.make<Allowance & { readonly counted: CountedDay }, TooManyRequests>()
-      const waiters = pending.get(tenantId)
-      if (waiters === undefined) pending.set(tenantId, [{ deferred }])
-      else waiters.push({ deferred })
-      if (!draining.has(tenantId)) {
-        draining.add(tenantId)
-        yield* Effect.forkIn(drain(tenantId), scope)
+      const known = listening ? unlimited.get(tenantId) : undefined
+      if (known !== undefined) {
+        const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
+        if (known.day === day) {
+          const batch = yield* gathering(tenantId)
+          batch.answered++
+          return { plan: known.plan, limit: null, used: null, remaining: null, resetAt, counted: known } satisfies Counted
+        }
       }
+      const deferred = Deferred.makeUnsafe<Counted, TooManyRequests>()
+      const batch = yield* gathering(tenantId)
+      batch.waiters.push({ deferred })
+      Deferred.doneUnsafe(batch.needed, Effect.void)
       return yield* Deferred.await(deferred)
     })
 
+    /** Adds model tokens to the tenant's day, without waiting for the write. */
+    const charge = (tenantId: TenantId, tokens: number) =>
+      Effect.map(gathering(tenantId), (batch) => {
+        batch.tokens += tokens
+      })
+
+    /** Once this node's writes to the tenant's day, made before now, have ended. */
+    const settled = (tenantId: TenantId) =>
+      Effect.suspend(() => {
+        const batch = pending.get(tenantId) ?? writing.get(tenantId)
+        if (batch === undefined) return Effect.void
+        Deferred.doneUnsafe(batch.needed, Effect.void)
+        return Deferred.await(batch.landed)
+      })
+
+    // Plan changes, from any node; while not listening, every count is awaited.
+    yield* Effect.gen(function*() {
+      const changed = yield* listener.listen(tenantPlanChangedChannel)
+      planChanges++
+      unlimited.clear()
+      listening = true
+      while (true) {
+        const { payload } = yield* Queue.take(changed)
+        planChanges++
+        unlimited.delete(payload)
+      }
+    }).pipe(
+      Effect.scoped,
+      Effect.ensuring(Effect.sync(() => {
+        listening = false
+        unlimited.clear()
+      })),
+      Effect.tapCause((cause) => Effect.logWarning("Plan change listener lost; reconnecting", cause)),
+      Effect.retry(Schedule.spaced("1 second")),
+      Effect.forkScoped
+    )
+
+    // At shutdown, what was answered or charged already is written first.
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach([...pending.keys(), ...writing.keys()], (tenantId) => settled(tenantId as TenantId), {
+        discard: true
+      }).pipe(Effect.timeout("5 seconds"), Effect.ignore)
+    )
+
     /** Today's standing without counting anything. */
     const today = Effect.fn("Quota.today")(function*(tenantId: TenantId) {
+      // This node's writes in flight for the tenant are part of its day.
+      yield* settled(tenantId)
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
       const usage = yield* repo.usage(tenantId, day)
       const limit = limitOf(usage.plan)
@@ -166,7 +305,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       } satisfies Allowance
     })
 
-    return { consume, today } as const
+    return { consume, charge, settled, today } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(BillingRepo.layer))

@@ -37,9 +37,11 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
 
     /**
      * Counts up to `n` requests of a tenant's day, never past its plan's limit,
-     * in one statement: the row lock taken by FOR UPDATE makes concurrent
-     * batches from any number of nodes add up exactly. The plan is read in the
-     * same statement, so a plan change counts from the very next batch.
+     * and `answered` requests whatever the limit (they were served already, on
+     * a plan without one), and adds `tokens` model tokens, in one statement:
+     * the row lock taken by FOR UPDATE makes concurrent batches from any
+     * number of nodes add up exactly. The plan is read in the same statement,
+     * so a plan change counts from the very next batch.
      */
     // No row when the day's row is missing (an operator deleted it to reset a
     // tenant's usage, or a restored backup lacks it): the caller creates it
@@ -49,6 +51,8 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
         tenantId: Schema.String,
         day: Schema.String,
         n: Schema.Int,
+        answered: Schema.Int,
+        tokens: Schema.Int,
         freeLimit: Schema.Int,
         proLimit: Schema.Int
       }),
@@ -63,13 +67,14 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
             ),
             counted AS (
               UPDATE daily_usage u
-              SET count = CASE WHEN tenant.day_limit IS NULL THEN current.count + ${r.n}
-                               ELSE GREATEST(current.count, LEAST(current.count + ${r.n}, tenant.day_limit)) END
+              SET count = ${r.answered} + CASE WHEN tenant.day_limit IS NULL THEN current.count + ${r.n}
+                               ELSE GREATEST(current.count, LEAST(current.count + ${r.n}, tenant.day_limit)) END,
+                  tokens = u.tokens + ${r.tokens}
               FROM current, tenant
               WHERE u.tenant_id = ${r.tenantId} AND u.day = ${r.day}
               RETURNING u.count, u.tokens
             )
-            SELECT current.count AS before, counted.count AS after, tenant.plan, counted.tokens::float8 AS tokens
+            SELECT current.count AS before, counted.count - ${r.answered} AS after, tenant.plan, counted.tokens::float8 AS tokens
             FROM current, counted, tenant`
     })
 

@@ -26,10 +26,14 @@ export const make = <A, E>(options: {
   /** How long a node trusts what it read; notifications make it current, this only bounds a missed one. */
   readonly timeToLive: Duration.Duration
   readonly capacity: number
+  /** Told of every change heard or made here (`tenantId`), and of a (re)connection (undefined: anything may have changed). */
+  readonly onChange?: (tenantId: string | undefined) => void
 }): Effect.Effect<
   {
     readonly get: (tenantId: string, id: string) => Effect.Effect<Option.Option<A>, E>
     readonly forget: (tenantId: string, id: string) => Effect.Effect<void>
+    /** Whether changes are heard now; nothing read before may be trusted otherwise. */
+    readonly listening: () => boolean
   },
   never,
   ListenerSql | Scope.Scope
@@ -54,12 +58,14 @@ export const make = <A, E>(options: {
     const forgetKey = (key: string) =>
       Effect.suspend(() => {
         generation++
+        options.onChange?.(key.slice(0, key.indexOf("/")))
         return Cache.invalidate(cached, key)
       })
     const listener = yield* ListenerSql
     yield* Effect.gen(function*() {
       const changed = yield* listener.listen(options.channel)
       generation++
+      options.onChange?.(undefined)
       yield* Cache.invalidateAll(cached)
       listening = true
       while (true) yield* forgetKey((yield* Queue.take(changed)).payload)
@@ -75,5 +81,76 @@ export const make = <A, E>(options: {
     const get = (tenantId: string, id: string) =>
       listening ? Effect.map(Cache.get(cached, `${tenantId}/${id}`), ({ value }) => value) : options.lookup({ tenantId, id })
     const forget = (tenantId: string, id: string) => forgetKey(`${tenantId}/${id}`)
-    return { get, forget } as const
+    return { get, forget, listening: () => listening } as const
   })
+
+/**
+ * Reads of a tenant's rows taken together (the pages of its list), kept by
+ * `tenantId` and a key of the read, beside a NotifiedCache of the same rows:
+ * any change of one of the tenant's rows drops all of them (`drop`, from the
+ * cache's `onChange`). Only used while the cache listens; a read that
+ * overlapped a change is not kept. At most `perTenant` reads per tenant and
+ * `capacity` in all, the tenants read longest ago leaving first.
+ */
+export const makeTenantReads = <A>(options: {
+  readonly timeToLive: Duration.Duration
+  readonly capacity: number
+  readonly perTenant: number
+}) => {
+  const ttl = Duration.toMillis(options.timeToLive)
+  // Insertion order is the order of last use (an entry read is moved to the end).
+  const tenants = new Map<string, Map<string, { readonly value: A; readonly expiresAt: number }>>()
+  let size = 0
+  let generation = 0
+
+  const drop = (tenantId: string | undefined) => {
+    generation++
+    if (tenantId === undefined) {
+      tenants.clear()
+      size = 0
+      return
+    }
+    const reads = tenants.get(tenantId)
+    if (reads === undefined) return
+    size -= reads.size
+    tenants.delete(tenantId)
+  }
+
+  const keep = (tenantId: string, key: string, value: A) => {
+    let reads = tenants.get(tenantId)
+    if (reads === undefined) {
+      reads = new Map()
+      tenants.set(tenantId, reads)
+    }
+    if (reads.size >= options.perTenant && !reads.has(key)) {
+      size -= reads.size
+      reads.clear()
+    }
+    if (!reads.has(key)) size++
+    reads.set(key, { value, expiresAt: Date.now() + ttl })
+    while (size > options.capacity) {
+      const [oldest, oldestReads] = tenants.entries().next().value!
+      size -= oldestReads.size
+      tenants.delete(oldest)
+    }
+  }
+
+  /** The read kept for `tenantId` and `key`, else `read`'s result, kept if no change overlapped it. */
+  const get = <E, R>(tenantId: string, key: string, read: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.suspend(() => {
+      const reads = tenants.get(tenantId)
+      const found = reads?.get(key)
+      if (found !== undefined && found.expiresAt > Date.now()) {
+        tenants.delete(tenantId)
+        tenants.set(tenantId, reads!)
+        return Effect.succeed(found.value)
+      }
+      const started = generation
+      return Effect.map(read, (value) => {
+        if (generation === started) keep(tenantId, key, value)
+        return value
+      })
+    })
+
+  return { get, drop } as const
+}

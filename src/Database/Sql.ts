@@ -102,8 +102,8 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
   ).pipe(Layer.provide(Reactivity.layer))
 }
 
-/** A LISTEN holds its connection: one each for API key revocations, agent changes and orchestration changes. */
-export const listenerConnections = 3
+/** A LISTEN holds its connection: one each for API key revocations, agent changes, orchestration changes and plan changes. */
+export const listenerConnections = 4
 
 /**
  * Connections of their own for LISTEN: notifications never take a connection

@@ -134,6 +134,37 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           const status = yield* billing(account)
           assert.deepInclude(status.body, { plan: "business", limit: null, remainingToday: null, usedToday: 102 })
         }))
+
+      it.effect("business requests do not wait for their count, yet every one is counted; a downgrade is refused once announced", () =>
+        Effect.gen(function*() {
+          const { account, key } = yield* setUp
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`UPDATE tenants SET plan = 'business' WHERE id = ${account.tenantId}`
+          // The first count tells this node the plan; the next ones go on without waiting.
+          assert.strictEqual((yield* listAgents(key)).status, 200)
+          const responses = yield* Effect.forEach(Array.from({ length: 120 }), () => listAgents(key), {
+            concurrency: "unbounded"
+          })
+          assert.deepStrictEqual(new Set(responses.map((r) => r.status)), new Set([200]))
+          assert.isTrue(responses.every((r) => r.headers.get("ratelimit-limit") === null))
+          // The standing waits for the counts still on their way.
+          assert.deepInclude((yield* billing(account)).body, { plan: "business", usedToday: 121 })
+          // An operator's downgrade below what is used today: once the change is
+          // announced, every request is refused again.
+          yield* sql`UPDATE tenants SET plan = 'free' WHERE id = ${account.tenantId}`
+          let passed = 0
+          let refused = false
+          for (let i = 0; i < 200 && !refused; i++) {
+            const response = yield* listAgents(key)
+            if (response.status === 429) refused = true
+            else passed++
+            if (!refused) yield* Effect.sleep("10 millis")
+          }
+          assert.isTrue(refused, "a request was refused after the downgrade")
+          for (let i = 0; i < 5; i++) assert.strictEqual((yield* listAgents(key)).status, 429)
+          // What passed before the announcement was counted, past the free limit.
+          assert.deepInclude((yield* billing(account)).body, { plan: "free", usedToday: 121 + passed, limit: 100 })
+        }))
     })
 
     describe("a missing day row", () => {

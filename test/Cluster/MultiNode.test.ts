@@ -81,6 +81,29 @@ const renameOnASeenOnC = async (
 }
 
 /**
+ * Lists agents on node C (so C keeps the page), makes one on node A, then
+ * deletes it there; how long until C's list shows each change.
+ */
+const listChangedOnASeenOnC = async (urls: ReadonlyArray<string>, session: Record<string, string>, name: string) => {
+  const ids = async () =>
+    ((await requestJson(`${urls[2]}/api/agents?limit=100`, { headers: session })).data as Array<{ id: string }>).map((a) => a.id)
+  const until = async (what: string, done: (listed: ReadonlyArray<string>) => boolean) => {
+    const startedAt = Date.now()
+    while (Date.now() - startedAt < 5_000) {
+      if (done(await ids())) return Date.now() - startedAt
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    throw new Error(`node C's list still lacks ${what} after 5 s`)
+  }
+  await ids()
+  const made = await requestJson(`${urls[0]}/api/agents`, { method: "POST", headers: session, body: { name } })
+  const madeAfter = await until("the new agent", (listed) => listed.includes(made.id))
+  await requestJson(`${urls[0]}/api/agents/${made.id}`, { method: "DELETE", headers: session })
+  const deletedAfter = await until("the deletion", (listed) => !listed.includes(made.id))
+  return Math.max(madeAfter, deletedAfter)
+}
+
+/**
  * Nodes that start together join one after another, and shards move to a
  * joining node only once their previous holder lets them go. Chats (on new
  * conversations, round-robin) until a conversation has lived on every node:
@@ -250,6 +273,9 @@ describe("three nodes on one database", () => {
       const renamedAfter = yield* Effect.promise(() => renameOnASeenOnC(urls, setup.session, agentPath, "Renamed on A"))
       console.log(`an agent changed on node A was read changed on node C after ${renamedAfter} ms`)
       assert.isAtMost(renamedAfter, 1_000)
+      const listedAfter = yield* Effect.promise(() => listChangedOnASeenOnC(urls, setup.session, "Made on A"))
+      console.log(`an agent made and deleted on node A was listed so on node C after ${listedAfter} ms`)
+      assert.isAtMost(listedAfter, 1_000)
       const orchestrationRenamedAfter = yield* Effect.promise(() =>
         renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed on A")
       )
@@ -283,6 +309,9 @@ describe("three nodes on one database", () => {
       )
       console.log(`after the listeners reconnected, a changed agent was read on node C after ${renamedAgainAfter} ms`)
       assert.isAtMost(renamedAgainAfter, 1_000)
+      const listedAgainAfter = yield* Effect.promise(() => listChangedOnASeenOnC(urls, setup.session, "Made again on A"))
+      console.log(`after the listeners reconnected, an agent made and deleted on node A was listed so on node C after ${listedAgainAfter} ms`)
+      assert.isAtMost(listedAgainAfter, 1_000)
       const orchestrationRenamedAgainAfter = yield* Effect.promise(() =>
         renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed again on A")
       )

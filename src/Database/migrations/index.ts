@@ -13,6 +13,7 @@ import teams from "./0011_teams.ts"
 import knowledge from "./0012_knowledge.ts"
 import apiKeyExpiryAndUse from "./0013_api_key_expiry_and_use.ts"
 import agentKnowledge from "./0014_agent_knowledge.ts"
+import tenantPlanNotify from "./0015_tenant_plan_notify.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -29,5 +30,6 @@ export const migrations = Migrator.fromRecord({
   "0011_teams": teams,
   "0012_knowledge": knowledge,
   "0013_api_key_expiry_and_use": apiKeyExpiryAndUse,
-  "0014_agent_knowledge": agentKnowledge
+  "0014_agent_knowledge": agentKnowledge,
+  "0015_tenant_plan_notify": tenantPlanNotify
 })

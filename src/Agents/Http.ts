@@ -1,5 +1,6 @@
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
@@ -9,9 +10,27 @@ import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { AgentId } from "../Domain/Ids.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Agents } from "./Agents.ts"
-import type { ChatRequest } from "./Api.ts"
+import { AgentList, type ChatRequest, V1AgentList } from "./Api.ts"
 import { Chat } from "./Chat.ts"
 import type { ChatEvent } from "./Conversation.ts"
+
+/**
+ * A list page as its JSON response. A page the node has kept (AgentsRepo)
+ * is the same object on every read, so its JSON is made once per page and
+ * endpoint, as the endpoint's success schema encodes it.
+ */
+const jsonPages = <S extends Schema.Encoder<unknown>>(schema: S) => {
+  const encode = Schema.encodeSync(schema)
+  const made = new WeakMap<object, string>()
+  return (page: S["Type"] & object) => {
+    let json = made.get(page)
+    if (json === undefined) {
+      json = JSON.stringify(encode(page))
+      made.set(page, json)
+    }
+    return HttpServerResponse.text(json, { contentType: "application/json" })
+  }
+}
 
 const encoder = new TextEncoder()
 const sse = (event: string, data: unknown) => encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
@@ -49,10 +68,11 @@ export const AgentsHttp = HttpApiBuilder.group(
   Effect.fn(function*(handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
+    const listJson = jsonPages(AgentList)
     return handlers.handleAll({
       list: Effect.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
-        return yield* agents.list(tenantId, { activeOnly: false, ...query })
+        return listJson(yield* agents.list(tenantId, { activeOnly: false, ...query }))
       }),
       create: Effect.fn(function*({ payload }) {
         const { tenantId } = yield* CurrentPrincipal
@@ -93,10 +113,11 @@ export const AgentsV1Http = HttpApiBuilder.group(
   Effect.fn(function*(handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
+    const listJson = jsonPages(V1AgentList)
     return handlers.handleAll({
       list: Effect.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
-        return yield* agents.list(tenantId, { activeOnly: true, ...query })
+        return listJson(yield* agents.list(tenantId, { activeOnly: true, ...query }))
       }),
       chat: chatHandler(chat)
     })

@@ -44,10 +44,14 @@ export const CountedToday = Context.Reference<CountedDay | undefined>("agent-hos
 
 const dayMs = 86_400_000
 
+// The last day asked for: every request asks, and the day rarely changes.
+let lastDay = { start: Number.NaN, day: "", resetAt: new Date(0) }
+
 /** The UTC day of `now` (YYYY-MM-DD) and the moment it ends. */
-export const utcDay = (now: number) => {
+export const utcDay = (now: number): { readonly day: string; readonly resetAt: Date } => {
   const start = now - (now % dayMs)
-  return { day: new Date(start).toISOString().slice(0, 10), resetAt: new Date(start + dayMs) }
+  if (start !== lastDay.start) lastDay = { start, day: new Date(start).toISOString().slice(0, 10), resetAt: new Date(start + dayMs) }
+  return lastDay
 }
 
 /** Where a plan change is announced (a trigger on `tenants`, migration 0015). */

@@ -43,6 +43,38 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         assert.strictEqual(gone.headers.get("content-type"), "application/problem+json")
       }))
 
+    it.effect("lists show every change at once on this node; the API-key list has the active agents in the reference's fields, without instructions", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const account = yield* TestServer.signUp()
+        const auth = { headers: TestServer.bearer(account.token) }
+        const key = { headers: TestServer.bearer((yield* TestServer.createKey(account)).key) }
+        const ids = (response: { readonly body: any }) => (response.body.data as Array<{ id: string }>).map((a) => a.id)
+        const first = yield* client.request("POST", "/api/agents", { ...auth, body: { name: "First", instructions: "Secret." } })
+        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [first.body.id])
+        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [first.body.id])
+        // Each change shows in the very next list, read twice (the second from what the node kept).
+        const second = yield* client.request("POST", "/api/agents", { ...auth, body: { name: "Second", status: "inactive" } })
+        for (let i = 0; i < 2; i++) {
+          const all = yield* client.request("GET", "/api/agents", auth)
+          assert.deepStrictEqual(all.body, { data: [first.body, second.body], total: 2, nextCursor: null })
+          const active = yield* client.request("GET", "/api/v1/agents", key)
+          assert.strictEqual(active.headers.get("content-type"), "application/json")
+          const { id, name, description, model, status, memoryEnabled, createdAt } = first.body
+          assert.deepStrictEqual(active.body, {
+            data: [{ id, name, description, model, status, memoryEnabled, createdAt }],
+            total: 1,
+            nextCursor: null
+          })
+        }
+        yield* client.request("PUT", `/api/agents/${second.body.id}`, { ...auth, body: { status: "active" } })
+        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [first.body.id, second.body.id])
+        assert.strictEqual((yield* client.request("GET", "/api/v1/agents?limit=1", key)).body.total, 2)
+        yield* client.request("DELETE", `/api/agents/${first.body.id}`, auth)
+        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [second.body.id])
+        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [second.body.id])
+      }))
+
     it.effect("names the bad field on create and update", () =>
       Effect.gen(function*() {
         const client = yield* TestClient

@@ -10,6 +10,7 @@ import { invalidField, NotFound } from "../Domain/Problems.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { type CreateAgent, defaultPageSize, type UpdateAgent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const notFound = (id: string) => new NotFound({ detail: `No agent ${id}` })
 
@@ -22,7 +23,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const knowledge = yield* KnowledgeSearch
 
     /** The ids once each, in order, when every one is a knowledge base of the tenant. */
-    const checkKnowledge = Effect.fn("Agents.checkKnowledge")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
+    const checkKnowledge = Traced.fn("Agents.checkKnowledge")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
       const unique = [...new Set(ids)]
       const missing = yield* knowledge.missing(tenantId, unique)
       if (missing.length > 0) {
@@ -31,7 +32,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       return unique
     })
 
-    const list = Effect.fn("Agents.list")(function*(tenantId: TenantId, options: {
+    const list = Traced.fn("Agents.list")(function*(tenantId: TenantId, options: {
       readonly activeOnly: boolean
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
@@ -44,7 +45,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       })
     })
 
-    const create = Effect.fn("Agents.create")(function*(tenantId: TenantId, input: CreateAgent) {
+    const create = Traced.fn("Agents.create")(function*(tenantId: TenantId, input: CreateAgent) {
       const model = input.model ?? config.defaultModel
       yield* budget.checkModel(tenantId, model)
       const knowledgeIds = yield* checkKnowledge(tenantId, input.knowledgeIds ?? [])
@@ -59,13 +60,13 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       })
     })
 
-    const get = Effect.fn("Agents.get")(function*(tenantId: TenantId, id: AgentId) {
+    const get = Traced.fn("Agents.get")(function*(tenantId: TenantId, id: AgentId) {
       const agent = yield* repo.findById(tenantId, id)
       if (Option.isNone(agent)) return yield* notFound(id)
       return agent.value
     })
 
-    const update = Effect.fn("Agents.update")(function*(tenantId: TenantId, id: AgentId, input: UpdateAgent) {
+    const update = Traced.fn("Agents.update")(function*(tenantId: TenantId, id: AgentId, input: UpdateAgent) {
       if (input.model !== undefined) yield* budget.checkModel(tenantId, input.model)
       const knowledgeIds = input.knowledgeIds === undefined ? undefined : yield* checkKnowledge(tenantId, input.knowledgeIds)
       const agent = yield* repo.update(tenantId, id, knowledgeIds === undefined ? input : { ...input, knowledgeIds })
@@ -73,7 +74,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       return agent.value
     })
 
-    const remove = Effect.fn("Agents.remove")(function*(tenantId: TenantId, id: AgentId) {
+    const remove = Traced.fn("Agents.remove")(function*(tenantId: TenantId, id: AgentId) {
       const removed = yield* repo.remove(tenantId, id)
       if (!removed) return yield* notFound(id)
     })

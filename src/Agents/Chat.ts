@@ -15,6 +15,7 @@ import { Agents } from "./Agents.ts"
 import { type ChatRequest, defaultPageSize, isConversationId, isTurnIndex } from "./Api.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
 
@@ -55,7 +56,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       Duration.seconds(30 * (config.modelMaxRetries + 1))
     )
 
-    const prepare = Effect.fn("Chat.prepare")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+    const prepare = Traced.fn("Chat.prepare")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       if (request.message.trim() === "") return yield* invalidField("message", "Expected a non-empty message")
       if (request.message.length > config.maxMessageChars) {
         return yield* invalidField("message", `Expected at most ${config.maxMessageChars} characters`)
@@ -91,7 +92,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       return { send: client.Send, streamReply: client.StreamReply }
     }
 
-    const send = Effect.fn("Chat.send")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+    const send = Traced.fn("Chat.send")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       const { input, turns } = yield* prepare(tenantId, agentId, request)
       return yield* turns.send(input).pipe(
         Effect.mapError(toProblem),
@@ -100,7 +101,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     })
 
     /** The reply as events; errors before or during the stream become problems. */
-    const stream = Effect.fn("Chat.stream")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+    const stream = Traced.fn("Chat.stream")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       const { input, turns } = yield* prepare(tenantId, agentId, request)
       return turns.streamReply(input).pipe(
         Stream.mapError(toProblem),
@@ -108,7 +109,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       ) as Stream.Stream<ChatEvent, GatewayTimeout | BadGateway | ServiceUnavailable>
     })
 
-    const conversations = Effect.fn("Chat.conversations")(function*(
+    const conversations = Traced.fn("Chat.conversations")(function*(
       tenantId: TenantId,
       agentId: AgentId,
       page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
@@ -119,7 +120,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     })
 
     /** A page of a conversation's turns, oldest first; the cursor is the last turn's index. */
-    const turns = Effect.fn("Chat.turns")(function*(
+    const turns = Traced.fn("Chat.turns")(function*(
       tenantId: TenantId,
       agentId: AgentId,
       conversationId: string,
@@ -144,7 +145,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     })
 
     /** Forgets through the entity, so its cached history goes with the rows. */
-    const forget = Effect.fn("Chat.forget")(function*(tenantId: TenantId, agentId: AgentId, conversationId: string) {
+    const forget = Traced.fn("Chat.forget")(function*(tenantId: TenantId, agentId: AgentId, conversationId: string) {
       yield* agents.get(tenantId, agentId)
       const removed = yield* clientFor(entityId(tenantId, agentId, conversationId)).Forget({
         tenantId,

@@ -14,6 +14,7 @@ import { citations, fitSources, GroundingSource, withSources } from "../Knowledg
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
 import { ChatResponse } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * One conversation (tenant, agent, conversationId) is one entity of effect's
@@ -225,7 +226,7 @@ export const makeTurns = Effect.gen(function*() {
   })
 
   return {
-    send: Effect.fn("Conversation.send")(function*(payload: TurnInput) {
+    send: Traced.fn("Conversation.send")(function*(payload: TurnInput) {
       const createdAt = new Date()
       const { messages, sources, system } = yield* prompt(payload)
       const reply = yield* models.generate({ model: payload.model, system, messages }).pipe(
@@ -254,7 +255,7 @@ export const makeTurns = Effect.gen(function*() {
           )
         )
       })),
-    forget: Effect.fn("Conversation.forget")(function*(payload: typeof Forget.payloadSchema.Type) {
+    forget: Traced.fn("Conversation.forget")(function*(payload: typeof Forget.payloadSchema.Type) {
       history = undefined
       held = 0
       return yield* repo.forget(payload.tenantId as TenantId, payload.agentId as AgentId, payload.conversationId)

@@ -1,4 +1,3 @@
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
@@ -13,6 +12,7 @@ import { Agents } from "./Agents.ts"
 import { AgentList, type ChatRequest, V1AgentList } from "./Api.ts"
 import { Chat } from "./Chat.ts"
 import type { ChatEvent } from "./Conversation.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * A list page as its JSON response. A page the node has kept (AgentsRepo)
@@ -50,7 +50,7 @@ const wantsEventStream = (request: HttpServerRequest.HttpServerRequest) =>
 
 /** A chat, as JSON or (on `Accept: text/event-stream`) as events, with a key or a session alike. */
 const chatHandler = (chat: Chat["Service"]) =>
-  Effect.fn(function*({ params, payload, request }: {
+  Traced.fn(function*({ params, payload, request }: {
     readonly params: { readonly id: AgentId }
     readonly payload: ChatRequest
     readonly request: HttpServerRequest.HttpServerRequest
@@ -65,40 +65,40 @@ const chatHandler = (chat: Chat["Service"]) =>
 export const AgentsHttp = HttpApiBuilder.group(
   Api,
   "agents",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
     const listJson = jsonPages(AgentList)
     return handlers.handleAll({
-      list: Effect.fn(function*({ query }) {
+      list: Traced.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return listJson(yield* agents.list(tenantId, { activeOnly: false, ...query }))
       }),
-      create: Effect.fn(function*({ payload }) {
+      create: Traced.fn(function*({ payload }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* agents.create(tenantId, payload)
       }),
-      get: Effect.fn(function*({ params }) {
+      get: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* agents.get(tenantId, params.id)
       }),
-      update: Effect.fn(function*({ params, payload }) {
+      update: Traced.fn(function*({ params, payload }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* agents.update(tenantId, params.id, payload)
       }),
-      remove: Effect.fn(function*({ params }) {
+      remove: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         yield* agents.remove(tenantId, params.id)
       }),
-      conversations: Effect.fn(function*({ params, query }) {
+      conversations: Traced.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* chat.conversations(tenantId, params.id, query)
       }),
-      turns: Effect.fn(function*({ params, query }) {
+      turns: Traced.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* chat.turns(tenantId, params.id, params.conversationId, query)
       }),
-      forget: Effect.fn(function*({ params }) {
+      forget: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         yield* chat.forget(tenantId, params.id, params.conversationId)
       }),
@@ -110,12 +110,12 @@ export const AgentsHttp = HttpApiBuilder.group(
 export const AgentsV1Http = HttpApiBuilder.group(
   Api,
   "v1Agents",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
     const listJson = jsonPages(V1AgentList)
     return handlers.handleAll({
-      list: Effect.fn(function*({ query }) {
+      list: Traced.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return listJson(yield* agents.list(tenantId, { activeOnly: true, ...query }))
       }),

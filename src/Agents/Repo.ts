@@ -11,6 +11,7 @@ import * as NotifiedCache from "../Database/NotifiedCache.ts"
 import { pageOf } from "../Domain/Cursor.ts"
 import { AgentId, isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Agent, type AgentStatus, Conversation, Turn, type UpdateAgent } from "./Api.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const columns = "id, name, description, model, instructions, status, memory_enabled, knowledge_ids, created_at, updated_at"
 
@@ -232,7 +233,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
         } ORDER BY id LIMIT ${request.limit}`
     })
 
-    const conversations = Effect.fn("AgentsRepo.conversations")(function*(
+    const conversations = Traced.fn("AgentsRepo.conversations")(function*(
       tenantId: TenantId,
       agentId: AgentId,
       options: { readonly after: string | null; readonly limit: number }

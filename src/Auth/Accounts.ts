@@ -11,6 +11,7 @@ import type { Principal } from "./Api.ts"
 import { AuthRepo } from "./Repo.ts"
 import { hashPassword, hashSecret, newSecret, PasswordHasher } from "./Secrets.ts"
 import { AuthThrottle } from "./Throttle.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const invalidCredentials = new Unauthorized({ detail: "Invalid e-mail or password" })
 
@@ -25,7 +26,7 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
     const decoyHash = yield* Effect.cached(hashPassword(newSecret("st_")))
 
     /** `client`: the caller's address, for throttling. */
-    const register = Effect.fn("Accounts.register")(function*(input: {
+    const register = Traced.fn("Accounts.register")(function*(input: {
       readonly email: string
       readonly password: string
       readonly name?: string | undefined
@@ -43,7 +44,7 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
       )
     })
 
-    const login = Effect.fn("Accounts.login")(function*(
+    const login = Traced.fn("Accounts.login")(function*(
       input: { readonly email: string; readonly password: string },
       client: string
     ) {
@@ -71,7 +72,7 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
     })
 
     /** The session a token belongs to, if it is live. */
-    const authenticate = Effect.fn("Accounts.authenticate")(function*(token: string) {
+    const authenticate = Traced.fn("Accounts.authenticate")(function*(token: string) {
       if (!token.startsWith("st_")) return Option.none<Principal>()
       const session = yield* repo.findLiveSession(hashSecret(token))
       return Option.map(session, (row): Principal => ({
@@ -84,7 +85,7 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
 
     const logout = (sessionId: SessionId) => repo.revokeSession(sessionId)
 
-    const account = Effect.fn("Accounts.account")(function*(userId: UserId) {
+    const account = Traced.fn("Accounts.account")(function*(userId: UserId) {
       const row = yield* repo.findAccount(userId)
       return {
         user: { id: row.id, email: row.email, name: row.name },

@@ -14,6 +14,7 @@ import { NotFound } from "../Domain/Problems.ts"
 import type { Principal, Scope } from "./Api.ts"
 import { apiKeyRevokedChannel, AuthRepo, toApiKey } from "./Repo.ts"
 import { constantTimeEqual, hashSecret, newSecret } from "./Secrets.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 // `ak_` + 43 base64url characters (256 bits). Anything else cannot be a key,
 // so it is refused without touching the cache or the database.
@@ -89,7 +90,7 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
     yield* flushUses.pipe(Effect.repeat(Schedule.spaced(config.apiKeyLastUsedFlush)), Effect.forkScoped)
     yield* Effect.addFinalizer(() => flushUses)
 
-    const authenticate = Effect.fn("ApiKeys.authenticate")(function*(key: string) {
+    const authenticate = Traced.fn("ApiKeys.authenticate")(function*(key: string) {
       if (!keyPattern.test(key)) return Option.none<VerifiedKey["principal"]>()
       const keyHash = hashSecret(key)
       const found = yield* Cache.get(verified, keyHash)
@@ -101,7 +102,7 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
       return Option.some(found.value.principal)
     })
 
-    const create = Effect.fn("ApiKeys.create")(function*(tenantId: TenantId, input: {
+    const create = Traced.fn("ApiKeys.create")(function*(tenantId: TenantId, input: {
       readonly name: string
       readonly scopes?: ReadonlyArray<Scope> | undefined
       readonly expiresAt?: string | null | undefined
@@ -117,12 +118,12 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
       }
     })
 
-    const list = Effect.fn("ApiKeys.list")(function*(tenantId: TenantId) {
+    const list = Traced.fn("ApiKeys.list")(function*(tenantId: TenantId) {
       const rows = yield* repo.listApiKeys(tenantId)
       return { data: rows.map(toApiKey), total: rows.length }
     })
 
-    const revoke = Effect.fn("ApiKeys.revoke")(function*(tenantId: TenantId, id: ApiKeyId) {
+    const revoke = Traced.fn("ApiKeys.revoke")(function*(tenantId: TenantId, id: ApiKeyId) {
       const keyHash = yield* repo.revokeApiKey(tenantId, id)
       if (Option.isNone(keyHash)) return yield* new NotFound({ detail: `No API key ${id}` })
       yield* Cache.invalidate(verified, keyHash.value)

@@ -11,6 +11,7 @@ import { CurrentPrincipal, sessionCookie, sessionCookieName } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { currentSession } from "./Middleware.ts"
 import { clientAddress } from "./Throttle.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /** Retry-After on a throttled attempt, and on a 503 for too many password hashes at once. */
 const withRetryAfter = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -25,13 +26,13 @@ const withRetryAfter = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 export const AuthHttp = HttpApiBuilder.group(
   Api,
   "auth",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const accounts = yield* Accounts
     const config = yield* AppConfig
     return handlers.handleAll({
       register: ({ payload, request }) =>
         withRetryAfter(accounts.register(payload, clientAddress(request, config.trustedProxyHops))),
-      login: Effect.fn(function*({ payload, request }) {
+      login: Traced.fn(function*({ payload, request }) {
         const session = yield* withRetryAfter(accounts.login(payload, clientAddress(request, config.trustedProxyHops)))
         yield* HttpApiBuilder.securitySetCookie(sessionCookie, session.token, {
           httpOnly: true,
@@ -42,14 +43,14 @@ export const AuthHttp = HttpApiBuilder.group(
         })
         return session
       }),
-      logout: Effect.fn(function*() {
+      logout: Traced.fn(function*() {
         const session = yield* currentSession
         yield* accounts.logout(session.sessionId)
         yield* HttpEffect.appendPreResponseHandler((_request, response) =>
           Effect.succeed(HttpServerResponse.expireCookieUnsafe(response, sessionCookieName, { path: "/" }))
         )
       }),
-      me: Effect.fn(function*() {
+      me: Traced.fn(function*() {
         const session = yield* currentSession
         return yield* accounts.account(session.userId)
       })
@@ -60,18 +61,18 @@ export const AuthHttp = HttpApiBuilder.group(
 export const KeysHttp = HttpApiBuilder.group(
   Api,
   "keys",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const keys = yield* ApiKeys
     return handlers.handleAll({
-      create: Effect.fn(function*({ payload }) {
+      create: Traced.fn(function*({ payload }) {
         const principal = yield* CurrentPrincipal
         return yield* keys.create(principal.tenantId, payload)
       }),
-      list: Effect.fn(function*() {
+      list: Traced.fn(function*() {
         const principal = yield* CurrentPrincipal
         return yield* keys.list(principal.tenantId)
       }),
-      revoke: Effect.fn(function*({ params }) {
+      revoke: Traced.fn(function*({ params }) {
         const principal = yield* CurrentPrincipal
         yield* keys.revoke(principal.tenantId, params.id)
       })

@@ -9,6 +9,7 @@ import * as SqlSchema from "effect/sql/SqlSchema"
 import { CounterSql } from "../Database/Sql.ts"
 import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const UserRow = Schema.Struct({
   id: UserId,
@@ -55,7 +56,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
   make: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const createAccount = Effect.fn("AuthRepo.createAccount")(function*(input: {
+    const createAccount = Traced.fn("AuthRepo.createAccount")(function*(input: {
       readonly email: string
       readonly name: string | null
       readonly passwordHash: string

@@ -5,6 +5,7 @@ import * as Semaphore from "effect/Semaphore"
 import { AppConfig } from "../Config.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 import * as Crypto from "node:crypto"
+import * as Traced from "../Platform/Traced.ts"
 
 // scrypt parameters: 32 MiB and ~50 ms per hash on a small machine. They are
 // stored with each hash, so they can be raised later without breaking logins.
@@ -24,14 +25,14 @@ const scrypt = (password: string, salt: Buffer, n: number, r: number, p: number,
   })
 
 /** `scrypt$N$r$p$salt$hash`, salt and hash in base64url. */
-export const hashPassword = Effect.fn("Secrets.hashPassword")(function*(password: string) {
+export const hashPassword = Traced.fn("Secrets.hashPassword")(function*(password: string) {
   const salt = Crypto.randomBytes(16)
   const key = yield* scrypt(password, salt, scryptN, scryptR, scryptP, keyLength)
   return `scrypt$${scryptN}$${scryptR}$${scryptP}$${salt.toString("base64url")}$${key.toString("base64url")}`
 })
 
 /** Constant-time check of a password against a stored hash; a malformed hash never matches. */
-export const verifyPassword = Effect.fn("Secrets.verifyPassword")(function*(password: string, stored: string) {
+export const verifyPassword = Traced.fn("Secrets.verifyPassword")(function*(password: string, stored: string) {
   const parts = stored.split("$")
   if (parts.length !== 6 || parts[0] !== "scrypt") return false
   const [n, r, p] = [Number(parts[1]), Number(parts[2]), Number(parts[3])]

@@ -9,6 +9,7 @@ import * as Crypto from "node:crypto"
 import { AppConfig } from "../Config.ts"
 import { TooManyAttempts } from "../Domain/Problems.ts"
 import { ThrottleRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 // An IPv6 address as its /64: one host usually holds a whole /64, so one
 // bucket per address would give it billions.
@@ -80,7 +81,7 @@ export class AuthThrottle extends Context.Service<AuthThrottle>()("agent-host/Au
       })
 
     /** One login or register attempt from `address`, for `email`. */
-    const attempt = Effect.fn("AuthThrottle.attempt")(function*(address: string, email: string) {
+    const attempt = Traced.fn("AuthThrottle.attempt")(function*(address: string, email: string) {
       yield* check("address", address, config.authAttemptsPerAddress)
       yield* check("account", email.trim().toLowerCase(), config.authAttemptsPerAccount)
     })

@@ -10,6 +10,7 @@ import type { TenantId } from "../Domain/Ids.ts"
 import { ModelNotAllowed, TokenBudgetSpent } from "../Domain/Problems.ts"
 import { CountedToday, Quota, utcDay } from "./Quota.ts"
 import { BillingRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /** Where a tenant stands today with model tokens. */
 export interface TokenStanding {
@@ -51,7 +52,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
     const modelsOf = (plan: Plan) =>
       plan === "free" ? config.freeModels : plan === "pro" ? config.proModels : config.businessModels
 
-    const standing = Effect.fn("TokenBudget.standing")(function*(tenantId: TenantId) {
+    const standing = Traced.fn("TokenBudget.standing")(function*(tenantId: TenantId) {
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
       // Read by this request's own count a moment ago (key-authenticated
       // routes); otherwise (a step, a turn of a team run) read now.
@@ -77,7 +78,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
       })
 
     /** The plan may use `model`; read now, so a plan change applies at once. */
-    const checkModel = Effect.fn("TokenBudget.checkModel")(function*(tenantId: TenantId, model: string) {
+    const checkModel = Traced.fn("TokenBudget.checkModel")(function*(tenantId: TenantId, model: string) {
       const { plan } = yield* standing(tenantId)
       if (!modelAllowed(modelsOf(plan), model)) return yield* refuseModel(plan, model)
     })
@@ -97,7 +98,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
         : Effect.succeed(today)
 
     /** Before a model call: the plan may use `model` and has tokens left today. */
-    const admit = Effect.fn("TokenBudget.admit")(function*(tenantId: TenantId, model: string) {
+    const admit = Traced.fn("TokenBudget.admit")(function*(tenantId: TenantId, model: string) {
       // Nothing to read when nothing is enforced and every plan may use every model.
       if (!config.enforceDailyLimits && [config.freeModels, config.proModels, config.businessModels].every(Option.isNone)) return
       const today = yield* standing(tenantId)
@@ -106,7 +107,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
     })
 
     /** Before work that will call models (an execution): the plan has tokens left today. */
-    const admitWork = Effect.fn("TokenBudget.admitWork")(function*(tenantId: TenantId) {
+    const admitWork = Traced.fn("TokenBudget.admitWork")(function*(tenantId: TenantId) {
       // Nothing to read when nothing is enforced.
       if (!config.enforceDailyLimits) return
       yield* unspent(yield* standing(tenantId))
@@ -117,7 +118,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
      * budget, written before this returns (a run's step is stored after its
      * charge, so a run killed in between charges the step again, never not).
      */
-    const charge = Effect.fn("TokenBudget.charge")(function*(tenantId: TenantId, tokens: number) {
+    const charge = Traced.fn("TokenBudget.charge")(function*(tenantId: TenantId, tokens: number) {
       if (!config.enforceDailyLimits || tokens <= 0) return
       const { day } = utcDay(yield* Clock.currentTimeMillis)
       yield* repo.chargeTokens(tenantId, day, tokens)

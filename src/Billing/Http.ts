@@ -8,16 +8,17 @@ import { CurrentPrincipal } from "../Auth/Api.ts"
 import { TokenBudget } from "./Budget.ts"
 import { Quota, utcDay } from "./Quota.ts"
 import { BillingRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export const BillingHttp = HttpApiBuilder.group(
   Api,
   "billing",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const quota = yield* Quota
     const budget = yield* TokenBudget
     const repo = yield* BillingRepo
     return handlers.handleAll({
-      usage: Effect.fn(function*({ query }) {
+      usage: Traced.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         const now = yield* Clock.currentTimeMillis
         const days = query.days ?? 30
@@ -28,7 +29,7 @@ export const BillingHttp = HttpApiBuilder.group(
         ], { concurrency: "unbounded" })
         return { plan: today.plan, limit: today.limit, tokenBudget: tokens.budget, days: history }
       }),
-      status: Effect.fn(function*() {
+      status: Traced.fn(function*() {
         const { tenantId } = yield* CurrentPrincipal
         const today = yield* quota.today(tenantId)
         const tokens = yield* budget.standing(tenantId)

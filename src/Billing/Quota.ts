@@ -14,6 +14,7 @@ import { ListenerSql } from "../Database/Sql.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { TooManyRequests } from "../Domain/Problems.ts"
 import { BillingRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /** Where a tenant stands today, after the request being counted. */
 export interface Allowance {
@@ -232,7 +233,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
         return Effect.as(Effect.forkIn(drain(tenantId), writeScope), batch)
       })
 
-    const consume = Effect.fn("Quota.consume")(function*(tenantId: TenantId) {
+    const consume = Traced.fn("Quota.consume")(function*(tenantId: TenantId) {
       const known = listening ? unlimited.get(tenantId) : undefined
       if (known !== undefined) {
         const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
@@ -294,7 +295,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
     )
 
     /** Today's standing without counting anything. */
-    const today = Effect.fn("Quota.today")(function*(tenantId: TenantId) {
+    const today = Traced.fn("Quota.today")(function*(tenantId: TenantId) {
       // This node's writes in flight for the tenant are part of its day.
       yield* settled(tenantId)
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)

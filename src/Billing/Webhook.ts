@@ -13,6 +13,7 @@ import { TenantId } from "../Domain/Ids.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 import { StripeWebhookRepo } from "./Repo.ts"
 import { InvalidWebhook, type WebhookOutcome } from "./WebhookApi.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 // ---------------------------------------------------------------------------
 // Signature (https://docs.stripe.com/webhooks#verify-manually)
@@ -191,7 +192,7 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
         ? Option.some("business")
         : Option.none()
 
-    const checkoutCompleted = Effect.fn("StripeWebhook.checkoutCompleted")(function*(event: unknown) {
+    const checkoutCompleted = Traced.fn("StripeWebhook.checkoutCompleted")(function*(event: unknown) {
       const decoded = yield* Effect.result(Schema.decodeUnknownEffect(CheckoutSessionCompleted)(event))
       if (decoded._tag === "Failure") return failed(decoded.failure.message)
       const session = decoded.success.data.object
@@ -209,7 +210,7 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
       return processed(tenant.value.id)
     })
 
-    const subscriptionChanged = Effect.fn("StripeWebhook.subscriptionChanged")(
+    const subscriptionChanged = Traced.fn("StripeWebhook.subscriptionChanged")(
       function*(envelope: typeof Envelope.Type, event: unknown) {
         const decoded = yield* Effect.result(Schema.decodeUnknownEffect(SubscriptionEvent)(event))
         if (decoded._tag === "Failure") return failed(decoded.failure.message)
@@ -295,7 +296,7 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
      * signed Stripe event; database failures are defects (a 500, so Stripe
      * delivers again, and the rollback leaves no trace of this attempt).
      */
-    const receive = Effect.fn("StripeWebhook.receive")(function*(request: {
+    const receive = Traced.fn("StripeWebhook.receive")(function*(request: {
       readonly signature: string | undefined
       readonly body: Uint8Array
     }) {

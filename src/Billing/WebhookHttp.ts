@@ -1,13 +1,13 @@
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { StripeWebhook } from "./Webhook.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export const StripeWebhookHttp = HttpApiBuilder.group(
   Api,
   "stripeWebhook",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const webhook = yield* StripeWebhook
     return handlers.handleAll({
       receive: ({ headers, payload }) => webhook.receive({ signature: headers["stripe-signature"], body: payload })

@@ -11,6 +11,7 @@ import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { pathToFileURL } from "node:url"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * An embedded PostgreSQL for offline development and tests. The binaries come
@@ -829,7 +830,7 @@ const launchUntilReady = (
  * is left running for it.
  */
 export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, EmbeddedPostgresError, Scope.Scope> =
-  Effect.fn("EmbeddedPostgres.start")(function*(options: EmbeddedOptions) {
+  Traced.fn("EmbeddedPostgres.start")(function*(options: EmbeddedOptions) {
     // Resolved before anything else: the default data directory depends on who runs PostgreSQL.
     const runAs = yield* resolveRunAs(options.osUser)
     const dataDir = options.dataDir === undefined

@@ -3,6 +3,7 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import type { TenantId } from "../Domain/Ids.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 // A start that takes an Idempotency-Key (execute, a team run) stores its row
 // with the key, unique per tenant; a key names its row for 24 hours. This is
@@ -24,7 +25,7 @@ interface Keyed<S> {
  * own (an expired key is released first); without one it is a single
  * statement and needs none.
  */
-export const claimKeyed = Effect.fn("Database.claimKeyed")(function*<S extends Schema.Codec<any, any, never, never>>(
+export const claimKeyed = Traced.fn("Database.claimKeyed")(function*<S extends Schema.Codec<any, any, never, never>>(
   options: Keyed<S> & { readonly idempotencyKey: string | null; readonly insert: Statement.Fragment }
 ) {
   const sql = yield* SqlClient.SqlClient
@@ -57,7 +58,7 @@ export const claimKeyed = Effect.fn("Database.claimKeyed")(function*<S extends S
 })
 
 /** The row an idempotency key (still valid) names, if any, as `claimKeyed` would find it. */
-export const keyedBy = Effect.fn("Database.keyedBy")(function*<S extends Schema.Codec<any, any, never, never>>(
+export const keyedBy = Traced.fn("Database.keyedBy")(function*<S extends Schema.Codec<any, any, never, never>>(
   options: Keyed<S> & { readonly idempotencyKey: string }
 ) {
   const sql = yield* SqlClient.SqlClient

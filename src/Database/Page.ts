@@ -4,6 +4,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import { encodeCursor, type Page } from "../Domain/Cursor.ts"
 import type { TenantId } from "../Domain/Ids.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * One page of a tenant's rows of `table`, in keyset order, with the total of
@@ -15,7 +16,7 @@ import type { TenantId } from "../Domain/Ids.ts"
  * `table` and `columns` are the caller's constants, never input; `filters`
  * are fragments built with the sql tag, so values stay parameters.
  */
-export const tenantPage = Effect.fn("Database.tenantPage")(function*<S extends Schema.Codec<any, any, never, never>>(options: {
+export const tenantPage = Traced.fn("Database.tenantPage")(function*<S extends Schema.Codec<any, any, never, never>>(options: {
   readonly table: string
   readonly columns: string
   readonly row: S

@@ -3,11 +3,12 @@ import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as SqlClient from "effect/sql/SqlClient"
 import { Api } from "../Api.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export const layer = HttpApiBuilder.group(
   Api,
   "health",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const sql = yield* SqlClient.SqlClient
     const ok = { status: "ok" } as const
     return handlers.handleAll({

@@ -2,6 +2,7 @@ import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { type DocumentKind, type Heading, markdownHeadings } from "./Splitter.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * Text extraction: bytes of an uploaded file in, the text the splitter chunks
@@ -435,7 +436,7 @@ export const detect = (input: ExtractInput): DocumentKind | UnsupportedType => {
  * beyond the byte, page or character limits and `NoText` when nothing but
  * whitespace is left (an empty file, a scanned PDF without a text layer).
  */
-export const extract = Effect.fn("Knowledge.extract")(function*(input: ExtractInput, options: ExtractOptions) {
+export const extract = Traced.fn("Knowledge.extract")(function*(input: ExtractInput, options: ExtractOptions) {
   const bytes = input.bytes
   if (bytes.length > options.maxBytes) {
     return yield* new TooLarge({ message: `The file has ${bytes.length} bytes; at most ${options.maxBytes} are accepted.` })

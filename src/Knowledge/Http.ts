@@ -8,6 +8,7 @@ import { CurrentPrincipal } from "../Auth/Api.ts"
 import { invalidField } from "../Domain/Problems.ts"
 import type { ChunkingInput, UploadForm, UploadJson } from "./Api.ts"
 import { Knowledge, type UploadFile } from "./Knowledge.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 // A base64 payload is refused as a whole when it is not canonical base64, rather than decoded leniently.
 const base64 = /^[A-Za-z0-9+/]*={0,2}$/
@@ -42,7 +43,7 @@ const fromForm = (payload: UploadForm) =>
 export const KnowledgeHttp = HttpApiBuilder.group(
   Api,
   "knowledge",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const knowledge = yield* Knowledge
     const tenant = Effect.map(CurrentPrincipal, (principal) => principal.tenantId)
     return handlers
@@ -51,7 +52,7 @@ export const KnowledgeHttp = HttpApiBuilder.group(
       .handle("get", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.get(tenantId, params.id)))
       .handle("update", ({ params, payload }) => Effect.flatMap(tenant, (tenantId) => knowledge.update(tenantId, params.id, payload)))
       .handle("remove", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.remove(tenantId, params.id)))
-      .handle("upload", Effect.fn(function*({ params, payload, query }) {
+      .handle("upload", Traced.fn(function*({ params, payload, query }) {
         const tenantId = yield* tenant
         const isForm = "files" in payload
         const form = isForm ? yield* fromForm(payload as UploadForm).pipe(Effect.orDie) : undefined

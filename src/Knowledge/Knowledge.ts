@@ -25,6 +25,7 @@ import { IngestionWorkflow } from "./IngestionWorkflow.ts"
 import { type BaseRow, type DocumentRow, KnowledgeRepo } from "./Repo.ts"
 import { type Chunking, chunkingProblems, type ChunkingStrategy, defaultChunking } from "./Chunking.ts"
 import { split } from "./Splitter.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const toBase = (row: BaseRow): KnowledgeBase => ({
   id: row.id,
@@ -85,7 +86,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
     const startWorkflow = (documentId: string) =>
       IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
 
-    const findBase = Effect.fn("Knowledge.findBase")(function*(tenantId: TenantId, id: string) {
+    const findBase = Traced.fn("Knowledge.findBase")(function*(tenantId: TenantId, id: string) {
       const base = yield* repo.findBase(tenantId, id)
       if (Option.isNone(base)) return yield* new NotFound({ detail: `No knowledge base ${id}` })
       return base.value
@@ -96,13 +97,13 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       chunkOverlap: base.chunkOverlap
     })
 
-    const list = Effect.fn("Knowledge.list")(function*(tenantId: TenantId, page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) {
+    const list = Traced.fn("Knowledge.list")(function*(tenantId: TenantId, page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) {
       const after = yield* decodeCursor(page.cursor, isId)
       const rows = yield* repo.listBases(tenantId, { after, limit: page.limit ?? defaultPageSize })
       return { ...rows, data: rows.data.map(toBase) }
     })
 
-    const create = Effect.fn("Knowledge.create")(function*(tenantId: TenantId, input: CreateKnowledge) {
+    const create = Traced.fn("Knowledge.create")(function*(tenantId: TenantId, input: CreateKnowledge) {
       const chunking = yield* chunkingOver(defaultChunking, input.chunking, ["payload", "chunking"])
       const language = input.language ?? "simple"
       if (!(yield* repo.languageExists(language))) {
@@ -112,11 +113,11 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       return toBase(yield* findBase(tenantId, id).pipe(Effect.orDie))
     })
 
-    const get = Effect.fn("Knowledge.get")(function*(tenantId: TenantId, id: string) {
+    const get = Traced.fn("Knowledge.get")(function*(tenantId: TenantId, id: string) {
       return toBase(yield* findBase(tenantId, id))
     })
 
-    const update = Effect.fn("Knowledge.update")(function*(tenantId: TenantId, id: string, input: UpdateKnowledge) {
+    const update = Traced.fn("Knowledge.update")(function*(tenantId: TenantId, id: string, input: UpdateKnowledge) {
       const base = yield* findBase(tenantId, id)
       const chunking = input.chunking === undefined
         ? undefined
@@ -125,7 +126,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       return toBase(yield* findBase(tenantId, id))
     })
 
-    const remove = Effect.fn("Knowledge.remove")(function*(tenantId: TenantId, id: string) {
+    const remove = Traced.fn("Knowledge.remove")(function*(tenantId: TenantId, id: string) {
       if (!(yield* repo.removeBase(tenantId, id))) return yield* new NotFound({ detail: `No knowledge base ${id}` })
     })
 
@@ -136,7 +137,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
      * checked (size, type, duplicate) before any is stored. Waits up to about
      * 2 s for them to be ingested: `final` says whether they all were.
      */
-    const upload = Effect.fn("Knowledge.upload")(function*(tenantId: TenantId, knowledgeId: string, input: {
+    const upload = Traced.fn("Knowledge.upload")(function*(tenantId: TenantId, knowledgeId: string, input: {
       readonly files: ReadonlyArray<UploadFile>
       readonly chunking: ChunkingInput | undefined
       readonly chunkingPath: ReadonlyArray<string>
@@ -209,14 +210,14 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
 
     // --- documents and chunks ------------------------------------------------
 
-    const findDocument = Effect.fn("Knowledge.findDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+    const findDocument = Traced.fn("Knowledge.findDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
       yield* findBase(tenantId, knowledgeId)
       const row = yield* repo.findDocument(tenantId, knowledgeId, id)
       if (Option.isNone(row)) return yield* new NotFound({ detail: `No document ${id} in knowledge base ${knowledgeId}` })
       return row.value
     })
 
-    const documents = Effect.fn("Knowledge.documents")(function*(tenantId: TenantId, knowledgeId: string, page: {
+    const documents = Traced.fn("Knowledge.documents")(function*(tenantId: TenantId, knowledgeId: string, page: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
@@ -226,18 +227,18 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       return { ...rows, data: rows.data.map(toDocument) }
     })
 
-    const document = Effect.fn("Knowledge.document")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+    const document = Traced.fn("Knowledge.document")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
       return toDocument(yield* findDocument(tenantId, knowledgeId, id))
     })
 
-    const removeDocument = Effect.fn("Knowledge.removeDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+    const removeDocument = Traced.fn("Knowledge.removeDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
       yield* findBase(tenantId, knowledgeId)
       if (!(yield* repo.removeDocument(tenantId, knowledgeId, id))) {
         return yield* new NotFound({ detail: `No document ${id} in knowledge base ${knowledgeId}` })
       }
     })
 
-    const rechunk = Effect.fn("Knowledge.rechunk")(function*(tenantId: TenantId, knowledgeId: string, id: string, input: ChunkingInput) {
+    const rechunk = Traced.fn("Knowledge.rechunk")(function*(tenantId: TenantId, knowledgeId: string, id: string, input: ChunkingInput) {
       const base = yield* findBase(tenantId, knowledgeId)
       const row = yield* findDocument(tenantId, knowledgeId, id)
       if (row.status !== "ready") {
@@ -261,7 +262,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       return yield* document(tenantId, knowledgeId, id)
     })
 
-    const chunks = Effect.fn("Knowledge.chunks")(function*(tenantId: TenantId, knowledgeId: string, query: {
+    const chunks = Traced.fn("Knowledge.chunks")(function*(tenantId: TenantId, knowledgeId: string, query: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
       readonly documentId?: string | undefined

@@ -7,6 +7,7 @@ import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { fitSources, type GroundingSource, toSource, withSources } from "./Grounding.ts"
 import { type ScoredChunk, SearchRepo } from "./SearchRepo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 // A query longer than this is cut (at a space when there is one): grounding
 // queries are whole prompts, and a few hundred words already match any chunk
@@ -47,7 +48,7 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
     })
 
     /** The best `topK` chunks of the given bases (those that exist and are the tenant's) for `query`, best first. */
-    const search = Effect.fn("KnowledgeSearch.search")(function*(input: {
+    const search = Traced.fn("KnowledgeSearch.search")(function*(input: {
       readonly tenantId: TenantId
       readonly knowledgeIds: ReadonlyArray<string>
       readonly query: string
@@ -65,7 +66,7 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
     })
 
     /** The ids among `ids` that are not knowledge bases of the tenant. */
-    const missing = Effect.fn("KnowledgeSearch.missing")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
+    const missing = Traced.fn("KnowledgeSearch.missing")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
       const found = yield* repo.existing(tenantId, ids)
       return ids.filter((id) => !found.has(id))
     })
@@ -75,7 +76,7 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
      * `query`: its instructions, then the best sources that fit in `budget`
      * tokens. An agent without knowledge bases keeps its instructions.
      */
-    const ground = Effect.fn("KnowledgeSearch.ground")(function*(input: {
+    const ground = Traced.fn("KnowledgeSearch.ground")(function*(input: {
       readonly tenantId: TenantId
       readonly instructions: string
       readonly knowledgeIds: ReadonlyArray<string>

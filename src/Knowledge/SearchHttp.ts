@@ -1,17 +1,17 @@
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import { NotFound } from "../Domain/Problems.ts"
 import { KnowledgeSearch } from "./Search.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export const KnowledgeSearchHttp = HttpApiBuilder.group(
   Api,
   "knowledgeSearch",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const knowledge = yield* KnowledgeSearch
-    return handlers.handle("search", Effect.fn(function*({ params, payload }) {
+    return handlers.handle("search", Traced.fn(function*({ params, payload }) {
       const { tenantId } = yield* CurrentPrincipal
       const missing = yield* knowledge.missing(tenantId, [params.id])
       if (missing.length > 0) return yield* new NotFound({ detail: `No knowledge base ${params.id}` })

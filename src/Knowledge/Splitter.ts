@@ -1,6 +1,6 @@
-import * as Effect from "effect/Effect"
 import { countTokens, maxRunChars } from "../Models/Tokens.ts"
 import { type Chunking, type ChunkingInput, type ChunkingStrategy, validateChunking } from "./Chunking.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * The chunk splitter: text in, chunks out, each within a hard token bound,
@@ -647,7 +647,7 @@ export const split = (input: SplitInput, chunking: Chunking): Array<Chunk> => {
 }
 
 /** `split` after validating the settings, as a traced effect. */
-export const chunkText = Effect.fn("Knowledge.chunk")(function*(input: SplitInput, settings: ChunkingInput) {
+export const chunkText = Traced.fn("Knowledge.chunk")(function*(input: SplitInput, settings: ChunkingInput) {
   const chunking = yield* validateChunking(settings)
   return split(input, chunking)
 })

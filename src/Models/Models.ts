@@ -196,7 +196,7 @@ export const make = Effect.gen(function*() {
     return out.length <= maxMessageLength ? out : `${out.slice(0, maxMessageLength - 1)}…`
   }
 
-  const resolve = Effect.fnUntraced(function*(model: string) {
+  const connect = Effect.fnUntraced(function*(model: string) {
     if (model === Local.modelId) {
       return { provider: "local", name: Local.modelId, languageModel: yield* Local.make } satisfies Target
     }
@@ -239,6 +239,21 @@ export const make = Effect.gen(function*() {
     })
     return { provider, name, languageModel } satisfies Target
   })
+
+  // Each model's client, made on its first call and kept: making one (its
+  // response decoders, its settings) on every call cost more than the call.
+  // Bounded, though the models are few: agents name them, from a short list.
+  const targets = new Map<string, Target>()
+  const resolve = (model: string): Effect.Effect<Target, ModelError> =>
+    Effect.suspend(() => {
+      const known = targets.get(model)
+      if (known !== undefined) return Effect.succeed(known)
+      return Effect.map(connect(model), (target) => {
+        if (targets.size >= 256) targets.clear()
+        targets.set(model, target)
+        return target
+      })
+    })
 
   const classify = (target: Target, error: AiError.AiError, nowMillis: number): Failure => {
     const label = providerLabel[target.provider]

@@ -21,6 +21,7 @@ import { Metrics } from "../Platform/Observability.ts"
 import type { Step } from "./Api.ts"
 import { plan, renderWithin } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * One execution is one durable workflow of effect's cluster. Each step of a
@@ -65,7 +66,7 @@ const sqlErrorsTyped = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 const databaseFailure = (error: { readonly message: string }) =>
   storable(`The database could not be reached or refused a write: ${error.message}`)
 
-const run = Effect.fn("ExecutionWorkflow.run")(function*({ executionId }: { readonly executionId: string }) {
+const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { readonly executionId: string }) {
   const executions = yield* ExecutionsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models

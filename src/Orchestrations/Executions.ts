@@ -19,6 +19,7 @@ import { type ExecuteRequest, ExecutionNotStarted, type ExecutionStatus } from "
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
 import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export interface ExecutionEvent {
   readonly id: string
@@ -103,7 +104,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         ? Effect.fail(new Conflict({ detail: "This Idempotency-Key was used with a different request" }))
         : Effect.succeed({ executionId: claimed.id, status: claimed.status, orchestrationId: claimed.orchestrationId })
 
-    const start = Effect.fn("Executions.start")(function*(
+    const start = Traced.fn("Executions.start")(function*(
       tenantId: TenantId,
       orchestrationId: OrchestrationId,
       request: ExecuteRequest,
@@ -163,13 +164,13 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
     })
 
-    const get = Effect.fn("Executions.get")(function*(tenantId: TenantId, id: string) {
+    const get = Traced.fn("Executions.get")(function*(tenantId: TenantId, id: string) {
       const execution = yield* repo.get(tenantId, id)
       if (Option.isNone(execution)) return yield* new NotFound({ detail: `No execution ${id}` })
       return execution.value
     })
 
-    const list = Effect.fn("Executions.list")(function*(tenantId: TenantId, query: {
+    const list = Traced.fn("Executions.list")(function*(tenantId: TenantId, query: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
       readonly orchestrationId?: string | undefined
@@ -185,7 +186,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       })
     })
 
-    const cancel = Effect.fn("Executions.cancel")(function*(tenantId: TenantId, id: string) {
+    const cancel = Traced.fn("Executions.cancel")(function*(tenantId: TenantId, id: string) {
       const execution = yield* get(tenantId, id)
       if (isFinal(execution.status)) {
         return yield* new Conflict({ detail: `The execution is already ${execution.status}` })
@@ -217,7 +218,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
      * (plus a moment for its final event to be written); then it ends with a
      * `stream.end` event saying why.
      */
-    const events = Effect.fn("Executions.events")(function*(tenantId: TenantId, id: string, lastEventId: string) {
+    const events = Traced.fn("Executions.events")(function*(tenantId: TenantId, id: string, lastEventId: string) {
       const deadline = yield* repo.deadline(tenantId, id)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No execution ${id}` })
       // One cap for every kind of stream a tenant opens on this node.

@@ -1,4 +1,3 @@
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
@@ -10,10 +9,11 @@ import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Executions } from "./Executions.ts"
 import { Orchestrations } from "./Orchestrations.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /** Starting an execution, with a key or a session alike. */
 const executeHandler = (executions: Executions["Service"]) =>
-  Effect.fn(function*({ params, payload, headers }: {
+  Traced.fn(function*({ params, payload, headers }: {
     readonly params: { readonly id: OrchestrationId }
     readonly payload: ExecuteRequest
     readonly headers: { readonly "idempotency-key"?: string | undefined }
@@ -25,40 +25,40 @@ const executeHandler = (executions: Executions["Service"]) =>
 export const OrchestrationsHttp = HttpApiBuilder.group(
   Api,
   "orchestrations",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const orchestrations = yield* Orchestrations
     const executions = yield* Executions
     return handlers.handleAll({
-      list: Effect.fn(function*({ query }) {
+      list: Traced.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.listViews(tenantId, query)
       }),
       execute: executeHandler(executions),
-      create: Effect.fn(function*({ payload }) {
+      create: Traced.fn(function*({ payload }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.create(tenantId, payload)
       }),
-      get: Effect.fn(function*({ params }) {
+      get: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.view(tenantId, params.id)
       }),
-      update: Effect.fn(function*({ params, payload }) {
+      update: Traced.fn(function*({ params, payload }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.update(tenantId, params.id, payload)
       }),
-      remove: Effect.fn(function*({ params }) {
+      remove: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         yield* orchestrations.remove(tenantId, params.id)
       }),
-      deliveries: Effect.fn(function*({ params, query }) {
+      deliveries: Traced.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.deliveries(tenantId, params.id, query)
       }),
-      redeliver: Effect.fn(function*({ params }) {
+      redeliver: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.redeliver(tenantId, params.id, params.eventId)
       }),
-      rotateSecret: Effect.fn(function*({ params }) {
+      rotateSecret: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.rotateSecret(tenantId, params.id)
       })
@@ -69,11 +69,11 @@ export const OrchestrationsHttp = HttpApiBuilder.group(
 export const OrchestrationsV1Http = HttpApiBuilder.group(
   Api,
   "v1Orchestrations",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const orchestrations = yield* Orchestrations
     const executions = yield* Executions
     return handlers.handleAll({
-      list: Effect.fn(function*({ query }) {
+      list: Traced.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* orchestrations.list(tenantId, { activeOnly: true, ...query })
       }),
@@ -86,7 +86,7 @@ const encoder = new TextEncoder()
 
 /** The execution handlers, for a key or a session alike. */
 const executionHandlers = (executions: Executions["Service"]) => ({
-  list: Effect.fn(function*({ query }: {
+  list: Traced.fn(function*({ query }: {
     readonly query: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
@@ -97,15 +97,15 @@ const executionHandlers = (executions: Executions["Service"]) => ({
     const { tenantId } = yield* CurrentPrincipal
     return yield* executions.list(tenantId, query)
   }),
-  get: Effect.fn(function*({ params }: { readonly params: { readonly id: string } }) {
+  get: Traced.fn(function*({ params }: { readonly params: { readonly id: string } }) {
     const { tenantId } = yield* CurrentPrincipal
     return yield* executions.get(tenantId, params.id)
   }),
-  cancel: Effect.fn(function*({ params }: { readonly params: { readonly id: string } }) {
+  cancel: Traced.fn(function*({ params }: { readonly params: { readonly id: string } }) {
     const { tenantId } = yield* CurrentPrincipal
     return yield* executions.cancel(tenantId, params.id)
   }),
-  events: Effect.fn(function*({ params, request }: {
+  events: Traced.fn(function*({ params, request }: {
     readonly params: { readonly id: string }
     readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
   }) {
@@ -129,7 +129,7 @@ const executionHandlers = (executions: Executions["Service"]) => ({
 export const ExecutionsHttp = HttpApiBuilder.group(
   Api,
   "executions",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     return handlers.handleAll(executionHandlers(yield* Executions))
   })
 )
@@ -137,7 +137,7 @@ export const ExecutionsHttp = HttpApiBuilder.group(
 export const ExecutionsV1Http = HttpApiBuilder.group(
   Api,
   "v1Executions",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     return handlers.handleAll(executionHandlers(yield* Executions))
   })
 )

@@ -19,6 +19,7 @@ import {
   type UpdateOrchestration
 } from "./Api.ts"
 import { OrchestrationsRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 // ---------------------------------------------------------------------------
 // Templates
@@ -384,7 +385,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
      * be reactivated before a run, and one can be deactivated after saving
      * anyway), so executions check agents again when they start.
      */
-    const checkSteps = Effect.fn("Orchestrations.checkSteps")(function*(
+    const checkSteps = Traced.fn("Orchestrations.checkSteps")(function*(
       tenantId: TenantId,
       steps: ReadonlyArray<Step>
     ) {
@@ -398,7 +399,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       if (issues.length > 0) return yield* invalidSteps(issues)
     })
 
-    const list = Effect.fn("Orchestrations.list")(function*(tenantId: TenantId, options: {
+    const list = Traced.fn("Orchestrations.list")(function*(tenantId: TenantId, options: {
       readonly activeOnly: boolean
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
@@ -428,7 +429,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
         : { url: input.outputWebhookUrl, enabled: input.webhookEnabled }
 
     /** The management routes' list: each orchestration with its webhook. */
-    const listViews = Effect.fn("Orchestrations.listViews")(function*(tenantId: TenantId, options: {
+    const listViews = Traced.fn("Orchestrations.listViews")(function*(tenantId: TenantId, options: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
@@ -444,7 +445,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
 
     // The webhook is set once the orchestration exists; a URL it refuses
     // (400) takes the new orchestration away again.
-    const create = Effect.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {
+    const create = Traced.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {
       yield* checkSteps(tenantId, input.steps)
       const orchestration = yield* repo.insert(tenantId, {
         name: input.name,
@@ -461,20 +462,20 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       return withWebhook(orchestration, webhook)
     })
 
-    const get = Effect.fn("Orchestrations.get")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const get = Traced.fn("Orchestrations.get")(function*(tenantId: TenantId, id: OrchestrationId) {
       const orchestration = yield* repo.findById(tenantId, id)
       if (Option.isNone(orchestration)) return yield* notFound(id)
       return orchestration.value
     })
 
-    const view = Effect.fn("Orchestrations.view")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const view = Traced.fn("Orchestrations.view")(function*(tenantId: TenantId, id: OrchestrationId) {
       const orchestration = yield* get(tenantId, id)
       return withWebhook(orchestration, { state: yield* webhooks.state(tenantId, ownerOf(id)), signingSecret: null })
     })
 
     // Invalid steps are refused before the lookup, the same way for a missing
     // orchestration and another tenant's: the answer tells nothing about either.
-    const update = Effect.fn("Orchestrations.update")(function*(
+    const update = Traced.fn("Orchestrations.update")(function*(
       tenantId: TenantId,
       id: OrchestrationId,
       input: UpdateOrchestration
@@ -490,13 +491,13 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       return withWebhook(orchestration.value, webhook)
     })
 
-    const remove = Effect.fn("Orchestrations.remove")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const remove = Traced.fn("Orchestrations.remove")(function*(tenantId: TenantId, id: OrchestrationId) {
       const removed = yield* repo.remove(tenantId, id)
       if (!removed) return yield* notFound(id)
       yield* webhooks.remove(tenantId, ownerOf(id))
     })
 
-    const deliveries = Effect.fn("Orchestrations.deliveries")(function*(tenantId: TenantId, id: OrchestrationId, query: {
+    const deliveries = Traced.fn("Orchestrations.deliveries")(function*(tenantId: TenantId, id: OrchestrationId, query: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
@@ -504,12 +505,12 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
     })
 
-    const redeliver = Effect.fn("Orchestrations.redeliver")(function*(tenantId: TenantId, id: OrchestrationId, eventId: string) {
+    const redeliver = Traced.fn("Orchestrations.redeliver")(function*(tenantId: TenantId, id: OrchestrationId, eventId: string) {
       yield* get(tenantId, id)
       return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
     })
 
-    const rotateSecret = Effect.fn("Orchestrations.rotateSecret")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const rotateSecret = Traced.fn("Orchestrations.rotateSecret")(function*(tenantId: TenantId, id: OrchestrationId) {
       yield* get(tenantId, id)
       return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
     })

@@ -9,6 +9,7 @@ import { withBudgetHeaders } from "../Billing/Budget.ts"
 import type { RunEvent, StreamEnd } from "./TeamRuns.ts"
 import { TeamRuns } from "./TeamRuns.ts"
 import { Teams } from "./Teams.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const encoder = new TextEncoder()
 
@@ -30,65 +31,65 @@ const eventStream = (events: Stream.Stream<RunEvent | StreamEnd>) =>
 export const TeamsHttp = HttpApiBuilder.group(
   Api,
   "teams",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     const teams = yield* Teams
     const runs = yield* TeamRuns
     return handlers.handleAll({
-      list: Effect.fn(function*({ query }) {
+      list: Traced.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.list(tenantId, { activeOnly: false, ...query })
       }),
-      create: Effect.fn(function*({ payload }) {
+      create: Traced.fn(function*({ payload }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.create(tenantId, payload)
       }),
-      get: Effect.fn(function*({ params }) {
+      get: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.get(tenantId, params.id)
       }),
-      update: Effect.fn(function*({ params, payload }) {
+      update: Traced.fn(function*({ params, payload }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.update(tenantId, params.id, payload)
       }),
-      remove: Effect.fn(function*({ params }) {
+      remove: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         // A deleted team's runs would go on unseen (they are read through the team): they stop.
         yield* runs.cancelUnfinished(tenantId, params.id)
         yield* teams.remove(tenantId, params.id)
       }),
-      rotateSecret: Effect.fn(function*({ params }) {
+      rotateSecret: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.rotateSecret(tenantId, params.id)
       }),
-      deliveries: Effect.fn(function*({ params, query }) {
+      deliveries: Traced.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.deliveries(tenantId, params.id, query)
       }),
-      redeliver: Effect.fn(function*({ params }) {
+      redeliver: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* teams.redeliver(tenantId, params.id, params.eventId)
       }),
-      run: Effect.fn(function*({ params, payload, headers }) {
+      run: Traced.fn(function*({ params, payload, headers }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* withBudgetHeaders(runs.start(tenantId, params.id, payload, headers["idempotency-key"]))
       }),
-      runs: Effect.fn(function*({ params, query }) {
+      runs: Traced.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* runs.list(tenantId, params.id, query)
       }),
-      getRun: Effect.fn(function*({ params }) {
+      getRun: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* runs.get(tenantId, params.id, params.runId)
       }),
-      transcript: Effect.fn(function*({ params, query }) {
+      transcript: Traced.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* runs.transcript(tenantId, params.id, params.runId, query)
       }),
-      cancel: Effect.fn(function*({ params }) {
+      cancel: Traced.fn(function*({ params }) {
         const { tenantId } = yield* CurrentPrincipal
         return yield* runs.cancel(tenantId, params.id, params.runId)
       }),
-      events: Effect.fn(function*({ params, request }) {
+      events: Traced.fn(function*({ params, request }) {
         const { tenantId } = yield* CurrentPrincipal
         return eventStream(yield* runs.events(tenantId, params.id, params.runId, request.headers["last-event-id"] ?? "0"))
       })
@@ -103,12 +104,12 @@ const keyHandlers = Effect.gen(function*() {
   const teams = yield* Teams
   const runs = yield* TeamRuns
   return {
-    list: Effect.fn(function*({ query }: { readonly query: { readonly limit?: number | undefined; readonly cursor?: string | undefined } }) {
+    list: Traced.fn(function*({ query }: { readonly query: { readonly limit?: number | undefined; readonly cursor?: string | undefined } }) {
       const { tenantId } = yield* CurrentPrincipal
       const page = yield* teams.list(tenantId, { activeOnly: true, ...query })
       return { success: true as const, ...page }
     }),
-    run: Effect.fn(function*({ params, payload, headers }: {
+    run: Traced.fn(function*({ params, payload, headers }: {
       readonly params: { readonly id: string }
       readonly payload: { readonly mission: string }
       readonly headers: { readonly "idempotency-key"?: string | undefined }
@@ -116,29 +117,29 @@ const keyHandlers = Effect.gen(function*() {
       const { tenantId } = yield* CurrentPrincipal
       return ok(yield* withBudgetHeaders(runs.start(tenantId, params.id, payload, headers["idempotency-key"])))
     }),
-    runs: Effect.fn(function*({ params, query }: {
+    runs: Traced.fn(function*({ params, query }: {
       readonly params: { readonly id: string }
       readonly query: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
     }) {
       const { tenantId } = yield* CurrentPrincipal
       return ok(yield* runs.list(tenantId, params.id, query))
     }),
-    getRun: Effect.fn(function*({ params }: { readonly params: { readonly id: string; readonly runId: string } }) {
+    getRun: Traced.fn(function*({ params }: { readonly params: { readonly id: string; readonly runId: string } }) {
       const { tenantId } = yield* CurrentPrincipal
       return ok(yield* runs.get(tenantId, params.id, params.runId))
     }),
-    transcript: Effect.fn(function*({ params, query }: {
+    transcript: Traced.fn(function*({ params, query }: {
       readonly params: { readonly id: string; readonly runId: string }
       readonly query: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
     }) {
       const { tenantId } = yield* CurrentPrincipal
       return ok(yield* runs.transcript(tenantId, params.id, params.runId, query))
     }),
-    cancel: Effect.fn(function*({ params }: { readonly params: { readonly id: string; readonly runId: string } }) {
+    cancel: Traced.fn(function*({ params }: { readonly params: { readonly id: string; readonly runId: string } }) {
       const { tenantId } = yield* CurrentPrincipal
       return ok(yield* runs.cancel(tenantId, params.id, params.runId))
     }),
-    events: Effect.fn(function*({ params, request }: {
+    events: Traced.fn(function*({ params, request }: {
       readonly params: { readonly id: string; readonly runId: string }
       readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
     }) {
@@ -151,7 +152,7 @@ const keyHandlers = Effect.gen(function*() {
 export const TeamsV1Http = HttpApiBuilder.group(
   Api,
   "v1Teams",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     return handlers.handleAll(yield* keyHandlers)
   })
 )
@@ -159,7 +160,7 @@ export const TeamsV1Http = HttpApiBuilder.group(
 export const TeamsPublicHttp = HttpApiBuilder.group(
   Api,
   "publicTeams",
-  Effect.fn(function*(handlers) {
+  Traced.fn(function*(handlers) {
     return handlers.handleAll(yield* keyHandlers)
   })
 )

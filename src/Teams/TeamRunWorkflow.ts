@@ -22,6 +22,7 @@ import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { type StopReason, TeamRun } from "./Api.ts"
 import { TeamsRepo } from "./Repo.ts"
 import * as Room from "./Room.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * One team run is one durable workflow of effect's cluster, sharded like
@@ -80,7 +81,7 @@ const encodeRun = Schema.encodeSync(Schema.toCodecJson(TeamRun))
  * hands the event to delivery once committed. False when the run was
  * already final.
  */
-export const finishRun = Effect.fn("TeamRuns.finish")(function*(
+export const finishRun = Traced.fn("TeamRuns.finish")(function*(
   runId: string,
   to: "completed" | "failed" | "cancelled",
   fields: {
@@ -114,7 +115,7 @@ export const finishRun = Effect.fn("TeamRuns.finish")(function*(
 })
 
 /** Runs failed by the sweep past their timeout: their webhook events in the same transaction, delivered after. */
-export const reapTimedOut = Effect.fn("TeamRuns.reap")(function*(graceSeconds: number) {
+export const reapTimedOut = Traced.fn("TeamRuns.reap")(function*(graceSeconds: number) {
   const repo = yield* TeamsRepo
   const webhooks = yield* Webhooks
   const reaped = yield* repo.withTransaction(Effect.gen(function*() {
@@ -145,7 +146,7 @@ const limitText: Record<"max_turns" | "token_budget" | "timeout", string> = {
   timeout: "the team's time limit"
 }
 
-const run = Effect.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly runId: string }) {
+const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly runId: string }) {
   const repo = yield* TeamsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models

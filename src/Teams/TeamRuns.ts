@@ -18,6 +18,7 @@ import { type Claimed, TeamsRepo } from "./Repo.ts"
 import { finishRun, reapTimedOut, TeamRunWorkflow } from "./TeamRunWorkflow.ts"
 import { Teams } from "./Teams.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export interface RunEvent {
   readonly id: string
@@ -61,7 +62,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         ? Effect.fail(new Conflict({ detail: "This Idempotency-Key was used with a different request" }))
         : Effect.succeed({ runId: claimed.id, status: claimed.status, mode: "chat" as const })
 
-    const start = Effect.fn("TeamRuns.start")(function*(
+    const start = Traced.fn("TeamRuns.start")(function*(
       tenantId: TenantId,
       teamId: string,
       request: RunRequest,
@@ -120,7 +121,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       Effect.flatMap(repo.findById(tenantId, teamId), (team) =>
         Option.isNone(team) ? Effect.fail(new NotFound({ detail: `No team ${teamId}` })) : Effect.void)
 
-    const transcript = Effect.fn("TeamRuns.transcript")(function*(tenantId: TenantId, teamId: string, runId: string, query: {
+    const transcript = Traced.fn("TeamRuns.transcript")(function*(tenantId: TenantId, teamId: string, runId: string, query: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
@@ -129,19 +130,19 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return yield* repo.transcript(tenantId, runId, after === null ? null : Number(after), query.limit ?? defaultPageSize)
     })
 
-    const findRun = Effect.fn("TeamRuns.find")(function*(tenantId: TenantId, teamId: string, runId: string) {
+    const findRun = Traced.fn("TeamRuns.find")(function*(tenantId: TenantId, teamId: string, runId: string) {
       const run = yield* repo.getRun(tenantId, teamId, runId)
       if (Option.isNone(run)) return yield* new NotFound({ detail: `No run ${runId} of team ${teamId}` })
       return run.value
     })
 
-    const get = Effect.fn("TeamRuns.get")(function*(tenantId: TenantId, teamId: string, runId: string) {
+    const get = Traced.fn("TeamRuns.get")(function*(tenantId: TenantId, teamId: string, runId: string) {
       const run = yield* findRun(tenantId, teamId, runId)
       const firstPage = yield* repo.transcript(tenantId, runId, null, defaultPageSize)
       return { ...run, transcript: firstPage }
     })
 
-    const list = Effect.fn("TeamRuns.list")(function*(tenantId: TenantId, teamId: string, query: {
+    const list = Traced.fn("TeamRuns.list")(function*(tenantId: TenantId, teamId: string, query: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
@@ -150,7 +151,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return yield* repo.runs(tenantId, teamId, before, query.limit ?? defaultPageSize)
     })
 
-    const cancel = Effect.fn("TeamRuns.cancel")(function*(tenantId: TenantId, teamId: string, runId: string) {
+    const cancel = Traced.fn("TeamRuns.cancel")(function*(tenantId: TenantId, teamId: string, runId: string) {
       const run = yield* findRun(tenantId, teamId, runId)
       if (isFinal(run.status)) return yield* new Conflict({ detail: `The run is already ${run.status}` })
       const cancelled = yield* finishRun(runId, "cancelled", { error: "Cancelled", stopReason: "cancelled" }).pipe(
@@ -176,7 +177,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
      * `lastEventId`. At most EVENT_STREAM_MAX_DURATION, never past the run's
      * timeout plus its closing turn; then a `stream.end` event says why.
      */
-    const events = Effect.fn("TeamRuns.events")(function*(tenantId: TenantId, teamId: string, runId: string, lastEventId: string) {
+    const events = Traced.fn("TeamRuns.events")(function*(tenantId: TenantId, teamId: string, runId: string, lastEventId: string) {
       const deadline = yield* repo.deadline(tenantId, teamId, runId)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No run ${runId} of team ${teamId}` })
       // One cap for every kind of stream a tenant opens on this node.
@@ -225,7 +226,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     }
 
     /** Cancels every unfinished run of the team (it is being deleted). */
-    const cancelUnfinished = Effect.fn("TeamRuns.cancelUnfinished")(function*(tenantId: TenantId, teamId: string) {
+    const cancelUnfinished = Traced.fn("TeamRuns.cancelUnfinished")(function*(tenantId: TenantId, teamId: string) {
       const ids = yield* repo.unfinishedOf(tenantId, teamId)
       yield* Effect.forEach(ids, (runId) =>
         cancel(tenantId, teamId, runId).pipe(

@@ -18,6 +18,7 @@ import {
   type UpdateTeam
 } from "./Api.ts"
 import { type TeamFields, type TeamRow, TeamsRepo } from "./Repo.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const notFound = (id: string) => new NotFound({ detail: `No team ${id}` })
 
@@ -53,7 +54,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
      * that are not distinct agents of the tenant, a leader that is missing,
      * not a member, or given for round robin.
      */
-    const issuesOf = Effect.fn("Teams.validate")(function*(tenantId: TenantId, team: TeamFields) {
+    const issuesOf = Traced.fn("Teams.validate")(function*(tenantId: TenantId, team: TeamFields) {
       const issues: Array<Issue> = []
       const agents = yield* repo.agentsAmong(tenantId, team.members.map((member) => member.agentId))
       const seen = new Set<string>()
@@ -90,7 +91,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
           ["payload", "room", "outputWebhookUrl"]
         )
 
-    const list = Effect.fn("Teams.list")(function*(tenantId: TenantId, options: {
+    const list = Traced.fn("Teams.list")(function*(tenantId: TenantId, options: {
       readonly activeOnly: boolean
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
@@ -103,7 +104,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
       return { ...page, data: page.data.map((row) => withRoom(row, rooms.get(row.id) ?? noWebhook)) }
     })
 
-    const create = Effect.fn("Teams.create")(function*(tenantId: TenantId, input: CreateTeam) {
+    const create = Traced.fn("Teams.create")(function*(tenantId: TenantId, input: CreateTeam) {
       const turnTaking = input.turnTaking ?? "round_robin"
       const fields: TeamFields = {
         name: input.name,
@@ -129,19 +130,19 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
     const find = (tenantId: TenantId, id: string) =>
       Effect.flatMap(repo.findById(tenantId, id), (row) => Option.isNone(row) ? Effect.fail(notFound(id)) : Effect.succeed(row.value))
 
-    const get = Effect.fn("Teams.get")(function*(tenantId: TenantId, id: string) {
+    const get = Traced.fn("Teams.get")(function*(tenantId: TenantId, id: string) {
       const row = yield* find(tenantId, id)
       return withRoom(row, yield* webhooks.state(tenantId, ownerOf(id)))
     })
 
     /** An active team of the tenant, for a run; anything else is not found. */
-    const active = Effect.fn("Teams.active")(function*(tenantId: TenantId, id: string) {
+    const active = Traced.fn("Teams.active")(function*(tenantId: TenantId, id: string) {
       const row = yield* repo.findById(tenantId, id)
       if (Option.isNone(row) || row.value.status !== "active") return yield* new NotFound({ detail: `No active team ${id}` })
       return row.value
     })
 
-    const update = Effect.fn("Teams.update")(function*(tenantId: TenantId, id: string, input: UpdateTeam) {
+    const update = Traced.fn("Teams.update")(function*(tenantId: TenantId, id: string, input: UpdateTeam) {
       const current = yield* find(tenantId, id)
       const turnTaking = input.turnTaking ?? current.turnTaking
       const fields: TeamFields = {
@@ -171,18 +172,18 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
       return withRoom(row.value, room.state, room.signingSecret)
     })
 
-    const remove = Effect.fn("Teams.remove")(function*(tenantId: TenantId, id: string) {
+    const remove = Traced.fn("Teams.remove")(function*(tenantId: TenantId, id: string) {
       const removed = yield* repo.remove(tenantId, id)
       if (!removed) return yield* notFound(id)
       yield* webhooks.remove(tenantId, ownerOf(id))
     })
 
-    const rotateSecret = Effect.fn("Teams.rotateSecret")(function*(tenantId: TenantId, id: string) {
+    const rotateSecret = Traced.fn("Teams.rotateSecret")(function*(tenantId: TenantId, id: string) {
       yield* find(tenantId, id)
       return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
     })
 
-    const deliveries = Effect.fn("Teams.deliveries")(function*(tenantId: TenantId, id: string, query: {
+    const deliveries = Traced.fn("Teams.deliveries")(function*(tenantId: TenantId, id: string, query: {
       readonly limit?: number | undefined
       readonly cursor?: string | undefined
     }) {
@@ -190,7 +191,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
       return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
     })
 
-    const redeliver = Effect.fn("Teams.redeliver")(function*(tenantId: TenantId, id: string, eventId: string) {
+    const redeliver = Traced.fn("Teams.redeliver")(function*(tenantId: TenantId, id: string, eventId: string) {
       yield* find(tenantId, id)
       return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
     })

@@ -14,6 +14,7 @@ import { storable } from "../Domain/Text.ts"
 import * as Guard from "./Guard.ts"
 import { WebhooksRepo } from "./Repo.ts"
 import { SecretBox, sign } from "./Signing.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * One delivery of one event is one durable workflow of effect's cluster,
@@ -33,7 +34,7 @@ type Outcome = typeof Outcome.Type
 export const userAgent = "agent-host-webhooks/1.0"
 const maxResponseBytes = 1024
 
-const attemptOnce = Effect.fn("Webhooks.attempt")(function*(eventId: string, redelivery: number, attempt: number) {
+const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, redelivery: number, attempt: number) {
   const repo = yield* WebhooksRepo
   const box = yield* SecretBox
   const config = yield* AppConfig
@@ -138,7 +139,7 @@ const attemptOnce = Effect.fn("Webhooks.attempt")(function*(eventId: string, red
   })
 })
 
-const run = Effect.fn("Webhooks.deliver")(function*({ eventId, redelivery }: { readonly eventId: string; readonly redelivery: number }) {
+const run = Traced.fn("Webhooks.deliver")(function*({ eventId, redelivery }: { readonly eventId: string; readonly redelivery: number }) {
   const { webhookRetrySchedule } = yield* AppConfig
   const repo = yield* WebhooksRepo
   const attempts = webhookRetrySchedule.length + 1

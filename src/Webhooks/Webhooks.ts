@@ -17,6 +17,7 @@ import { DeliveryWorkflow } from "./Delivery.ts"
 import * as Guard from "./Guard.ts"
 import { type EndpointRow, WebhooksRepo } from "./Repo.ts"
 import { newEventId, newSecret, SecretBox } from "./Signing.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /** What sends events: a team (its room) or an orchestration (its executions). */
 export interface Owner {
@@ -124,7 +125,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         return url.success.toString()
       })
 
-    const configure: WebhooksShape["configure"] = Effect.fn("Webhooks.configure")(function*(tenantId, owner, change, field) {
+    const configure: WebhooksShape["configure"] = Traced.fn("Webhooks.configure")(function*(tenantId, owner, change, field) {
       if (change.url === null) {
         yield* repo.removeEndpoint(tenantId, owner)
         return { state: noWebhook, signingSecret: null }
@@ -161,7 +162,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         return new Map(ids.map((id) => [id, byOwner.get(id) ?? noWebhook] as const))
       })
 
-    const rotateSecret: WebhooksShape["rotateSecret"] = Effect.fn("Webhooks.rotateSecret")(function*(tenantId, owner) {
+    const rotateSecret: WebhooksShape["rotateSecret"] = Traced.fn("Webhooks.rotateSecret")(function*(tenantId, owner) {
       const secret = newSecret()
       const expires = yield* repo.rotate(tenantId, owner, box.seal(secret), Duration.toMillis(config.webhookRotationOverlap))
       if (Option.isNone(expires)) return yield* new Conflict({ detail: "There is no webhook URL to sign for" })
@@ -199,7 +200,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         Effect.withSpan("Webhooks.deliver")
       )
 
-    const deliveries: WebhooksShape["deliveries"] = Effect.fn("Webhooks.deliveries")(function*(tenantId, owner, query) {
+    const deliveries: WebhooksShape["deliveries"] = Traced.fn("Webhooks.deliveries")(function*(tenantId, owner, query) {
       const before = yield* decodeCursor(query.cursor, isAttemptKey)
       const limit = query.limit ?? defaultDeliveryPageSize
       const { rows, total } = yield* repo.attempts(tenantId, owner, before, limit + 1)
@@ -219,7 +220,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
       return { data, total, nextCursor: rows.length > limit ? encodeCursor(rows[limit - 1]!.id) : null }
     })
 
-    const redeliver: WebhooksShape["redeliver"] = Effect.fn("Webhooks.redeliver")(function*(tenantId, owner, eventId) {
+    const redeliver: WebhooksShape["redeliver"] = Traced.fn("Webhooks.redeliver")(function*(tenantId, owner, eventId) {
       const found = eventId.length <= 64 && (yield* repo.redeliver(tenantId, owner, eventId))
       if (!found) return yield* new NotFound({ detail: `No event ${eventId}` })
       yield* Effect.forkDetach(deliver(eventId))

@@ -84,6 +84,10 @@ describe("OpenTelemetry traces across nodes", () => {
       assert.strictEqual(server.attributes["http.route"], "/api/v1/orchestrations/:id/execute")
       assert.strictEqual(server.attributes["http.response.status_code"], 202)
       assert.strictEqual(server.attributes["tenant.id"], setup.tenantId)
+      // The functions on the way are spans of their own while spans are exported.
+      const start = spans.find((span) => span.name === "Executions.start")
+      assert.isDefined(start, "no Executions.start span")
+      assert.strictEqual(start!.resource["service.instance.id"], a.runnerAddress)
 
       // Every span hangs off another span of the trace, or off the caller's.
       const ids = new Set(spans.map((span) => span.spanId))

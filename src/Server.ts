@@ -132,11 +132,11 @@ export const EntitiesLayer = Layer.mergeAll(
 
 /** The whole service, given its settings. */
 export const ServiceLayer = Layer.mergeAll(
-  HttpLayer,
+  // Start-up's garbage is given back to the OS before the server listens.
+  HttpLayer.pipe(Layer.provide(MemoryReducer.layer)),
   Executions.sweeper.pipe(Layer.provide(Executions.layer)),
   TeamRuns.sweeper.pipe(Layer.provide(TeamRuns.layer)),
-  Knowledge.sweeper.pipe(Layer.provide(Knowledge.layer)),
-  MemoryReducer.layer
+  Knowledge.sweeper.pipe(Layer.provide(Knowledge.layer))
 ).pipe(
   Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer),

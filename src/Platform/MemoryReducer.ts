@@ -60,16 +60,29 @@ export interface Reduction {
   readonly millis: number
 }
 
+/** One reduction now. */
+export const reduceNow = (): Reduction => {
+  const rssBefore = process.memoryUsage.rss()
+  const startedAt = performance.now()
+  collector()({ type: "major", execution: "sync", flavor: "last-resort" })
+  return { rssBefore, rssAfter: process.memoryUsage.rss(), millis: performance.now() - startedAt }
+}
+
 /**
  * Checks forever (fork it), calling `onReduction` after each reduction. The
- * first check after start reduces too when RSS is above `growthBytes`, so a
- * quiet node also drops what its start-up left.
+ * first check after start reduces too when RSS is above `growthBytes` (or
+ * `baseline`, the RSS of a reduction made just before), so a quiet node also
+ * drops what its start-up left.
  */
-export const run = (options: Options, onReduction: (reduction: Reduction) => Effect.Effect<void> = () => Effect.void) =>
+export const run = (
+  options: Options,
+  onReduction: (reduction: Reduction) => Effect.Effect<void> = () => Effect.void,
+  initialBaseline = 0
+) =>
   Effect.suspend(() => {
     const gc = collector()
     const quietFor = Duration.toMillis(Duration.fromInputUnsafe(options.quietFor))
-    let baseline = 0
+    let baseline = initialBaseline
     let utilization = performance.eventLoopUtilization()
     let checkedAt = performance.now()
     // Start of the current quiet stretch, if the last check found the node quiet.
@@ -101,17 +114,26 @@ export const run = (options: Options, onReduction: (reduction: Reduction) => Eff
 
 const megabytes = (bytes: number) => Math.round(bytes / 1024 / 1024)
 
-/** The reducer with the default thresholds, unless MEMORY_REDUCER=false. */
+const logReduction = (message: string) => (reduction: Reduction) =>
+  Effect.logInfo(message).pipe(
+    Effect.annotateLogs({
+      rssBeforeMb: megabytes(reduction.rssBefore),
+      rssAfterMb: megabytes(reduction.rssAfter),
+      pauseMs: Math.round(reduction.millis)
+    }),
+    Effect.andThen(Metric.update(Metrics.memoryReductions, 1))
+  )
+
+/**
+ * Unless MEMORY_REDUCER=false: one reduction when built, for what start-up
+ * left (module loading, migrations, the layers), then the reducer with the
+ * default thresholds. Built before the server listens (Server.ts), so a node
+ * is ready with that memory given back, for a pause of about 100 ms.
+ */
 export const layer = Layer.effectDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
   if (!config.memoryReducer) return
-  yield* Effect.forkScoped(run(defaults, (reduction) =>
-    Effect.logInfo("Memory given back to the OS").pipe(
-      Effect.annotateLogs({
-        rssBeforeMb: megabytes(reduction.rssBefore),
-        rssAfterMb: megabytes(reduction.rssAfter),
-        pauseMs: Math.round(reduction.millis)
-      }),
-      Effect.andThen(Metric.update(Metrics.memoryReductions, 1))
-    )))
+  const startup = reduceNow()
+  yield* logReduction("Start-up memory given back to the OS")(startup)
+  yield* Effect.forkScoped(run(defaults, logReduction("Memory given back to the OS"), startup.rssAfter))
 }))

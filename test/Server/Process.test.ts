@@ -46,6 +46,11 @@ describe("the service process", () => {
       assert.strictEqual(registered.annotations.status, 201)
       assert.isString(registered.annotations.requestId)
       assert.notInclude(service.stdout(), "12345678")
+      // What start-up left was given back to the OS before the first request was served.
+      const startup = lines.findIndex((line) => line.message === "Start-up memory given back to the OS")
+      assert.isAtLeast(startup, 0)
+      assert.isBelow(startup, lines.indexOf(requests[0]))
+      assert.isBelow(lines[startup].annotations.rssAfterMb, lines[startup].annotations.rssBeforeMb)
     }), 60_000)
 })
 

@@ -52,13 +52,21 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
     const modelsOf = (plan: Plan) =>
       plan === "free" ? config.freeModels : plan === "pro" ? config.proModels : config.businessModels
 
-    const standing = Traced.fn("TokenBudget.standing")(function*(tenantId: TenantId) {
+    // Where the tenant stands today. Read by this request's own count a
+    // moment ago (key-authenticated routes); for a check before a model call
+    // (`gate`), also by the tenant's last count when its plan has no limit
+    // (its tokens have no budget to check, and a plan change would have been
+    // heard); otherwise (a step, a turn of a team run, a report) read now.
+    const standingOf = Effect.fnUntraced(function*(tenantId: TenantId, gate: boolean) {
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
-      // Read by this request's own count a moment ago (key-authenticated
-      // routes); otherwise (a step, a turn of a team run) read now.
       const counted = yield* CountedToday
-      const usage = counted !== undefined && counted.tenantId === tenantId && counted.day === day
-        ? { plan: counted.plan, tokens: counted.tokens }
+      const known = counted !== undefined && counted.tenantId === tenantId && counted.day === day
+        ? counted
+        : gate
+        ? quota.knownUnlimited(tenantId, day)
+        : undefined
+      const usage = known !== undefined
+        ? { plan: known.plan, tokens: known.tokens }
         : yield* Effect.andThen(quota.settled(tenantId), repo.usage(tenantId, day))
       const budget = budgetOf(usage.plan)
       return {
@@ -70,6 +78,10 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
       } satisfies TokenStanding
     })
 
+    const standing = Traced.fn("TokenBudget.standing")(function*(tenantId: TenantId) {
+      return yield* standingOf(tenantId, false)
+    })
+
     const refuseModel = (plan: Plan, model: string) =>
       new ModelNotAllowed({
         detail: `The ${plan} plan may not use the model "${model}"`,
@@ -79,7 +91,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
 
     /** The plan may use `model`; read now, so a plan change applies at once. */
     const checkModel = Traced.fn("TokenBudget.checkModel")(function*(tenantId: TenantId, model: string) {
-      const { plan } = yield* standing(tenantId)
+      const { plan } = yield* standingOf(tenantId, true)
       if (!modelAllowed(modelsOf(plan), model)) return yield* refuseModel(plan, model)
     })
 
@@ -101,7 +113,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
     const admit = Traced.fn("TokenBudget.admit")(function*(tenantId: TenantId, model: string) {
       // Nothing to read when nothing is enforced and every plan may use every model.
       if (!config.enforceDailyLimits && [config.freeModels, config.proModels, config.businessModels].every(Option.isNone)) return
-      const today = yield* standing(tenantId)
+      const today = yield* standingOf(tenantId, true)
       if (!modelAllowed(modelsOf(today.plan), model)) return yield* refuseModel(today.plan, model)
       return yield* unspent(today)
     })
@@ -110,7 +122,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
     const admitWork = Traced.fn("TokenBudget.admitWork")(function*(tenantId: TenantId) {
       // Nothing to read when nothing is enforced.
       if (!config.enforceDailyLimits) return
-      yield* unspent(yield* standing(tenantId))
+      yield* unspent(yield* standingOf(tenantId, true))
     })
 
     /**

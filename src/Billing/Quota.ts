@@ -256,6 +256,15 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
         batch.tokens += tokens
       })
 
+    /**
+     * The tenant's day as its last count read it, while that said its plan
+     * has no limit and no plan change has been heard since; else undefined.
+     */
+    const knownUnlimited = (tenantId: TenantId, day: string): CountedDay | undefined => {
+      const known = listening ? unlimited.get(tenantId) : undefined
+      return known !== undefined && known.day === day ? known : undefined
+    }
+
     /** Once this node's writes to the tenant's day, made before now, have ended. */
     const settled = (tenantId: TenantId) =>
       Effect.suspend(() => {
@@ -310,7 +319,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       } satisfies Allowance
     })
 
-    return { consume, charge, settled, today } as const
+    return { consume, charge, settled, knownUnlimited, today } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(BillingRepo.layer))

@@ -12,7 +12,13 @@ export const startExporting = () => {
   }
 }
 
-const either = (traced: Function, untraced: Function, length: number) =>
+const generatorFunction = Object.getPrototypeOf(function*() {}).constructor
+
+// `Effect.fnUntraced` takes only generator functions; another body keeps `Effect.fn`.
+const either = (traced: Function, untraced: () => Function, body: unknown) =>
+  !(body instanceof generatorFunction) ? traced : eitherOf(traced, untraced(), (body as Function).length)
+
+const eitherOf = (traced: Function, untraced: Function, length: number) =>
   Object.defineProperty(
     function(this: unknown) {
       return (exporting ? traced : untraced).apply(this, arguments)
@@ -35,10 +41,10 @@ export const fn: typeof Effect.fn = function(...args: Array<any>): any {
     return (body: any, ...pipeables: Array<any>) =>
       either(
         (Effect.fn(name, options) as any)(body, ...pipeables),
-        (Effect.fnUntraced as any)(body, ...pipeables),
-        body.length
+        () => (Effect.fnUntraced as any)(body, ...pipeables),
+        body
       )
   }
   const [body, ...pipeables] = args
-  return either((Effect.fn as any)(body, ...pipeables), (Effect.fnUntraced as any)(body, ...pipeables), body.length)
+  return either((Effect.fn as any)(body, ...pipeables), () => (Effect.fnUntraced as any)(body, ...pipeables), body)
 } as typeof Effect.fn

@@ -57,7 +57,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
     }) =>
       (cache.listening()
         ? pages.get(tenantId, `${options.activeOnly}/${options.limit}/${options.after ?? ""}`, readPage(tenantId, options))
-        : readPage(tenantId, options)).pipe(Effect.withSpan("AgentsRepo.list"))
+        : readPage(tenantId, options)).pipe(Traced.withSpan("AgentsRepo.list"))
 
     const insert = SqlSchema.findOne({
       Request: Schema.Struct({
@@ -185,7 +185,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
                                  WHERE tenant_id = ${tenantId} AND agent_id = ${agentId} AND id = ${conversationId}`.pipe(
         Effect.map((rows) => Option.map(Option.fromNullishOr(rows[0]), (row) => row.turnCount)),
         Effect.orDie,
-        Effect.withSpan("AgentsRepo.turnCount")
+        Traced.withSpan("AgentsRepo.turnCount")
       )
 
     /** Stores one turn, creating the conversation on its first. One statement, so a turn is all or nothing. */
@@ -212,7 +212,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
                                           input_tokens, output_tokens, created_at, completed_at)
           SELECT ${turn.tenantId}, ${turn.agentId}, ${turn.conversationId}, turn_count, ${turn.message}, ${turn.reply},
                  ${turn.model}, ${turn.inputTokens}, ${turn.outputTokens}, ${turn.createdAt}, ${turn.completedAt}
-          FROM conversation`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("AgentsRepo.appendTurn"))
+          FROM conversation`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("AgentsRepo.appendTurn"))
 
     const conversationPage = SqlSchema.findAll({
       Request: Schema.Struct({
@@ -248,7 +248,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
 
     const forget = (tenantId: TenantId, agentId: AgentId, conversationId: string) =>
       sql`DELETE FROM conversations WHERE tenant_id = ${tenantId} AND agent_id = ${agentId} AND id = ${conversationId}
-          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Effect.withSpan("AgentsRepo.forget"))
+          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Traced.withSpan("AgentsRepo.forget"))
 
     return {
       turnPage: (tenantId: TenantId, agentId: AgentId, conversationId: string, options: {
@@ -257,7 +257,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       }) =>
         turnPage({ tenantId, agentId, conversationId, ...options }).pipe(
           Effect.orDie,
-          Effect.withSpan("AgentsRepo.turnPage")
+          Traced.withSpan("AgentsRepo.turnPage")
         ),
       recentTurns: (tenantId: TenantId, agentId: AgentId, conversationId: string, options: {
         readonly before: number | null
@@ -265,7 +265,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
       }) =>
         recentTurns({ tenantId, agentId, conversationId, ...options }).pipe(
           Effect.orDie,
-          Effect.withSpan("AgentsRepo.recentTurns")
+          Traced.withSpan("AgentsRepo.recentTurns")
         ),
       turnCount,
       appendTurn,
@@ -285,12 +285,12 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
           // This node's next list sees it at once; the others' on the notification.
           Effect.tap((agent) => cache.forget(tenantId, agent.id)),
           Effect.orDie,
-          Effect.withSpan("AgentsRepo.insert")
+          Traced.withSpan("AgentsRepo.insert")
         ),
       // Ids that cannot exist are not looked up: they are simply not found.
       findById: (tenantId: TenantId, id: AgentId) =>
         isId(id)
-          ? cache.get(tenantId, id).pipe(Effect.orDie, Effect.withSpan("AgentsRepo.findById"))
+          ? cache.get(tenantId, id).pipe(Effect.orDie, Traced.withSpan("AgentsRepo.findById"))
           : Effect.succeed(Option.none()),
       update: (tenantId: TenantId, id: AgentId, input: UpdateAgent) =>
         isId(id)
@@ -308,7 +308,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
             // This node's next read sees the change at once; the others' on the notification.
             Effect.ensuring(cache.forget(tenantId, id)),
             Effect.orDie,
-            Effect.withSpan("AgentsRepo.update")
+            Traced.withSpan("AgentsRepo.update")
           )
           : Effect.succeed(Option.none()),
       remove: (tenantId: TenantId, id: AgentId) =>
@@ -316,7 +316,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
           ? remove(tenantId, id).pipe(
             Effect.ensuring(cache.forget(tenantId, id)),
             Effect.orDie,
-            Effect.withSpan("AgentsRepo.remove")
+            Traced.withSpan("AgentsRepo.remove")
           )
           : Effect.succeed(false)
     } as const

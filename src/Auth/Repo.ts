@@ -107,7 +107,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
           VALUES (${input.id}, ${input.tenantId}, ${input.userId}, ${input.tokenHash}, ${input.expiresAt})`.pipe(
         Effect.asVoid,
         Effect.orDie,
-        Effect.withSpan("AuthRepo.insertSession")
+        Traced.withSpan("AuthRepo.insertSession")
       )
 
     const findLiveSession = SqlSchema.findOneOption({
@@ -122,7 +122,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       sql`UPDATE sessions SET revoked_at = now() WHERE id = ${id} AND revoked_at IS NULL`.pipe(
         Effect.asVoid,
         Effect.orDie,
-        Effect.withSpan("AuthRepo.revokeSession")
+        Traced.withSpan("AuthRepo.revokeSession")
       )
 
     const insertApiKey = (input: {
@@ -140,7 +140,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
         RETURNING id, created_at`.pipe(
         Effect.map(([row]) => ({ id: ApiKeyId.make(row!.id), createdAt: row!.createdAt })),
         Effect.orDie,
-        Effect.withSpan("AuthRepo.insertApiKey")
+        Traced.withSpan("AuthRepo.insertApiKey")
       )
 
     const listApiKeys = SqlSchema.findAll({
@@ -164,7 +164,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
         SELECT key_hash, pg_notify(${apiKeyRevokedChannel}, key_hash) FROM revoked`.pipe(
         Effect.map((rows) => Option.fromNullishOr(rows[0]?.keyHash)),
         Effect.orDie,
-        Effect.withSpan("AuthRepo.revokeApiKey")
+        Traced.withSpan("AuthRepo.revokeApiKey")
       )
 
     /**
@@ -178,7 +178,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
           AS u (id, used_at)
         WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.used_at)`.pipe(
         Effect.asVoid,
-        Effect.withSpan("AuthRepo.touchApiKeys")
+        Traced.withSpan("AuthRepo.touchApiKeys")
       )
 
     const findApiKeyByHash = SqlSchema.findOneOption({
@@ -250,7 +250,7 @@ export class ThrottleRepo extends Context.Service<ThrottleRepo>()("agent-host/Th
         RETURNING level, refused`.pipe(
         Effect.map((rows) => rows[0]!),
         Effect.orDie,
-        Effect.withSpan("ThrottleRepo.attempt")
+        Traced.withSpan("ThrottleRepo.attempt")
       )
 
     /** Buckets untouched for `seconds` are empty: forget them. */
@@ -258,7 +258,7 @@ export class ThrottleRepo extends Context.Service<ThrottleRepo>()("agent-host/Th
       sql`DELETE FROM auth_throttle WHERE updated_at < now() - make_interval(secs => ${seconds})`.pipe(
         Effect.asVoid,
         Effect.orDie,
-        Effect.withSpan("ThrottleRepo.forgetIdle")
+        Traced.withSpan("ThrottleRepo.forgetIdle")
       )
 
     return { attempt, forgetIdle } as const

@@ -10,6 +10,7 @@ import { UsageDay } from "./Api.ts"
 import { CounterSql } from "../Database/Sql.ts"
 import { TenantId } from "../Domain/Ids.ts"
 import type { Applied, Envelope } from "./Webhook.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 type StripeEvent = typeof Envelope.Type
 
@@ -108,18 +109,18 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
           ON CONFLICT (tenant_id, day) DO UPDATE SET tokens = daily_usage.tokens + EXCLUDED.tokens`.pipe(
         Effect.asVoid,
         Effect.orDie,
-        Effect.withSpan("BillingRepo.chargeTokens")
+        Traced.withSpan("BillingRepo.chargeTokens")
       )
 
     return {
       ensureDay,
       history: (tenantId: TenantId, from: string, to: string) =>
-        history({ tenantId, from, to }).pipe(Effect.orDie, Effect.withSpan("BillingRepo.history")),
+        history({ tenantId, from, to }).pipe(Effect.orDie, Traced.withSpan("BillingRepo.history")),
       chargeTokens,
       consume: (request: typeof consume extends (r: infer R) => any ? R : never) =>
-        consume(request).pipe(Effect.orDie, Effect.withSpan("BillingRepo.consume")),
+        consume(request).pipe(Effect.orDie, Traced.withSpan("BillingRepo.consume")),
       usage: (tenantId: TenantId, day: string) =>
-        usage({ tenantId, day }).pipe(Effect.orDie, Effect.withSpan("BillingRepo.usage"))
+        usage({ tenantId, day }).pipe(Effect.orDie, Traced.withSpan("BillingRepo.usage"))
     } as const
   })
 }) {
@@ -159,12 +160,12 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
         RETURNING id`.pipe(
         Effect.map((rows) => rows.length > 0),
         Effect.orDie,
-        Effect.withSpan("StripeWebhookRepo.claimEvent")
+        Traced.withSpan("StripeWebhookRepo.claimEvent")
       )
 
     const recordOutcome = (id: string, applied: Applied) =>
       sql`UPDATE stripe_events SET outcome = ${applied.outcome}, tenant_id = ${applied.tenantId}, error = ${applied.reason}
-          WHERE id = ${id}`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("StripeWebhookRepo.recordOutcome"))
+          WHERE id = ${id}`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("StripeWebhookRepo.recordOutcome"))
 
     // FOR UPDATE: events of one tenant apply one at a time, so the ordering
     // check below cannot race another delivery.
@@ -177,7 +178,7 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
           Effect.flatMap(decodeTenantLinks),
           Effect.map((rows) => Option.fromNullishOr(rows[0])),
           Effect.orDie,
-          Effect.withSpan("StripeWebhookRepo.lockTenant")
+          Traced.withSpan("StripeWebhookRepo.lockTenant")
         )
 
     const linkCustomer = (tenantId: TenantId, customer: string, subscription: string | null) =>
@@ -185,7 +186,7 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
           SET stripe_customer_id = ${customer},
               stripe_subscription_id = COALESCE(${subscription}, stripe_subscription_id),
               updated_at = now()
-          WHERE id = ${tenantId}`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("StripeWebhookRepo.linkCustomer"))
+          WHERE id = ${tenantId}`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("StripeWebhookRepo.linkCustomer"))
 
     const applySubscription = (tenantId: TenantId, change: {
       readonly plan: Plan
@@ -204,7 +205,7 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
           WHERE id = ${tenantId}`.pipe(
         Effect.asVoid,
         Effect.orDie,
-        Effect.withSpan("StripeWebhookRepo.applySubscription")
+        Traced.withSpan("StripeWebhookRepo.applySubscription")
       )
 
     return { claimEvent, recordOutcome, lockTenant, linkCustomer, applySubscription } as const

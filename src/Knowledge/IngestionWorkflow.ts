@@ -13,6 +13,7 @@ import { storable } from "../Domain/Text.ts"
 import { extract } from "./Extract.ts"
 import { KnowledgeRepo } from "./Repo.ts"
 import { split } from "./Splitter.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * The ingestion of one uploaded document is a durable workflow of effect's
@@ -65,7 +66,7 @@ const ingest = (documentId: string) =>
       layout: { kind: document.kind, headings: document.headings, ...(document.pages === undefined ? {} : { pages: document.pages }) },
       chunks
     }))
-  }).pipe(Effect.withSpan("Knowledge.ingest", { attributes: { documentId } }))
+  }).pipe(Traced.withSpan("Knowledge.ingest", { attributes: { documentId } }))
 
 export const layer = IngestionWorkflow.toLayer(({ documentId }) =>
   Activity.make({ name: "ingest", execute: Effect.orDie(ingest(documentId)) }).pipe(

@@ -11,6 +11,7 @@ import { Chunk, DocumentStatus } from "./Api.ts"
 import { searchText } from "./Segment.ts"
 import type { Chunking } from "./Chunking.ts"
 import type { Chunk as SplitChunk, Heading } from "./Splitter.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export const BaseRow = Schema.Struct({
   id: KnowledgeId,
@@ -84,7 +85,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
     const listBases = (tenantId: TenantId, page: { readonly after: string | null; readonly limit: number }) =>
       tenantPage({ table: "knowledge_bases", columns: baseColumns, row: BaseRow, tenantId, after: page.after, limit: page.limit }).pipe(
         Effect.orDie,
-        Effect.withSpan("KnowledgeRepo.listBases")
+        Traced.withSpan("KnowledgeRepo.listBases")
       )
 
     const decodeBase = Schema.decodeUnknownEffect(BaseRow)
@@ -94,7 +95,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
         : sql`SELECT ${sql.literal(baseColumns)} FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
           Effect.flatMap((rows) => rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeBase(rows[0]), Option.some)),
           Effect.orDie,
-          Effect.withSpan("KnowledgeRepo.findBase")
+          Traced.withSpan("KnowledgeRepo.findBase")
         )
 
     const languageExists = (language: string) =>
@@ -115,7 +116,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
           VALUES (${id}, ${tenantId}, ${input.name}, ${input.description}, ${input.language}::regconfig,
                   ${input.chunking.strategy}, ${input.chunking.chunkSize}, ${input.chunking.chunkOverlap})`
         return id
-      }).pipe(Effect.orDie, Effect.withSpan("KnowledgeRepo.insertBase"))
+      }).pipe(Effect.orDie, Traced.withSpan("KnowledgeRepo.insertBase"))
 
     const updateBase = (tenantId: TenantId, id: string, input: {
       readonly name?: string | undefined
@@ -129,13 +130,13 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
             chunk_size = COALESCE(${input.chunking?.chunkSize ?? null}::int, chunk_size),
             chunk_overlap = COALESCE(${input.chunking?.chunkOverlap ?? null}::int, chunk_overlap),
             updated_at = now()
-          WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("KnowledgeRepo.updateBase"))
+          WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("KnowledgeRepo.updateBase"))
 
     const removeBase = (tenantId: TenantId, id: string) =>
       !isId(id) ? Effect.succeed(false) : sql`DELETE FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
         Effect.map((rows) => rows.length > 0),
         Effect.orDie,
-        Effect.withSpan("KnowledgeRepo.removeBase")
+        Traced.withSpan("KnowledgeRepo.removeBase")
       )
 
     // --- documents -----------------------------------------------------------
@@ -149,7 +150,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
         filters: [sql`knowledge_id = ${knowledgeId}`],
         after: page.after,
         limit: page.limit
-      }).pipe(Effect.orDie, Effect.withSpan("KnowledgeRepo.listDocuments"))
+      }).pipe(Effect.orDie, Traced.withSpan("KnowledgeRepo.listDocuments"))
 
     const decodeDocument = Schema.decodeUnknownEffect(DocumentRow)
     const findDocument = (tenantId: TenantId, knowledgeId: string, id: string) =>
@@ -159,7 +160,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
               WHERE tenant_id = ${tenantId} AND knowledge_id = ${knowledgeId} AND id = ${id}`.pipe(
           Effect.flatMap((rows) => rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeDocument(rows[0]), Option.some)),
           Effect.orDie,
-          Effect.withSpan("KnowledgeRepo.findDocument")
+          Traced.withSpan("KnowledgeRepo.findDocument")
         )
 
     const findDuplicate = (knowledgeId: string, sha256: string) =>
@@ -183,14 +184,14 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
                   ${input.sha256}, 'processing', ${input.chunking.strategy}, ${input.chunking.chunkSize},
                   ${input.chunking.chunkOverlap}, ${Buffer.from(input.content.buffer, input.content.byteOffset, input.content.length)})`
         return id
-      }).pipe(Effect.withSpan("KnowledgeRepo.insertDocument"))
+      }).pipe(Traced.withSpan("KnowledgeRepo.insertDocument"))
 
     const removeDocument = (tenantId: TenantId, knowledgeId: string, id: string) =>
       !isId(id) ? Effect.succeed(false) : sql`DELETE FROM knowledge_documents
           WHERE tenant_id = ${tenantId} AND knowledge_id = ${knowledgeId} AND id = ${id} RETURNING id`.pipe(
         Effect.map((rows) => rows.length > 0),
         Effect.orDie,
-        Effect.withSpan("KnowledgeRepo.removeDocument")
+        Traced.withSpan("KnowledgeRepo.removeDocument")
       )
 
     const statusOf = (ids: ReadonlyArray<string>) =>
@@ -228,7 +229,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
             chunking: { strategy: row.chunkStrategy, chunkSize: row.chunkSize, chunkOverlap: row.chunkOverlap }
           })
         }),
-        Effect.withSpan("KnowledgeRepo.ingestSource")
+        Traced.withSpan("KnowledgeRepo.ingestSource")
       )
 
     /** Replaces a document's chunks with these, indexed for search (in the caller's transaction). */
@@ -272,12 +273,12 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
                      token_count = ${result.chunks.reduce((sum, chunk) => sum + chunk.tokenCount, 0)}, updated_at = now()
                    WHERE id = ${documentId}`
         return true
-      }).pipe(sql.withTransaction, Effect.withSpan("KnowledgeRepo.finishReady"))
+      }).pipe(sql.withTransaction, Traced.withSpan("KnowledgeRepo.finishReady"))
 
     const finishFailed = (documentId: string, code: string, message: string) =>
       sql`UPDATE knowledge_documents SET status = 'failed', error_code = ${code}, error_message = ${message},
             content = NULL, updated_at = now()
-          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Effect.withSpan("KnowledgeRepo.finishFailed"))
+          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Traced.withSpan("KnowledgeRepo.finishFailed"))
 
     /** A ready document's chunks replaced with these, with its settings and counts, in one transaction. */
     const replaceChunks = (documentId: string, source: IngestSource, chunking: Chunking, chunks: ReadonlyArray<SplitChunk>) =>
@@ -290,7 +291,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
                      token_count = ${chunks.reduce((sum, chunk) => sum + chunk.tokenCount, 0)}, updated_at = now()
                    WHERE id = ${documentId}`
         return true
-      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("KnowledgeRepo.replaceChunks"))
+      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("KnowledgeRepo.replaceChunks"))
 
     // --- chunks --------------------------------------------------------------
 
@@ -328,7 +329,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
           total: counted?.total ?? 0,
           nextCursor: rows.length > options.limit && last !== undefined ? encodeCursor(chunkKey(last.documentId, last.index)) : null
         }
-      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("KnowledgeRepo.listChunks"))
+      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("KnowledgeRepo.listChunks"))
 
     // --- sweeps --------------------------------------------------------------
 
@@ -356,7 +357,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
                      SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
         yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
         yield* sql`UPDATE knowledge_documents SET messages_pruned = true WHERE id IN ${sql.in(documentIds)}`
-      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("KnowledgeRepo.pruneMessages"))
+      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("KnowledgeRepo.pruneMessages"))
 
     return {
       listBases,

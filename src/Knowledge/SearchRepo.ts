@@ -5,6 +5,7 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import type { TenantId } from "../Domain/Ids.ts"
 import { searchText } from "./Segment.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /** A chunk found by a search, with its score (0 to 1, higher is better). */
 export const ScoredChunk = Schema.Struct({
@@ -139,7 +140,7 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
           return row.elems.filter((_, i) => (row.freqs![i] ?? 0) > share)
         }),
         Effect.orDie,
-        Effect.withSpan("SearchRepo.commonLexemes")
+        Traced.withSpan("SearchRepo.commonLexemes")
       )
 
     /** The ids among `ids` that name a knowledge base of the tenant. */
@@ -155,10 +156,10 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
       search: (request: Parameters<typeof search>[0]) =>
         (request.knowledgeIds.length === 0 ? Effect.succeed([]) : search(request)).pipe(
           Effect.orDie,
-          Effect.withSpan("SearchRepo.search")
+          Traced.withSpan("SearchRepo.search")
         ),
       existing: (tenantId: TenantId, ids: ReadonlyArray<string>) =>
-        existing(tenantId, ids).pipe(Effect.orDie, Effect.withSpan("SearchRepo.existing"))
+        existing(tenantId, ids).pipe(Effect.orDie, Traced.withSpan("SearchRepo.existing"))
     } as const
   })
 }) {

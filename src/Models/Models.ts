@@ -21,6 +21,7 @@ import * as Local from "./Local.ts"
 import * as OpenAi from "./OpenAi.ts"
 import { providerMessage, retryAfterOf } from "./ProviderHttp.ts"
 import { countTokens } from "./Tokens.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 export interface ChatMessage {
   readonly role: "user" | "assistant"
@@ -177,7 +178,7 @@ const observed = (model: string, label: string) => <E, R>(call: Effect.Effect<Mo
     )
     if (exit._tag === "Success") yield* recordUsage(label, exit.value)
     return yield* exit
-  }).pipe(Effect.withSpan(`chat ${model}`, { kind: "client", attributes: requestAttributes(model) }))
+  }).pipe(Traced.withSpan(`chat ${model}`, { kind: "client", attributes: requestAttributes(model) }))
 
 export const make = Effect.gen(function*() {
   const config = yield* AppConfig

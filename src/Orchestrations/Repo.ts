@@ -13,6 +13,7 @@ import { tenantPage } from "../Database/Page.ts"
 import { type AgentId, isId, newId, type OrchestrationId, TenantId } from "../Domain/Ids.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { Execution, ExecutionStatus, Orchestration, type OrchestrationStatus, Step } from "./Api.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const columns = "id, name, description, status, steps, timeout_ms, created_at, updated_at"
 
@@ -42,7 +43,7 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
         filters: options.activeOnly ? [sql`status = 'active'`] : [],
         after: options.after,
         limit: options.limit
-      }).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.list"))
+      }).pipe(Effect.orDie, Traced.withSpan("OrchestrationsRepo.list"))
 
     const insert = SqlSchema.findOne({
       Request: Schema.Struct({
@@ -124,11 +125,11 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
         readonly status: OrchestrationStatus
         readonly steps: ReadonlyArray<Step>
         readonly timeoutMs: number
-      }) => insert({ tenantId, ...input }).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.insert")),
+      }) => insert({ tenantId, ...input }).pipe(Effect.orDie, Traced.withSpan("OrchestrationsRepo.insert")),
       // Ids that cannot exist are not looked up: they are simply not found.
       findById: (tenantId: TenantId, id: OrchestrationId) =>
         isId(id)
-          ? cache.get(tenantId, id).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.findById"))
+          ? cache.get(tenantId, id).pipe(Effect.orDie, Traced.withSpan("OrchestrationsRepo.findById"))
           : Effect.succeed(Option.none()),
       update: (tenantId: TenantId, id: OrchestrationId, input: {
         readonly name?: string | undefined
@@ -150,7 +151,7 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
             // This node's next read sees the change at once; the others' on the notification.
             Effect.ensuring(cache.forget(tenantId, id)),
             Effect.orDie,
-            Effect.withSpan("OrchestrationsRepo.update")
+            Traced.withSpan("OrchestrationsRepo.update")
           )
           : Effect.succeed(Option.none()),
       remove: (tenantId: TenantId, id: OrchestrationId) =>
@@ -158,7 +159,7 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
           ? remove(tenantId, id).pipe(
             Effect.ensuring(cache.forget(tenantId, id)),
             Effect.orDie,
-            Effect.withSpan("OrchestrationsRepo.remove")
+            Traced.withSpan("OrchestrationsRepo.remove")
           )
           : Effect.succeed(false),
       /** The subset of `ids` that are agents of the tenant (any status). */
@@ -166,7 +167,7 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
         const candidates = ids.filter(isId)
         return candidates.length === 0
           ? Effect.succeed(new Set<string>())
-          : existingAgents(tenantId, candidates).pipe(Effect.orDie, Effect.withSpan("OrchestrationsRepo.existingAgents"))
+          : existingAgents(tenantId, candidates).pipe(Effect.orDie, Traced.withSpan("OrchestrationsRepo.existingAgents"))
       }
     } as const
   })
@@ -244,7 +245,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       }).pipe(
         Effect.provideService(SqlClient.SqlClient, sql),
         Effect.orDie,
-        Effect.withSpan("ExecutionsRepo.insert")
+        Traced.withSpan("ExecutionsRepo.insert")
       )
 
     const get = SqlSchema.findOneOption({
@@ -326,7 +327,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
           moved === null || moved.eventId === null ? Effect.void : Effect.forkDetach(webhooks.deliver(moved.eventId))
         ),
         Effect.map((moved) => moved !== null),
-        Effect.withSpan("ExecutionsRepo.finishWithWebhook")
+        Traced.withSpan("ExecutionsRepo.finishWithWebhook")
       )
 
     /**
@@ -347,14 +348,14 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
           ), event AS (${logged})
           SELECT EXISTS (SELECT 1 FROM updated) AS moved, COALESCE((SELECT webhook FROM target), false) AS webhook`.pipe(
         Effect.flatMap((rows) => rows[0]?.webhook === true ? finishWithWebhook(id, to, fields) : Effect.succeed(rows[0]?.moved === true)),
-        Effect.withSpan("ExecutionsRepo.transition")
+        Traced.withSpan("ExecutionsRepo.transition")
       )
     }
 
     /** Logs a step's progress. */
     const stepEvent = (id: string, type: "step.started" | "step.completed", stepId: string, data: object = {}) =>
       sql`INSERT INTO execution_events (execution_id, type, step_id, data)
-          VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(Effect.asVoid, Effect.withSpan("ExecutionsRepo.stepEvent"))
+          VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(Effect.asVoid, Traced.withSpan("ExecutionsRepo.stepEvent"))
 
     /**
      * Fails every unfinished execution past its timeout (plus `graceSeconds`,
@@ -387,7 +388,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         ),
         Effect.map((ids) => ids.filter((id): id is string => id !== null)),
         Effect.orDie,
-        Effect.withSpan("ExecutionsRepo.failTimedOut")
+        Traced.withSpan("ExecutionsRepo.failTimedOut")
       )
 
     /** Events after `afterId`, oldest first. */
@@ -443,7 +444,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                      SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
         yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
         yield* sql`UPDATE executions SET messages_pruned = true WHERE id IN ${sql.in(ids)}`
-      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("ExecutionsRepo.pruneMessages"))
+      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("ExecutionsRepo.pruneMessages"))
 
     return {
       unpruned,
@@ -454,13 +455,13 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         keyedBy({ table: "executions", returning: claimedColumns, claimed: Claimed, tenantId, idempotencyKey }).pipe(
           Effect.provideService(SqlClient.SqlClient, sql),
           Effect.orDie,
-          Effect.withSpan("ExecutionsRepo.claimedBy")
+          Traced.withSpan("ExecutionsRepo.claimedBy")
         ),
       get: (tenantId: TenantId, id: string) =>
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
       // The workflow's statements keep their errors typed: it retries what is
       // transient and fails the execution with what is not (ExecutionWorkflow.ts).
-      begin: (id: string) => begin(id).pipe(Effect.withSpan("ExecutionsRepo.begin")),
+      begin: (id: string) => begin(id).pipe(Traced.withSpan("ExecutionsRepo.begin")),
       page: (tenantId: TenantId, options: {
         readonly orchestrationId: string | null
         readonly status: string | null
@@ -479,7 +480,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
           order: "desc",
           after: options.before,
           limit: options.limit
-        }).pipe(Effect.orDie, Effect.withSpan("ExecutionsRepo.page")),
+        }).pipe(Effect.orDie, Traced.withSpan("ExecutionsRepo.page")),
       transition,
       stepEvent,
       failTimedOut,

@@ -1,4 +1,5 @@
 import * as Effect from "effect/Effect"
+import type * as Tracer from "effect/Tracer"
 
 // Whether spans are exported: set while Observability.TracingLayer exports
 // them (OTEL_EXPORTER_OTLP_ENDPOINT), for the whole process.
@@ -48,3 +49,15 @@ export const fn: typeof Effect.fn = function(...args: Array<any>): any {
   const [body, ...pipeables] = args
   return either((Effect.fn as any)(body, ...pipeables), () => (Effect.fnUntraced as any)(body, ...pipeables), body)
 } as typeof Effect.fn
+
+/**
+ * `Effect.withSpan(name, options)`, decided when the effect runs: a span only
+ * while spans are exported, else the effect as it is. `Effect.withSpan`
+ * captures a stack trace each time it is applied, and it is applied on every
+ * call of the repositories' functions.
+ */
+export const withSpan = (name: string, options?: Tracer.SpanOptions) =>
+<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, Exclude<R, Tracer.ParentSpan>> =>
+  Effect.suspend(() =>
+    exporting ? Effect.withSpan(self, name, options) : (self as Effect.Effect<A, E, Exclude<R, Tracer.ParentSpan>>)
+  )

@@ -10,6 +10,7 @@ import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { isId, newId, TenantId } from "../Domain/Ids.ts"
 import { Member, RunStatus, type StopReason, TeamMode, TeamRun, TeamStatus, TranscriptEntry, TurnTaking } from "./Api.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 const teamColumns =
   "id, name, description, mode, status, members, turn_taking, leader_agent_id, max_turns, token_budget, timeout_ms, created_at, updated_at"
@@ -106,7 +107,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         filters: options.activeOnly ? [sql`status = 'active'`] : [],
         after: options.after,
         limit: options.limit
-      }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.list"))
+      }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.list"))
 
     const insert = (tenantId: TenantId, team: TeamFields) =>
       sql`INSERT INTO teams (id, tenant_id, name, description, mode, status, members, turn_taking, leader_agent_id,
@@ -117,7 +118,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
           RETURNING ${cols}`.pipe(
         Effect.flatMap((rows) => Schema.decodeUnknownEffect(TeamRow)(rows[0])),
         Effect.orDie,
-        Effect.withSpan("TeamsRepo.insert")
+        Traced.withSpan("TeamsRepo.insert")
       )
 
     const findById = SqlSchema.findOneOption({
@@ -140,14 +141,14 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
             : Effect.map(Schema.decodeUnknownEffect(TeamRow)(rows[0]), Option.some)
         ),
         Effect.orDie,
-        Effect.withSpan("TeamsRepo.update")
+        Traced.withSpan("TeamsRepo.update")
       )
 
     const remove = (tenantId: TenantId, id: string) =>
       sql`DELETE FROM teams WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
         Effect.map((rows) => rows.length > 0),
         Effect.orDie,
-        Effect.withSpan("TeamsRepo.remove")
+        Traced.withSpan("TeamsRepo.remove")
       )
 
     // The one read of another feature's table: the tenant's agents among `ids`, in one statement.
@@ -156,7 +157,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         SELECT id, name, status FROM agents WHERE tenant_id = ${tenantId} AND id IN ${sql.in(ids)}`.pipe(
         Effect.map((rows) => new Map(rows.map((row) => [row.id, row]))),
         Effect.orDie,
-        Effect.withSpan("TeamsRepo.agentsAmong")
+        Traced.withSpan("TeamsRepo.agentsAmong")
       )
 
     // --- runs ----------------------------------------------------------------
@@ -188,7 +189,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       }).pipe(
         Effect.provideService(SqlClient.SqlClient, sql),
         Effect.orDie,
-        Effect.withSpan("TeamsRepo.insertRun")
+        Traced.withSpan("TeamsRepo.insertRun")
       )
 
 
@@ -210,7 +211,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         order: "desc",
         after: before,
         limit
-      }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.runs"))
+      }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.runs"))
 
     const transcript = (tenantId: TenantId, runId: string, after: number | null, limit: number) =>
       tenantPage({
@@ -223,7 +224,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         keyOf: (entry) => String(entry.index),
         after,
         limit
-      }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.transcript"))
+      }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.transcript"))
 
     // Moves a pending run to running (with its event) and returns what it was
     // given, fixed when it was accepted, in one statement. A run already
@@ -260,7 +261,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
           ON CONFLICT (run_id, index) DO UPDATE SET agent_id = excluded.agent_id, role = excluded.role,
             content = excluded.content, tokens = excluded.tokens, created_at = now()`.pipe(
         Effect.asVoid,
-        Effect.withSpan("TeamsRepo.saveTurn")
+        Traced.withSpan("TeamsRepo.saveTurn")
       )
 
     /** Logs a turn's progress, and keeps the run's counters where the transcript is. */
@@ -272,7 +273,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
             RETURNING id
           )
           INSERT INTO team_run_events (run_id, type, turn, data)
-          VALUES (${runId}, ${type}, ${turn}, ${sql.json(data)})`.pipe(Effect.asVoid, Effect.withSpan("TeamsRepo.turnEvent"))
+          VALUES (${runId}, ${type}, ${turn}, ${sql.json(data)})`.pipe(Effect.asVoid, Traced.withSpan("TeamsRepo.turnEvent"))
 
     /**
      * Moves an unfinished run to a final status and logs it as an event, in
@@ -312,7 +313,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
               ([run]) => Option.some({ tenantId: TenantId.make(String(rows[0]!.tenantId)), run: run! })
             )
         ),
-        Effect.withSpan("TeamsRepo.finish")
+        Traced.withSpan("TeamsRepo.finish")
       )
 
     /**
@@ -338,7 +339,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
           Effect.map(decodeRuns(rows), (runs) => runs.map((run, i) => ({ tenantId: TenantId.make(String(rows[i]!.tenantId)), run })))
         ),
         Effect.orDie,
-        Effect.withSpan("TeamsRepo.failTimedOut")
+        Traced.withSpan("TeamsRepo.failTimedOut")
       )
 
     /** Events after `afterId`, oldest first. */
@@ -388,14 +389,14 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
                      SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
         yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
         yield* sql`UPDATE team_runs SET messages_pruned = true WHERE id IN ${sql.in(runIds)}`
-      }).pipe(sql.withTransaction, Effect.orDie, Effect.withSpan("TeamsRepo.pruneMessages"))
+      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("TeamsRepo.pruneMessages"))
 
     return {
       list,
       insert,
       findById: (tenantId: TenantId, id: string) =>
         isId(id)
-          ? findById({ tenantId, id }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.findById"))
+          ? findById({ tenantId, id }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.findById"))
           : Effect.succeed(Option.none<TeamRow>()),
       update: (tenantId: TenantId, id: string, team: TeamFields) =>
         isId(id) ? update(tenantId, id, team) : Effect.succeed(Option.none<TeamRow>()),
@@ -411,16 +412,16 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         keyedBy({ table: "team_runs", returning: claimedColumns, claimed: Claimed, tenantId, idempotencyKey }).pipe(
           Effect.provideService(SqlClient.SqlClient, sql),
           Effect.orDie,
-          Effect.withSpan("TeamsRepo.claimedBy")
+          Traced.withSpan("TeamsRepo.claimedBy")
         ),
       getRun: (tenantId: TenantId, teamId: string, runId: string) =>
         isId(runId) && isId(teamId)
-          ? getRun({ tenantId, teamId, runId }).pipe(Effect.orDie, Effect.withSpan("TeamsRepo.getRun"))
+          ? getRun({ tenantId, teamId, runId }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.getRun"))
           : Effect.succeed(Option.none<TeamRun>()),
       runs,
       transcript,
       // The workflow's statements keep their errors typed: it retries what is transient.
-      begin: (id: string) => begin(id).pipe(Effect.withSpan("TeamsRepo.begin")),
+      begin: (id: string) => begin(id).pipe(Traced.withSpan("TeamsRepo.begin")),
       saveTurn,
       turnEvent,
       finish,

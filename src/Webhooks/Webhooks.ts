@@ -182,7 +182,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
           type: event.type,
           body
         })
-      }).pipe(Effect.withSpan("Webhooks.enqueue"))
+      }).pipe(Traced.withSpan("Webhooks.enqueue"))
 
     const start = (eventId: string) => startDelivery(eventId).pipe(Effect.provideService(WebhooksRepo, repo), Effect.provideContext(engine))
 
@@ -197,7 +197,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
             Effect.annotateLogs({ eventId })
           )
         ),
-        Effect.withSpan("Webhooks.deliver")
+        Traced.withSpan("Webhooks.deliver")
       )
 
     const deliveries: WebhooksShape["deliveries"] = Traced.fn("Webhooks.deliveries")(function*(tenantId, owner, query) {

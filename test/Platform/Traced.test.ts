@@ -21,6 +21,23 @@ describe("Traced.fn", () => {
       assert.strictEqual(spanName.length, 1)
     }))
 
+  it.effect("withSpan is a span only while spans are exported, decided when the effect runs", () =>
+    Effect.gen(function*() {
+      // Made once, before exporting starts, and run before, during and after.
+      const spanned = Effect.option(Effect.currentSpan).pipe(
+        Effect.map(Option.map((span) => span.name)),
+        Traced.withSpan("Traced.span")
+      )
+      assert.deepStrictEqual(yield* spanned, Option.none())
+      const stop = Traced.startExporting()
+      try {
+        assert.deepStrictEqual(yield* spanned, Option.some("Traced.span"))
+      } finally {
+        stop()
+      }
+      assert.deepStrictEqual(yield* spanned, Option.none())
+    }))
+
   it.effect("keeps Effect.fn for a body that is not a generator", () =>
     Effect.gen(function*() {
       const plain = (Traced.fn as unknown as (name: string) => (body: (n: number) => Effect.Effect<number>) => (n: number) => Effect.Effect<number>)(

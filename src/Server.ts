@@ -33,6 +33,7 @@ import * as MemoryReducer from "./Platform/MemoryReducer.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
+import * as SyncDigest from "./Platform/SyncDigest.ts"
 import * as KnowledgeHttp from "./Knowledge/Http.ts"
 import * as IngestionWorkflow from "./Knowledge/IngestionWorkflow.ts"
 import { Knowledge } from "./Knowledge/Knowledge.ts"
@@ -140,7 +141,8 @@ export const ServiceLayer = Layer.mergeAll(
 ).pipe(
   Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer),
-  Layer.provide(Observability.TracingLayer)
+  Layer.provide(Observability.TracingLayer),
+  Layer.provide(SyncDigest.layer)
 )
 
 /** The whole service, configured from the environment. */

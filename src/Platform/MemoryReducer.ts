@@ -17,7 +17,8 @@ import { Metrics } from "./Observability.ts"
 // loops (the cluster's polls and lock refreshes) never go below. So RSS after
 // a burst of executions stayed at its peak for as long as the node ran. Here,
 // once the event loop has been busy less than `quietUtilization` of the time
-// for `quietFor`, and RSS has grown by `growthBytes` since the last reduction
+// over the last `quietFor` (a short spike within it does not start the wait
+// over), and RSS has grown by `growthBytes` since the last reduction
 // (or since start), one full collection is run in the mode V8 keeps for memory
 // pressure: it compacts the heap, shrinks the young generation and returns
 // free and pooled pages to the OS. It pauses the event loop (from about 50 ms
@@ -83,30 +84,35 @@ export const run = (
     const gc = collector()
     const quietFor = Duration.toMillis(Duration.fromInputUnsafe(options.quietFor))
     let baseline = initialBaseline
-    let utilization = performance.eventLoopUtilization()
-    let checkedAt = performance.now()
-    // Start of the current quiet stretch, if the last check found the node quiet.
-    let quietSince: number | undefined
+    // The loop's utilization as read at each check, oldest first, back to the
+    // newest reading at least `quietFor` old: the node is quiet when it was
+    // busy less than `quietUtilization` of the time since that reading, so a
+    // short spike (a burst's entities leaving memory) does not start the wait
+    // over.
+    type Reading = { readonly at: number; readonly elu: ReturnType<typeof performance.eventLoopUtilization> }
+    let readings: Array<Reading> = [{ at: performance.now(), elu: performance.eventLoopUtilization() }]
     const check = Effect.suspend(() => {
-      const now = performance.eventLoopUtilization()
-      const busy = performance.eventLoopUtilization(now, utilization).utilization
-      const windowStart = checkedAt
-      utilization = now
-      checkedAt = performance.now()
-      if (busy >= options.quietUtilization) {
-        quietSince = undefined
-        return Effect.void
+      const at = performance.now()
+      const elu = performance.eventLoopUtilization()
+      readings.push({ at, elu })
+      let first = -1
+      for (let i = readings.length - 1; i >= 0; i--) {
+        if (at - readings[i]!.at >= quietFor) {
+          first = i
+          break
+        }
       }
-      quietSince ??= windowStart
+      if (first < 0) return Effect.void
+      if (first > 0) readings = readings.slice(first)
+      const busy = performance.eventLoopUtilization(elu, readings[0]!.elu).utilization
       const rss = process.memoryUsage.rss()
-      if (checkedAt - quietSince < quietFor || rss < baseline + options.growthBytes) return Effect.void
+      if (busy >= options.quietUtilization || rss < baseline + options.growthBytes) return Effect.void
       const startedAt = performance.now()
       gc({ type: "major", execution: "sync", flavor: "last-resort" })
       const reduction = { rssBefore: rss, rssAfter: process.memoryUsage.rss(), millis: performance.now() - startedAt }
       baseline = reduction.rssAfter
-      // The collection's own pause is not counted as busy time of the next window.
-      utilization = performance.eventLoopUtilization()
-      checkedAt = performance.now()
+      // The collection's own pause is not counted as busy time: the wait starts over after it.
+      readings = [{ at: performance.now(), elu: performance.eventLoopUtilization() }]
       return onReduction(reduction)
     })
     return check.pipe(Effect.repeat(Schedule.spaced(options.interval)), Effect.asVoid)

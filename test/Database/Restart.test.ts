@@ -14,12 +14,17 @@ import { TestClient } from "../support/TestServer.ts"
 
 const openaiKey = "sk-restart-test"
 
-/** Waits for `condition` (checked every 100 ms), failing the test past `seconds`. */
-const waitUntil = (what: string, seconds: number, condition: Effect.Effect<boolean>) =>
+/**
+ * Waits for `condition` (checked every 100 ms), failing the test past `seconds`
+ * with what `state` says of the requests so far.
+ */
+const waitUntil = (what: string, seconds: number, condition: Effect.Effect<boolean>, state: () => unknown = () => "") =>
   Effect.gen(function*() {
     const until = Date.now() + seconds * 1000
     while (!(yield* condition)) {
-      if (Date.now() > until) return yield* Effect.die(new Error(`Timed out after ${seconds} s waiting for ${what}`))
+      if (Date.now() > until) {
+        return yield* Effect.die(new Error(`Timed out after ${seconds} s waiting for ${what}: ${JSON.stringify(state())}`))
+      }
       yield* Effect.sleep("100 millis")
     }
   })
@@ -46,6 +51,7 @@ describe("a Postgres restart under load", () => {
           return { scope, url: server.url }
         })
         let postgres = yield* startPostgres
+        let down = false
         yield* Effect.addFinalizer(() => Scope.close(postgres.scope, Exit.void))
 
         const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
@@ -93,12 +99,22 @@ describe("a Postgres restart under load", () => {
             readonly ms: number
             readonly error?: string
           }> = []
+          // Requests sent and not yet answered, for the report of a wait that timed out.
+          const inFlight = new Map<number, { readonly what: string; readonly path: string; readonly sentAt: number }>()
+          let sent = 0
+          const state = () => ({
+            now: Date.now(),
+            inFlight: [...inFlight.values()].map((entry) => ({ ...entry, waitedMs: Date.now() - entry.sentAt })),
+            answered: statuses.slice(-30)
+          })
           const send = (what: string, method: string, path: string, body?: unknown) =>
             Effect.promise(async () => {
+              const number = sent++
               let status = 0
               let json: any = undefined
               let error: string | undefined
               const sentAt = Date.now()
+              inFlight.set(number, { what, path, sentAt })
               try {
                 const response = await fetch(client.baseUrl + path, {
                   method,
@@ -113,6 +129,7 @@ describe("a Postgres restart under load", () => {
                 error = `${String(cause)} after ${Date.now() - sentAt} ms (status ${status})`
                 status = 0
               }
+              inFlight.delete(number)
               statuses.push({ what, status, at: Date.now(), ms: Date.now() - sentAt, ...(error === undefined ? {} : { error }) })
               return { status, body: json }
             })
@@ -135,14 +152,18 @@ describe("a Postgres restart under load", () => {
             return ids.length === 0 ? Effect.void : send("poll", "GET", `/api/v1/executions/${ids[sequence % ids.length]}`)
           })
 
-          // Steady load: an execute, a chat and a poll at a time, until told to stop.
+          // Steady load: executes, chats and polls, each kind in its own loop so
+          // that a chat in flight when Postgres goes (it may take the chat's
+          // whole bound) holds up no other request, until told to stop.
           let loading = true
-          const load = yield* Effect.gen(function*() {
-            while (loading) {
-              yield* Effect.all([execute, chat, poll], { concurrency: "unbounded", discard: true })
-              yield* Effect.sleep("100 millis")
-            }
-          }).pipe(Effect.forkChild)
+          // About as often as a chat takes (a model call is 700 ms).
+          const load = yield* Effect.forEach([execute, chat, poll], (request) =>
+            Effect.gen(function*() {
+              while (loading) {
+                yield* request
+                yield* Effect.sleep(request === chat ? "100 millis" : "800 millis")
+              }
+            }), { concurrency: "unbounded", discard: true }).pipe(Effect.forkChild)
 
           yield* Effect.forEach(Array.from({ length: 10 }), () => execute, { concurrency: "unbounded", discard: true })
           // Some steps settled a while ago (they must not be asked again), others in flight.
@@ -151,30 +172,34 @@ describe("a Postgres restart under load", () => {
             firstSql<{ count: number }>`SELECT count(*)::int AS count FROM execution_events
               WHERE type = 'step.completed' AND created_at < now() - interval '3 seconds'`.pipe(Effect.orDie),
             (rows) => rows[0]!.count >= 5
-          ))
+          ), state)
 
           // Postgres goes away...
           const stoppedAt = Date.now()
+          down = true
           yield* Scope.close(postgres.scope, Exit.void)
           const ready = send("ready", "GET", "/health/ready").pipe(Effect.map((response) => response.status))
-          yield* waitUntil("/health/ready to say 503", 30, Effect.map(ready, (status) => status === 503))
+          yield* waitUntil("/health/ready to say 503", 30, Effect.map(ready, (status) => status === 503), state)
           yield* waitUntil(
             "requests answered while Postgres is down",
             60,
-            Effect.sync(() => statuses.filter((entry) => entry.at > stoppedAt && entry.what !== "ready").length >= 6)
+            Effect.sync(() => statuses.filter((entry) => entry.at > stoppedAt && entry.what !== "ready").length >= 6),
+            state
           )
 
           // ...and comes back on the same data and port.
           const firstUrl = Redacted.value(postgres.url)
           const restarted = yield* startPostgres
           postgres = restarted
+          down = false
           assert.strictEqual(Redacted.value(restarted.url), firstUrl)
           const restartedAt = Date.now()
-          yield* waitUntil("/health/ready to say 200 again", 60, Effect.map(ready, (status) => status === 200))
+          yield* waitUntil("/health/ready to say 200 again", 60, Effect.map(ready, (status) => status === 200), state)
           yield* waitUntil(
             "executions accepted again",
             60,
-            Effect.sync(() => statuses.filter((entry) => entry.at > restartedAt && entry.what === "execute" && entry.status === 202).length >= 3)
+            Effect.sync(() => statuses.filter((entry) => entry.at > restartedAt && entry.what === "execute" && entry.status === 202).length >= 3),
+            state
           )
           loading = false
           yield* Fiber.join(load)
@@ -239,7 +264,20 @@ describe("a Postgres restart under load", () => {
           assert.isAbove(settledBeforeStop.length, 0)
           assert.deepStrictEqual(askedAgain, [])
           assert.isAbove(report.completed, 0)
-        }).pipe(Effect.provide(server))
+        }).pipe(
+          // A test that failed while Postgres was down brings it back before the
+          // service stops, so the failure is reported at once, not after the
+          // service's shutdown has waited out its database.
+          Effect.onExit(() =>
+            down
+              ? Effect.map(startPostgres, (restarted) => {
+                postgres = restarted
+                down = false
+              })
+              : Effect.void
+          ),
+          Effect.provide(server)
+        )
       }).pipe(Effect.scoped),
     { timeout: 600_000 }
   )

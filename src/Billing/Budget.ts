@@ -129,11 +129,11 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
      * After a model call: its tokens (input plus output) count against today's
      * budget, written before this returns (a run's step is stored after its
      * charge, so a run killed in between charges the step again, never not).
+     * Steps charging together share one statement (Quota).
      */
     const charge = Traced.fn("TokenBudget.charge")(function*(tenantId: TenantId, tokens: number) {
       if (!config.enforceDailyLimits || tokens <= 0) return
-      const { day } = utcDay(yield* Clock.currentTimeMillis)
-      yield* repo.chargeTokens(tenantId, day, tokens)
+      yield* quota.chargeAndWait(tenantId, tokens)
     })
 
     /**

@@ -69,6 +69,9 @@ interface Batch {
   readonly waiters: Array<Waiter>
   answered: number
   tokens: number
+  /** Charges of tokens whose callers wait until they are written (and charge again if it fails). */
+  readonly charged: Array<Deferred.Deferred<void>>
+  chargedTokens: number
   /** Done once the batch's statement has ended, whether it wrote or failed. */
   readonly landed: Deferred.Deferred<void>
   /** Ends the wait of a batch nobody waited for, once someone does. */
@@ -79,6 +82,10 @@ interface Batch {
 // it is written, unless a request or a read comes to wait for it: one
 // statement per tenant and window rather than one per round trip.
 const gatherWindow = "25 millis"
+
+// How long charged tokens whose callers wait (a run's step) gather before
+// they are written: the charges of many runs' steps in one statement.
+const chargedGatherWindow = "5 millis"
 
 /**
  * A tenant's day: its requests counted against the plan's daily limit, and
@@ -189,12 +196,18 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
           }
         }
       }).pipe(
-        // A failed write fails its waiting requests, never the others; what
-        // nobody waits for is logged as lost.
+        Effect.andThen(Effect.sync(() => {
+          for (const charged of batch.charged) Deferred.doneUnsafe(charged, Exit.void)
+        })),
+        // A failed write fails its waiting requests and charges, never the
+        // others; what nobody waits for is logged as lost.
         Effect.catchCause((cause) =>
           Effect.andThen(
-            Effect.forEach(batch.waiters, (waiter) => Deferred.failCause(waiter.deferred, cause)),
-            batch.answered > 0 || batch.tokens > 0
+            Effect.andThen(
+              Effect.forEach(batch.waiters, (waiter) => Deferred.failCause(waiter.deferred, cause)),
+              Effect.forEach(batch.charged, (charged) => Deferred.failCause(charged, cause))
+            ),
+            batch.answered > 0 || batch.tokens > batch.chargedTokens
               ? Effect.logWarning("Requests or model tokens of a tenant could not be counted", cause).pipe(
                 Effect.annotateLogs({ tenantId, requests: batch.answered, tokens: batch.tokens })
               )
@@ -225,7 +238,15 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       Effect.suspend(() => {
         let batch = pending.get(tenantId)
         if (batch === undefined) {
-          batch = { waiters: [], answered: 0, tokens: 0, landed: Deferred.makeUnsafe(), needed: Deferred.makeUnsafe() }
+          batch = {
+            waiters: [],
+            answered: 0,
+            tokens: 0,
+            charged: [],
+            chargedTokens: 0,
+            landed: Deferred.makeUnsafe(),
+            needed: Deferred.makeUnsafe()
+          }
           pending.set(tenantId, batch)
         }
         if (writing.has(tenantId)) return Effect.succeed(batch)
@@ -254,6 +275,27 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
     const charge = (tenantId: TenantId, tokens: number) =>
       Effect.map(gathering(tenantId), (batch) => {
         batch.tokens += tokens
+      })
+
+    /**
+     * Adds model tokens to the tenant's day and waits until they are written;
+     * fails as the write did (nothing of it was written), to be charged again.
+     * Charges made together share a statement: they gather for a few
+     * milliseconds, or ride with the tenant's next count.
+     */
+    const chargeAndWait = (tenantId: TenantId, tokens: number) =>
+      Effect.flatMap(gathering(tenantId), (batch) => {
+        const charged = Deferred.makeUnsafe<void>()
+        batch.tokens += tokens
+        batch.chargedTokens += tokens
+        batch.charged.push(charged)
+        const first = batch.charged.length === 1
+        return first
+          ? Effect.andThen(
+            Effect.forkIn(Effect.delay(Deferred.done(batch.needed, Exit.void), chargedGatherWindow), writeScope),
+            Deferred.await(charged)
+          )
+          : Deferred.await(charged)
       })
 
     /**
@@ -319,7 +361,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       } satisfies Allowance
     })
 
-    return { consume, charge, settled, knownUnlimited, today } as const
+    return { consume, charge, chargeAndWait, settled, knownUnlimited, today } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(BillingRepo.layer))

@@ -1,4 +1,5 @@
 import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as ClusterError from "effect/cluster/ClusterError"
@@ -23,13 +24,16 @@ import * as SqlClient from "effect/sql/SqlClient"
  *   index, and nothing is written).
  * - Shard lock confirmations asked for together are one refresh. Before a
  *   workflow's final reply is stored, the cluster confirms that this node
- *   still holds the lock of its shard (a heartbeat and a read of the held
- *   advisory locks, on the one connection that holds them); workflows on
- *   different shards each asked for their own, one after the other on that
- *   connection. Here every confirmation asked for while a refresh is in
- *   flight is answered by the next refresh, which starts after it was asked:
- *   a reply is still never stored on the strength of a check made before it
- *   asked.
+ *   still holds the lock of its shard (a heartbeat and a read of every
+ *   advisory lock the node holds, on the one connection that holds them);
+ *   workflows on different shards each asked for their own, one after the
+ *   other on that connection: two statements, two socket writes and a read
+ *   of some 300 rows per workflow. Here a confirmation waits up to
+ *   `refreshGatherWindow` for others, and every confirmation asked for while
+ *   a refresh is in flight is answered by the next refresh, which starts
+ *   after it was asked: a reply is still never stored on the strength of a
+ *   check made before it asked. The wait delays only the cluster's own
+ *   reply: an execution's or team run's status is written before it.
  */
 
 const withTracerDisabled = Effect.withTracerEnabled(false)
@@ -79,13 +83,20 @@ interface PendingRefresh {
   readonly done: Deferred.Deferred<Array<ShardId.ShardId>, ClusterError.PersistenceError>
 }
 
+/** How long a lock confirmation waits for others to share its refresh. */
+export const refreshGatherWindow = Duration.millis(20)
+
 /**
- * Runner storage whose lock refreshes are coalesced: while one is in flight,
- * the shards asked for gather into the next, which starts as soon as it
- * ends. Each caller gets the shards of its own request that are still held.
- * An empty refresh (the cluster's liveness probe) passes straight through.
+ * Runner storage whose lock refreshes are coalesced: the first asked waits
+ * `gather` for others, and while one is in flight the shards asked for
+ * gather into the next, which starts as soon as it ends. Each caller gets the
+ * shards of its own request that are still held. An empty refresh (the
+ * cluster's liveness probe) passes straight through.
  */
-export const coalesceRefreshes = (storage: RunnerStorage.RunnerStorage["Service"]) =>
+export const coalesceRefreshes = (
+  storage: RunnerStorage.RunnerStorage["Service"],
+  gather: Duration.Duration = refreshGatherWindow
+) =>
   Effect.gen(function*() {
     const scope = yield* Effect.scope
     let next: PendingRefresh | undefined
@@ -107,12 +118,18 @@ export const coalesceRefreshes = (storage: RunnerStorage.RunnerStorage["Service"
       )
     })
 
+    // The window, then the drain; ended early (the node stopping), it leaves
+    // no confirmation waiting.
+    const gathered = Effect.andThen(Effect.sleep(gather), drain).pipe(
+      Effect.onInterrupt(() => Effect.suspend(() => next === undefined ? Effect.void : Deferred.interrupt(next.done)))
+    )
+
     // Starts the drain unless it runs; the flag and the fork are one step, so
     // an interrupted caller cannot leave the flag set with nothing draining.
     const ensureDraining = Effect.uninterruptible(Effect.suspend(() => {
       if (running) return Effect.void
       running = true
-      return Effect.asVoid(Effect.forkIn(drain, scope, { startImmediately: true }))
+      return Effect.asVoid(Effect.forkIn(gathered, scope, { startImmediately: true }))
     }))
 
     const sameAddress = (a: RunnerAddress.RunnerAddress, b: RunnerAddress.RunnerAddress) =>

@@ -167,6 +167,42 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
       }))
   })
 
+  describe("the tokens of runs' steps", () => {
+    it.effect("concurrent steps are each charged before their run is final, and the day's count is their exact sum", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeOpenAi
+        fake.reset()
+        fake.setDefault({})
+        const n = 24
+        fake.script(...Array.from({ length: n }, (_, i) => ({ text: `Done ${i}`, usage: { input: 5 + i, output: 3 * i + 2 } })))
+        const client = yield* TestClient
+        const { account, agentId, key } = yield* setUp()
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${account.tenantId}`
+        const created = yield* client.request("POST", "/api/orchestrations", {
+          headers: TestServer.bearer(account.token),
+          body: { name: "One", steps: [{ id: "only", agentId, prompt: "Do {{input}}" }] }
+        })
+        assert.strictEqual(created.status, 201, created.text)
+        const started = yield* Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) =>
+          client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
+            headers: TestServer.bearer(key),
+            body: { input: `run ${i}` }
+          }), { concurrency: "unbounded" })
+        assert.deepStrictEqual(started.map((r) => r.status), Array(n).fill(202))
+        const finals = yield* Effect.forEach(started, (r) => waitFinal(key, r.body.executionId), { concurrency: "unbounded" })
+        assert.deepStrictEqual(finals.map((e) => e.status), Array(n).fill("completed"))
+        const expected = Array.from({ length: n }, (_, i) => 5 + i + 3 * i + 2).reduce((a, b) => a + b, 0)
+        assert.strictEqual(finals.reduce((total, e) => total + (e.tokensUsed as number), 0), expected)
+        // Read straight from the table, not through the service (which would
+        // wait for this node's writes in flight): the charges landed before
+        // the runs were final.
+        const rows = yield* sql<{ tokens: number }>`
+          SELECT coalesce(sum(tokens), 0)::int AS tokens FROM daily_usage WHERE tenant_id = ${account.tenantId}`
+        assert.strictEqual(rows[0]!.tokens, expected)
+      }))
+  })
+
   describe("the models a plan may use", () => {
     it.effect("refused at agent create and update, and at chat and run time after a plan change", () =>
       Effect.gen(function*() {

@@ -1,7 +1,7 @@
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { Deferred, Effect, Fiber, Layer, Redacted } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer, Redacted } from "effect"
 import { Runner, RunnerAddress, RunnerStorage, ShardId, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "effect/cluster"
 import { SqlClient } from "effect/sql"
 import * as ClusterStorage from "../../src/Platform/ClusterStorage.ts"
@@ -73,6 +73,33 @@ describe("cluster storage", () => {
         assert.deepStrictEqual(yield* storage.refresh(address, [shards[5]!]), [], "a released lock is not confirmed")
       }).pipe(Effect.provide(StorageLayer))
   )
+
+  it.live("lock confirmations asked for within the gather window share one refresh", () =>
+    Effect.gen(function*() {
+      const base = yield* RunnerStorage.RunnerStorage
+      yield* base.register(Runner.make({ address, groups: ["default"], weight: 1 }), true)
+      const held = shards.slice(0, 10)
+      assert.deepStrictEqual((yield* base.acquire(address, held)).length, held.length)
+      const calls: Array<ReadonlyArray<ShardId.ShardId>> = []
+      const counted = RunnerStorage.RunnerStorage.of({
+        ...base,
+        refresh: (runner, shardIds) => {
+          calls.push(Array.from(shardIds))
+          return base.refresh(runner, shardIds)
+        }
+      })
+      // A window long enough that every confirmation below is asked within it.
+      const storage = yield* ClusterStorage.coalesceRefreshes(counted, Duration.seconds(1))
+      const answers = yield* Effect.forEach(
+        shards.slice(0, 20),
+        (shardId, i) => Effect.andThen(Effect.sleep(Duration.millis(i * 5)), storage.refresh(address, [shardId])),
+        { concurrency: "unbounded" }
+      )
+      assert.deepStrictEqual(answers, shards.slice(0, 20).map((shardId, i) => i < held.length ? [shardId] : []))
+      assert.strictEqual(calls.length, 1, "one refresh for the 20 confirmations")
+      assert.strictEqual(calls[0]!.length, 20)
+      yield* base.releaseAll(address)
+    }).pipe(Effect.provide(StorageLayer)))
 
   it.live("a reply and the mark on its request are written together, or not at all", () =>
     Effect.gen(function*() {

@@ -83,6 +83,10 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const outputs: Record<string, string> = {}
   let tokensUsed = 0
 
+  // A one-step run's step is not an activity (runStep below): its
+  // `step.completed` event is logged with the run's final status.
+  const oneStep = snapshot.steps.length === 1
+
   const stepEffect = (step: Step) =>
     Effect.gen(function*() {
       const fail = (message: string) => new StepFailed({ step: step.id, message, tokens: 0 })
@@ -136,9 +140,11 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
       yield* retryTransient(sqlErrorsTyped(budget.charge(TenantId.make(snapshot.tenantId), result.tokens))).pipe(
         Effect.mapError(databaseFailed)
       )
-      yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
-        Effect.mapError(databaseFailed)
-      )
+      if (!oneStep) {
+        yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
+          Effect.mapError(databaseFailed)
+        )
+      }
       yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
       return result
     })
@@ -150,7 +156,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   // cluster. Killed before that statement, the step runs again, as an
   // activity killed before its reply is stored does.
   const runStep = (step: Step) =>
-    snapshot.steps.length === 1
+    oneStep
       ? stepEffect(step)
       : Activity.make({ name: `step:${step.id}`, success: StepResult, error: StepFailed, execute: stepEffect(step) })
 
@@ -175,7 +181,11 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const final = Result.isSuccess(outcome) ? "completed" : "failed"
   const moved = yield* retryTransient(
     Result.isSuccess(outcome)
-      ? executions.transition(executionId, "completed", { output: outputs[last.id] ?? "", tokensUsed })
+      ? executions.transition(executionId, "completed", {
+        output: outputs[last.id] ?? "",
+        tokensUsed,
+        ...(oneStep ? { stepCompleted: { stepId: last.id, data: { output: outputs[last.id] ?? "", tokens: tokensUsed } } } : {})
+      })
       : executions.transition(executionId, "failed", { error: storable(outcome.failure.message), tokensUsed })
   )
   if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: final }), 1)

@@ -208,6 +208,12 @@ interface Fields {
   readonly output?: string
   readonly error?: string
   readonly tokensUsed?: number
+  /**
+   * The `step.completed` event of the run's last step, logged with the final
+   * status and just before its event (a one-step run's step is not an
+   * activity: its completion and the run's are one write).
+   */
+  readonly stepCompleted?: { readonly stepId: string; readonly data: object }
 }
 
 export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-host/ExecutionsRepo", {
@@ -291,10 +297,22 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
           started_at = CASE WHEN ${to} = 'running' THEN COALESCE(started_at, now()) ELSE started_at END,
           completed_at = CASE WHEN ${to} IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END`
 
-    const logged = sql`INSERT INTO execution_events (execution_id, type, data)
-      SELECT id, 'execution.' || status,
-             jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
+    const finalEvent = sql`SELECT id, 'execution.' || status AS type, NULL::text AS step_id,
+             jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used)) AS data
       FROM updated`
+    // The final status's event, after the last step's when it goes with it
+    // (ordered, so the step's event has the smaller id).
+    const logged = (fields: Fields) =>
+      fields.stepCompleted === undefined
+        ? sql`INSERT INTO execution_events (execution_id, type, step_id, data) ${finalEvent}`
+        : sql`INSERT INTO execution_events (execution_id, type, step_id, data)
+            SELECT id, type, step_id, data FROM (
+              SELECT id, 'step.completed' AS type, ${fields.stepCompleted.stepId}::text AS step_id,
+                     ${sql.json(fields.stepCompleted.data)}::jsonb AS data, 0 AS position
+              FROM updated
+              UNION ALL
+              SELECT *, 1 AS position FROM (${finalEvent}) final
+            ) events ORDER BY position`
 
     const encodeExecution = Schema.encodeSync(Schema.toCodecJson(Execution))
     const decodeFinished = Schema.decodeUnknownEffect(Schema.Struct({ ...Execution.fields, tenantId: TenantId }))
@@ -310,7 +328,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
               UPDATE executions SET ${setFinal(to, fields)}
               WHERE id = ${id} AND status IN ('pending', 'running')
               RETURNING *
-            ), event AS (${logged})
+            ), event AS (${logged(fields)})
             SELECT ${cols}, tenant_id FROM updated`
         if (rows.length === 0) return null
         const { tenantId, ...execution } = yield* decodeFinished(rows[0]).pipe(Effect.orDie)
@@ -345,7 +363,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             UPDATE executions SET ${setFinal(to, fields)}
             WHERE id IN (SELECT id FROM target WHERE NOT webhook) AND status IN ('pending', 'running')
             RETURNING id, status, output, error, tokens_used
-          ), event AS (${logged})
+          ), event AS (${logged(fields)})
           SELECT EXISTS (SELECT 1 FROM updated) AS moved, COALESCE((SELECT webhook FROM target), false) AS webhook`.pipe(
         Effect.flatMap((rows) => rows[0]?.webhook === true ? finishWithWebhook(id, to, fields) : Effect.succeed(rows[0]?.moved === true)),
         Traced.withSpan("ExecutionsRepo.transition")
@@ -374,7 +392,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
               completed_at = now()
             WHERE id IN (SELECT id FROM due WHERE NOT webhook) AND status IN ('pending', 'running')
             RETURNING id, status, output, error, tokens_used
-          ), event AS (${logged})
+          ), event AS (${logged({})})
           SELECT id, true AS reaped, 0 AS timeout_ms FROM updated
           UNION ALL SELECT id, false AS reaped, timeout_ms FROM due WHERE webhook`.pipe(
         Effect.flatMap((rows) =>

@@ -129,6 +129,31 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         const late = yield* readEvents(client.baseUrl, key, started.body.executionId)
         assert.deepStrictEqual(late.events, live.events)
       }))
+
+    it.effect("a one-step run logs its step's start and completion, then its own, in that order", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeOpenAi
+        fake.reset()
+        fake.setDefault({ text: "only out", usage: { input: 7, output: 4 } })
+        const { execute, key, waitFinal } = yield* setUp((agentId) => ({
+          steps: [{ id: "only", agentId, prompt: "Do {{input}}" }]
+        }))
+        const client = yield* TestClient
+        const started = yield* execute({ input: "x" })
+        assert.strictEqual(started.status, 202, started.text)
+        yield* waitFinal(started.body.executionId)
+        const { events } = yield* readEvents(client.baseUrl, key, started.body.executionId)
+        assert.deepStrictEqual(events.map((e) => e.event), [
+          "execution.running",
+          "step.started",
+          "step.completed",
+          "execution.completed"
+        ])
+        assert.deepInclude(events[2]!.data, { stepId: "only", output: "only out", tokens: 11 })
+        assert.deepInclude(events[3]!.data, { status: "completed", output: "only out", tokensUsed: 11 })
+        const ids = events.map((e) => Number(e.id))
+        assert.deepStrictEqual(ids, [...ids].sort((a, b) => a - b))
+      }))
   })
 
   describe("failures and control", () => {

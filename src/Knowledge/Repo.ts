@@ -338,9 +338,10 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       Effect.map(ids),
       Effect.orDie
     )
-    const processingSince = (seconds: number) =>
+    const processingSince = (seconds: number, limit: number) =>
       sql<{ id: string }>`SELECT id FROM knowledge_documents
-        WHERE status = 'processing' AND created_at < now() - make_interval(secs => ${seconds})`.pipe(Effect.map(ids), Effect.orDie)
+        WHERE status = 'processing' AND created_at < now() - make_interval(secs => ${seconds})
+        ORDER BY created_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
     /** Fails what is still processing past `seconds` (a crash loop, a stuck extractor): never processing forever. */
     const failStuck = (seconds: number) =>
       sql<{ id: string }>`UPDATE knowledge_documents SET status = 'failed', error_code = 'timeout',

@@ -434,9 +434,10 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     )
 
     /** Executions accepted more than `seconds` ago that have not started yet. */
-    const notStarted = (seconds: number) =>
+    const notStarted = (seconds: number, limit: number) =>
       sql<{ id: string }>`SELECT id FROM executions
-        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})`.pipe(
+        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})
+        ORDER BY created_at LIMIT ${limit}`.pipe(
         Effect.map((rows) => rows.map((row) => row.id)),
         Effect.orDie
       )

@@ -73,8 +73,8 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
 export interface Sweeps {
   /** Ids of every unfinished run. */
   readonly unfinished: Effect.Effect<ReadonlyArray<string>>
-  /** Ids of runs accepted more than `seconds` ago and not started yet. */
-  readonly notStarted: (seconds: number) => Effect.Effect<ReadonlyArray<string>>
+  /** Ids of the `limit` oldest runs accepted more than `seconds` ago and not started yet. */
+  readonly notStarted: (seconds: number, limit: number) => Effect.Effect<ReadonlyArray<string>>
   /** Starts a run's workflow (idempotent: a running workflow is left alone). */
   readonly start: (id: string) => Effect.Effect<void, unknown>
   /** Fails the runs far past their timeout, whatever became of their workflows. */
@@ -89,13 +89,20 @@ export interface Sweeps {
 export const sweep = (sweeps: Sweeps) =>
   Effect.flatMap(sweeps.unfinished, (ids) => Effect.forEach(ids, sweeps.start, { discard: true }))
 
+/** How many runs one nudge starts again at most (every 5 s). */
+export const nudgeLimit = 200
+
 /**
  * Under overload a stored start can sit unread for a while; a start sent
- * again is a no-op for a run that exists, and wakes one that waits.
+ * again is a no-op for a run that exists, and wakes one that waits. The
+ * oldest `nudgeLimit` at a time: under a backlog of thousands of accepted
+ * runs, sending every one of them again every 5 s added a fifth to the
+ * cluster's writes per run, to the node that was already behind (the
+ * minute's sweep still starts every unfinished run again).
  */
 export const nudge = (sweeps: Sweeps, what: string) =>
   Effect.gen(function*() {
-    const ids = yield* sweeps.notStarted(10)
+    const ids = yield* sweeps.notStarted(10, nudgeLimit)
     if (ids.length === 0) return
     yield* Effect.logWarning(`${what} accepted over 10 s ago have not started; starting them again`).pipe(
       Effect.annotateLogs({ count: ids.length })

@@ -372,9 +372,10 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         Effect.orDie
       )
 
-    const notStarted = (seconds: number) =>
+    const notStarted = (seconds: number, limit: number) =>
       sql<{ id: string }>`SELECT id FROM team_runs
-        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})`.pipe(Effect.map(ids), Effect.orDie)
+        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})
+        ORDER BY created_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
 
     const unpruned = (seconds: number, limit: number) =>
       sql<{ id: string }>`SELECT id FROM team_runs

@@ -1,8 +1,10 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Duration, Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql"
 import { newId, TenantId } from "../../src/Domain/Ids.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/Repo.ts"
+import * as DurableRuns from "../../src/Platform/DurableRuns.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -72,6 +74,41 @@ describe("an execute whose answer gives up on the cluster", () => {
           status = (yield* client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })).body.status
         }
         assert.strictEqual(status, "completed")
+      }))
+  })
+})
+
+describe("a backlog of executions not started", () => {
+  layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer())), { excludeTestServices: true })((it) => {
+    it.effect("is nudged the oldest first, at most nudgeLimit at a time", () =>
+      Effect.gen(function*() {
+        const repo = yield* ExecutionsRepo
+        const sql = yield* SqlClient.SqlClient
+        const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
+        const count = DurableRuns.nudgeLimit + 5
+        const ids: Array<string> = []
+        for (let i = 0; i < count; i++) {
+          const stored = yield* repo.insert({
+            id: newId(),
+            tenantId: TenantId.make(account.tenantId),
+            orchestrationId,
+            input: `run ${i}`,
+            variables: {},
+            steps,
+            timeoutMs: 60_000,
+            idempotencyKey: null,
+            requestHash: null
+          })
+          ids.push(stored.id)
+        }
+        // Accepted a second apart, long ago, in the reverse of their insertion order.
+        for (const [i, id] of ids.entries()) {
+          yield* sql`UPDATE executions SET created_at = '2020-01-01T00:00:00Z'::timestamptz + make_interval(secs => ${count - i})
+            WHERE id = ${id}`
+        }
+        const oldestFirst = [...ids].reverse()
+        assert.deepStrictEqual(yield* repo.notStarted(10, DurableRuns.nudgeLimit), oldestFirst.slice(0, DurableRuns.nudgeLimit))
+        assert.deepStrictEqual(yield* repo.notStarted(10, count + 100), oldestFirst)
       }))
   })
 })

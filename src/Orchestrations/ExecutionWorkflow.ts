@@ -84,7 +84,8 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   let tokensUsed = 0
 
   // A one-step run's step is not an activity (runStep below): its
-  // `step.completed` event is logged with the run's final status.
+  // `step.started` event is logged with the run's start (`begin`), its
+  // `step.completed` with the run's final status.
   const oneStep = snapshot.steps.length === 1
 
   const stepEffect = (step: Step) =>
@@ -113,7 +114,9 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         )
       }
       const prompt = rendered.success
-      yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(Effect.mapError(databaseFailed))
+      if (!oneStep) {
+        yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(Effect.mapError(databaseFailed))
+      }
       // An agent with knowledge is grounded on what it holds for the step's prompt, within half of what the prompt leaves.
       const { system } = yield* retryTransient(sqlErrorsTyped(knowledge.ground({
         tenantId: TenantId.make(snapshot.tenantId),

@@ -267,15 +267,23 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       Request: Schema.String,
       Result: Snapshot,
       execute: (id) =>
+        // A one-step run's step starts with the run: its `step.started` is
+        // logged here, after the run's event.
         sql`WITH started AS (
               UPDATE executions SET status = 'running', started_at = COALESCE(started_at, now())
               WHERE id = ${id} AND status = 'pending'
-              RETURNING id, status, output, error, tokens_used
+              RETURNING id, status, output, error, tokens_used, steps
             ), event AS (
-              INSERT INTO execution_events (execution_id, type, data)
-              SELECT id, 'execution.' || status,
-                     jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used))
-              FROM started
+              INSERT INTO execution_events (execution_id, type, step_id, data)
+              SELECT id, type, step_id, data FROM (
+                SELECT id, 'execution.' || status AS type, NULL::text AS step_id,
+                       jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used)) AS data,
+                       0 AS position
+                FROM started
+                UNION ALL
+                SELECT id, 'step.started', steps->0->>'id', '{}'::jsonb, 1
+                FROM started WHERE jsonb_array_length(steps) = 1
+              ) events ORDER BY position
             )
             SELECT tenant_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
                    input, variables, steps, timeout_ms, created_at

@@ -38,8 +38,30 @@ const name = "[A-Za-z0-9_-]{1,64}"
 const variablePattern = new RegExp(`^variables\\.(${name})$`)
 const stepOutputPattern = new RegExp(`^steps\\.(${name})\\.output$`)
 
+// Templates parsed lately: a run's steps and every execute request of an
+// orchestration parse the same prompts again. Emptied when it holds a
+// million characters of templates (a few MB).
+const parsed = new Map<string, ReadonlyArray<TemplatePart>>()
+let parsedChars = 0
+const parsedCharsCap = 1_000_000
+
 /** A template as text and placeholders, in order. */
 export const parseTemplate = (template: string): ReadonlyArray<TemplatePart> => {
+  const known = parsed.get(template)
+  if (known !== undefined) return known
+  const parts = parseTemplateNow(template)
+  if (template.length <= parsedCharsCap) {
+    if (parsedChars + template.length > parsedCharsCap) {
+      parsed.clear()
+      parsedChars = 0
+    }
+    parsed.set(template, parts)
+    parsedChars += template.length
+  }
+  return parts
+}
+
+const parseTemplateNow = (template: string): ReadonlyArray<TemplatePart> => {
   const parts: Array<TemplatePart> = []
   let last = 0
   for (const match of template.matchAll(placeholderPattern)) {

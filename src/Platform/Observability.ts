@@ -20,7 +20,9 @@ import * as Traced from "./Traced.ts"
  */
 export const jsonFormat = (node: string) =>
   Logger.make((options) => {
-    const line: Record<string, unknown> = { ...Logger.formatStructured.log(options), node }
+    // A fresh object each time: `node` is added to it rather than copied with it.
+    const line: Record<string, unknown> = Logger.formatStructured.log(options)
+    line.node = node
     const span = Context.getOrUndefined(options.fiber.context, Tracer.ParentSpan)
     if (span !== undefined) {
       line.traceId = span.traceId

@@ -97,18 +97,24 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
       const uploadRoute = "/api/knowledge/:id/upload"
       const routes = makeRouteMatcher(api, extraRoutes)
       const securityHeaders = securityHeadersFor(config.cookieSecure)
-      // The labelled request metrics, made once per method, route and status.
-      const series = new Map<string, { readonly requests: Metric.Counter<number>; readonly duration: Metric.Histogram<number> }>()
+      // The labelled request metrics, made once per route, method and status
+      // (found by the route's and the method's own strings, with no key made
+      // per request).
+      type Series = { readonly requests: Metric.Counter<number>; readonly duration: Metric.Histogram<number> }
+      const series = new Map<string, Map<string, Map<number, Series>>>()
       const seriesOf = (method: string, route: string, status: number) => {
-        const key = `${method} ${route} ${status}`
-        let found = series.get(key)
+        let byMethod = series.get(route)
+        if (byMethod === undefined) series.set(route, byMethod = new Map())
+        let byStatus = byMethod.get(method)
+        if (byStatus === undefined) byMethod.set(method, byStatus = new Map())
+        let found = byStatus.get(status)
         if (found === undefined) {
           const labels = { method, route, status: String(status) }
           found = {
             requests: Metric.withAttributes(Metrics.httpRequests, labels),
             duration: Metric.withAttributes(Metrics.httpDuration, labels)
           }
-          series.set(key, found)
+          byStatus.set(status, found)
         }
         return found
       }

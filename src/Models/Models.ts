@@ -14,7 +14,7 @@ import * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
 import * as HttpClient from "effect/http/HttpClient"
 import { AppConfig } from "../Config.ts"
-import * as FetchClient from "../Platform/FetchClient.ts"
+import * as OutgoingHttp from "../Platform/OutgoingHttp.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import * as Anthropic from "./Anthropic.ts"
 import * as Local from "./Local.ts"
@@ -452,6 +452,6 @@ export class Models extends Context.Service<Models, {
   readonly contextBudget: (model: string) => number
 }>()("agent-host/Models") {
   static readonly layer: Layer.Layer<Models, never, AppConfig> = Layer.effect(Models, make).pipe(
-    Layer.provide(FetchClient.layer)
+    Layer.provide(OutgoingHttp.layer)
   )
 }

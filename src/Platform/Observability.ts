@@ -10,7 +10,7 @@ import * as OtlpSerialization from "effect/observability/OtlpSerialization"
 import * as OtlpTracer from "effect/observability/OtlpTracer"
 import * as Os from "node:os"
 import { AppConfig, type AppSettings } from "../Config.ts"
-import * as FetchClient from "./FetchClient.ts"
+import * as OutgoingHttp from "./OutgoingHttp.ts"
 import * as Traced from "./Traced.ts"
 
 /**
@@ -72,7 +72,7 @@ export const TracingLayer = Layer.unwrap(Effect.gen(function*() {
     },
     exportInterval: "1 second"
   }).pipe(
-    Layer.provide([OtlpSerialization.layerJson, FetchClient.layer]),
+    Layer.provide([OtlpSerialization.layerJson, OutgoingHttp.layer]),
     // The functions made with Traced.fn make spans (and record their call sites) while this layer is in use.
     Layer.merge(Layer.effectDiscard(Effect.acquireRelease(Effect.sync(Traced.startExporting), (stop) => Effect.sync(stop))))
   )

@@ -2,6 +2,8 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
 import * as ClusterError from "effect/cluster/ClusterError"
 import * as MessageStorage from "effect/cluster/MessageStorage"
 import type * as RunnerAddress from "effect/cluster/RunnerAddress"
@@ -11,6 +13,7 @@ import * as Snowflake from "effect/cluster/Snowflake"
 import * as SqlMessageStorage from "effect/cluster/SqlMessageStorage"
 import * as SqlRunnerStorage from "effect/cluster/SqlRunnerStorage"
 import * as SqlClient from "effect/sql/SqlClient"
+import { Metrics } from "./Observability.ts"
 
 /**
  * The cluster's storage in our Postgres: effect's SQL storage, with fewer
@@ -22,6 +25,15 @@ import * as SqlClient from "effect/sql/SqlClient"
  *   one does. One statement is as atomic as that transaction and fails the
  *   same way (a second final reply for a request breaks the same unique
  *   index, and nothing is written).
+ * - A workflow's start does not wait on its own database round trip. When
+ *   a workflow's entity starts, effect's engine looks up whether an
+ *   interrupt was stored for it; the cluster starts the entities of the
+ *   messages it reads one after the other, so that lookup, one round trip
+ *   each, capped how fast stored runs started (measured: about 250 a
+ *   second, with the node and the database half idle and thousands of runs
+ *   waiting). Here the read that brings the runs' start messages looks up
+ *   their interrupts in one statement, and each entity's lookup is answered
+ *   from it (`prefetchStartLookups`).
  * - Shard lock confirmations asked for together are one refresh. Before a
  *   workflow's final reply is stored, the cluster confirms that this node
  *   still holds the lock of its shard (a heartbeat and a read of every
@@ -67,13 +79,105 @@ export const makeSaveReply = (client: SqlClient.SqlClient): MessageStorage.Encod
     ).pipe(Effect.asVoid, ClusterError.PersistenceError.refail, withTracerDisabled)
 }
 
-/** effect's SQL message storage (its tables made by its migrations), each reply saved in one statement. */
+/** The name of the durable deferred by which effect's workflow engine interrupts a workflow. */
+const interruptSignal = "Workflow/InterruptSignal"
+
+/** The primary key of a workflow's interrupt, as the engine looks it up when the workflow's entity starts. */
+export const interruptKey = (entityType: string, entityId: string) =>
+  `${entityType}/${entityId}/deferred/${interruptSignal}`
+
+/** How long a prefetched answer is used; a later lookup goes to the database. */
+export const prefetchedFor = Duration.seconds(10)
+
+/** At most this many prefetched answers are kept (the oldest go first). */
+const maxPrefetched = 20_000
+
+const lookups = (source: "prefetched" | "database") =>
+  Metric.update(Metric.withAttributes(Metrics.workflowStartLookups, { source }), 1)
+
+/**
+ * Message storage whose reads of unprocessed messages also look up, in one
+ * statement, the interrupt of each workflow they bring a `run` request for;
+ * the engine's own lookup when that workflow's entity starts is then answered
+ * from it, once, within `prefetchedFor`.
+ *
+ * The answer is as of the read rather than the entity's start, a moment
+ * earlier: an interrupt stored in between is a message to the workflow like
+ * any other, read after this one and handled by the started entity, as an
+ * interrupt stored just after the engine's own lookup always was.
+ */
+export const prefetchStartLookups = (
+  encoded: MessageStorage.Encoded,
+  client: SqlClient.SqlClient,
+  ttl: Duration.Duration = prefetchedFor
+): MessageStorage.Encoded => {
+  const sql = client.withoutTransforms()
+  const messages = sql("cluster_messages")
+  const ttlMillis = Duration.toMillis(ttl)
+  // Insertion order is age order: a key is deleted before it is set again.
+  const prefetched = new Map<string, { readonly at: number; readonly id: Option.Option<Snowflake.Snowflake> }>()
+
+  const evict = (now: number) => {
+    for (const [key, entry] of prefetched) {
+      if (now - entry.at <= ttlMillis && prefetched.size <= maxPrefetched) break
+      prefetched.delete(key)
+    }
+  }
+
+  const prefetch = (keys: ReadonlyArray<string>) =>
+    sql<{ readonly message_id: string; readonly id: bigint }>`
+      SELECT message_id, id FROM ${messages} WHERE message_id IN ${sql.in(keys)}
+    `.pipe(
+      Effect.provideService(SqlClient.SafeIntegers, true),
+      Effect.map((rows) => {
+        const now = Date.now()
+        const found = new Map(rows.map((row) => [row.message_id, Snowflake.Snowflake(row.id)]))
+        for (const key of keys) {
+          prefetched.delete(key)
+          prefetched.set(key, { at: now, id: Option.fromNullishOr(found.get(key)) })
+        }
+        evict(now)
+      }),
+      ClusterError.PersistenceError.refail,
+      withTracerDisabled
+    )
+
+  return {
+    ...encoded,
+    unprocessedMessages: (shardIds, now, options) =>
+      Effect.tap(encoded.unprocessedMessages(shardIds, now, options), (read) => {
+        const keys: Array<string> = []
+        for (const { envelope } of read) {
+          if (envelope._tag !== "Request" || envelope.tag !== "run") continue
+          if (!envelope.address.entityType.startsWith("Workflow/")) continue
+          const key = interruptKey(envelope.address.entityType, envelope.address.entityId)
+          // Longer keys are stored hashed: those are looked up as they were.
+          if (key.length <= 255) keys.push(key)
+        }
+        return keys.length === 0 ? Effect.void : prefetch(keys)
+      }),
+    requestIdForPrimaryKey: (primaryKey) =>
+      Effect.suspend(() => {
+        const entry = prefetched.get(primaryKey)
+        if (entry !== undefined) {
+          prefetched.delete(primaryKey)
+          if (Date.now() - entry.at <= ttlMillis) return Effect.as(lookups("prefetched"), entry.id)
+        }
+        return Effect.andThen(lookups("database"), encoded.requestIdForPrimaryKey(primaryKey))
+      })
+  }
+}
+
+/**
+ * effect's SQL message storage (its tables made by its migrations), each
+ * reply saved in one statement and workflow starts' lookups prefetched.
+ */
 export const messageStorageLayer = Layer.effect(
   MessageStorage.MessageStorage,
   Effect.gen(function*() {
-    const encoded = yield* SqlMessageStorage.makeEncoded()
-    const saveReply = makeSaveReply(yield* SqlClient.SqlClient)
-    return yield* MessageStorage.makeEncoded({ ...encoded, saveReply })
+    const client = yield* SqlClient.SqlClient
+    const encoded = prefetchStartLookups(yield* SqlMessageStorage.makeEncoded(), client)
+    return yield* MessageStorage.makeEncoded({ ...encoded, saveReply: makeSaveReply(client) })
   })
 ).pipe(Layer.provide(Snowflake.layerGenerator))
 

@@ -106,6 +106,10 @@ export const Metrics = {
     description: "Tokens sent to and received from models, by model and direction",
     incremental: true
   }),
+  workflowStartLookups: Metric.counter("workflow_start_lookups_total", {
+    description: "Interrupt lookups of workflows starting on this node, answered from the read of their start (prefetched) or by a query of their own (database)",
+    incremental: true
+  }),
   memoryReductions: Metric.counter("memory_reductions_total", {
     description: "Full collections run by the memory reducer when the node went quiet after a burst",
     incremental: true

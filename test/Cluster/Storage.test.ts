@@ -1,8 +1,17 @@
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { Deferred, Duration, Effect, Fiber, Layer, Redacted } from "effect"
-import { Runner, RunnerAddress, RunnerStorage, ShardId, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "effect/cluster"
+import { Deferred, Duration, Effect, Fiber, Layer, Option, Redacted } from "effect"
+import {
+  MessageStorage,
+  Runner,
+  RunnerAddress,
+  RunnerStorage,
+  ShardId,
+  ShardingConfig,
+  SqlMessageStorage,
+  SqlRunnerStorage
+} from "effect/cluster"
 import { SqlClient } from "effect/sql"
 import * as ClusterStorage from "../../src/Platform/ClusterStorage.ts"
 import { TestDatabaseUrl, waitFor } from "../support/TestServer.ts"
@@ -134,4 +143,55 @@ describe("cluster storage", () => {
       assert.deepStrictEqual(yield* message, [{ processed: true, last_reply_id: "9003" }])
       assert.deepStrictEqual((yield* replies).map((reply) => reply.id), ["9002", "9003"])
     }).pipe(Effect.provide(StorageLayer)))
+
+  it.live("the interrupt lookups of workflows starting are answered from the read of their start messages", () =>
+    Effect.gen(function*() {
+      const client = yield* SqlClient.SqlClient
+      const sql = client.withoutTransforms()
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:7'`
+      const insert = (id: number, messageId: string, entityId: string, tag: string) =>
+        sql`
+          INSERT INTO cluster_messages (id, message_id, shard_id, entity_type, entity_id, kind, tag, payload, headers, request_id)
+          VALUES (${String(id)}, ${messageId}, 'default:7', 'Workflow/Execution', ${entityId}, 0, ${tag}, '{}', '{}', ${String(id)})
+        `
+      // Two runs; the first was interrupted before it started.
+      yield* insert(7001, "Workflow/Execution/run-a/run/", "run-a", "run")
+      yield* insert(7002, "Workflow/Execution/run-b/run/", "run-b", "run")
+      yield* insert(7003, ClusterStorage.interruptKey("Workflow/Execution", "run-a"), "run-a", "deferred")
+
+      const base = yield* SqlMessageStorage.makeEncoded()
+      const asked: Array<string> = []
+      const counted: MessageStorage.Encoded = {
+        ...base,
+        requestIdForPrimaryKey: (primaryKey) => {
+          asked.push(primaryKey)
+          return base.requestIdForPrimaryKey(primaryKey)
+        }
+      }
+      const storage = ClusterStorage.prefetchStartLookups(counted, client, Duration.millis(300))
+      const keyA = ClusterStorage.interruptKey("Workflow/Execution", "run-a")
+      const keyB = ClusterStorage.interruptKey("Workflow/Execution", "run-b")
+
+      const read = yield* storage.unprocessedMessages(["default:7"], Date.now())
+      assert.deepStrictEqual(read.map((message) => message.envelope._tag === "Request" ? message.envelope.tag : "").sort(), [
+        "deferred",
+        "run",
+        "run"
+      ])
+      assert.deepStrictEqual(Option.map(yield* storage.requestIdForPrimaryKey(keyA), String), Option.some("7003"))
+      assert.deepStrictEqual(yield* storage.requestIdForPrimaryKey(keyB), Option.none())
+      assert.deepStrictEqual(asked, [], "both answered from the read")
+
+      // Each answer is used once; the next lookup is the database's, and gives the same.
+      assert.deepStrictEqual(Option.map(yield* storage.requestIdForPrimaryKey(keyA), String), Option.some("7003"))
+      assert.deepStrictEqual(asked, [keyA])
+
+      // An answer older than its time to live is not used.
+      yield* sql`UPDATE cluster_messages SET last_read = NULL WHERE shard_id = 'default:7'`
+      yield* storage.unprocessedMessages(["default:7"], Date.now())
+      yield* Effect.sleep(Duration.millis(400))
+      assert.deepStrictEqual(yield* storage.requestIdForPrimaryKey(keyB), Option.none())
+      assert.deepStrictEqual(asked, [keyA, keyB])
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:7'`
+    }).pipe(Effect.provide([StorageLayer, NodeCrypto.layerDigest])))
 })

@@ -77,6 +77,9 @@ describe("GET /metrics", () => {
         assert.strictEqual(sample(text, "executions_total", { status: "completed" }), 1)
         assert.strictEqual(sample(text, "workflows_in_flight", {}), 0)
         assert.isAbove(sample(text, "model_tokens_total", { model: "local", direction: "output" }) ?? 0, 0)
+        // The workflow's start looked up its interrupt in the read that brought its start message.
+        assert.strictEqual(sample(text, "workflow_start_lookups_total", { source: "prefetched" }), 1)
+        assert.strictEqual(sample(text, "workflow_start_lookups_total", { source: "database" }) ?? 0, 0)
         // Ids never become labels: the route is the template.
         assert.notInclude(text, setup.agentId)
       }))

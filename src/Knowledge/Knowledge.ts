@@ -3,7 +3,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as WorkflowEngine from "effect/workflow/WorkflowEngine"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
@@ -81,10 +81,10 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
   make: Effect.gen(function*() {
     const repo = yield* KnowledgeRepo
     const config = yield* AppConfig
-    const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+    const engine = yield* WorkflowEngine.WorkflowEngine
 
     const startWorkflow = (documentId: string) =>
-      IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
+      IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
 
     const findBase = Traced.fn("Knowledge.findBase")(function*(tenantId: TenantId, id: string) {
       const base = yield* repo.findBase(tenantId, id)

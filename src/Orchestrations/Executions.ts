@@ -5,7 +5,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import type * as WorkflowEngine from "effect/workflow/WorkflowEngine"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
@@ -55,13 +55,16 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
   make: Effect.gen(function*() {
     const orchestrations = yield* Orchestrations
     const repo = yield* ExecutionsRepo
-    const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+    // The engine alone is provided to the workflow calls below: providing the
+    // context this service was built in copied its 20-odd services into the
+    // request's context on every execute.
+    const engine = yield* WorkflowEngine.WorkflowEngine
     const config = yield* AppConfig
     const budget = yield* TokenBudget
     const slots = yield* DurableRuns.EventStreamSlots
 
     const startWorkflow = (executionId: string) =>
-      ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
+      ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
 
     /** What is over the configured bounds in an execute request, one entry per field. */
     const requestIssues = (request: ExecuteRequest) => {
@@ -197,7 +200,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       // Running steps are interrupted; the read model already says cancelled.
       yield* Effect.flatMap(ExecutionWorkflow.executionId({ executionId: id }), (workflowId) =>
         ExecutionWorkflow.interrupt(workflowId)).pipe(
-        Effect.provideContext(engine),
+        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
         // The read model says cancelled for good (nothing moves an execution out
         // of a final state); a workflow that cannot be reached in time only
         // runs its steps in flight to their end, with no effect on the result.
@@ -271,7 +274,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* Effect.forEach(ids, (executionId) =>
         Effect.flatMap(ExecutionWorkflow.executionId({ executionId }), (workflowId) =>
           ExecutionWorkflow.interrupt(workflowId)).pipe(
-            Effect.provideContext(engine),
+            Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
             Effect.timeout(config.clusterCallTimeout),
             Effect.ignore
           ), { discard: true, concurrency: 10 })

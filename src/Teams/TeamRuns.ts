@@ -4,7 +4,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as WorkflowEngine from "effect/workflow/WorkflowEngine"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
 import { defaultPageSize } from "../Agents/Api.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
@@ -46,7 +46,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
   make: Effect.gen(function*() {
     const teams = yield* Teams
     const repo = yield* TeamsRepo
-    const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+    const engine = yield* WorkflowEngine.WorkflowEngine
     const config = yield* AppConfig
     const budget = yield* TokenBudget
     const slots = yield* DurableRuns.EventStreamSlots
@@ -54,7 +54,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const finishing = yield* Effect.context<TeamsRepo | Webhooks>()
 
     const startWorkflow = (runId: string) =>
-      TeamRunWorkflow.execute({ runId }, { discard: true }).pipe(Effect.provideContext(engine), Effect.asVoid)
+      TeamRunWorkflow.execute({ runId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
 
     // An Idempotency-Key that names a run already accepted: that run, or a 409 for another request.
     const replayOf = (claimed: Claimed, hash: string | null) =>
@@ -161,7 +161,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       if (!cancelled) return yield* new Conflict({ detail: "The run has just finished" })
       // The turn in flight is interrupted; the read model already says cancelled for good.
       yield* Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) => TeamRunWorkflow.interrupt(workflowId)).pipe(
-        Effect.provideContext(engine),
+        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
         Effect.timeoutOrElse({
           duration: config.clusterCallTimeout,
           orElse: () => Effect.logWarning("Cancel: the team run could not be interrupted in time", { runId })
@@ -212,7 +212,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         yield* Effect.logWarning("Team runs past their timeout failed by the sweep").pipe(Effect.annotateLogs({ count: ids.length }))
         yield* Effect.forEach(ids, (runId) =>
           Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) => TeamRunWorkflow.interrupt(workflowId)).pipe(
-            Effect.provideContext(engine),
+            Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
             Effect.timeout(config.clusterCallTimeout),
             Effect.ignore
           ), { discard: true, concurrency: 10 })

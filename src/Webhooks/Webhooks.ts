@@ -7,7 +7,7 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Singleton from "effect/cluster/Singleton"
 import type { SqlError } from "effect/sql/SqlError"
-import type * as WorkflowEngine from "effect/workflow/WorkflowEngine"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor, encodeCursor, type Page } from "../Domain/Cursor.ts"
 import { newId, type TenantId } from "../Domain/Ids.ts"
@@ -102,7 +102,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
     const repo = yield* WebhooksRepo
     const box = yield* SecretBox
     const config = yield* AppConfig
-    const engine = yield* Effect.context<WorkflowEngine.WorkflowEngine>()
+    const engine = yield* WorkflowEngine.WorkflowEngine
 
     const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
     const stateOf = (row: EndpointRow): WebhookState => ({
@@ -184,7 +184,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         })
       }).pipe(Traced.withSpan("Webhooks.enqueue"))
 
-    const start = (eventId: string) => startDelivery(eventId).pipe(Effect.provideService(WebhooksRepo, repo), Effect.provideContext(engine))
+    const start = (eventId: string) => startDelivery(eventId).pipe(Effect.provideService(WebhooksRepo, repo), Effect.provideService(WorkflowEngine.WorkflowEngine, engine))
 
     const deliver: WebhooksShape["deliver"] = (eventId) =>
       start(eventId).pipe(

@@ -45,8 +45,11 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
     // A workflow's entity stays in memory this long after its last message:
     // after a burst of executions, what they held is given back within
     // seconds rather than the default minute. A run that has ended is read
-    // from the read model, never from its entity.
-    entityMaxIdleTime: Duration.seconds(10),
+    // from the read model, never from its entity, and one that waits (a
+    // durable sleep or deferred) is started again by its next message. Under
+    // a burst the node holds fewer finished runs: at 2 s rather than 10 s, a
+    // burst of one-step runs cost 10 to 15% less CPU per run (two A/B pairs).
+    entityMaxIdleTime: Duration.seconds(2),
     entityTerminationTimeout: Duration.min(config.shutdownGrace, Duration.seconds(15))
   }
 }

@@ -23,7 +23,7 @@ import { Metrics } from "./Observability.ts"
 // pressure: it compacts the heap, shrinks the young generation and returns
 // free and pooled pages to the OS. It pauses the event loop (from about 50 ms
 // with 30 MB of live objects to several hundred with 200 MB), so it waits for
-// a quiet that lasts: the default `quietFor` is longer than the 10 s a
+// a quiet that lasts: the default `quietFor` is longer than the 2 s a
 // finished workflow's entity stays in memory (Cluster.ts), so what a burst of
 // runs held is garbage by then.
 

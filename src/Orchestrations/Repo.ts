@@ -4,9 +4,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlSchema from "effect/sql/SqlSchema"
+import * as Batcher from "../Database/Batcher.ts"
 import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
 import * as NotifiedCache from "../Database/NotifiedCache.ts"
 import { tenantPage } from "../Database/Page.ts"
@@ -216,40 +218,65 @@ interface Fields {
   readonly stepCompleted?: { readonly stepId: string; readonly data: object }
 }
 
+interface NewExecution {
+  readonly id: string
+  readonly tenantId: TenantId
+  readonly orchestrationId: string
+  readonly input: string
+  readonly variables: Readonly<Record<string, string>>
+  readonly steps: ReadonlyArray<Step>
+  readonly timeoutMs: number
+  readonly idempotencyKey: string | null
+  readonly requestHash: string | null
+}
+
 export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-host/ExecutionsRepo", {
   make: Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const webhooks = yield* Webhooks
     const cols = sql.literal(executionColumns)
 
-    /**
-     * Stores a new execution, or finds the one its idempotency key already
-     * names (keys last 24 hours). Committed before the 202 is sent.
-     */
-    const insert = (input: {
-      readonly id: string
-      readonly tenantId: TenantId
-      readonly orchestrationId: string
-      readonly input: string
-      readonly variables: Readonly<Record<string, string>>
-      readonly steps: ReadonlyArray<Step>
-      readonly timeoutMs: number
-      readonly idempotencyKey: string | null
-      readonly requestHash: string | null
-    }) =>
+    const executionValues = (input: NewExecution) =>
+      sql`(${input.id}, ${input.tenantId}, ${input.orchestrationId}, 'pending', ${input.input},
+           ${sql.json(input.variables)}, ${sql.json(input.steps)}, ${input.timeoutMs},
+           ${input.idempotencyKey}, ${input.requestHash})`
+    const insertInto = sql.literal(
+      "INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms, idempotency_key, request_hash)"
+    )
+    const claim = (input: NewExecution) =>
       claimKeyed({
         table: "executions",
         returning: claimedColumns,
         claimed: Claimed,
         tenantId: input.tenantId,
         idempotencyKey: input.idempotencyKey,
-        insert: sql`INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms,
-                                            idempotency_key, request_hash)
-                    VALUES (${input.id}, ${input.tenantId}, ${input.orchestrationId}, 'pending', ${input.input},
-                            ${sql.json(input.variables)}, ${sql.json(input.steps)}, ${input.timeoutMs},
-                            ${input.idempotencyKey}, ${input.requestHash})`
-      }).pipe(
-        Effect.provideService(SqlClient.SqlClient, sql),
+        insert: sql`${insertInto} VALUES ${executionValues(input)}`
+      }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+    const decodeClaimed = Schema.decodeUnknownEffect(Schema.Array(Claimed))
+    // Executions without a key accepted together are stored by one
+    // statement, one commit (Batcher.ts); if it fails, each is stored on its
+    // own, so only a faulty one fails. Never called with no executions.
+    const insertTogether = (inputs: ReadonlyArray<NewExecution>) =>
+      inputs.length === 1
+        ? Effect.map(Effect.result(claim(inputs[0]!)), (result) => [result])
+        : sql`${insertInto} VALUES ${sql.csv(inputs.map(executionValues))}
+              RETURNING ${sql.literal(claimedColumns)}, true AS fresh`.pipe(
+          Effect.flatMap(decodeClaimed),
+          Effect.map((rows) => {
+            const byId = new Map(rows.map((row) => [row.id, row]))
+            return inputs.map((input) => Result.fromNullishOr(byId.get(input.id), () => new Error(`Execution ${input.id} was not stored`)))
+          }),
+          Effect.catch(() => Effect.forEach(inputs, (input) => Effect.result(claim(input))))
+        )
+    const unkeyed = Batcher.make({ write: insertTogether, maxSize: 200 })
+
+    /**
+     * Stores a new execution, or finds the one its idempotency key already
+     * names (keys last 24 hours). Committed before the 202 is sent.
+     */
+    const insert = (input: NewExecution) =>
+      Effect.flatMap(Batcher.inTransaction(sql), (alone) =>
+        input.idempotencyKey === null && !alone ? Effect.flatMap(unkeyed.submit(input), Effect.fromResult) : claim(input)).pipe(
         Effect.orDie,
         Traced.withSpan("ExecutionsRepo.insert")
       )

@@ -4,15 +4,18 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as ClusterError from "effect/cluster/ClusterError"
 import * as MessageStorage from "effect/cluster/MessageStorage"
+import type * as Reply from "effect/cluster/Reply"
 import type * as RunnerAddress from "effect/cluster/RunnerAddress"
 import * as RunnerStorage from "effect/cluster/RunnerStorage"
-import type * as ShardId from "effect/cluster/ShardId"
+import * as ShardId from "effect/cluster/ShardId"
 import * as Snowflake from "effect/cluster/Snowflake"
 import * as SqlMessageStorage from "effect/cluster/SqlMessageStorage"
 import * as SqlRunnerStorage from "effect/cluster/SqlRunnerStorage"
 import * as SqlClient from "effect/sql/SqlClient"
+import * as Batcher from "../Database/Batcher.ts"
 import { Metrics } from "./Observability.ts"
 
 /**
@@ -52,13 +55,18 @@ const withTracerDisabled = Effect.withTracerEnabled(false)
 
 /**
  * Saves a reply and marks its request in one statement. A reply's kind is 0
- * for the final reply (WithExit) and NULL for a chunk.
+ * for the final reply (WithExit) and NULL for a chunk. Final replies that
+ * arrive while others are being written are written together by the next
+ * statement (Batcher.ts), one commit for all, each caller waiting for its
+ * own; if that statement fails (a second final reply for a request breaks
+ * the one-exit index), each of its replies is written again on its own, so
+ * only the faulty one fails.
  */
 export const makeSaveReply = (client: SqlClient.SqlClient): MessageStorage.Encoded["saveReply"] => {
   const sql = client.withoutTransforms()
   const messages = sql("cluster_messages")
   const replies = sql("cluster_replies")
-  return (reply) =>
+  const saveOne = (reply: Reply.Encoded) =>
     Effect.suspend(() =>
       reply._tag === "WithExit"
         ? sql`
@@ -77,6 +85,32 @@ export const makeSaveReply = (client: SqlClient.SqlClient): MessageStorage.Encod
             VALUES (${reply.id}, NULL, ${reply.requestId}, ${JSON.stringify(reply.values)}, ${reply.sequence})
           `
     ).pipe(Effect.asVoid, ClusterError.PersistenceError.refail, withTracerDisabled)
+  type Final = Reply.Encoded & { readonly _tag: "WithExit" }
+  const saveTogether = (finals: ReadonlyArray<Final>) =>
+    sql`
+      WITH reply (id, request_id, payload) AS (
+        VALUES ${sql.csv(finals.map((reply) => sql`(${reply.id}::bigint, ${reply.requestId}::bigint, ${JSON.stringify(reply.exit)})`))}
+      ), request AS (
+        UPDATE ${messages} m SET processed = TRUE, last_reply_id = reply.id
+        FROM reply WHERE m.request_id = reply.request_id
+      )
+      INSERT INTO ${replies} (id, kind, request_id, payload, sequence)
+      SELECT id, 0, request_id, payload, NULL FROM reply
+    `.pipe(withTracerDisabled)
+  // Each reply's outcome; never called with no replies (Batcher).
+  const saveFinals = (finals: ReadonlyArray<Final>) =>
+    finals.length === 1
+      ? Effect.map(Effect.result(saveOne(finals[0]!)), (result) => [result])
+      : saveTogether(finals).pipe(
+        Effect.as(finals.map(() => Result.succeed<void>(undefined))),
+        Effect.catch(() => Effect.forEach(finals, (reply) => Effect.result(saveOne(reply))))
+      )
+  const finals = Batcher.make({ write: saveFinals, maxSize: maxSavedTogether })
+  return (reply) =>
+    reply._tag === "WithExit"
+      ? Effect.flatMap(Batcher.inTransaction(client), (alone) =>
+        alone ? saveOne(reply) : Effect.flatMap(finals.submit(reply), Effect.fromResult))
+      : saveOne(reply)
 }
 
 /** The name of the durable deferred by which effect's workflow engine interrupts a workflow. */
@@ -168,6 +202,75 @@ export const prefetchStartLookups = (
   }
 }
 
+/** At most this many requests are stored by one statement. */
+export const maxSavedTogether = 200
+
+/**
+ * Message storage whose new requests with a primary key (a workflow's start,
+ * an activity, a durable deferred) are stored together: those that arrive
+ * while one batch is being written are stored by the next, in one INSERT of
+ * many rows, one commit (Batcher.ts). Each caller still waits for its own
+ * request's commit. The rows are those effect's storage writes (its
+ * `envelopeToRow`, for requests); a request whose primary key is already
+ * stored (a start sent again) is not inserted, and effect's own save then
+ * answers it, as a duplicate with its original id and last reply; so does
+ * it each request of a statement that failed.
+ */
+export const batchRequestSaves = (encoded: MessageStorage.Encoded, client: SqlClient.SqlClient): MessageStorage.Encoded => {
+  const sql = client.withoutTransforms()
+  const messages = sql("cluster_messages")
+  type Save = Parameters<MessageStorage.Encoded["saveEnvelope"]>[0]
+  type RequestSave = Save & { readonly envelope: { readonly _tag: "Request" } }
+  const row = ({ deliverAt, envelope, primaryKey }: RequestSave): Record<string, unknown> => ({
+    id: envelope.requestId,
+    message_id: primaryKey,
+    shard_id: ShardId.toString(envelope.address.shardId),
+    entity_type: envelope.address.entityType,
+    entity_id: envelope.address.entityId,
+    kind: 0,
+    tag: envelope.tag,
+    payload: JSON.stringify(envelope.payload),
+    headers: JSON.stringify(envelope.headers),
+    trace_id: envelope.traceId ?? null,
+    span_id: envelope.spanId ?? null,
+    sampled: envelope.sampled ?? null,
+    request_id: envelope.requestId,
+    reply_id: null,
+    deliver_at: deliverAt
+  })
+  // Never called with no saves (Batcher).
+  const insert = (saves: ReadonlyArray<RequestSave>) =>
+    sql<{ readonly id: string }>`
+      INSERT INTO ${messages} ${sql.insert(saves.map(row) as [Record<string, unknown>, ...Array<Record<string, unknown>>])}
+      ON CONFLICT (message_id) DO NOTHING
+      RETURNING id::text AS id
+    `.pipe(
+      Effect.map((rows) => {
+        const inserted = new Set(rows.map((row) => row.id))
+        return saves.map((save) => inserted.has(save.envelope.requestId))
+      }),
+      // A statement that fails (a row the table refuses, the database gone)
+      // leaves each of its requests to effect's own save: only a faulty one
+      // fails, and each caller sees its own error.
+      Effect.catch(() => Effect.succeed(saves.map(() => false))),
+      withTracerDisabled
+    )
+  const batcher = Batcher.make({ write: insert, maxSize: maxSavedTogether })
+  return {
+    ...encoded,
+    saveEnvelope: (save) => {
+      const { envelope, primaryKey } = save
+      // Longer keys are stored hashed by effect's storage: those are saved by it.
+      if (envelope._tag !== "Request" || primaryKey === null || primaryKey.length > 255) return encoded.saveEnvelope(save)
+      return Effect.flatMap(Batcher.inTransaction(client), (alone) =>
+        alone ? encoded.saveEnvelope(save) : Effect.flatMap(
+          batcher.submit({ ...save, envelope }),
+          (inserted) => inserted ? Effect.succeed(MessageStorage.SaveResultEncoded.Success()) : encoded.saveEnvelope(save)
+        ))
+    }
+  }
+}
+
 /**
  * effect's SQL message storage (its tables made by its migrations), each
  * reply saved in one statement and workflow starts' lookups prefetched.
@@ -176,7 +279,7 @@ export const messageStorageLayer = Layer.effect(
   MessageStorage.MessageStorage,
   Effect.gen(function*() {
     const client = yield* SqlClient.SqlClient
-    const encoded = prefetchStartLookups(yield* SqlMessageStorage.makeEncoded(), client)
+    const encoded = batchRequestSaves(prefetchStartLookups(yield* SqlMessageStorage.makeEncoded(), client), client)
     return yield* MessageStorage.makeEncoded({ ...encoded, saveReply: makeSaveReply(client) })
   })
 ).pipe(Layer.provide(Snowflake.layerGenerator))

@@ -194,4 +194,135 @@ describe("cluster storage", () => {
       assert.deepStrictEqual(asked, [keyA, keyB])
       yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:7'`
     }).pipe(Effect.provide([StorageLayer, NodeCrypto.layerDigest])))
+
+  it.live("requests stored together are the rows effect's storage writes; one already stored is a duplicate", () =>
+    Effect.gen(function*() {
+      const client = yield* SqlClient.SqlClient
+      const sql = client.withoutTransforms()
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id IN ('default:8', 'default:9')`
+      const base = yield* SqlMessageStorage.makeEncoded()
+      const statements: Array<number> = []
+      const storage = ClusterStorage.batchRequestSaves(base, client)
+      const request = (id: number, shard: string, entityId: string, extra: Record<string, unknown> = {}) => ({
+        envelope: {
+          _tag: "Request" as const,
+          requestId: String(id),
+          address: { shardId: { group: "default", id: shard === "default:8" ? 8 : 9 }, entityType: "Workflow/Execution", entityId },
+          tag: "run",
+          payload: { executionId: entityId, note: "ünïcode \u0000 ok" },
+          headers: { "x-test": "1" },
+          ...extra
+        },
+        primaryKey: `Workflow/Execution/${entityId}/run/${entityId}`,
+        deliverAt: null
+      })
+
+      // The same request saved by effect's storage (shard 8) and by ours (shard 9): the same row.
+      const traced = { traceId: "t1", spanId: "s1", sampled: true }
+      assert.deepStrictEqual(yield* base.saveEnvelope(request(8001, "default:8", "same-8", traced)), MessageStorage.SaveResultEncoded.Success())
+      assert.deepStrictEqual(yield* storage.saveEnvelope(request(9001, "default:9", "same-9", traced)), MessageStorage.SaveResultEncoded.Success())
+      const row = (id: string) =>
+        sql<Record<string, unknown>>`SELECT * FROM cluster_messages WHERE id = ${id}`.pipe(
+          Effect.map((rows) => {
+            const { id: _id, rowid: _rowid, message_id, shard_id, entity_id, request_id, payload, ...rest } = rows[0]!
+            return { ...rest, message_id: String(message_id).replace(/same-\d/g, "same"), entity_id: String(entity_id).replace(/\d$/, ""), payload: String(payload).replace(/same-\d/, "same"), shard: String(shard_id), request: String(request_id) }
+          })
+        )
+      const ours = yield* row("9001")
+      const effects = yield* row("8001")
+      assert.deepStrictEqual({ ...ours, shard: "", request: "" }, { ...effects, shard: "", request: "" })
+      assert.strictEqual(ours.shard, "default:9")
+      assert.strictEqual(ours.request, "9001")
+
+      // Twenty at once: one of them the same start as another, and one
+      // already stored. The new ones are stored together, and the
+      // duplicates answered with the original's id.
+      const counted: MessageStorage.Encoded = {
+        ...base,
+        saveEnvelope: (save) => {
+          statements.push(Number(save.envelope.requestId))
+          return base.saveEnvelope(save)
+        }
+      }
+      const batched = ClusterStorage.batchRequestSaves(counted, client)
+      const saves = [
+        ...Array.from({ length: 18 }, (_, i) => request(9100 + i, "default:9", `run-${i}`)),
+        request(9200, "default:9", "run-3"),
+        request(9201, "default:9", "same-9")
+      ]
+      const results = yield* Effect.forEach(saves, batched.saveEnvelope, { concurrency: "unbounded" })
+      assert.deepStrictEqual(results.slice(0, 18).map((result) => result._tag), Array(18).fill("Success"))
+      assert.deepStrictEqual(results.slice(18).map((result) => result._tag === "Duplicate" ? String(result.originalId) : result._tag), ["9103", "9001"])
+      assert.deepStrictEqual(statements.sort(), [9200, 9201], "only the duplicates went through effect's own save")
+      const [{ count, statements: writes }] = yield* sql<{ count: string; statements: string }>`
+        SELECT count(*)::text AS count, count(DISTINCT xmin::text)::text AS statements
+        FROM cluster_messages WHERE shard_id = 'default:9' AND id BETWEEN 9100 AND 9199`
+      assert.strictEqual(count, "18")
+      // Rows written by one statement (one transaction) share their xmin.
+      assert.isAtMost(Number(writes), 2, "the 18 new requests were stored by one or two statements")
+
+      // A request the table refuses (a trace id longer than its column) fails
+      // alone: the others of its statement are each stored by effect's save.
+      const mixed = yield* Effect.forEach(
+        [
+          request(9300, "default:9", "mixed-0"),
+          request(9301, "default:9", "mixed-1", { traceId: "t".repeat(40), spanId: "s1", sampled: false }),
+          request(9302, "default:9", "mixed-2")
+        ],
+        (save) => Effect.result(batched.saveEnvelope(save)),
+        { concurrency: "unbounded" }
+      )
+      assert.deepStrictEqual(mixed.map((outcome) => outcome._tag), ["Success", "Failure", "Success"])
+      const kept = yield* sql<{ id: string }>`SELECT id::text FROM cluster_messages WHERE id BETWEEN 9300 AND 9399 ORDER BY id`
+      assert.deepStrictEqual(kept.map((row) => row.id), ["9300", "9302"])
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id IN ('default:8', 'default:9')`
+    }).pipe(Effect.provide([StorageLayer, NodeCrypto.layerDigest])))
+
+  it.live("final replies saved together: each marks its own request; a second final reply fails alone", () =>
+    Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      const saveReply = ClusterStorage.makeSaveReply(yield* SqlClient.SqlClient)
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:10'`
+      const ids = Array.from({ length: 12 }, (_, i) => String(10_000 + i))
+      for (const id of ids) {
+        yield* sql`
+          INSERT INTO cluster_messages (id, message_id, shard_id, entity_type, entity_id, kind, tag, payload, headers, request_id)
+          VALUES (${id}, ${`test/${id}`}, 'default:10', 'Workflow/Test', ${id}, 0, 'run', '{}', '{}', ${id})
+        `
+      }
+      const exit = (n: number) => ({ _tag: "Success", value: { n } }) as never
+      // Eleven at once: stored together.
+      const first = ids.slice(0, 11)
+      yield* Effect.forEach(first, (requestId, i) => saveReply({ _tag: "WithExit", id: String(20_100 + i), requestId, exit: exit(i) }), {
+        concurrency: "unbounded"
+      })
+      const [{ writes }] = yield* sql<{ writes: string }>`
+        SELECT count(DISTINCT xmin::text)::text AS writes FROM cluster_replies WHERE request_id IN ${sql.in(first)}`
+      // Rows written by one statement (one transaction) share their xmin.
+      assert.isAtMost(Number(writes), 2, "the 11 replies were stored by one or two statements")
+
+      // Then a second final reply for the first request, with the last
+      // request's own: the batch fails on the first, and each is written
+      // again alone, so only the faulty one fails.
+      const outcomes = yield* Effect.forEach(
+        [
+          { _tag: "WithExit" as const, id: "20200", requestId: ids[0]!, exit: exit(-1) },
+          { _tag: "WithExit" as const, id: "20111", requestId: ids[11]!, exit: exit(11) }
+        ],
+        (reply) => Effect.result(saveReply(reply)),
+        { concurrency: "unbounded" }
+      )
+      assert.deepStrictEqual(outcomes.map((outcome) => outcome._tag), ["Failure", "Success"])
+      const marked = yield* sql<{ id: string; processed: boolean; last_reply_id: string }>`
+        SELECT id::text, processed, last_reply_id::text FROM cluster_messages WHERE shard_id = 'default:10' ORDER BY id`
+      assert.deepStrictEqual(
+        marked.map((row) => [row.id, row.processed, row.last_reply_id]),
+        ids.map((id, i) => [id, true, String(20_100 + i)])
+      )
+      const stored = yield* sql<{ request_id: string; payload: string }>`
+        SELECT request_id::text, payload FROM cluster_replies WHERE request_id IN ${sql.in(ids)} ORDER BY request_id`
+      assert.deepStrictEqual(stored.map((reply) => [reply.request_id, JSON.parse(reply.payload).value.n]), ids.map((id, i) => [id, i]))
+      yield* sql`DELETE FROM cluster_replies WHERE request_id IN ${sql.in(ids)}`
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:10'`
+    }).pipe(Effect.provide(StorageLayer)))
 })

@@ -1,0 +1,74 @@
+import { assert, describe, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql"
+import { newId, TenantId } from "../../src/Domain/Ids.ts"
+import { ExecutionsRepo } from "../../src/Orchestrations/Repo.ts"
+import * as TestServer from "../support/TestServer.ts"
+import { TestClient } from "../support/TestServer.ts"
+
+// Executions accepted together (without an Idempotency-Key) are stored by
+// one statement; each request still gets its own row back, committed.
+describe("executions accepted together", () => {
+  layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer())), { excludeTestServices: true })((it) => {
+    it.effect("are stored by one statement, each answered with its own row; one that cannot be stored fails alone", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const repo = yield* ExecutionsRepo
+        const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
+        const accept = (tenantId: string, input: string) =>
+          repo.insert({
+            id: newId(),
+            tenantId: TenantId.make(tenantId),
+            orchestrationId,
+            input,
+            variables: { n: input },
+            steps,
+            timeoutMs: 60_000,
+            idempotencyKey: null,
+            requestHash: null
+          })
+
+        const inputs = Array.from({ length: 20 }, (_, i) => `input ${i}`)
+        const claimed = yield* Effect.forEach(inputs, (input) => accept(account.tenantId, input), { concurrency: "unbounded" })
+        assert.deepStrictEqual(claimed.map((row) => [row.fresh, row.status, row.orchestrationId]), inputs.map(() => [true, "pending", orchestrationId]))
+        const stored = yield* sql<{ id: string; input: string; variables: { n: string }; writes: string }>`
+          SELECT id, input, variables, count(*) OVER (PARTITION BY xmin::text)::text AS writes
+          FROM executions WHERE id IN ${sql.in(claimed.map((row) => row.id))}`
+        const byId = new Map(stored.map((row) => [row.id, row]))
+        // Each caller's id names the row stored from its own input.
+        assert.deepStrictEqual(claimed.map((row) => byId.get(row.id)?.input), inputs)
+        assert.deepStrictEqual(claimed.map((row) => byId.get(row.id)?.variables.n), inputs)
+        // Rows written by one statement (one transaction) share their xmin.
+        assert.isAtLeast(Math.max(...stored.map((row) => Number(row.writes))), 10, "most of the 20 were stored together")
+
+        // A tenant that does not exist breaks the foreign key: that execution
+        // fails, the others of its batch are stored on their own.
+        const outcomes = yield* Effect.forEach(
+          [account.tenantId, "no-such-tenant", account.tenantId],
+          (tenantId, i) => Effect.exit(accept(tenantId, `mixed ${i}`)),
+          { concurrency: "unbounded" }
+        )
+        assert.deepStrictEqual(outcomes.map((outcome) => outcome._tag), ["Success", "Failure", "Success"])
+        const [{ count }] = yield* sql<{ count: string }>`SELECT count(*)::text AS count FROM executions WHERE input LIKE 'mixed %'`
+        assert.strictEqual(count, "2")
+
+        // And the service answers each execute with its own execution.
+        const client = yield* TestClient
+        const { key, orchestrationId: other } = yield* TestServer.oneStepOrchestration("local")
+        const answers = yield* Effect.forEach(
+          Array.from({ length: 8 }, (_, i) => `hello ${i}`),
+          (input) =>
+            client.request("POST", `/api/v1/orchestrations/${other}/execute`, { headers: TestServer.bearer(key), body: { input } }),
+          { concurrency: "unbounded" }
+        )
+        assert.deepStrictEqual(answers.map((answer) => answer.status), Array(8).fill(202))
+        assert.strictEqual(new Set(answers.map((answer) => answer.body.executionId)).size, 8)
+        const inputsOf = yield* sql<{ id: string; input: string }>`
+          SELECT id, input FROM executions WHERE id IN ${sql.in(answers.map((answer) => answer.body.executionId))}`
+        assert.deepStrictEqual(
+          inputsOf.map((row) => row.input).sort(),
+          Array.from({ length: 8 }, (_, i) => `hello ${i}`).sort()
+        )
+      }), { timeout: 30_000 })
+  })
+})

@@ -51,9 +51,10 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
       return { claimed, starting }
     }))
     if (starting === undefined) return claimed
-    const notStarted = options.notStarted(claimed.id)
+    // Made only when needed: an error captures its stack when made.
+    const notStarted = () => options.notStarted(claimed.id)
     yield* Fiber.join(starting).pipe(
-      Effect.timeoutOrElse({ duration: options.timeout, orElse: () => Effect.fail(notStarted) }),
+      Effect.timeoutOrElse({ duration: options.timeout, orElse: () => Effect.fail(notStarted()) }),
       Effect.catchCause((cause) =>
         Cause.hasInterruptsOnly(cause)
           // The answer itself was interrupted (the client went away).
@@ -62,7 +63,7 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
             Effect.logWarning(`${options.what}'s start failed; the sweeps will start it`, cause).pipe(
               Effect.annotateLogs({ runId: claimed.id })
             ),
-            Effect.fail(notStarted)
+            Effect.fail(notStarted())
           )
       )
     )

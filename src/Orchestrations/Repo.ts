@@ -1,4 +1,5 @@
 import { PgClient } from "@effect/sql-pg"
+import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -317,6 +318,46 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             FROM executions WHERE id = ${id}`
     })
 
+    // Runs that start together (the cluster starts the workflows of the
+    // messages it reads in bursts) begin in one statement, one commit
+    // (Batcher.ts), each as `begin` would; if it fails, each begins on its own.
+    const Begun = Schema.Struct({ id: Schema.String, ...Snapshot.fields })
+    const decodeBegun = Schema.decodeUnknownEffect(Schema.Array(Begun))
+    const beginTogether = (ids: ReadonlyArray<string>) => {
+      const distinct = [...new Set(ids)]
+      return distinct.length === 1
+        ? Effect.map(Effect.result(begin(distinct[0]!)), (result) => ids.map(() => result))
+        : sql`WITH ids (id) AS (
+                VALUES ${sql.csv(distinct.map((id) => sql`(${id}::text)`))}
+              ), started AS (
+                UPDATE executions e SET status = 'running', started_at = COALESCE(e.started_at, now())
+                FROM ids WHERE e.id = ids.id AND e.status = 'pending'
+                RETURNING e.id, e.status, e.output, e.error, e.tokens_used, e.steps
+              ), event AS (
+                INSERT INTO execution_events (execution_id, type, step_id, data)
+                SELECT id, type, step_id, data FROM (
+                  SELECT id, 'execution.' || status AS type, NULL::text AS step_id,
+                         jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used)) AS data,
+                         0 AS position
+                  FROM started
+                  UNION ALL
+                  SELECT id, 'step.started', steps->0->>'id', '{}'::jsonb, 1
+                  FROM started WHERE jsonb_array_length(steps) = 1
+                ) events ORDER BY id, position
+              )
+              SELECT e.id, e.tenant_id, CASE WHEN s.id IS NOT NULL THEN 'running' ELSE e.status END AS status,
+                     e.input, e.variables, e.steps, e.timeout_ms, e.created_at
+              FROM executions e JOIN ids ON ids.id = e.id LEFT JOIN started s ON s.id = e.id`.pipe(
+          Effect.flatMap(decodeBegun),
+          Effect.map((rows) => {
+            const byId = new Map(rows.map(({ id, ...snapshot }) => [id, snapshot]))
+            return ids.map((id) => Result.fromNullishOr(byId.get(id), () => new Cause.NoSuchElementError()))
+          }),
+          Effect.catch(() => Effect.forEach(ids, (id) => Effect.result(begin(id))))
+        )
+    }
+    const begins = Batcher.make({ write: beginTogether, maxSize: 200 })
+
     // Whether the execution's orchestration has a webhook that takes events:
     // asked inside the statements that finish executions, so that finishing
     // one without a webhook costs no extra round trip.
@@ -515,7 +556,9 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
       // The workflow's statements keep their errors typed: it retries what is
       // transient and fails the execution with what is not (ExecutionWorkflow.ts).
-      begin: (id: string) => begin(id).pipe(Traced.withSpan("ExecutionsRepo.begin")),
+      begin: (id: string) =>
+        Effect.flatMap(Batcher.inTransaction(sql), (alone) =>
+          alone ? begin(id) : Effect.flatMap(begins.submit(id), Effect.fromResult)).pipe(Traced.withSpan("ExecutionsRepo.begin")),
       page: (tenantId: TenantId, options: {
         readonly orchestrationId: string | null
         readonly status: string | null

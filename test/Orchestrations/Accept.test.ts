@@ -8,7 +8,7 @@ import { TestClient } from "../support/TestServer.ts"
 
 // Executions accepted together (without an Idempotency-Key) are stored by
 // one statement; each request still gets its own row back, committed.
-describe("executions accepted together", () => {
+describe("executions accepted and begun together", () => {
   layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer())), { excludeTestServices: true })((it) => {
     it.effect("are stored by one statement, each answered with its own row; one that cannot be stored fails alone", () =>
       Effect.gen(function*() {
@@ -70,5 +70,46 @@ describe("executions accepted together", () => {
           Array.from({ length: 8 }, (_, i) => `hello ${i}`).sort()
         )
       }), { timeout: 30_000 })
+
+    it.effect("runs that start together begin in one statement, each with its own definition and events, in order", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const repo = yield* ExecutionsRepo
+        const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
+        const accepted = yield* Effect.forEach(Array.from({ length: 12 }, (_, i) => `begin ${i}`), (input) =>
+          repo.insert({
+            id: newId(),
+            tenantId: TenantId.make(account.tenantId),
+            orchestrationId,
+            input,
+            variables: {},
+            steps,
+            timeoutMs: 60_000,
+            idempotencyKey: null,
+            requestHash: null
+          }), { concurrency: "unbounded" })
+        const ids = accepted.map((row) => row.id)
+        // Each twice at once, as a replayed start would: both see it running.
+        const begun = yield* Effect.forEach([...ids, ...ids], (id) => repo.begin(id), { concurrency: "unbounded" })
+        assert.deepStrictEqual(begun.map((row) => [row.status, row.input]), [...ids, ...ids].map((_, i) => ["running", `begin ${i % 12}`]))
+        const rows = yield* sql<{ id: string; status: string; writes: string }>`
+          SELECT id, status, count(*) OVER (PARTITION BY xmin::text)::text AS writes FROM executions WHERE id IN ${sql.in(ids)}`
+        assert.deepStrictEqual(rows.map((row) => row.status), ids.map(() => "running"))
+        // Rows written by one statement (one transaction) share their xmin.
+        assert.isAtLeast(Math.max(...rows.map((row) => Number(row.writes))), 6, "most of the 12 began together")
+        const events = yield* sql<{ executionId: string; type: string }>`
+          SELECT execution_id, type FROM execution_events WHERE execution_id IN ${sql.in(ids)} ORDER BY id`
+        for (const id of ids) {
+          assert.deepStrictEqual(
+            events.filter((event) => event.executionId === id).map((event) => event.type),
+            ["execution.running", "step.started"],
+            "each run's start logged once, its own event first"
+          )
+        }
+        // A finished run comes back as it is, and begins nothing.
+        yield* repo.transition(ids[0]!, "completed", { output: "done", tokensUsed: 1 })
+        const again = yield* Effect.forEach([ids[0]!, ids[1]!], (id) => repo.begin(id), { concurrency: "unbounded" })
+        assert.deepStrictEqual(again.map((row) => row.status), ["completed", "running"])
+      }).pipe(Effect.orDie))
   })
 })

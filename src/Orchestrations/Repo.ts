@@ -288,6 +288,19 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       execute: ({ tenantId, id }) => sql`SELECT ${cols} FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`
     })
 
+    // The events of the runs a `started` CTE moved to running: each run's
+    // own, then a one-step run's `step.started` (its step starts with it).
+    const startEvents = sql`INSERT INTO execution_events (execution_id, type, step_id, data)
+      SELECT id, type, step_id, data FROM (
+        SELECT id, 'execution.' || status AS type, NULL::text AS step_id,
+               jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used)) AS data,
+               0 AS position
+        FROM started
+        UNION ALL
+        SELECT id, 'step.started', steps->0->>'id', '{}'::jsonb, 1
+        FROM started WHERE jsonb_array_length(steps) = 1
+      ) events ORDER BY id, position`
+
     // Moves a pending run to running (with its event) and returns its
     // definition, fixed when it was accepted, in one statement. On a run
     // already running it changes nothing; a finished run comes back as it is.
@@ -295,24 +308,11 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       Request: Schema.String,
       Result: Snapshot,
       execute: (id) =>
-        // A one-step run's step starts with the run: its `step.started` is
-        // logged here, after the run's event.
         sql`WITH started AS (
               UPDATE executions SET status = 'running', started_at = COALESCE(started_at, now())
               WHERE id = ${id} AND status = 'pending'
               RETURNING id, status, output, error, tokens_used, steps
-            ), event AS (
-              INSERT INTO execution_events (execution_id, type, step_id, data)
-              SELECT id, type, step_id, data FROM (
-                SELECT id, 'execution.' || status AS type, NULL::text AS step_id,
-                       jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used)) AS data,
-                       0 AS position
-                FROM started
-                UNION ALL
-                SELECT id, 'step.started', steps->0->>'id', '{}'::jsonb, 1
-                FROM started WHERE jsonb_array_length(steps) = 1
-              ) events ORDER BY position
-            )
+            ), event AS (${startEvents})
             SELECT tenant_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
                    input, variables, steps, timeout_ms, created_at
             FROM executions WHERE id = ${id}`
@@ -333,18 +333,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                 UPDATE executions e SET status = 'running', started_at = COALESCE(e.started_at, now())
                 FROM ids WHERE e.id = ids.id AND e.status = 'pending'
                 RETURNING e.id, e.status, e.output, e.error, e.tokens_used, e.steps
-              ), event AS (
-                INSERT INTO execution_events (execution_id, type, step_id, data)
-                SELECT id, type, step_id, data FROM (
-                  SELECT id, 'execution.' || status AS type, NULL::text AS step_id,
-                         jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used)) AS data,
-                         0 AS position
-                  FROM started
-                  UNION ALL
-                  SELECT id, 'step.started', steps->0->>'id', '{}'::jsonb, 1
-                  FROM started WHERE jsonb_array_length(steps) = 1
-                ) events ORDER BY id, position
-              )
+              ), event AS (${startEvents})
               SELECT e.id, e.tenant_id, CASE WHEN s.id IS NOT NULL THEN 'running' ELSE e.status END AS status,
                      e.input, e.variables, e.steps, e.timeout_ms, e.created_at
               FROM executions e JOIN ids ON ids.id = e.id LEFT JOIN started s ON s.id = e.id`.pipe(

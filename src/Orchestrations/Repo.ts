@@ -1,4 +1,5 @@
 import { PgClient } from "@effect/sql-pg"
+import * as Arr from "effect/Array"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -413,13 +414,8 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         Traced.withSpan("ExecutionsRepo.finishWithWebhook")
       )
 
-    /**
-     * Moves a status forward (final statuses never change again) and logs the
-     * change as an event, in one statement. When the orchestration has a
-     * webhook, a final status goes with its webhook event instead
-     * (finishWithWebhook): that statement changes nothing and says so.
-     */
-    const transition = (id: string, to: ExecutionStatus, fields: Fields = {}) => {
+    // One status change of one run, in one statement (see `transition`).
+    const transitionAlone = (id: string, to: ExecutionStatus, fields: Fields) => {
       const final = to === "completed" || to === "failed" || to === "cancelled"
       return sql<{ moved: boolean; webhook: boolean }>`WITH target AS (
             SELECT id, ${final ? hasWebhook : sql`false`} AS webhook FROM executions
@@ -430,10 +426,103 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             RETURNING id, status, output, error, tokens_used
           ), event AS (${logged(fields)})
           SELECT EXISTS (SELECT 1 FROM updated) AS moved, COALESCE((SELECT webhook FROM target), false) AS webhook`.pipe(
-        Effect.flatMap((rows) => rows[0]?.webhook === true ? finishWithWebhook(id, to, fields) : Effect.succeed(rows[0]?.moved === true)),
-        Traced.withSpan("ExecutionsRepo.transition")
+        Effect.map((rows) => ({ moved: rows[0]?.moved === true, webhook: rows[0]?.webhook === true }))
       )
     }
+
+    // Runs that finish together (a burst of short runs) take their final
+    // statuses, with their events, in one statement, one commit (Batcher.ts),
+    // each as `transitionAlone` would; if it fails, each is written on its
+    // own. A run named again in the same batch (a cancel as it completes) is
+    // written on its own after it.
+    interface Final {
+      readonly id: string
+      readonly to: "completed" | "failed" | "cancelled"
+      readonly fields: Fields
+    }
+    const finishAlone = (final: Final) => Effect.result(transitionAlone(final.id, final.to, final.fields))
+    const finishTogether = (finals: ReadonlyArray<Final>) => {
+      const seen = new Set<string>()
+      const firsts: Array<Final> = []
+      const again: Array<number> = []
+      finals.forEach((final, i) => {
+        if (seen.has(final.id)) again.push(i)
+        else {
+          seen.add(final.id)
+          firsts.push(final)
+        }
+      })
+      if (again.length === 0) return finishDistinct(finals)
+      return Effect.gen(function*() {
+        const results = new Map(Arr.zip(firsts, yield* finishDistinct(firsts)))
+        const answers = finals.map((final) => results.get(final))
+        for (const i of again) answers[i] = yield* finishAlone(finals[i]!)
+        return answers as ReadonlyArray<NonNullable<(typeof answers)[number]>>
+      })
+    }
+    const finishDistinct = (finals: ReadonlyArray<Final>) =>
+      finals.length === 1
+        ? Effect.forEach(finals, finishAlone)
+        : sql<{ id: string; moved: boolean; webhook: boolean }>`WITH input (id, status, output, error, tokens_used, step_id, step_data) AS (
+              VALUES ${
+          sql.csv(finals.map(({ fields, id, to }) =>
+            sql`(${id}::text, ${to}::text, ${fields.output ?? null}::text, ${fields.error ?? null}::text, ${
+              fields.tokensUsed ?? null
+            }::int, ${fields.stepCompleted?.stepId ?? null}::text, ${
+              fields.stepCompleted === undefined ? null : sql.json(fields.stepCompleted.data)
+            }::jsonb)`
+          ))
+        }
+            ), target AS (
+              SELECT executions.id, ${hasWebhook} AS webhook FROM executions JOIN input ON input.id = executions.id
+              WHERE executions.status IN ('pending', 'running')
+            ), updated AS (
+              UPDATE executions e SET status = i.status,
+                output = COALESCE(i.output, e.output),
+                error = COALESCE(i.error, e.error),
+                tokens_used = COALESCE(i.tokens_used, e.tokens_used),
+                completed_at = now()
+              FROM input i
+              WHERE e.id = i.id AND e.id IN (SELECT id FROM target WHERE NOT webhook) AND e.status IN ('pending', 'running')
+              RETURNING e.id, e.status, e.output, e.error, e.tokens_used, i.step_id, i.step_data
+            ), event AS (
+              INSERT INTO execution_events (execution_id, type, step_id, data)
+              SELECT id, type, step_id, data FROM (
+                SELECT id, 'step.completed' AS type, step_id, step_data AS data, 0 AS position
+                FROM updated WHERE step_id IS NOT NULL
+                UNION ALL
+                SELECT id, 'execution.' || status, NULL::text,
+                       jsonb_strip_nulls(jsonb_build_object('status', status, 'output', output, 'error', error, 'tokensUsed', tokens_used)),
+                       1
+                FROM updated
+              ) events ORDER BY id, position
+            )
+            SELECT input.id, EXISTS (SELECT 1 FROM updated WHERE updated.id = input.id) AS moved,
+                   COALESCE(target.webhook, false) AS webhook
+            FROM input LEFT JOIN target ON target.id = input.id`.pipe(
+          Effect.map((rows) => {
+            const byId = new Map(rows.map((row) => [row.id, { moved: row.moved === true, webhook: row.webhook === true }]))
+            return finals.map((final) => Result.succeed(byId.get(final.id) ?? { moved: false, webhook: false }))
+          }),
+          Effect.catch(() => Effect.forEach(finals, finishAlone))
+        )
+    const finishes = Batcher.make({ write: finishTogether, maxSize: 200 })
+
+    /**
+     * Moves a status forward (final statuses never change again) and logs the
+     * change as an event, in one statement (batched with the final statuses
+     * of other runs finishing at the same time). When the orchestration has a
+     * webhook, a final status goes with its webhook event instead
+     * (finishWithWebhook): that statement changes nothing and says so.
+     */
+    const transition = (id: string, to: ExecutionStatus, fields: Fields = {}) =>
+      Effect.flatMap(Batcher.inTransaction(sql), (alone) =>
+        alone || (to !== "completed" && to !== "failed" && to !== "cancelled")
+          ? transitionAlone(id, to, fields)
+          : Effect.flatMap(finishes.submit({ id, to, fields }), Effect.fromResult)).pipe(
+          Effect.flatMap(({ moved, webhook }) => webhook ? finishWithWebhook(id, to, fields) : Effect.succeed(moved)),
+          Traced.withSpan("ExecutionsRepo.transition")
+        )
 
     /** Logs a step's progress. */
     const stepEvent = (id: string, type: "step.started" | "step.completed", stepId: string, data: object = {}) =>
@@ -449,7 +538,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     const failTimedOut = (graceSeconds: number) =>
       sql<{ id: string; reaped: boolean; timeoutMs: number }>`WITH due AS (
             SELECT id, timeout_ms, ${hasWebhook} AS webhook FROM executions
-            WHERE status IN ('pending', 'running')
+            WHERE completed_at IS NULL AND status IN ('pending', 'running')
               AND created_at < now() - make_interval(secs => timeout_ms / 1000.0 + ${graceSeconds})
           ), updated AS (
             UPDATE executions SET status = 'failed',
@@ -493,7 +582,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         )
         : Effect.succeed(Option.none<number>())
 
-    const unfinished = sql<{ id: string }>`SELECT id FROM executions WHERE status IN ('pending', 'running')`.pipe(
+    const unfinished = sql<{ id: string }>`SELECT id FROM executions WHERE completed_at IS NULL AND status IN ('pending', 'running')`.pipe(
       Effect.map((rows) => rows.map((row) => row.id)),
       Effect.orDie
     )
@@ -501,7 +590,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     /** Executions accepted more than `seconds` ago that have not started yet. */
     const notStarted = (seconds: number, limit: number) =>
       sql<{ id: string }>`SELECT id FROM executions
-        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})
+        WHERE completed_at IS NULL AND status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})
         ORDER BY created_at LIMIT ${limit}`.pipe(
         Effect.map((rows) => rows.map((row) => row.id)),
         Effect.orDie
@@ -510,7 +599,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     /** Finished executions whose workflow messages are older than `seconds` and still stored; oldest first. */
     const unpruned = (seconds: number, limit: number) =>
       sql<{ id: string }>`SELECT id FROM executions
-        WHERE NOT messages_pruned AND status IN ('completed', 'failed', 'cancelled')
+        WHERE NOT messages_pruned AND completed_at IS NOT NULL AND status IN ('completed', 'failed', 'cancelled')
           AND completed_at < now() - make_interval(secs => ${seconds})
         ORDER BY completed_at LIMIT ${limit}`.pipe(
         Effect.map((rows) => rows.map((row) => row.id)),

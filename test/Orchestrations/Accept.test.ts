@@ -6,6 +6,27 @@ import { ExecutionsRepo } from "../../src/Orchestrations/Repo.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
+// A new execution without an Idempotency-Key, as an execute stores it.
+const unkeyed = (
+  tenantId: string,
+  orchestrationId: string,
+  steps: ReadonlyArray<unknown>,
+  input: string,
+  variables: Record<string, string> = {}
+) =>
+  Effect.flatMap(ExecutionsRepo, (repo) =>
+    repo.insert({
+      id: newId(),
+      tenantId: TenantId.make(tenantId),
+      orchestrationId,
+      input,
+      variables,
+      steps: steps as never,
+      timeoutMs: 60_000,
+      idempotencyKey: null,
+      requestHash: null
+    }))
+
 // Executions accepted together (without an Idempotency-Key) are stored by
 // one statement; each request still gets its own row back, committed.
 describe("executions accepted and begun together", () => {
@@ -13,20 +34,8 @@ describe("executions accepted and begun together", () => {
     it.effect("are stored by one statement, each answered with its own row; one that cannot be stored fails alone", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const repo = yield* ExecutionsRepo
         const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
-        const accept = (tenantId: string, input: string) =>
-          repo.insert({
-            id: newId(),
-            tenantId: TenantId.make(tenantId),
-            orchestrationId,
-            input,
-            variables: { n: input },
-            steps,
-            timeoutMs: 60_000,
-            idempotencyKey: null,
-            requestHash: null
-          })
+        const accept = (tenantId: string, input: string) => unkeyed(tenantId, orchestrationId, steps, input, { n: input })
 
         const inputs = Array.from({ length: 20 }, (_, i) => `input ${i}`)
         const claimed = yield* Effect.forEach(inputs, (input) => accept(account.tenantId, input), { concurrency: "unbounded" })
@@ -76,18 +85,11 @@ describe("executions accepted and begun together", () => {
         const sql = yield* SqlClient.SqlClient
         const repo = yield* ExecutionsRepo
         const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
-        const accepted = yield* Effect.forEach(Array.from({ length: 12 }, (_, i) => `begin ${i}`), (input) =>
-          repo.insert({
-            id: newId(),
-            tenantId: TenantId.make(account.tenantId),
-            orchestrationId,
-            input,
-            variables: {},
-            steps,
-            timeoutMs: 60_000,
-            idempotencyKey: null,
-            requestHash: null
-          }), { concurrency: "unbounded" })
+        const accepted = yield* Effect.forEach(
+          Array.from({ length: 12 }, (_, i) => `begin ${i}`),
+          (input) => unkeyed(account.tenantId, orchestrationId, steps, input),
+          { concurrency: "unbounded" }
+        )
         const ids = accepted.map((row) => row.id)
         // Each twice at once, as a replayed start would: both see it running.
         const begun = yield* Effect.forEach([...ids, ...ids], (id) => repo.begin(id), { concurrency: "unbounded" })
@@ -110,6 +112,81 @@ describe("executions accepted and begun together", () => {
         yield* repo.transition(ids[0]!, "completed", { output: "done", tokensUsed: 1 })
         const again = yield* Effect.forEach([ids[0]!, ids[1]!], (id) => repo.begin(id), { concurrency: "unbounded" })
         assert.deepStrictEqual(again.map((row) => row.status), ["completed", "running"])
+      }).pipe(Effect.orDie))
+
+    it.effect("runs that finish together take their final statuses in one statement, each with its own events, in order", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const repo = yield* ExecutionsRepo
+        const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
+        const hooked = yield* TestServer.oneStepOrchestration("local")
+        // The second orchestration has a webhook (stored directly: its
+        // delivery is not what this test is about).
+        yield* sql`INSERT INTO webhook_endpoints (id, tenant_id, owner_kind, owner_id, url, secret)
+          VALUES (${newId()}, ${hooked.account.tenantId}, 'orchestration', ${hooked.orchestrationId}, 'https://example.invalid/hook', 'secret')`
+        const accept = (tenantId: string, orchestration: string, input: string) =>
+          Effect.flatMap(unkeyed(tenantId, orchestration, steps, input), (row) => Effect.as(repo.begin(row.id), row.id))
+        const ids = yield* Effect.forEach(
+          Array.from({ length: 12 }, (_, i) => `finish ${i}`),
+          (input) => accept(account.tenantId, orchestrationId, input),
+          { concurrency: "unbounded" }
+        )
+        const hookedId = yield* accept(hooked.account.tenantId, hooked.orchestrationId, "hooked")
+        // Half complete with their step's event, half fail; the first is
+        // finished twice at once and the one with a webhook goes with them.
+        const finals = [...ids.map((id, i) => ({ id, i })), { id: ids[0]!, i: 0 }]
+        const moved = yield* Effect.all([
+          ...finals.map(({ i, id }) =>
+            i % 2 === 0
+              ? repo.transition(id, "completed", {
+                output: `out ${i}`,
+                tokensUsed: i,
+                stepCompleted: { stepId: "s", data: { output: `out ${i}`, tokens: i } }
+              })
+              : repo.transition(id, "failed", { error: `error ${i}` })
+          ),
+          repo.transition(hookedId, "completed", { output: "hooked out", tokensUsed: 3 })
+        ], { concurrency: "unbounded" })
+        // Each run moved once: of the two finals of the first, exactly one.
+        assert.deepStrictEqual(moved.slice(1, 12), Array(11).fill(true))
+        assert.deepStrictEqual([moved[0], moved[12]].filter(Boolean).length, 1)
+        assert.isTrue(moved[13])
+        const rows = yield* sql<{ id: string; status: string; output: string | null; error: string | null; tokensUsed: number; writes: string }>`
+          SELECT id, status, output, error, tokens_used, count(*) OVER (PARTITION BY xmin::text)::text AS writes
+          FROM executions WHERE id IN ${sql.in(ids)}`
+        const byId = new Map(rows.map((row) => [row.id, row]))
+        assert.deepStrictEqual(
+          ids.map((id) => {
+            const row = byId.get(id)!
+            return [row.status, row.output, row.error, row.tokensUsed]
+          }),
+          ids.map((_, i) => i % 2 === 0 ? ["completed", `out ${i}`, null, i] : ["failed", null, `error ${i}`, 0])
+        )
+        // Rows written by one statement (one transaction) share their xmin.
+        assert.isAtLeast(Math.max(...rows.map((row) => Number(row.writes))), 6, "most of the 12 finished together")
+        const events = yield* sql<{ executionId: string; type: string; data: { output?: string } }>`
+          SELECT execution_id, type, data FROM execution_events WHERE execution_id IN ${sql.in(ids)} ORDER BY id`
+        ids.forEach((id, i) => {
+          const own = events.filter((event) => event.executionId === id)
+          assert.deepStrictEqual(
+            own.map((event) => event.type),
+            i % 2 === 0
+              ? ["execution.running", "step.started", "step.completed", "execution.completed"]
+              : ["execution.running", "step.started", "execution.failed"],
+            "each run's final logged once, after its step's"
+          )
+          if (i % 2 === 0) assert.strictEqual(own[2]!.data.output, `out ${i}`)
+        })
+        // The run with a webhook finished with its webhook event (the outbox).
+        const [hookedRow] = yield* sql<{ status: string; output: string }>`SELECT status, output FROM executions WHERE id = ${hookedId}`
+        assert.deepStrictEqual([hookedRow!.status, hookedRow!.output], ["completed", "hooked out"])
+        const outbox = yield* sql<{ type: string }>`SELECT type FROM webhook_events WHERE subject_id = ${hookedId}`
+        assert.deepStrictEqual(outbox.map((event) => event.type), ["execution.completed"])
+        // A finished run never moves again.
+        const late = yield* Effect.all([repo.transition(ids[1]!, "completed", { output: "late" }), repo.transition(ids[2]!, "cancelled", { error: "Cancelled" })], { concurrency: "unbounded" })
+        assert.deepStrictEqual(late, [false, false])
+        const [still] = yield* sql<{ status: string }>`SELECT status FROM executions WHERE id = ${ids[1]!}`
+        assert.strictEqual(still!.status, "failed")
       }).pipe(Effect.orDie))
   })
 })

@@ -14,6 +14,7 @@ import knowledge from "./0012_knowledge.ts"
 import apiKeyExpiryAndUse from "./0013_api_key_expiry_and_use.ts"
 import agentKnowledge from "./0014_agent_knowledge.ts"
 import tenantPlanNotify from "./0015_tenant_plan_notify.ts"
+import executionsHotStart from "./0016_executions_hot_start.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -31,5 +32,6 @@ export const migrations = Migrator.fromRecord({
   "0012_knowledge": knowledge,
   "0013_api_key_expiry_and_use": apiKeyExpiryAndUse,
   "0014_agent_knowledge": agentKnowledge,
-  "0015_tenant_plan_notify": tenantPlanNotify
+  "0015_tenant_plan_notify": tenantPlanNotify,
+  "0016_executions_hot_start": executionsHotStart
 })

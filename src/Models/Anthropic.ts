@@ -4,6 +4,7 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as AiError from "effect/ai/AiError"
 import * as LanguageModel from "effect/ai/LanguageModel"
+import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
 import type * as HttpClient from "effect/http/HttpClient"
@@ -134,7 +135,7 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
   const decodeMessage = decode(Message, "generateText", "message")
   const decodeEvent = decode(StreamEvent, "streamText", "stream event")
 
-  return LanguageModel.make({
+  return Language.make({
     generateText: Effect.fnUntraced(function*(providerOptions) {
       const response = yield* post("generateText", toBody(options.model, providerOptions.prompt))
       const message = yield* ProviderHttp.readJson(moduleName, "generateText")(response).pipe(

@@ -1,6 +1,7 @@
 import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
 import * as LanguageModel from "effect/ai/LanguageModel"
+import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
 import { sourcesHeader, sourcesIn } from "../Knowledge/Grounding.ts"
@@ -185,7 +186,7 @@ const answer = (prompt: Prompt.Prompt) => {
 }
 
 /** The `local` model as an effect/ai `LanguageModel`, like the remote providers. */
-export const make: Effect.Effect<LanguageModel.LanguageModel> = LanguageModel.make({
+export const make: Effect.Effect<LanguageModel.LanguageModel> = Language.make({
   generateText: (options) =>
     Effect.sync((): Array<Response.PartEncoded> => {
       const { text, usage } = answer(options.prompt)

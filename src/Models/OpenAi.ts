@@ -5,6 +5,7 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as AiError from "effect/ai/AiError"
 import * as LanguageModel from "effect/ai/LanguageModel"
+import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
 import type * as HttpClient from "effect/http/HttpClient"
@@ -142,7 +143,7 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
   const decodeCompletion = decode(ChatCompletion, "generateText", "chat completion")
   const decodeChunk = decode(ChatCompletionChunk, "streamText", "chat completion chunk")
 
-  return LanguageModel.make({
+  return Language.make({
     generateText: Effect.fnUntraced(function*(providerOptions) {
       const response = yield* post("generateText", {
         model: options.model,

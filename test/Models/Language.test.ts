@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit } from "effect"
+import { Effect, Exit, Stream } from "effect"
 import * as LanguageModel from "effect/ai/LanguageModel"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
@@ -17,6 +17,7 @@ const usage: typeof Response.Usage.Encoded = {
 
 // The provider hooks, as a provider module gives them to LanguageModel.make:
 // they answer `parts` and note the options they were called with.
+// A stream answers its parts in two chunks.
 const hooks = (parts: ReadonlyArray<unknown>) => {
   const seen: Array<LanguageModel.ProviderOptions> = []
   return {
@@ -27,11 +28,20 @@ const hooks = (parts: ReadonlyArray<unknown>) => {
           seen.push(options)
           return structuredClone(parts) as Array<Response.PartEncoded>
         }),
-      streamText: () => {
-        throw new Error("not used")
-      }
+      streamText: (options: LanguageModel.ProviderOptions) =>
+        Stream.suspend(() => {
+          seen.push(options)
+          const copy = structuredClone(parts) as Array<Response.StreamPartEncoded>
+          return Stream.fromArrays(copy.slice(0, 2), copy.slice(2))
+        })
     }
   }
+}
+
+const failureReason = (exit: Exit.Exit<unknown, unknown>) => {
+  if (Exit.isSuccess(exit)) return undefined
+  const error = exit.cause.reasons[0]
+  return error?._tag === "Fail" ? (error.error as { reason: { _tag: string } }).reason._tag : error?._tag
 }
 
 const both = (parts: ReadonlyArray<unknown>, prompt: Prompt.RawInput) =>
@@ -81,13 +91,8 @@ describe("Language.make", () => {
     Effect.gen(function*() {
       const { ours, theirs } = yield* both([{ type: "text", text: 42 }], "Hi")
       assert.isTrue(Exit.isFailure(ours) && Exit.isFailure(theirs))
-      const reason = (exit: typeof ours) => {
-        if (Exit.isSuccess(exit)) return undefined
-        const error = exit.cause.reasons[0]
-        return error?._tag === "Fail" ? (error.error as { reason: { _tag: string } }).reason._tag : error?._tag
-      }
-      assert.strictEqual(reason(ours), "InvalidOutputError")
-      assert.strictEqual(reason(ours), reason(theirs))
+      assert.strictEqual(failureReason(ours), "InvalidOutputError")
+      assert.strictEqual(failureReason(ours), failureReason(theirs))
     }))
 
   it.effect("made once: the same decoded reply for many calls, each with its own span", () =>
@@ -97,5 +102,40 @@ describe("Language.make", () => {
       const replies = yield* Effect.forEach(Array.from({ length: 5 }, (_, i) => `Q${i}`), (prompt) => model.generateText({ prompt }))
       assert.deepStrictEqual(replies.map((reply) => reply.text), Array(5).fill("again"))
       assert.strictEqual(new Set(seen.map((options) => options.span)).size, 5)
+    }))
+
+  it.effect("streams a reply's parts as effect's LanguageModel does, and fails a bad part the same way", () =>
+    Effect.gen(function*() {
+      const streamed = (parts: ReadonlyArray<unknown>) =>
+        Effect.gen(function*() {
+          const ours = hooks(parts)
+          const theirs = hooks(parts)
+          const lean = yield* Language.make(ours.params)
+          const effects = yield* LanguageModel.make(theirs.params)
+          const run = (model: LanguageModel.LanguageModel) =>
+            Effect.exit(Stream.runCollect(model.streamText({ prompt: "Hi" })))
+          return { ours: yield* run(lean), theirs: yield* run(effects), seen: [ours.seen, theirs.seen] as const }
+        })
+      const good = yield* streamed([
+        { type: "response-metadata", id: "resp_2", modelId: "m-1", timestamp: "2026-11-26T08:00:00.000Z" },
+        { type: "text-start", id: "0" },
+        { type: "text-delta", id: "0", delta: "Hel" },
+        { type: "text-delta", id: "0", delta: "lo" },
+        { type: "text-end", id: "0" },
+        { type: "finish", reason: "stop", usage }
+      ])
+      assert.isTrue(Exit.isSuccess(good.ours) && Exit.isSuccess(good.theirs))
+      if (!Exit.isSuccess(good.ours) || !Exit.isSuccess(good.theirs)) return
+      assert.deepStrictEqual(good.ours.value, good.theirs.value)
+      assert.deepStrictEqual(
+        good.ours.value.flatMap((part) => part.type === "text-delta" ? [part.delta] : []),
+        ["Hel", "lo"]
+      )
+      assert.strictEqual(good.seen[0][0]!.span.name, "LanguageModel.streamText")
+      assert.deepStrictEqual(good.seen[0][0]!.prompt, good.seen[1][0]!.prompt)
+
+      const bad = yield* streamed([{ type: "text-delta", id: "0", delta: 7 }])
+      assert.strictEqual(failureReason(bad.ours), "InvalidOutputError")
+      assert.strictEqual(failureReason(bad.ours), failureReason(bad.theirs))
     }))
 })

@@ -73,21 +73,22 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
 
     /**
      * An agent's system prompt grounded on what its knowledge bases hold for
-     * `query`: its instructions, then the best sources that fit in `budget`
-     * tokens. An agent without knowledge bases keeps its instructions.
+     * `query`: its instructions, then the best sources that fit in `budget()`
+     * tokens. An agent without knowledge bases keeps its instructions (and
+     * `budget`, which counts tokens, is not asked).
      */
     const ground = Traced.fn("KnowledgeSearch.ground")(function*(input: {
       readonly tenantId: TenantId
       readonly instructions: string
       readonly knowledgeIds: ReadonlyArray<string>
       readonly query: string
-      readonly budget: number
+      readonly budget: () => number
     }) {
       if (input.knowledgeIds.length === 0) {
         return { system: input.instructions, sources: [] as ReadonlyArray<GroundingSource> }
       }
       const found = yield* search({ tenantId: input.tenantId, knowledgeIds: input.knowledgeIds, query: input.query })
-      const sources = fitSources(found.map(toSource), input.budget)
+      const sources = fitSources(found.map(toSource), input.budget())
       return { system: withSources(input.instructions, sources), sources }
     })
 

@@ -123,10 +123,11 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         instructions: agent.value.instructions,
         knowledgeIds: agent.value.knowledgeIds,
         query: prompt,
-        budget: Math.floor(
-          (models.contextBudget(agent.value.model) - models.countTokens(agent.value.instructions) -
-            models.countTokens(prompt)) / 2
-        )
+        budget: () =>
+          Math.floor(
+            (models.contextBudget(agent.value.model) - models.countTokens(agent.value.instructions) -
+              models.countTokens(prompt)) / 2
+          )
       }))).pipe(Effect.mapError(databaseFailed))
       const reply = yield* models.generate({
         model: agent.value.model,

@@ -206,7 +206,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
           instructions: rules,
           knowledgeIds: agent.value.knowledgeIds,
           query: turns.length === 0 ? begun.mission : `${begun.mission}\n${turns[turns.length - 1]!.content}`,
-          budget: Math.floor((models.contextBudget(agent.value.model) - models.countTokens(rules) - models.countTokens(bare)) / 2)
+          budget: () => Math.floor((models.contextBudget(agent.value.model) - models.countTokens(rules) - models.countTokens(bare)) / 2)
         }))).pipe(Effect.mapError(databaseFailed))
         // The transcript is trimmed from its oldest turn to what the model's context holds.
         const room_budget = models.contextBudget(agent.value.model) - models.countTokens(system) - models.countTokens(bare)

@@ -1,6 +1,7 @@
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
@@ -81,11 +82,11 @@ interface Batch {
 // How long what nobody waits for (answered requests, tokens) gathers before
 // it is written, unless a request or a read comes to wait for it: one
 // statement per tenant and window rather than one per round trip.
-const gatherWindow = "25 millis"
+const gatherWindow = Duration.millis(25)
 
 // How long charged tokens whose callers wait (a run's step) gather before
 // they are written: the charges of many runs' steps in one statement.
-const chargedGatherWindow = "5 millis"
+const chargedGatherWindow = Duration.millis(5)
 
 /**
  * A tenant's day: its requests counted against the plan's daily limit, and

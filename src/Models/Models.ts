@@ -162,8 +162,8 @@ const recordUsage = (label: string, reply: ModelReply) =>
       "gen_ai.usage.input_tokens": reply.inputTokens,
       "gen_ai.usage.output_tokens": reply.outputTokens
     })
-    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model: label, direction: "input" }), reply.inputTokens)
-    yield* Metric.update(Metric.withAttributes(Metrics.modelTokens, { model: label, direction: "output" }), reply.outputTokens)
+    yield* Metric.update(Metrics.modelTokens(label, "input"), reply.inputTokens)
+    yield* Metric.update(Metrics.modelTokens(label, "output"), reply.outputTokens)
   })
 
 /** A client span named after the operation and model, with usage, and the call's duration by outcome. */
@@ -173,7 +173,7 @@ const observed = (model: string, label: string) => <E, R>(call: Effect.Effect<Mo
     const exit = yield* Effect.exit(call)
     const outcome = exit._tag === "Success" ? "ok" : "error"
     yield* Metric.update(
-      Metric.withAttributes(Metrics.modelDuration, { model: label, outcome }),
+      Metrics.modelDuration(label, outcome),
       (performance.now() - startedAt) / 1000
     )
     if (exit._tag === "Success") yield* recordUsage(label, exit.value)

@@ -192,7 +192,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
       })
       : executions.transition(executionId, "failed", { error: storable(outcome.failure.message), tokensUsed })
   )
-  if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: final }), 1)
+  if (moved) yield* Metric.update(Metrics.executions(final), 1)
 })
 
 /**
@@ -219,7 +219,7 @@ const failUnfinished = (executionId: string) => (cause: Cause.Cause<unknown>) =>
         )
       )
     )
-    if (moved) yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: "failed" }), 1)
+    if (moved) yield* Metric.update(Metrics.executions("failed"), 1)
   })
 
 /** Counts the workflows running on this node while they run. */

@@ -196,7 +196,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       }
       const cancelled = yield* repo.transition(id, "cancelled", { error: "Cancelled" }).pipe(Effect.orDie)
       if (!cancelled) return yield* new Conflict({ detail: "The execution has just finished" })
-      yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: "cancelled" }), 1)
+      yield* Metric.update(Metrics.executions("cancelled"), 1)
       // Running steps are interrupted; the read model already says cancelled.
       yield* Effect.flatMap(ExecutionWorkflow.executionId({ executionId: id }), (workflowId) =>
         ExecutionWorkflow.interrupt(workflowId)).pipe(
@@ -270,7 +270,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* Effect.logWarning("Executions past their timeout failed by the sweep").pipe(
         Effect.annotateLogs({ count: ids.length })
       )
-      yield* Metric.update(Metric.withAttributes(Metrics.executions, { status: "failed" }), ids.length)
+      yield* Metric.update(Metrics.executions("failed"), ids.length)
       yield* Effect.forEach(ids, (executionId) =>
         Effect.flatMap(ExecutionWorkflow.executionId({ executionId }), (workflowId) =>
           ExecutionWorkflow.interrupt(workflowId)).pipe(

@@ -127,7 +127,7 @@ export const prefetchedFor = Duration.seconds(10)
 const maxPrefetched = 20_000
 
 const lookups = (source: "prefetched" | "database") =>
-  Metric.update(Metric.withAttributes(Metrics.workflowStartLookups, { source }), 1)
+  Metric.update(Metrics.workflowStartLookups(source), 1)
 
 /**
  * Message storage whose reads of unprocessed messages also look up, in one

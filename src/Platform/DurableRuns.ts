@@ -18,6 +18,8 @@ import { TooManyStreams } from "../Domain/Problems.ts"
 // sure that every stored run starts, ends, and leaves no stored messages
 // behind once finished.
 
+const startTakenWithin = Duration.minutes(1)
+
 /**
  * Stores a run with `insert` and, when the row is new, starts its workflow on
  * a fiber of its own, so that the start goes out even if the caller hangs up
@@ -44,7 +46,7 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
       // The workflow's start message is stored by the cluster before this completes.
       const starting = claimed.fresh
         ? yield* Effect.forkDetach(options.start(claimed.id).pipe(Effect.timeoutOrElse({
-          duration: "1 minute",
+          duration: startTakenWithin,
           orElse: () => Effect.logWarning(`${options.what}'s start was not taken within a minute; the sweeps will start it`)
         })))
         : undefined

@@ -81,41 +81,89 @@ export const TracingLayer = Layer.unwrap(Effect.gen(function*() {
 // Latency buckets in seconds, from a cache hit to a slow model call.
 const latencyBoundaries = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
-/** Metrics served at GET /metrics. */
+/**
+ * A metric with labels, as one metric per set of label values, each made at
+ * its first use and kept. effect keys a metric's series by its attributes,
+ * and caches that key only for the attributes of the last update: updates
+ * that go from one series of a metric to another (a model call's input and
+ * then output tokens, executions of one status then another) each made the
+ * key again (the JSON of the sorted attributes) and merged the attributes.
+ * A series made once keeps its own key. The registry holds the same series
+ * either way. Label values come from bounded sets (statuses, route
+ * templates, configured models).
+ */
+export const labelled = <const Names extends readonly [string, ...Array<string>], M>(
+  names: Names,
+  make: (attributes: { readonly [K in Names[number]]: string }) => M
+): (...values: { readonly [I in keyof Names]: string }) => M => {
+  const root = new Map<string, unknown>()
+  return (...values) => {
+    let level = root
+    for (let i = 0; i < values.length - 1; i++) {
+      let next = level.get(values[i]!) as Map<string, unknown> | undefined
+      if (next === undefined) level.set(values[i]!, next = new Map())
+      level = next
+    }
+    const last = values[values.length - 1]!
+    let found = level.get(last) as M | undefined
+    if (found === undefined) {
+      const attributes = Object.fromEntries(names.map((name, i) => [name, values[i]!]))
+      level.set(last, found = make(attributes as { readonly [K in Names[number]]: string }))
+    }
+    return found
+  }
+}
+
+/** Metrics served at GET /metrics; those with labels are functions of their values. */
 export const Metrics = {
-  httpRequests: Metric.counter("http_requests_total", {
-    description: "HTTP requests answered, by method, route template and status",
-    incremental: true
-  }),
-  httpDuration: Metric.histogram("http_request_duration_seconds", {
-    description: "Time to answer an HTTP request, by method, route template and status",
-    boundaries: latencyBoundaries
-  }),
-  executions: Metric.counter("executions_total", {
-    description: "Executions that reached a status, by status",
-    incremental: true
-  }),
-  teamRuns: Metric.counter("team_runs_total", {
-    description: "Team runs that reached a final status, by status",
-    incremental: true
-  }),
+  httpRequests: labelled(["method", "route", "status"], (attributes) =>
+    Metric.counter("http_requests_total", {
+      description: "HTTP requests answered, by method, route template and status",
+      incremental: true,
+      attributes
+    })),
+  httpDuration: labelled(["method", "route", "status"], (attributes) =>
+    Metric.histogram("http_request_duration_seconds", {
+      description: "Time to answer an HTTP request, by method, route template and status",
+      boundaries: latencyBoundaries,
+      attributes
+    })),
+  executions: labelled(["status"], (attributes) =>
+    Metric.counter("executions_total", {
+      description: "Executions that reached a status, by status",
+      incremental: true,
+      attributes
+    })),
+  teamRuns: labelled(["status"], (attributes) =>
+    Metric.counter("team_runs_total", {
+      description: "Team runs that reached a final status, by status",
+      incremental: true,
+      attributes
+    })),
   workflowsInFlight: Metric.gauge("workflows_in_flight", {
     description: "Workflows (executions, team runs) running on this node"
   }),
-  modelTokens: Metric.counter("model_tokens_total", {
-    description: "Tokens sent to and received from models, by model and direction",
-    incremental: true
-  }),
-  workflowStartLookups: Metric.counter("workflow_start_lookups_total", {
-    description: "Interrupt lookups of workflows starting on this node, answered from the read of their start (prefetched) or by a query of their own (database)",
-    incremental: true
-  }),
+  modelTokens: labelled(["model", "direction"], (attributes) =>
+    Metric.counter("model_tokens_total", {
+      description: "Tokens sent to and received from models, by model and direction",
+      incremental: true,
+      attributes
+    })),
+  workflowStartLookups: labelled(["source"], (attributes) =>
+    Metric.counter("workflow_start_lookups_total", {
+      description:
+        "Interrupt lookups of workflows starting on this node, answered from the read of their start (prefetched) or by a query of their own (database)",
+      incremental: true,
+      attributes
+    })),
   memoryReductions: Metric.counter("memory_reductions_total", {
     description: "Full collections run by the memory reducer when the node went quiet after a burst",
     incremental: true
   }),
-  modelDuration: Metric.histogram("model_request_duration_seconds", {
-    description: "Duration of model calls, retries included, by model and outcome",
-    boundaries: latencyBoundaries
-  })
+  modelDuration: labelled(["model", "outcome"], (attributes) =>
+    Metric.histogram("model_request_duration_seconds", {
+      description: "Duration of model calls, retries included, by model and outcome",
+      boundaries: latencyBoundaries,
+      attributes
+    }))
 } as const

@@ -97,9 +97,8 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
       const uploadRoute = "/api/knowledge/:id/upload"
       const routes = makeRouteMatcher(api, extraRoutes)
       const securityHeaders = securityHeadersFor(config.cookieSecure)
-      // The labelled request metrics, made once per route, method and status
-      // (found by the route's and the method's own strings, with no key made
-      // per request).
+      // The request metrics of each route, method and status, found by the
+      // route's and the method's own strings and the status as a number.
       type Series = { readonly requests: Metric.Counter<number>; readonly duration: Metric.Histogram<number> }
       const series = new Map<string, Map<string, Map<number, Series>>>()
       const seriesOf = (method: string, route: string, status: number) => {
@@ -109,10 +108,9 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
         if (byStatus === undefined) byMethod.set(method, byStatus = new Map())
         let found = byStatus.get(status)
         if (found === undefined) {
-          const labels = { method, route, status: String(status) }
           found = {
-            requests: Metric.withAttributes(Metrics.httpRequests, labels),
-            duration: Metric.withAttributes(Metrics.httpDuration, labels)
+            requests: Metrics.httpRequests(method, route, String(status)),
+            duration: Metrics.httpDuration(method, route, String(status))
           }
           byStatus.set(status, found)
         }

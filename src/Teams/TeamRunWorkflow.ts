@@ -108,7 +108,7 @@ export const finishRun = Traced.fn("TeamRuns.finish")(function*(
     return Option.some(eventId)
   }))
   if (Option.isNone(moved)) return false
-  yield* Metric.update(Metric.withAttributes(Metrics.teamRuns, { status: to }), 1)
+  yield* Metric.update(Metrics.teamRuns(to), 1)
   // Delivery starts once committed, on its own (the outbox sweep catches what this misses).
   if (moved.value !== null) yield* Effect.forkDetach(webhooks.deliver(moved.value))
   return true
@@ -134,7 +134,7 @@ export const reapTimedOut = Traced.fn("TeamRuns.reap")(function*(graceSeconds: n
     return { runIds: runs.map(({ run }) => run.runId), events }
   }))
   if (reaped.runIds.length > 0) {
-    yield* Metric.update(Metric.withAttributes(Metrics.teamRuns, { status: "failed" }), reaped.runIds.length)
+    yield* Metric.update(Metrics.teamRuns("failed"), reaped.runIds.length)
   }
   yield* Effect.forEach(reaped.events, (eventId) => Effect.forkDetach(webhooks.deliver(eventId)), { discard: true })
   return reaped.runIds

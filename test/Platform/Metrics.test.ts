@@ -1,5 +1,6 @@
-import { assert, describe, layer } from "@effect/vitest"
-import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { assert, describe, it, layer } from "@effect/vitest"
+import { Duration, Effect, Layer, Metric, Option, Redacted } from "effect"
+import { labelled } from "../../src/Platform/Observability.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -160,4 +161,35 @@ describe("GET /metrics", () => {
         }))
     }
   )
+})
+
+describe("labelled metrics", () => {
+  it.effect("one metric per set of label values, made once, each counting its own series in the registry", () =>
+    Effect.gen(function*() {
+      const made: Array<Record<string, string>> = []
+      const tokens = labelled(["model", "direction"], (attributes) => {
+        made.push(attributes)
+        return Metric.counter("labelled_test_tokens_total", { description: "test", incremental: true, attributes })
+      })
+      assert.strictEqual(tokens("local", "input"), tokens("local", "input"))
+      assert.notStrictEqual(tokens("local", "input"), tokens("local", "output"))
+      assert.notStrictEqual(tokens("local", "input"), tokens("openai/gpt-4o", "input"))
+      assert.deepStrictEqual(made, [
+        { model: "local", direction: "input" },
+        { model: "local", direction: "output" },
+        { model: "openai/gpt-4o", direction: "input" }
+      ])
+      // Updates that go from one series to another each count in their own.
+      for (let i = 0; i < 3; i++) {
+        yield* Metric.update(tokens("local", "input"), 10)
+        yield* Metric.update(tokens("local", "output"), 2)
+      }
+      const snapshot = yield* Metric.snapshot
+      const series = snapshot.filter((entry) => entry.id === "labelled_test_tokens_total")
+      const count = (direction: string) =>
+        series.find((entry) => entry.attributes?.direction === direction && entry.attributes?.model === "local")
+      assert.strictEqual(series.length, 2)
+      assert.deepStrictEqual((count("input")?.state as { count: number }).count, 30)
+      assert.deepStrictEqual((count("output")?.state as { count: number }).count, 6)
+    }))
 })

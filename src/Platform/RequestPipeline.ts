@@ -31,6 +31,12 @@ interface RouteTable {
  * and spans, never the raw path with its ids), and for a path that exists
  * under other methods, the methods it has (for 405 and `Allow`).
  */
+/** The URL's path, without its query. */
+const pathOf = (url: string) => {
+  const query = url.indexOf("?")
+  return query < 0 ? url : url.slice(0, query)
+}
+
 const makeRouteMatcher = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]>) => {
   const router = FindMyWay.make<string>()
   for (const group of Object.values(api.groups)) {
@@ -129,7 +135,9 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
 
           let response: HttpServerResponse.HttpServerResponse
           const declaredLength = Number(request.headers["content-length"] ?? 0)
-          const bodyLimit = request.method === "POST" && routes.template("POST", request.url) === uploadRoute
+          // The route template, found once: the body limit and the metrics and log use it.
+          const route = routes.template(request.method, request.url)
+          const bodyLimit = request.method === "POST" && route === uploadRoute
             ? maxUploadBodyBytes
             : maxBodyBytes
           if (lacksHost(request)) {
@@ -179,7 +187,6 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
           if (response.status >= 400 && !isProblem(response)) {
             response = problem(response.status, requestId, defaultDetails[response.status], bodylessHeaders(response))
           }
-          const route = routes.template(request.method, request.url)
           const seconds = (performance.now() - startedAt) / 1000
           const series = seriesOf(request.method, route, response.status)
           yield* Metric.update(series.requests, 1)
@@ -189,7 +196,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
             Effect.annotateLogs({
               requestId,
               method: request.method,
-              path: request.url.split("?")[0],
+              path: pathOf(request.url),
               route,
               status: response.status,
               durationMs: Math.round(seconds * 100_000) / 100

@@ -322,6 +322,11 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     // Runs that start together (the cluster starts the workflows of the
     // messages it reads in bursts) begin in one statement, one commit
     // (Batcher.ts), each as `begin` would; if it fails, each begins on its own.
+    // The ids are also given as an `IN` list: joined only to a list of
+    // values, a table PostgreSQL has no statistics for yet (a new database,
+    // before autovacuum's first ANALYZE) was read whole by a hash join, once
+    // per batch; with the list it is read by its primary key whatever the
+    // statistics say (the batched final status below does the same).
     const Begun = Schema.Struct({ id: Schema.String, ...Snapshot.fields })
     const decodeBegun = Schema.decodeUnknownEffect(Schema.Array(Begun))
     const beginTogether = (ids: ReadonlyArray<string>) => {
@@ -332,12 +337,13 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                 VALUES ${sql.csv(distinct.map((id) => sql`(${id}::text)`))}
               ), started AS (
                 UPDATE executions e SET status = 'running', started_at = COALESCE(e.started_at, now())
-                FROM ids WHERE e.id = ids.id AND e.status = 'pending'
+                FROM ids WHERE e.id = ids.id AND e.id IN ${sql.in(distinct)} AND e.status = 'pending'
                 RETURNING e.id, e.status, e.output, e.error, e.tokens_used, e.steps
               ), event AS (${startEvents})
               SELECT e.id, e.tenant_id, CASE WHEN s.id IS NOT NULL THEN 'running' ELSE e.status END AS status,
                      e.input, e.variables, e.steps, e.timeout_ms, e.created_at
-              FROM executions e JOIN ids ON ids.id = e.id LEFT JOIN started s ON s.id = e.id`.pipe(
+              FROM executions e JOIN ids ON ids.id = e.id LEFT JOIN started s ON s.id = e.id
+              WHERE e.id IN ${sql.in(distinct)}`.pipe(
           Effect.flatMap(decodeBegun),
           Effect.map((rows) => {
             const byId = new Map(rows.map(({ id, ...snapshot }) => [id, snapshot]))
@@ -460,8 +466,9 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         return answers as ReadonlyArray<NonNullable<(typeof answers)[number]>>
       })
     }
-    const finishDistinct = (finals: ReadonlyArray<Final>) =>
-      finals.length === 1
+    const finishDistinct = (finals: ReadonlyArray<Final>) => {
+      const ids = finals.map((final) => final.id)
+      return finals.length === 1
         ? Effect.forEach(finals, finishAlone)
         : sql<{ id: string; moved: boolean; webhook: boolean }>`WITH input (id, status, output, error, tokens_used, step_id, step_data) AS (
               VALUES ${
@@ -475,7 +482,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         }
             ), target AS (
               SELECT executions.id, ${hasWebhook} AS webhook FROM executions JOIN input ON input.id = executions.id
-              WHERE executions.status IN ('pending', 'running')
+              WHERE executions.id IN ${sql.in(ids)} AND executions.status IN ('pending', 'running')
             ), updated AS (
               UPDATE executions e SET status = i.status,
                 output = COALESCE(i.output, e.output),
@@ -483,7 +490,8 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                 tokens_used = COALESCE(i.tokens_used, e.tokens_used),
                 completed_at = now()
               FROM input i
-              WHERE e.id = i.id AND e.id IN (SELECT id FROM target WHERE NOT webhook) AND e.status IN ('pending', 'running')
+              WHERE e.id = i.id AND e.id IN ${sql.in(ids)} AND e.id IN (SELECT id FROM target WHERE NOT webhook)
+                AND e.status IN ('pending', 'running')
               RETURNING e.id, e.status, e.output, e.error, e.tokens_used, i.step_id, i.step_data
             ), event AS (
               INSERT INTO execution_events (execution_id, type, step_id, data)
@@ -506,6 +514,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
           }),
           Effect.catch(() => Effect.forEach(finals, finishAlone))
         )
+    }
     const finishes = Batcher.make({ write: finishTogether, maxSize: 200 })
 
     /**

@@ -86,13 +86,16 @@ export const makeSaveReply = (client: SqlClient.SqlClient): MessageStorage.Encod
           `
     ).pipe(Effect.asVoid, ClusterError.PersistenceError.refail, withTracerDisabled)
   type Final = Reply.Encoded & { readonly _tag: "WithExit" }
+  // The `IN` list keeps the requests' update on the request_id index even
+  // before PostgreSQL has statistics for the table (see beginTogether in
+  // Orchestrations/Repo.ts).
   const saveTogether = (finals: ReadonlyArray<Final>) =>
     sql`
       WITH reply (id, request_id, payload) AS (
         VALUES ${sql.csv(finals.map((reply) => sql`(${reply.id}::bigint, ${reply.requestId}::bigint, ${JSON.stringify(reply.exit)})`))}
       ), request AS (
         UPDATE ${messages} m SET processed = TRUE, last_reply_id = reply.id
-        FROM reply WHERE m.request_id = reply.request_id
+        FROM reply WHERE m.request_id = reply.request_id AND m.request_id IN ${sql.in(finals.map((reply) => reply.requestId))}
       )
       INSERT INTO ${replies} (id, kind, request_id, payload, sequence)
       SELECT id, 0, request_id, payload, NULL FROM reply

@@ -202,7 +202,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
               durationMs: Math.round(seconds * 100_000) / 100
             })
           )
-          return HttpServerResponse.setHeader(withSecurityHeaders(response, securityHeaders), requestIdHeader, requestId)
+          return withFinalHeaders(response, securityHeaders, requestId)
         })
     }),
     { global: true }
@@ -226,7 +226,7 @@ const isProblem = (response: HttpServerResponse.HttpServerResponse) =>
  * framed (clickjacking of the dashboard to come) or leaks its URL in a
  * Referer. HSTS only when the service says it is behind HTTPS (COOKIE_SECURE).
  */
-const securityHeadersFor = (https: boolean): Record<string, string> => ({
+const securityHeadersFor = (https: boolean): ReadonlyArray<readonly [string, string]> => Object.entries({
   "x-content-type-options": "nosniff",
   "cache-control": "no-store",
   "content-security-policy": "frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'",
@@ -236,12 +236,22 @@ const securityHeadersFor = (https: boolean): Record<string, string> => ({
   ...(https ? { "strict-transport-security": "max-age=31536000" } : {})
 })
 
-const withSecurityHeaders = (response: HttpServerResponse.HttpServerResponse, headers: Record<string, string>) => {
-  const missing: Record<string, string> = {}
-  for (const [name, value] of Object.entries(headers)) {
-    if (response.headers[name] === undefined) missing[name] = value
+/**
+ * The security headers the route did not set, and the request id, added in
+ * one copy of the response's headers (each copy of effect's headers makes
+ * three objects).
+ */
+const withFinalHeaders = (
+  response: HttpServerResponse.HttpServerResponse,
+  securityHeaders: ReadonlyArray<readonly [string, string]>,
+  requestId: string
+) => {
+  const added: Record<string, string> = {}
+  for (const [name, value] of securityHeaders) {
+    if (response.headers[name] === undefined) added[name] = value
   }
-  return HttpServerResponse.setHeaders(response, missing)
+  added[requestIdHeader] = requestId
+  return HttpServerResponse.setHeaders(response, added)
 }
 
 // Node's own Host check (off, see answerUnparsable) would answer with a bare 400; HTTP/1.0 needs no Host.

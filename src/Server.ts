@@ -96,6 +96,7 @@ export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
 export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   return HttpRouter.serve(RoutesLayer, { disableLogger: true }).pipe(
+    Layer.provide(RequestPipeline.multipartLimits),
     Layer.provideMerge(NodeHttpServer.layer(() => RequestPipeline.answerUnparsable(createServer({ requireHostHeader: false })), {
       port: config.port,
       host: config.host,

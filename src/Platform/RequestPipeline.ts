@@ -1,6 +1,7 @@
 import * as ByteSize from "effect/ByteSize"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as FindMyWay from "effect/http/FindMyWay"
 import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
@@ -83,6 +84,21 @@ const defaultDetails: Record<number, string> = {
 const retryAfterSeconds = "5"
 
 /**
+ * The limits of a multipart upload (MAX_UPLOAD_BYTES per file, and
+ * MAX_UPLOAD_FILES), the same for every request, in the server's own
+ * context. Provided to each request, they were two more layers of its
+ * context, which then passed the depth at which effect copies a context
+ * whole, once per request. The body limit is still provided to each request
+ * (layer, below): an upload's is larger, and a value in the server's context
+ * would win over it, since the routes' handlers carry that context too.
+ */
+export const multipartLimits = Layer.unwrap(Effect.map(AppConfig, (config) =>
+  Layer.mergeAll(
+    Layer.succeed(Multipart.MaxFileSize, ByteSize.bytes(config.maxUploadBytes)),
+    Layer.succeed(Multipart.MaxParts, config.maxUploadFiles + 8)
+  )))
+
+/**
  * Wraps every request: a request id (taken from `X-Request-Id` when sane),
  * the body size limit, 405 for known paths under another method, one access
  * log line, and problem+json for every error response, including those the
@@ -147,10 +163,9 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
               connection: "close"
             })
           } else {
+            // The multipart limits are in the server's context (multipartLimits).
             const exit = yield* httpEffect.pipe(
               Effect.provideService(HttpIncomingMessage.MaxBodySize, BigInt(bodyLimit) as never),
-              Effect.provideService(Multipart.MaxFileSize, ByteSize.bytes(config.maxUploadBytes)),
-              Effect.provideService(Multipart.MaxParts, config.maxUploadFiles + 8),
               Effect.annotateLogs({ requestId }),
               Effect.exit
             )

@@ -75,6 +75,42 @@ layer(TestServer.layer({ maxBodyBytes: 4096 }), { excludeTestServices: true })("
         assert.strictEqual(chunked.headers.get("content-type"), problemJson)
       }))
 
+    it.effect("an upload is read under its own, larger limit, chunked or not; other routes keep the body limit", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const account = yield* TestServer.signUp()
+        const auth = TestServer.bearer(account.token)
+        const base = yield* client.request("POST", "/api/knowledge", { headers: auth, body: { name: "Docs" } })
+        assert.strictEqual(base.status, 201, base.text)
+        // About 10 KB of JSON: over MAX_BODY_BYTES (4096 here), well under the upload limit.
+        const body = JSON.stringify({ filename: "notes.txt", content: "lantern ".repeat(1200) })
+        const declared = yield* client.request("POST", `/api/knowledge/${base.body.id}/upload`, {
+          headers: { ...auth, "content-type": "application/json" },
+          rawBody: body
+        })
+        assert.strictEqual(declared.status, 201, declared.text)
+        const chunked = yield* Effect.promise(() =>
+          fetch(`${client.baseUrl}/api/knowledge/${base.body.id}/upload?duplicates=allow`, {
+            method: "POST",
+            headers: { ...auth, "content-type": "application/json" },
+            body: new ReadableStream({
+              start(controller) {
+                controller.enqueue(new TextEncoder().encode(body))
+                controller.close()
+              }
+            }),
+            duplex: "half"
+          } as RequestInit)
+        )
+        const chunkedText = yield* Effect.promise(() => chunked.text())
+        assert.strictEqual(chunked.status, 201, chunkedText)
+        const elsewhere = yield* client.request("POST", "/api/knowledge", {
+          headers: { ...auth, "content-type": "application/json" },
+          rawBody: JSON.stringify({ name: "x".repeat(5000) })
+        })
+        assert.strictEqual(elsewhere.status, 413)
+      }))
+
     it.effect("an unsupported content type is a 415 problem", () =>
       Effect.gen(function*() {
         const client = yield* TestClient

@@ -5,6 +5,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Sharding from "effect/cluster/Sharding"
 import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
 import { TokenBudget } from "../Billing/Budget.ts"
@@ -62,6 +63,10 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const config = yield* AppConfig
     const budget = yield* TokenBudget
     const slots = yield* DurableRuns.EventStreamSlots
+    const sharding = yield* Sharding.Sharding
+    const localStart = DurableRuns.localStart(sharding, ExecutionWorkflow)
+    const startedWithRow = Metrics.executionStarts("with_row")
+    const startedByClient = Metrics.executionStarts("by_client")
 
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
@@ -145,9 +150,21 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         })
       }
       const hash = idempotencyKey === undefined ? null : requestHash(orchestrationId, request)
+      const id = newId()
+      // Without a key, a run this node will run is stored with its workflow's
+      // start request, in one statement: the start is committed with the row,
+      // and no hand-over to the cluster is waited for. A keyed request is
+      // claimed in a transaction of its own, and a run of another node's
+      // shard is started by the cluster's client, after the row is stored.
+      // So is every run when CLUSTER_CALL_TIMEOUT is zero (no time given to
+      // the hand-over: each answer is the 503 that says the run is stored and
+      // will start shortly).
+      const startRequest = idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
+        ? yield* localStart({ executionId: id })
+        : undefined
       const claimed = yield* DurableRuns.startStored({
         insert: repo.insert({
-          id: newId(),
+          id,
           tenantId,
           orchestrationId,
           input: request.input,
@@ -155,15 +172,18 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           steps: orchestration.steps,
           timeoutMs: orchestration.timeoutMs,
           idempotencyKey: idempotencyKey ?? null,
-          requestHash: hash
+          requestHash: hash,
+          startRequest
         }),
         start: startWorkflow,
+        poll: sharding.pollStorage,
         timeout: config.clusterCallTimeout,
         notStarted: (executionId) =>
           new ExecutionNotStarted({ detail: "The execution is stored and will start shortly", executionId }),
         what: "An execution"
       })
       if (!claimed.fresh) return yield* replayOf(claimed, hash)
+      yield* Metric.update(claimed.started === true ? startedWithRow : startedByClient, 1)
       return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
     })
 

@@ -208,6 +208,9 @@ const Claimed = Schema.Struct({
   fresh: Schema.Boolean
 })
 
+/** What an execute stored or found; `started` when its workflow's start request was stored with it. */
+type Stored = typeof Claimed.Type & { readonly started?: boolean }
+
 interface Fields {
   readonly output?: string
   readonly error?: string
@@ -230,6 +233,8 @@ interface NewExecution {
   readonly timeoutMs: number
   readonly idempotencyKey: string | null
   readonly requestHash: string | null
+  /** The workflow's start request (DurableRuns.localStart), stored with the row when given. */
+  readonly startRequest?: Record<string, unknown> | undefined
 }
 
 export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-host/ExecutionsRepo", {
@@ -256,28 +261,42 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
     const decodeClaimed = Schema.decodeUnknownEffect(Schema.Array(Claimed))
     // Executions without a key accepted together are stored by one
-    // statement, one commit (Batcher.ts); if it fails, each is stored on its
-    // own, so only a faulty one fails. Never called with no executions.
-    const insertTogether = (inputs: ReadonlyArray<NewExecution>) =>
-      inputs.length === 1
-        ? Effect.map(Effect.result(claim(inputs[0]!)), (result) => [result])
-        : sql`${insertInto} VALUES ${sql.csv(inputs.map(executionValues))}
-              RETURNING ${sql.literal(claimedColumns)}, true AS fresh`.pipe(
+    // statement, one commit (Batcher.ts), with the start requests of those
+    // whose workflows this node runs: each row and its start are committed
+    // together. If the statement fails, each is stored on its own (without
+    // its start, which the cluster's client then sends), so only a faulty
+    // one fails. Never called with no executions.
+    const insertTogether = (inputs: ReadonlyArray<NewExecution>): Effect.Effect<Array<Result.Result<Stored, unknown>>> => {
+      const starts = inputs.flatMap((input) => input.startRequest === undefined ? [] : [input.startRequest])
+      if (inputs.length === 1 && starts.length === 0) {
+        return Effect.map(Effect.result(claim(inputs[0]!)), (result) => [result])
+      }
+      const stored = sql`${insertInto} VALUES ${sql.csv(inputs.map(executionValues))}
+              RETURNING ${sql.literal(claimedColumns)}, true AS fresh`
+      return (starts.length === 0 ? stored : sql`WITH stored AS (${stored}),
+              started AS (INSERT INTO cluster_messages ${sql.insert(starts as [Record<string, unknown>, ...Array<Record<string, unknown>>])})
+              SELECT * FROM stored`).pipe(
           Effect.flatMap(decodeClaimed),
           Effect.map((rows) => {
             const byId = new Map(rows.map((row) => [row.id, row]))
-            return inputs.map((input) => Result.fromNullishOr(byId.get(input.id), () => new Error(`Execution ${input.id} was not stored`)))
+            return inputs.map((input) =>
+              Result.map(
+                Result.fromNullishOr(byId.get(input.id), () => new Error(`Execution ${input.id} was not stored`)),
+                (row) => ({ ...row, started: input.startRequest !== undefined })
+              )
+            )
           }),
           Effect.catch(() => Effect.forEach(inputs, (input) => Effect.result(claim(input))))
         )
+    }
     const unkeyed = Batcher.make({ write: insertTogether, maxSize: 200 })
 
     /**
      * Stores a new execution, or finds the one its idempotency key already
      * names (keys last 24 hours). Committed before the 202 is sent.
      */
-    const insert = (input: NewExecution) =>
-      Effect.flatMap(Batcher.inTransaction(sql), (alone) =>
+    const insert = (input: NewExecution): Effect.Effect<Stored> =>
+      Effect.flatMap(Batcher.inTransaction(sql), (alone): Effect.Effect<Stored, unknown> =>
         input.idempotencyKey === null && !alone ? Effect.flatMap(unkeyed.submit(input), Effect.fromResult) : claim(input)).pipe(
         Effect.orDie,
         Traced.withSpan("ExecutionsRepo.insert")

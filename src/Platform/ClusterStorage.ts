@@ -208,6 +208,28 @@ export const prefetchStartLookups = (
 /** At most this many requests are stored by one statement. */
 export const maxSavedTogether = 200
 
+type Save = Parameters<MessageStorage.Encoded["saveEnvelope"]>[0]
+type RequestSave = Save & { readonly envelope: { readonly _tag: "Request" } }
+
+/** A new request's row of `cluster_messages`, as effect's storage writes it (its `envelopeToRow`). */
+export const requestRow = ({ deliverAt, envelope, primaryKey }: RequestSave): Record<string, unknown> => ({
+  id: envelope.requestId,
+  message_id: primaryKey,
+  shard_id: ShardId.toString(envelope.address.shardId),
+  entity_type: envelope.address.entityType,
+  entity_id: envelope.address.entityId,
+  kind: 0,
+  tag: envelope.tag,
+  payload: JSON.stringify(envelope.payload),
+  headers: JSON.stringify(envelope.headers),
+  trace_id: envelope.traceId ?? null,
+  span_id: envelope.spanId ?? null,
+  sampled: envelope.sampled ?? null,
+  request_id: envelope.requestId,
+  reply_id: null,
+  deliver_at: deliverAt
+})
+
 /**
  * Message storage whose new requests with a primary key (a workflow's start,
  * an activity, a durable deferred) are stored together: those that arrive
@@ -222,29 +244,10 @@ export const maxSavedTogether = 200
 export const batchRequestSaves = (encoded: MessageStorage.Encoded, client: SqlClient.SqlClient): MessageStorage.Encoded => {
   const sql = client.withoutTransforms()
   const messages = sql("cluster_messages")
-  type Save = Parameters<MessageStorage.Encoded["saveEnvelope"]>[0]
-  type RequestSave = Save & { readonly envelope: { readonly _tag: "Request" } }
-  const row = ({ deliverAt, envelope, primaryKey }: RequestSave): Record<string, unknown> => ({
-    id: envelope.requestId,
-    message_id: primaryKey,
-    shard_id: ShardId.toString(envelope.address.shardId),
-    entity_type: envelope.address.entityType,
-    entity_id: envelope.address.entityId,
-    kind: 0,
-    tag: envelope.tag,
-    payload: JSON.stringify(envelope.payload),
-    headers: JSON.stringify(envelope.headers),
-    trace_id: envelope.traceId ?? null,
-    span_id: envelope.spanId ?? null,
-    sampled: envelope.sampled ?? null,
-    request_id: envelope.requestId,
-    reply_id: null,
-    deliver_at: deliverAt
-  })
   // Never called with no saves (Batcher).
   const insert = (saves: ReadonlyArray<RequestSave>) =>
     sql<{ readonly id: string }>`
-      INSERT INTO ${messages} ${sql.insert(saves.map(row) as [Record<string, unknown>, ...Array<Record<string, unknown>>])}
+      INSERT INTO ${messages} ${sql.insert(saves.map(requestRow) as [Record<string, unknown>, ...Array<Record<string, unknown>>])}
       ON CONFLICT (message_id) DO NOTHING
       RETURNING id::text AS id
     `.pipe(

@@ -8,8 +8,14 @@ import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as ClusterSchema from "effect/cluster/ClusterSchema"
+import * as EntityId from "effect/cluster/EntityId"
+import type * as Sharding from "effect/cluster/Sharding"
 import * as Singleton from "effect/cluster/Singleton"
+import * as Schema from "effect/Schema"
+import type * as Workflow from "effect/workflow/Workflow"
 import { AppConfig } from "../Config.ts"
+import { requestRow } from "./ClusterStorage.ts"
 import { TooManyStreams } from "../Domain/Problems.ts"
 
 // The machinery every durable run shares (executions, team runs): a run is a
@@ -19,6 +25,48 @@ import { TooManyStreams } from "../Domain/Problems.ts"
 // behind once finished.
 
 const startTakenWithin = Duration.minutes(1)
+
+/**
+ * The start request of a workflow whose shard this node holds, as the row of
+ * `cluster_messages` the cluster's client would have stored for it (effect's
+ * `envelopeToRow`), for the run's own insert to store with the run's row in
+ * one statement. `undefined` when another node holds the shard (or none
+ * does yet): the cluster's client then stores the request and tells that
+ * node, as before. Once the row is committed, `sharding.pollStorage` has
+ * this node read it, as the client's local send does.
+ */
+export const localStart = <W extends Workflow.Any>(sharding: Sharding.Sharding["Service"], workflow: W) => {
+  const entityType = `Workflow/${workflow._tag}`
+  const shardGroup = Context.get(workflow.annotations, ClusterSchema.ShardGroup)
+  const encode = Schema.encodeSync(Schema.toCodecJson(workflow.payloadSchema) as unknown as Schema.Codec<unknown, unknown>)
+  return (payload: W["payloadSchema"]["Type"]): Effect.Effect<Record<string, unknown> | undefined> =>
+    Effect.gen(function*() {
+      const entityId = EntityId.make(yield* workflow.executionId(payload))
+      const shardId = sharding.getShardId(entityId, shardGroup(entityId))
+      if (!sharding.hasShardId(shardId)) return undefined
+      const requestId = String(yield* sharding.getSnowflake)
+      // The span the client would open for the request: the run continues its trace.
+      const span = yield* Effect.useSpan(`${entityType}.client.run`, {
+        kind: "client",
+        attributes: { "rpc.system.name": "effect_rpc", "rpc.method": "run" }
+      }, Effect.succeed)
+      return requestRow({
+        envelope: {
+          _tag: "Request",
+          requestId,
+          address: { shardId, entityType, entityId },
+          tag: "run",
+          payload: encode(payload),
+          headers: {},
+          traceId: span.traceId,
+          spanId: span.spanId,
+          sampled: span.sampled
+        },
+        primaryKey: `${entityType}/${entityId}/run/`,
+        deliverAt: null
+      })
+    })
+}
 
 /**
  * Stores a run with `insert` and, when the row is new, starts its workflow on
@@ -32,9 +80,11 @@ const startTakenWithin = Duration.minutes(1)
  * A row that was not new (an idempotency key replayed) is returned as it is,
  * with `fresh` false, for the caller to answer as a replay.
  */
-export const startStored = <C extends { readonly id: string; readonly fresh: boolean }, E, R, N>(options: {
+export const startStored = <C extends { readonly id: string; readonly fresh: boolean; readonly started?: boolean }, E, R, N>(options: {
   readonly insert: Effect.Effect<C, E, R>
   readonly start: (id: string) => Effect.Effect<void, unknown>
+  /** Has this node read the start requests stored with their rows (`started`, localStart). */
+  readonly poll?: Effect.Effect<void> | undefined
   readonly timeout: Duration.Input
   readonly notStarted: (id: string) => N
   /** For the logs: "An execution", "A team run". */
@@ -43,6 +93,10 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
   Effect.gen(function*() {
     const { claimed, starting } = yield* Effect.uninterruptible(Effect.gen(function*() {
       const claimed = yield* options.insert
+      if (claimed.started === true && options.poll !== undefined) {
+        yield* options.poll
+        return { claimed, starting: undefined }
+      }
       // The workflow's start message is stored by the cluster before this completes.
       const starting = claimed.fresh
         ? yield* Effect.forkDetach(options.start(claimed.id).pipe(Effect.timeoutOrElse({

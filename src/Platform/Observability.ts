@@ -156,6 +156,13 @@ export const Metrics = {
       incremental: true,
       attributes
     })),
+  executionStarts: labelled(["stored"], (attributes) =>
+    Metric.counter("execution_starts_total", {
+      description:
+        "Executions this node answered 202 for, by how their workflow's start was stored: with the execution's row (this node's shard) or by the cluster's client",
+      incremental: true,
+      attributes
+    })),
   memoryReductions: Metric.counter("memory_reductions_total", {
     description: "Full collections run by the memory reducer when the node went quiet after a burst",
     incremental: true

@@ -1,8 +1,13 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Schedule } from "effect"
+import * as EntityId from "effect/cluster/EntityId"
+import * as Sharding from "effect/cluster/Sharding"
 import { SqlClient } from "effect/sql"
 import { newId, TenantId } from "../../src/Domain/Ids.ts"
+import { ExecutionWorkflow } from "../../src/Orchestrations/ExecutionWorkflow.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/Repo.ts"
+import * as DurableRuns from "../../src/Platform/DurableRuns.ts"
+import { sample } from "../support/Prometheus.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -12,11 +17,13 @@ const unkeyed = (
   orchestrationId: string,
   steps: ReadonlyArray<unknown>,
   input: string,
-  variables: Record<string, string> = {}
+  variables: Record<string, string> = {},
+  id: string = newId(),
+  startRequest?: Record<string, unknown>
 ) =>
   Effect.flatMap(ExecutionsRepo, (repo) =>
     repo.insert({
-      id: newId(),
+      id,
       tenantId: TenantId.make(tenantId),
       orchestrationId,
       input,
@@ -24,8 +31,32 @@ const unkeyed = (
       steps: steps as never,
       timeoutMs: 60_000,
       idempotencyKey: null,
-      requestHash: null
+      requestHash: null,
+      startRequest
     }))
+
+// Polls until every one of these executions has finished (bounded).
+const allFinished = (ids: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    for (let i = 0; i < 300; i++) {
+      const [{ open }] = yield* sql<{ open: string }>`
+        SELECT count(*) FILTER (WHERE completed_at IS NULL)::text AS open FROM executions WHERE id IN ${sql.in(ids)}`
+      if (open === "0") return
+      yield* Effect.sleep("50 millis")
+    }
+    return yield* Effect.die(new Error("the executions did not finish within 15 s"))
+  })
+
+// The cluster's stored start request of each of these executions, by execution id.
+const startsOf = (ids: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql.withoutTransforms()<Record<string, unknown>>`
+      SELECT * FROM cluster_messages WHERE entity_type = 'Workflow/Execution' AND tag = 'run'
+        AND payload IN ${sql.in(ids.map((id) => JSON.stringify({ executionId: id })))}`
+    return new Map(rows.map((row) => [JSON.parse(row.payload as string).executionId as string, row]))
+  })
 
 // Executions accepted together (without an Idempotency-Key) are stored by
 // one statement; each request still gets its own row back, committed.
@@ -79,6 +110,108 @@ describe("executions accepted and begun together", () => {
           Array.from({ length: 8 }, (_, i) => `hello ${i}`).sort()
         )
       }), { timeout: 30_000 })
+
+    it.effect("with their workflows' start requests: each row and its start in one statement, and they run; a batch that fails stores each row alone, without its start", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const sharding = yield* Sharding.Sharding
+        const localStart = DurableRuns.localStart(sharding, ExecutionWorkflow)
+        const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
+        // This single node holds every shard once it has taken their locks.
+        const startFor = (id: string) =>
+          Effect.flatMap(localStart({ executionId: id }), (row) =>
+            row === undefined ? Effect.die(new Error("the shard is not held here yet")) : Effect.succeed(row)).pipe(
+            Effect.retry({ times: 100, schedule: Schedule.spaced("50 millis") })
+          )
+        const accept = (input: string) =>
+          Effect.gen(function*() {
+            const id = newId()
+            return yield* unkeyed(account.tenantId, orchestrationId, steps, input, {}, id, yield* startFor(id))
+          })
+
+        const claimed = yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => `started ${i}`), accept, { concurrency: "unbounded" })
+        assert.deepStrictEqual(claimed.map((row) => [row.fresh, row.started]), claimed.map(() => [true, true]))
+        const ids = claimed.map((row) => row.id)
+        // Each start is stored as the cluster's client stores one; read by
+        // the cluster's poll (nothing told it here), each execution runs.
+        const starts = yield* startsOf(ids)
+        assert.strictEqual(starts.size, 20)
+        for (const id of ids) {
+          const start = starts.get(id)!
+          assert.strictEqual(start.message_id, `Workflow/Execution/${start.entity_id}/run/`)
+          assert.strictEqual(start.request_id, start.id)
+          assert.strictEqual(start.entity_id, yield* ExecutionWorkflow.executionId({ executionId: id }))
+        }
+        yield* allFinished(ids)
+        const finished = yield* sql<{ status: string }>`SELECT status FROM executions WHERE id IN ${sql.in(ids)}`
+        assert.deepStrictEqual(finished.map((row) => row.status), ids.map(() => "completed"))
+
+        // A start that cannot be stored (its key is stored already) fails its
+        // statement: each row of the batch is then stored alone, without its
+        // start (the caller sends it the usual way), and nothing is stored twice.
+        const taken = starts.get(ids[0]!)!
+        const mixedIds = [newId(), newId(), newId()]
+        const mixedStarts = yield* Effect.forEach(mixedIds, (id, i) =>
+          Effect.map(startFor(id), (start) => i === 1 ? { ...start, message_id: taken.message_id } : start))
+        // Submitted in one tick, the three go in one batch.
+        const mixed = yield* Effect.forEach(
+          mixedIds,
+          (id, i) => unkeyed(account.tenantId, orchestrationId, steps, `mixed start ${i}`, {}, id, mixedStarts[i]),
+          { concurrency: "unbounded" }
+        )
+        assert.deepStrictEqual(mixed.map((row) => [row.id, row.fresh, row.status, row.started]), mixedIds.map((id) => [id, true, "pending", undefined]))
+        assert.strictEqual((yield* startsOf(mixedIds)).size, 0)
+        const [{ count }] = yield* sql<{ count: string }>`
+          SELECT count(*)::text AS count FROM cluster_messages WHERE message_id = ${taken.message_id as string}`
+        assert.strictEqual(count, "1")
+      }).pipe(Effect.orDie), { timeout: 30_000 })
+
+    it.effect("an execute on this node's shard stores its start request with its row, as the cluster's client stores one (a keyed execute's)", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const sharding = yield* Sharding.Sharding
+        const { key, orchestrationId } = yield* TestServer.oneStepOrchestration("local")
+        const execute = (headers: Record<string, string>) =>
+          client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
+            headers: { ...TestServer.bearer(key), ...headers },
+            body: { input: "compare" }
+          })
+        // Every shard is this node's once their locks are taken.
+        for (let i = 0; i < 100 && !sharding.hasShardId(sharding.getShardId(EntityId.make("any"), "default")); i++) {
+          yield* Effect.sleep("50 millis")
+        }
+        const starts = () =>
+          Effect.map(client.request("GET", "/metrics"), (metrics) =>
+            ["with_row", "by_client"].map((stored) => sample(metrics.text, "execution_starts_total", { stored }) ?? 0))
+        const before = yield* starts()
+        const ours = yield* execute({})
+        assert.deepStrictEqual(yield* starts(), [before[0]! + 1, before[1]!], "stored with its row")
+        // A keyed execute is claimed in a transaction, and its start sent by the cluster's client.
+        const clients = yield* execute({ "idempotency-key": `compare-${newId()}` })
+        assert.deepStrictEqual([ours.status, clients.status], [202, 202])
+        assert.deepStrictEqual(yield* starts(), [before[0]! + 1, before[1]! + 1], "sent by the cluster's client")
+        const ids = [ours.body.executionId as string, clients.body.executionId as string]
+        yield* allFinished(ids)
+        const stored = yield* startsOf(ids)
+        const [own, effects] = ids.map((id) => stored.get(id)!)
+        assert.isDefined(own)
+        assert.isDefined(effects)
+        assert.isTrue(sharding.hasShardId(sharding.getShardId(EntityId.make(own!.entity_id as string), "default")))
+        const perRun = ["id", "rowid", "message_id", "shard_id", "entity_id", "payload", "request_id", "last_reply_id", "last_read", "trace_id", "span_id"]
+        const shared = (row: Record<string, unknown>) => Object.fromEntries(Object.entries(row).filter(([column]) => !perRun.includes(column)))
+        assert.deepStrictEqual(shared(own!), shared(effects!))
+        assert.deepStrictEqual(Object.keys(own!).sort(), Object.keys(effects!).sort())
+        for (const [row, id] of [[own!, ids[0]!], [effects!, ids[1]!]] as const) {
+          assert.strictEqual(row.message_id, `Workflow/Execution/${row.entity_id}/run/`)
+          assert.strictEqual(row.request_id, row.id)
+          assert.strictEqual(row.payload, JSON.stringify({ executionId: id }))
+          // Each request's own span of the client (ids of a span that was recorded here).
+          assert.match(row.trace_id as string, /^[0-9a-f]{32}$/)
+          assert.match(row.span_id as string, /^[0-9a-f]{16}$/)
+          assert.strictEqual(row.shard_id, `default:${sharding.getShardId(EntityId.make(row.entity_id as string), "default").id}`)
+        }
+        assert.strictEqual(own!.processed, true)
+      }).pipe(Effect.orDie), { timeout: 30_000 })
 
     it.effect("runs that start together begin in one statement, each with its own definition and events, in order", () =>
       Effect.gen(function*() {

@@ -2,21 +2,9 @@ import { assert, describe, it, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Metric, Option, Redacted } from "effect"
 import { labelled } from "../../src/Platform/Observability.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { sample } from "../support/Prometheus.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-/** The value of one Prometheus sample line, e.g. `name{a="b"} 3`. */
-const sample = (text: string, name: string, labels: Record<string, string>) => {
-  for (const line of text.split("\n")) {
-    if (line.startsWith(`${name} `) && Object.keys(labels).length === 0) return Number(line.slice(name.length + 1))
-    if (!line.startsWith(`${name}{`)) continue
-    const inside = line.slice(name.length + 1, line.lastIndexOf("}"))
-    if (Object.entries(labels).every(([key, value]) => inside.includes(`${key}="${value}"`))) {
-      return Number(line.slice(line.lastIndexOf(" ") + 1))
-    }
-  }
-  return undefined
-}
 
 /** Executes the tenant's one-step orchestration once; the execute response. */
 const executeOnce = (setup: { readonly key: string; readonly orchestrationId: string }) =>

@@ -188,7 +188,8 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
           timeout: config.clusterCallTimeout,
           // Stored but its start not confirmed: the sweeps start it, and the answer shows it processing.
           notStarted: (id) => id,
-          what: "A document's ingestion"
+          what: "A document's ingestion",
+          workflow: IngestionWorkflow._tag
         }).pipe(Effect.map((claimed) => claimed.id), Effect.catch((id) => Effect.succeed(id)))
         ids.push(stored)
       }

@@ -65,8 +65,6 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const slots = yield* DurableRuns.EventStreamSlots
     const sharding = yield* Sharding.Sharding
     const localStart = DurableRuns.localStart(sharding, ExecutionWorkflow)
-    const startedWithRow = Metrics.executionStarts("with_row")
-    const startedByClient = Metrics.executionStarts("by_client")
 
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
@@ -177,13 +175,13 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         }),
         start: startWorkflow,
         poll: sharding.pollStorage,
+        workflow: ExecutionWorkflow._tag,
         timeout: config.clusterCallTimeout,
         notStarted: (executionId) =>
           new ExecutionNotStarted({ detail: "The execution is stored and will start shortly", executionId }),
         what: "An execution"
       })
       if (!claimed.fresh) return yield* replayOf(claimed, hash)
-      yield* Metric.update(claimed.started === true ? startedWithRow : startedByClient, 1)
       return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
     })
 

@@ -4,6 +4,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
@@ -16,6 +17,7 @@ import * as Schema from "effect/Schema"
 import type * as Workflow from "effect/workflow/Workflow"
 import { AppConfig } from "../Config.ts"
 import { requestRow } from "./ClusterStorage.ts"
+import { Metrics } from "./Observability.ts"
 import { TooManyStreams } from "../Domain/Problems.ts"
 
 // The machinery every durable run shares (executions, team runs): a run is a
@@ -89,10 +91,15 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
   readonly notStarted: (id: string) => N
   /** For the logs: "An execution", "A team run". */
   readonly what: string
+  /** The workflow's name, for `workflow_starts_total`. */
+  readonly workflow: string
 }): Effect.Effect<C, E | N, R> =>
   Effect.gen(function*() {
     const { claimed, starting } = yield* Effect.uninterruptible(Effect.gen(function*() {
       const claimed = yield* options.insert
+      if (claimed.fresh) {
+        yield* Metric.update(Metrics.workflowStarts(options.workflow, claimed.started === true ? "with_row" : "by_client"), 1)
+      }
       if (claimed.started === true && options.poll !== undefined) {
         yield* options.poll
         return { claimed, starting: undefined }

@@ -156,10 +156,10 @@ export const Metrics = {
       incremental: true,
       attributes
     })),
-  executionStarts: labelled(["stored"], (attributes) =>
-    Metric.counter("execution_starts_total", {
+  workflowStarts: labelled(["workflow", "stored"], (attributes) =>
+    Metric.counter("workflow_starts_total", {
       description:
-        "Executions this node answered 202 for, by how their workflow's start was stored: with the execution's row (this node's shard) or by the cluster's client",
+        "Runs this node accepted (executions, team runs, ingestions), by workflow and how its start was stored: with the run's row (this node's shard) or by the cluster's client",
       incremental: true,
       attributes
     })),

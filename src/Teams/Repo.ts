@@ -83,6 +83,18 @@ const Claimed = Schema.Struct({
 })
 export type Claimed = typeof Claimed.Type
 
+interface NewRun {
+  readonly id: string
+  readonly tenantId: TenantId
+  readonly teamId: string
+  readonly mission: string
+  readonly snapshot: RunSnapshot
+  readonly idempotencyKey: string | null
+  readonly requestHash: string | null
+  /** The workflow's start request (DurableRuns.localStart), stored with the row when given. */
+  readonly startRequest?: Record<string, unknown> | undefined
+}
+
 const decodeRuns = Schema.decodeUnknownEffect(Schema.Array(TeamRun))
 
 /** All SQL of teams, team runs, their transcripts and events; every statement is scoped by tenant or by a run id. */
@@ -166,32 +178,38 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
      * Stores a new run, or finds the one its idempotency key already names
      * (keys last 24 hours). Committed before the 202 is sent.
      */
-    const insertRun = (input: {
-      readonly id: string
-      readonly tenantId: TenantId
-      readonly teamId: string
-      readonly mission: string
-      readonly snapshot: RunSnapshot
-      readonly idempotencyKey: string | null
-      readonly requestHash: string | null
-    }) =>
-      claimKeyed({
-        table: "team_runs",
-        returning: claimedColumns,
-        claimed: Claimed,
-        tenantId: input.tenantId,
-        idempotencyKey: input.idempotencyKey,
-        insert: sql`INSERT INTO team_runs (id, tenant_id, team_id, mode, status, mission, snapshot, timeout_ms,
-                                           idempotency_key, request_hash)
-                    VALUES (${input.id}, ${input.tenantId}, ${input.teamId}, 'chat', 'pending', ${input.mission},
-                            ${sql.json(input.snapshot)}, ${input.snapshot.timeoutMs}, ${input.idempotencyKey},
-                            ${input.requestHash})`
-      }).pipe(
-        Effect.provideService(SqlClient.SqlClient, sql),
-        Effect.orDie,
-        Traced.withSpan("TeamsRepo.insertRun")
-      )
-
+    const insertRunValues = (input: NewRun) =>
+      sql`INSERT INTO team_runs (id, tenant_id, team_id, mode, status, mission, snapshot, timeout_ms,
+                                 idempotency_key, request_hash)
+          VALUES (${input.id}, ${input.tenantId}, ${input.teamId}, 'chat', 'pending', ${input.mission},
+                  ${sql.json(input.snapshot)}, ${input.snapshot.timeoutMs}, ${input.idempotencyKey},
+                  ${input.requestHash})`
+    const decodeClaimed = Schema.decodeUnknownEffect(Claimed)
+    /**
+     * Stores a new run, or finds the one its idempotency key already names.
+     * A run without a key whose workflow this node runs is stored with its
+     * workflow's start request (DurableRuns.localStart), in one statement:
+     * `started` tells it went with the row.
+     */
+    const insertRun = (input: NewRun): Effect.Effect<Claimed & { readonly started?: boolean }> =>
+      (input.startRequest !== undefined && input.idempotencyKey === null
+        ? sql`WITH stored AS (${insertRunValues(input)} RETURNING ${sql.literal(claimedColumns)}, true AS fresh),
+                   started AS (INSERT INTO cluster_messages ${sql.insert(input.startRequest)})
+              SELECT * FROM stored`.pipe(
+            Effect.flatMap((rows) => decodeClaimed(rows[0])),
+            Effect.map((claimed) => ({ ...claimed, started: true }))
+          )
+        : claimKeyed({
+          table: "team_runs",
+          returning: claimedColumns,
+          claimed: Claimed,
+          tenantId: input.tenantId,
+          idempotencyKey: input.idempotencyKey,
+          insert: insertRunValues(input)
+        }).pipe(Effect.provideService(SqlClient.SqlClient, sql))).pipe(
+          Effect.orDie,
+          Traced.withSpan("TeamsRepo.insertRun")
+        )
 
     const getRun = SqlSchema.findOneOption({
       Request: Schema.Struct({ tenantId: Schema.String, teamId: Schema.String, runId: Schema.String }),

@@ -4,6 +4,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Sharding from "effect/cluster/Sharding"
 import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
 import { defaultPageSize } from "../Agents/Api.ts"
@@ -50,6 +51,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const config = yield* AppConfig
     const budget = yield* TokenBudget
     const slots = yield* DurableRuns.EventStreamSlots
+    const sharding = yield* Sharding.Sharding
+    const localStart = DurableRuns.localStart(sharding, TeamRunWorkflow)
     // What finishing a run needs (its read model and the room's webhook outbox).
     const finishing = yield* Effect.context<TeamsRepo | Webhooks>()
 
@@ -87,9 +90,15 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       const team = yield* teams.active(tenantId, teamId)
       // The members' names are fixed with the rest; their models and instructions are read at each turn.
       const agents = yield* repo.agentsAmong(tenantId, team.members.map((member) => member.agentId))
+      const id = newId()
+      // As an execute's (Executions.start): without a key, a run this node
+      // will run is stored with its workflow's start request.
+      const startRequest = idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
+        ? yield* localStart({ runId: id })
+        : undefined
       const claimed = yield* DurableRuns.startStored({
         insert: repo.insertRun({
-          id: newId(),
+          id,
           tenantId,
           teamId: team.id,
           mission: request.mission,
@@ -105,9 +114,12 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
             timeoutMs: team.timeoutMs
           },
           idempotencyKey: idempotencyKey ?? null,
-          requestHash: hash
+          requestHash: hash,
+          startRequest
         }),
         start: startWorkflow,
+        poll: sharding.pollStorage,
+        workflow: TeamRunWorkflow._tag,
         timeout: config.clusterCallTimeout,
         notStarted: (runId) => new RunNotStarted({ detail: "The run is stored and will start shortly", runId }),
         what: "A team run"

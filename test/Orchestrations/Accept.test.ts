@@ -1,13 +1,12 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Layer, Schedule } from "effect"
-import * as EntityId from "effect/cluster/EntityId"
 import * as Sharding from "effect/cluster/Sharding"
 import { SqlClient } from "effect/sql"
 import { newId, TenantId } from "../../src/Domain/Ids.ts"
 import { ExecutionWorkflow } from "../../src/Orchestrations/ExecutionWorkflow.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/Repo.ts"
 import * as DurableRuns from "../../src/Platform/DurableRuns.ts"
-import { sample } from "../support/Prometheus.ts"
+import * as ClusterStarts from "../support/ClusterStarts.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -48,15 +47,7 @@ const allFinished = (ids: ReadonlyArray<string>) =>
     return yield* Effect.die(new Error("the executions did not finish within 15 s"))
   })
 
-// The cluster's stored start request of each of these executions, by execution id.
-const startsOf = (ids: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql.withoutTransforms()<Record<string, unknown>>`
-      SELECT * FROM cluster_messages WHERE entity_type = 'Workflow/Execution' AND tag = 'run'
-        AND payload IN ${sql.in(ids.map((id) => JSON.stringify({ executionId: id })))}`
-    return new Map(rows.map((row) => [JSON.parse(row.payload as string).executionId as string, row]))
-  })
+const startsOf = (ids: ReadonlyArray<string>) => ClusterStarts.startsOf("Execution", "executionId", ids)
 
 // Executions accepted together (without an Idempotency-Key) are stored by
 // one statement; each request still gets its own row back, committed.
@@ -169,20 +160,14 @@ describe("executions accepted and begun together", () => {
     it.effect("an execute on this node's shard stores its start request with its row, as the cluster's client stores one (a keyed execute's)", () =>
       Effect.gen(function*() {
         const client = yield* TestClient
-        const sharding = yield* Sharding.Sharding
         const { key, orchestrationId } = yield* TestServer.oneStepOrchestration("local")
         const execute = (headers: Record<string, string>) =>
           client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
             headers: { ...TestServer.bearer(key), ...headers },
             body: { input: "compare" }
           })
-        // Every shard is this node's once their locks are taken.
-        for (let i = 0; i < 100 && !sharding.hasShardId(sharding.getShardId(EntityId.make("any"), "default")); i++) {
-          yield* Effect.sleep("50 millis")
-        }
-        const starts = () =>
-          Effect.map(client.request("GET", "/metrics"), (metrics) =>
-            ["with_row", "by_client"].map((stored) => sample(metrics.text, "execution_starts_total", { stored }) ?? 0))
+        yield* ClusterStarts.shardsHeld
+        const starts = () => ClusterStarts.startsCounted("Execution")
         const before = yield* starts()
         const ours = yield* execute({})
         assert.deepStrictEqual(yield* starts(), [before[0]! + 1, before[1]!], "stored with its row")
@@ -192,25 +177,8 @@ describe("executions accepted and begun together", () => {
         assert.deepStrictEqual(yield* starts(), [before[0]! + 1, before[1]! + 1], "sent by the cluster's client")
         const ids = [ours.body.executionId as string, clients.body.executionId as string]
         yield* allFinished(ids)
-        const stored = yield* startsOf(ids)
-        const [own, effects] = ids.map((id) => stored.get(id)!)
-        assert.isDefined(own)
-        assert.isDefined(effects)
-        assert.isTrue(sharding.hasShardId(sharding.getShardId(EntityId.make(own!.entity_id as string), "default")))
-        const perRun = ["id", "rowid", "message_id", "shard_id", "entity_id", "payload", "request_id", "last_reply_id", "last_read", "trace_id", "span_id"]
-        const shared = (row: Record<string, unknown>) => Object.fromEntries(Object.entries(row).filter(([column]) => !perRun.includes(column)))
-        assert.deepStrictEqual(shared(own!), shared(effects!))
-        assert.deepStrictEqual(Object.keys(own!).sort(), Object.keys(effects!).sort())
-        for (const [row, id] of [[own!, ids[0]!], [effects!, ids[1]!]] as const) {
-          assert.strictEqual(row.message_id, `Workflow/Execution/${row.entity_id}/run/`)
-          assert.strictEqual(row.request_id, row.id)
-          assert.strictEqual(row.payload, JSON.stringify({ executionId: id }))
-          // Each request's own span of the client (ids of a span that was recorded here).
-          assert.match(row.trace_id as string, /^[0-9a-f]{32}$/)
-          assert.match(row.span_id as string, /^[0-9a-f]{16}$/)
-          assert.strictEqual(row.shard_id, `default:${sharding.getShardId(EntityId.make(row.entity_id as string), "default").id}`)
-        }
-        assert.strictEqual(own!.processed, true)
+        const { own } = yield* ClusterStarts.assertStoredAsClientStores("Execution", "executionId", ids[0]!, ids[1]!)
+        assert.strictEqual(own.processed, true)
       }).pipe(Effect.orDie), { timeout: 30_000 })
 
     it.effect("runs that start together begin in one statement, each with its own definition and events, in order", () =>

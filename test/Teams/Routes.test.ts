@@ -1,5 +1,6 @@
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
+import * as ClusterStarts from "../support/ClusterStarts.ts"
 import { awaitRun, createTeam, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { bearer, createAgent, createKey, signUp, TestClient } from "../support/TestServer.ts"
@@ -166,6 +167,28 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
       assert.deepStrictEqual(done.body, { success: true, data: { runId: first.body.data.runId, status: "completed", mode: "chat" } })
       const runs = yield* client.request("GET", `/api/teams/${team.id}/runs`, { headers: bearer(account.token) })
       assert.strictEqual(runs.body.total, 2)
+    }))
+
+  it.effect("a run without a key on this node's shard stores its start request with its row, as the cluster's client stores a keyed run's", () =>
+    Effect.gen(function*() {
+      const client = yield* TestClient
+      const account = yield* signUp()
+      const { key } = yield* createKey(account, ["teams"])
+      const { team } = yield* teamOf(account, "local", 2)
+      yield* ClusterStarts.shardsHeld
+      const send = (headers: Record<string, string>) =>
+        client.request("POST", `/api/v1/teams/${team.id}/run`, { headers: { ...bearer(key), ...headers }, body: { mission: "Compare" } })
+      const before = yield* ClusterStarts.startsCounted("TeamRun")
+      const ours = yield* send({})
+      assert.deepStrictEqual(yield* ClusterStarts.startsCounted("TeamRun"), [before[0]! + 1, before[1]!], "stored with its row")
+      // A keyed run is claimed in a transaction, and its start sent by the cluster's client.
+      const clients = yield* send({ "idempotency-key": "compare-1" })
+      assert.deepStrictEqual([ours.status, clients.status], [202, 202])
+      assert.deepStrictEqual(yield* ClusterStarts.startsCounted("TeamRun"), [before[0]! + 1, before[1]! + 1], "sent by the cluster's client")
+      const ids = [ours.body.data.runId as string, clients.body.data.runId as string]
+      for (const id of ids) yield* awaitRun(account, team.id, id)
+      const { own } = yield* ClusterStarts.assertStoredAsClientStores("TeamRun", "runId", ids[0]!, ids[1]!)
+      assert.strictEqual(own.processed, true)
     }))
 
   it.effect("validation: 400s name the fields, on the run request and on team definitions", () =>

@@ -41,12 +41,19 @@ const perRequest = ["id", "rowid", "message_id", "shard_id", "entity_id", "paylo
 
 /**
  * The start of `ownId` (stored with its row) is the row the cluster's client
- * stored for `clientsId`, column by column, but for what is each request's own.
+ * stored for `clientsId`, column by column, but for what is each request's own,
+ * once both are processed or 5 s have passed.
  */
 export const assertStoredAsClientStores = (workflow: string, field: string, ownId: string, clientsId: string) =>
   Effect.gen(function*() {
     const sharding = yield* Sharding.Sharding
-    const stored = yield* startsOf(workflow, field, [ownId, clientsId])
+    // A run's own row reaches its end before the cluster marks its start
+    // message processed (with the workflow's reply): wait, bounded, for both.
+    let stored = yield* startsOf(workflow, field, [ownId, clientsId])
+    for (let i = 0; i < 200 && !(stored.get(ownId)?.processed && stored.get(clientsId)?.processed); i++) {
+      yield* Effect.sleep("25 millis")
+      stored = yield* startsOf(workflow, field, [ownId, clientsId])
+    }
     const own = stored.get(ownId)
     const clients = stored.get(clientsId)
     assert.isDefined(own)

@@ -711,7 +711,16 @@ const launch = (binaries: Binaries, dataDir: string, port: number, runAs: RunAs 
             "unix_socket_directories=",
             // Test suites and the cluster's runners hold many pooled connections at once.
             "-c",
-            "max_connections=200"
+            "max_connections=200",
+            // Autovacuum looks at the database every 5 s instead of every
+            // minute. The cluster's message and reply tables and the
+            // executions table grow by thousands of rows a second under load;
+            // until their first ANALYZE (a minute away on a new database at
+            // the default) PostgreSQL plans the cluster's poll as a full read
+            // of both tables, and their dead rows pile up. The look itself is
+            // a few milliseconds.
+            "-c",
+            "autovacuum_naptime=5s"
           ], {
             ...spawnOptions(runAs),
             cwd: dataDir,

@@ -42,6 +42,13 @@ const isPortFree = (port: number) =>
     })
   )
 
+const setting = (url: Redacted.Redacted<string>, name: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ readonly setting: string }>`SELECT current_setting(${name}) AS setting`
+    return rows[0]?.setting
+  }).pipe(Effect.provide(PgClient.layer({ url })), Effect.orDie)
+
 const selectOne = (url: Redacted.Redacted<string>) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -92,6 +99,9 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
       expect(Redacted.value(server.url)).toMatch(new RegExp(`^postgres://postgres:[^@]+@127\\.0\\.0\\.1:${port}/postgres$`))
       expect(yield* selectOne(server.url)).toBe(1)
       expect(lines.join("\n")).toContain("ready to accept connections")
+      // Young, fast-growing tables get their statistics within seconds.
+      expect(yield* setting(server.url, "autovacuum_naptime")).toBe("5s")
+      expect(yield* setting(server.url, "autovacuum")).toBe("on")
 
       yield* close
       expect(yield* isPortFree(port)).toBe(true)

@@ -152,17 +152,32 @@ export const layer = MigratorLayer.pipe(
 /**
  * Indexes on the cluster's own message table, made once the cluster has made
  * its tables rather than as migrations (see Platform/Cluster.ts):
- * - the poll for unprocessed messages (each node, every second) reads only the
- *   messages still waiting, not the whole table;
+ * - `cluster_messages_shard_idx` is effect's name, but ours is a partial index
+ *   of the messages still waiting, by shard and age: every query of effect's
+ *   that names shards also asks for unprocessed messages. Effect's own index
+ *   of that name (shard, processed, last_read, deliver_at) held every message
+ *   ever stored, and named `last_read`, which each poll sets on the messages
+ *   it reads: no such update could be heap-only. Effect makes its index only
+ *   if none of that name exists, so ours takes its place: built beside it,
+ *   then swapped in one short transaction.
  * - pruning a finished execution's messages finds them by entity id.
+ * - the table's pages are filled to 70%, leaving room on a message's page for
+ *   the poll's update of it.
  * Built without blocking writes by whichever node takes the try-lock; an
  * invalid leftover of a build cut short is rebuilt. Failures are logged: the
  * next start tries again.
  */
+const waitingIndex = "ON cluster_messages (shard_id, rowid) WHERE NOT processed"
 const clusterMessageIndexes = [
-  ["cluster_messages_unprocessed_idx", "ON cluster_messages (rowid) WHERE NOT processed"],
+  ["cluster_messages_waiting_idx", waitingIndex],
   ["cluster_messages_entity_idx", "ON cluster_messages (entity_id)"]
 ] as const
+/** Our index before it took effect's name; no longer needed beside it. */
+const replacedIndex = "cluster_messages_unprocessed_idx"
+
+/** Whether `definition` (pg_get_indexdef) is our index of waiting messages. */
+export const isWaitingIndex = (definition: string | undefined) =>
+  definition !== undefined && /\(shard_id, rowid\) WHERE \(NOT processed\)$/.test(definition)
 
 export const indexClusterMessages = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -171,19 +186,47 @@ export const indexClusterMessages = Effect.gen(function*() {
   const [locked] = yield* connection.executeValues("SELECT pg_try_advisory_lock(4242, 1)", [])
   if (locked?.[0] !== true) return
   // Building an index on a large table may take longer than the statement
-  // timeout; the connection goes back to the pool with its default restored.
+  // timeout; the connection goes back to the pool with its defaults restored.
   yield* connection.executeRaw("SET statement_timeout = 0", [])
   yield* Effect.addFinalizer(() => Effect.ignore(connection.executeRaw("RESET statement_timeout", [])))
-  yield* Effect.forEach(clusterMessageIndexes, ([name, definition]) =>
-    Effect.gen(function*() {
-      const [existing] = yield* connection.executeValues(
-        `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = '${name}'`,
+  const definition = (name: string) =>
+    Effect.map(
+      connection.executeValues(
+        `SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = '${name}'`,
         []
-      )
-      if (existing?.[0] === true) return
-      if (existing !== undefined) yield* connection.executeRaw(`DROP INDEX CONCURRENTLY IF EXISTS ${name}`, [])
-      yield* connection.executeRaw(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${name} ${definition}`, [])
-    })).pipe(Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock(4242, 1)", []))))
+      ),
+      ([row]) => row === undefined ? undefined : { text: row[0] as string, valid: row[1] === true }
+    )
+  yield* Effect.gen(function*() {
+    const [fill] = yield* connection.executeValues(
+      "SELECT coalesce('fillfactor=70' = ANY (reloptions), false) FROM pg_class WHERE relname = 'cluster_messages'",
+      []
+    )
+    if (fill?.[0] !== true) yield* connection.executeRaw("ALTER TABLE cluster_messages SET (fillfactor = 70)", [])
+    const swapped = isWaitingIndex((yield* definition("cluster_messages_shard_idx"))?.text)
+    yield* Effect.forEach(clusterMessageIndexes, ([name, index]) =>
+      Effect.gen(function*() {
+        if (name === "cluster_messages_waiting_idx" && swapped) return
+        const existing = yield* definition(name)
+        if (existing?.valid === true) return
+        if (existing !== undefined) yield* connection.executeRaw(`DROP INDEX CONCURRENTLY IF EXISTS ${name}`, [])
+        yield* connection.executeRaw(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${name} ${index}`, [])
+      }))
+    if (!swapped) {
+      // Dropping effect's index takes the table's lock for a moment: at most
+      // 5 s of waiting for it, or the next start tries again.
+      yield* connection.executeRaw("BEGIN", [])
+      yield* Effect.gen(function*() {
+        yield* connection.executeRaw("SET LOCAL lock_timeout = '5s'", [])
+        yield* connection.executeRaw("DROP INDEX IF EXISTS cluster_messages_shard_idx", [])
+        yield* connection.executeRaw("ALTER INDEX cluster_messages_waiting_idx RENAME TO cluster_messages_shard_idx", [])
+        yield* connection.executeRaw("COMMIT", [])
+      }).pipe(Effect.onError(() => Effect.ignore(connection.executeRaw("ROLLBACK", []))))
+    }
+    // What a start cut short between the build and the swap may have left.
+    if (swapped) yield* connection.executeRaw("DROP INDEX CONCURRENTLY IF EXISTS cluster_messages_waiting_idx", [])
+    yield* connection.executeRaw(`DROP INDEX CONCURRENTLY IF EXISTS ${replacedIndex}`, [])
+  }).pipe(Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock(4242, 1)", []))))
 }).pipe(
   Effect.scoped,
   Effect.catchCause((cause) => Effect.logWarning("Could not build the indexes of cluster messages", cause))

@@ -13,6 +13,7 @@ import {
   SqlRunnerStorage
 } from "effect/cluster"
 import { SqlClient } from "effect/sql"
+import * as Sql from "../../src/Database/Sql.ts"
 import * as ClusterStorage from "../../src/Platform/ClusterStorage.ts"
 import { TestDatabaseUrl, waitFor } from "../support/TestServer.ts"
 
@@ -325,4 +326,54 @@ describe("cluster storage", () => {
       yield* sql`DELETE FROM cluster_replies WHERE request_id IN ${sql.in(ids)}`
       yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:10'`
     }).pipe(Effect.provide(StorageLayer)))
+
+  it.live("the index of waiting messages takes the place of effect's shard index, and stays when effect starts again", () =>
+    Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      const indexes = Effect.map(
+        sql<{ readonly name: string; readonly definition: string }>`
+          SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition
+          FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+          WHERE i.indrelid = 'cluster_messages'::regclass`,
+        (rows) => new Map(rows.map((row) => [row.name, row.definition]))
+      )
+      const fillfactor = Effect.map(
+        sql<{ readonly options: ReadonlyArray<string> | null }>`SELECT reloptions AS options FROM pg_class WHERE relname = 'cluster_messages'`,
+        ([row]) => row?.options ?? []
+      )
+      // As an older deployment has it: effect's index, and ours beside it.
+      yield* sql`CREATE INDEX IF NOT EXISTS cluster_messages_unprocessed_idx ON cluster_messages (rowid) WHERE NOT processed`
+      const before = yield* indexes
+      assert.match(before.get("cluster_messages_shard_idx")!, /\(shard_id, processed, last_read, deliver_at\)$/)
+      assert.isFalse(Sql.isWaitingIndex(before.get("cluster_messages_shard_idx")))
+
+      yield* Sql.indexClusterMessages
+      const after = yield* indexes
+      assert.isTrue(Sql.isWaitingIndex(after.get("cluster_messages_shard_idx")), after.get("cluster_messages_shard_idx"))
+      assert.isFalse(after.has("cluster_messages_unprocessed_idx"))
+      assert.isFalse(after.has("cluster_messages_waiting_idx"))
+      assert.match(after.get("cluster_messages_entity_idx")!, /\(entity_id\)$/)
+      assert.deepStrictEqual(yield* fillfactor, ["fillfactor=70"])
+
+      // effect makes its index at each start only if none of that name exists.
+      yield* SqlMessageStorage.makeEncoded()
+      yield* Sql.indexClusterMessages
+      assert.deepStrictEqual(yield* indexes, after)
+
+      // A start cut short after the build, before the swap, is finished by the next.
+      yield* sql`DROP INDEX cluster_messages_shard_idx`
+      yield* SqlMessageStorage.makeEncoded()
+      yield* sql`CREATE INDEX cluster_messages_waiting_idx ON cluster_messages (shard_id, rowid) WHERE NOT processed`
+      assert.isFalse(Sql.isWaitingIndex((yield* indexes).get("cluster_messages_shard_idx")))
+      yield* Sql.indexClusterMessages
+      assert.deepStrictEqual(yield* indexes, after)
+
+      // The poll of waiting messages still finds them by shard.
+      const storage = yield* SqlMessageStorage.makeEncoded()
+      yield* sql`INSERT INTO cluster_messages (id, message_id, shard_id, entity_type, entity_id, kind, tag, payload, headers, request_id)
+        VALUES (777001, NULL, 'default:33', 'Probe', 'p-1', 0, 'ping', '{}', '{}', 777001)`
+      const read = yield* storage.unprocessedMessages(["default:33"], Date.now())
+      assert.deepStrictEqual(read.map((message) => message.envelope._tag === "Request" ? message.envelope.tag : ""), ["ping"])
+      yield* sql`DELETE FROM cluster_messages WHERE id = 777001`
+    }).pipe(Effect.provide([StorageLayer, NodeCrypto.layerDigest])))
 })

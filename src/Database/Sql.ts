@@ -163,6 +163,10 @@ export const layer = MigratorLayer.pipe(
  * - pruning a finished execution's messages finds them by entity id.
  * - the table's pages are filled to 70%, leaving room on a message's page for
  *   the poll's update of it.
+ * - `shard_id` keeps statistics of 10 values rather than PostgreSQL's 100:
+ *   effect's poll names every shard of the node (300 on one node) as
+ *   literals, and planning it compared each with every common value kept,
+ *   as long as the poll itself ran (2.5 against 0.9 ms a poll).
  * Built without blocking writes by whichever node takes the try-lock; an
  * invalid leftover of a build cut short is rebuilt. Failures are logged: the
  * next start tries again.
@@ -172,6 +176,8 @@ const clusterMessageIndexes = [
   ["cluster_messages_waiting_idx", waitingIndex],
   ["cluster_messages_entity_idx", "ON cluster_messages (entity_id)"]
 ] as const
+/** How many common values of `shard_id` PostgreSQL keeps (see above). */
+const shardStatisticsTarget = 10
 /** Our index before it took effect's name; no longer needed beside it. */
 const replacedIndex = "cluster_messages_unprocessed_idx"
 
@@ -203,6 +209,13 @@ export const indexClusterMessages = Effect.gen(function*() {
       []
     )
     if (fill?.[0] !== true) yield* connection.executeRaw("ALTER TABLE cluster_messages SET (fillfactor = 70)", [])
+    const [target] = yield* connection.executeValues(
+      "SELECT attstattarget FROM pg_attribute WHERE attrelid = 'cluster_messages'::regclass AND attname = 'shard_id'",
+      []
+    )
+    if (Number(target?.[0]) !== shardStatisticsTarget) {
+      yield* connection.executeRaw(`ALTER TABLE cluster_messages ALTER COLUMN shard_id SET STATISTICS ${shardStatisticsTarget}`, [])
+    }
     const swapped = isWaitingIndex((yield* definition("cluster_messages_shard_idx"))?.text)
     yield* Effect.forEach(clusterMessageIndexes, ([name, index]) =>
       Effect.gen(function*() {

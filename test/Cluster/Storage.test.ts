@@ -327,7 +327,7 @@ describe("cluster storage", () => {
       yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:10'`
     }).pipe(Effect.provide(StorageLayer)))
 
-  it.live("the index of waiting messages takes the place of effect's shard index, and stays when effect starts again", () =>
+  it.live("the index of waiting messages takes the place of effect's shard index, and stays when effect starts again; shard statistics are short", () =>
     Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       const indexes = Effect.map(
@@ -354,6 +354,9 @@ describe("cluster storage", () => {
       assert.isFalse(after.has("cluster_messages_waiting_idx"))
       assert.match(after.get("cluster_messages_entity_idx")!, /\(entity_id\)$/)
       assert.deepStrictEqual(yield* fillfactor, ["fillfactor=70"])
+      const [statistics] = yield* sql<{ readonly target: number | null }>`
+        SELECT attstattarget AS target FROM pg_attribute WHERE attrelid = 'cluster_messages'::regclass AND attname = 'shard_id'`
+      assert.strictEqual(Number(statistics?.target), 10)
 
       // effect makes its index at each start only if none of that name exists.
       yield* SqlMessageStorage.makeEncoded()

@@ -1,5 +1,6 @@
 // What the benches share: a database to measure on, the service (or a
 // baseline) started as a child process, and JSON requests.
+import autocannon from "autocannon"
 import { Effect, Exit, Redacted, Scope } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Crypto from "node:crypto"
@@ -42,6 +43,30 @@ export const spawn = async (script: string, env: Record<string, string>) => {
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
   return { child, url, readyMs: Math.round(performance.now() - startedAt) }
+}
+
+/** The resident memory of a process, in MB (NaN once it is gone). */
+export const rssMb = (pid: number) =>
+  Fs.readFile(`/proc/${pid}/status`, "utf8").then(
+    (status) => Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024),
+    () => NaN
+  )
+
+// CPU time (user + system) a process has used, in microseconds.
+const ticks = Number(ChildProcess.execFileSync("getconf", ["CLK_TCK"]).toString().trim())
+export const cpuMicros = async (pid: number) => {
+  const fields = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
+  return (Number(fields[11]) + Number(fields[12])) * 1_000_000 / ticks
+}
+
+/** Load with autocannon, noting the CPU the measured process spent per answered request. */
+export const measureLoad = async (pid: number, options: autocannon.Options) => {
+  const before = await cpuMicros(pid)
+  const result = await new Promise<autocannon.Result>((resolve, reject) =>
+    autocannon(options, (error, result) => error ? reject(error) : resolve(result))
+  )
+  const cpuPerRequest = (await cpuMicros(pid) - before) / Math.max(1, result.requests.total)
+  return { ...result, cpuPerRequest }
 }
 
 export const json = async (url: string, init: RequestInit) => {

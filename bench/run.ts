@@ -6,11 +6,10 @@
 //   BENCH_SECONDS=10               seconds per measurement
 import autocannon from "autocannon"
 import * as ChildProcess from "node:child_process"
-import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import pg from "pg"
 import { openLoop, type OpenLoopResult } from "./OpenLoop.ts"
-import { json, openDatabase, root, signUp, spawn } from "./Support.ts"
+import { cpuMicros, json, measureLoad, openDatabase, root, rssMb, signUp, spawn } from "./Support.ts"
 
 const seconds = Number(process.env.BENCH_SECONDS ?? 10)
 const connections = 50
@@ -23,28 +22,9 @@ const chatSettleSeconds = 20
 // left is given back first.
 const quietSeconds = 18
 
-const rssMb = (pid: number) =>
-  Fs.readFile(`/proc/${pid}/status`, "utf8").then(
-    (status) => Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024),
-    () => NaN
-  )
-
-// CPU time (user + system) a process has used, in microseconds.
-const ticks = Number(ChildProcess.execFileSync("getconf", ["CLK_TCK"]).toString().trim())
-const cpuMicros = async (pid: number) => {
-  const fields = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
-  return (Number(fields[11]) + Number(fields[12])) * 1_000_000 / ticks
-}
-
 /** Load with autocannon, noting the CPU the measured process spent per answered request. */
-const load = async (pid: number, options: Partial<autocannon.Options> & { readonly url: string }) => {
-  const before = await cpuMicros(pid)
-  const result = await new Promise<autocannon.Result>((resolve, reject) =>
-    autocannon({ connections, duration: seconds, ...options }, (error, result) => error ? reject(error) : resolve(result))
-  )
-  const cpuPerRequest = (await cpuMicros(pid) - before) / Math.max(1, result.requests.total)
-  return { ...result, cpuPerRequest }
-}
+const load = (pid: number, options: Partial<autocannon.Options> & { readonly url: string }) =>
+  measureLoad(pid, { connections, duration: seconds, ...options })
 
 const row = (name: string, result: Awaited<ReturnType<typeof load>>) =>
   `${name.padEnd(50)} ${String(Math.round(result.requests.average)).padStart(6)} req/s  p50 ${

@@ -43,7 +43,7 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
     // over the socket; the poll is the fallback that catches the rest.
     entityMessagePollInterval: Duration.seconds(1),
     // An execution's entity stays in memory this long after its last message
-    // (`workflowIdleTime` below: effect's workflow engine would give it 10 s),
+    // (`entityIdleTime` below: effect's workflow engine would give it 10 s),
     // until the entity reaper's next pass (every 5 s):
     // after a burst of executions, what they held is given back within
     // seconds rather than the default minute. A run that has ended is read
@@ -122,8 +122,10 @@ const multiNode = (config: AppSettings) =>
  * effect's own comment on that constant says. The other workflows (team runs,
  * webhook deliveries, ingestion) are few at a time and keep effect's.
  */
-const shortLived = new Set(["Workflow/Execution"])
-const workflowIdleTime = (maxIdleTime: Duration.Duration) =>
+const shortLived: ReadonlySet<string> = new Set(["Workflow/Execution"])
+
+/** The sharding, with `maxIdleTime` for the entities of these types (`Workflow/<name>` for a workflow's). */
+export const entityIdleTime = (types: ReadonlySet<string>, maxIdleTime: Duration.Duration) =>
   Layer.effect(
     Sharding.Sharding,
     Effect.map(Sharding.Sharding, (sharding) =>
@@ -133,7 +135,7 @@ const workflowIdleTime = (maxIdleTime: Duration.Duration) =>
           sharding.registerEntity(
             entity,
             build,
-            shortLived.has(entity.type) ? { ...options, maxIdleTime } : options
+            types.has(entity.type) ? { ...options, maxIdleTime } : options
           )
       }))
   )
@@ -143,5 +145,5 @@ export const layer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   const settings = shardingSettings(config)
   const cluster = Option.isSome(config.runnerAddress) ? multiNode(config) : singleNode(config)
-  return workflowIdleTime(Duration.fromInputUnsafe(settings.entityMaxIdleTime!)).pipe(Layer.provideMerge(cluster))
+  return entityIdleTime(shortLived, Duration.fromInputUnsafe(settings.entityMaxIdleTime!)).pipe(Layer.provideMerge(cluster))
 }))

@@ -1,5 +1,5 @@
 // The floor of a run: the service's own cluster (its storage, its settings,
-// one node, DATABASE_URL) running a workflow that does nothing, started from
+// its digests, one node, DATABASE_URL) running a workflow that does nothing, started from
 // this process by CONNECTIONS callers at a time for SECONDS, as an execute
 // would start one (stored first, then run), with no HTTP, no execution row and
 // no model. Prints one JSON line: runs started and completed, the seconds from
@@ -15,6 +15,7 @@ import * as Crypto from "node:crypto"
 import { AppConfig } from "../src/Config.ts"
 import * as Sql from "../src/Database/Sql.ts"
 import * as Cluster from "../src/Platform/Cluster.ts"
+import * as SyncDigest from "../src/Platform/SyncDigest.ts"
 
 const seconds = Number(process.env.SECONDS ?? 8)
 const connections = Number(process.env.CONNECTIONS ?? 50)
@@ -72,6 +73,8 @@ const Live = Layer.effectDiscard(burst).pipe(
   Layer.provideMerge(IdleTime),
   Layer.provideMerge(Cluster.layer),
   Layer.provide(Sql.layer),
+  // The service's digests (workflow and activity ids), as in Server.ts.
+  Layer.provide(SyncDigest.layer),
   Layer.provide(AppConfig.layer)
 )
 

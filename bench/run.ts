@@ -128,19 +128,28 @@ const main = async () => {
     }
     await warm(executeUrl, post)
     await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
-    const doneBefore = await countDone()
     let burstRss = 0
     const sampleRss = setInterval(() => void rssMb(pid).then((mb) => burstRss = Math.max(burstRss, mb)), 200)
-    const executeStartedAt = performance.now()
-    const execute = await load(pid, { url: executeUrl, ...post })
-    const accepted = execute["2xx"]
-    await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
-    const executeSeconds = (performance.now() - executeStartedAt) / 1000
+    // One burst: the executions accepted in `seconds`, then how fast all of
+    // them finish, counted from the first request to the last completion.
+    const executeBurst = async () => {
+      const doneBefore = await countDone()
+      const startedAt = performance.now()
+      const result = await load(pid, { url: executeUrl, ...post })
+      await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
+      const elapsed = (performance.now() - startedAt) / 1000
+      return { result, accepted: result["2xx"], completed: (await countDone()) - doneBefore, seconds: elapsed }
+    }
+    // The first burst after 2 s of warm-up, then the same burst again: the
+    // first costs the node more CPU per execution (10 to 16% more on this
+    // machine) while the hot paths of a run are still being optimised.
+    const firstBurst = await executeBurst()
+    const warmBurst = await executeBurst()
+    const execute = firstBurst.result
     clearInterval(sampleRss)
     const afterBurstRss = await rssMb(pid)
     await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
     const quietRss = await rssMb(pid)
-    const completed = (await countDone()) - doneBefore
     const failed = Number((await db.query("SELECT count(*) AS n FROM executions WHERE status = 'failed'")).rows[0].n)
 
     // Chat on the instant local model: all overhead. Closed loop (50 clients
@@ -204,18 +213,22 @@ const main = async () => {
     console.log(row("GET /api/v1/agents without daily limits", listUncounted))
     console.log(row("baseline: fastify + pg, INSERT", insert))
     console.log(row("POST /api/v1/orchestrations/{id}/execute", execute))
+    console.log(row("the same, a second burst right after", warmBurst.result))
     console.log(row("POST /api/v1/agents/{id}/chat (local model)", chat))
     console.log(pacedRow(`instant provider directly, ${chatRate} req/s open loop`, direct))
     console.log(pacedRow(`chat through the service on it, first ${seconds} s`, viaFirst))
     console.log(pacedRow(`the same after ${chatSettleSeconds} s more of it`, via, viaCpu))
     console.log(`\nGET /api/v1/agents / SELECT baseline: ${ratio(list, select)}x (target 0.8x)`)
     console.log(`counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`)
-    console.log(`execute / INSERT baseline: ${ratio(execute, insert)}x (target 0.6x)`)
-    console.log(
-      `one-step executions: ${accepted} accepted, ${completed} finished (${failed} failed) in ${
-        executeSeconds.toFixed(1)
-      } s from the first request: ${Math.round(completed / executeSeconds)} per second (target 1,000)`
-    )
+    console.log(`execute / INSERT baseline: ${ratio(execute, insert)}x, second burst ${ratio(warmBurst.result, insert)}x (target 0.6x)`)
+    for (const [name, burst] of [["first burst", firstBurst], ["second burst", warmBurst]] as const) {
+      console.log(
+        `one-step executions, ${name}: ${burst.accepted} accepted, ${burst.completed} finished in ${
+          burst.seconds.toFixed(1)
+        } s from the first request: ${Math.round(burst.completed / burst.seconds)} per second (target 1,000)`
+      )
+    }
+    console.log(`executions failed: ${failed}`)
     console.log(`chat latency, local model, closed loop: p50 ${chat.latency.p50} ms, p99 ${chat.latency.p99} ms`)
     console.log(
       `chat overhead at ${chatRate} req/s over the provider directly: p50 +${(via.p50 - direct.p50).toFixed(2)} ms, p99 +${
@@ -225,21 +238,25 @@ const main = async () => {
       } ms`
     )
     console.log(
-      `service RSS: idle ${idleRss} MB when ready, ${settledIdleRss} MB ${quietSeconds} s later; executions burst: peak ${burstRss} MB, ${afterBurstRss} MB when its runs had finished, ${quietRss} MB after ${quietSeconds} s quiet; closed-loop chat peak ${closedChatRss} MB; under chat load at ${chatRate} req/s ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
+      `service RSS: idle ${idleRss} MB when ready, ${settledIdleRss} MB ${quietSeconds} s later; executions bursts: peak ${burstRss} MB, ${afterBurstRss} MB when their runs had finished, ${quietRss} MB after ${quietSeconds} s quiet; closed-loop chat peak ${closedChatRss} MB; under chat load at ${chatRate} req/s ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
     )
     console.log(`warm start until /health/ready: ${warmStartMs} ms (target 3,000 ms)`)
 
     const figures: Array<[string, string, string]> = [
       ["GET /api/v1/agents / SELECT by id", `${ratio(list, select)}x`, ">= 0.8x"],
-      ["POST .../execute / INSERT", `${ratio(execute, insert)}x`, ">= 0.6x"],
-      ["one-step executions per second", String(Math.round(completed / executeSeconds)), ">= 1,000"],
+      ["POST .../execute / INSERT (second burst)", `${ratio(execute, insert)}x (${ratio(warmBurst.result, insert)}x)`, ">= 0.6x"],
+      [
+        "one-step executions per second (second burst)",
+        `${Math.round(firstBurst.completed / firstBurst.seconds)} (${Math.round(warmBurst.completed / warmBurst.seconds)})`,
+        ">= 1,000"
+      ],
       ["chat added p50 / p99 at 200 req/s (after warm-up)", `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`, "<= 2 / 10 ms"],
       [
         `RSS idle (ready / ${quietSeconds} s later) / under chat load / 60 s later`,
         `${idleRss} / ${settledIdleRss} / ${loadedRss} / ${settledRss} MB`,
         "<= 150 / 400 / 250 MB"
       ],
-      [`RSS peak of the executions burst / after it and ${quietSeconds} s quiet`, `${burstRss} / ${quietRss} MB`, "(not a target)"],
+      [`RSS peak of the two executions bursts / after them and ${quietSeconds} s quiet`, `${burstRss} / ${quietRss} MB`, "(not a target)"],
       ["RSS peak of the closed-loop chat (50 connections)", `${closedChatRss} MB`, "(not a target)"],
       ["warm start", `${warmStartMs} ms`, "<= 3,000 ms"]
     ]

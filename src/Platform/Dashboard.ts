@@ -58,6 +58,9 @@ const runBuild = (into: string) =>
   new Promise<void>((resolve, reject) => {
     const child = ChildProcess.spawn(process.execPath, [Path.join(webDir, "build.ts"), into], {
       cwd: root,
+      // Always React's production build: Vite takes the mode from NODE_ENV
+      // when it is set, and a test runner sets it to "test".
+      env: { ...process.env, NODE_ENV: "production" },
       stdio: ["ignore", "inherit", "pipe"]
     })
     let stderr = ""

@@ -80,6 +80,8 @@ layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, w
       assert.strictEqual(asset.status, 200)
       assert.strictEqual(asset.headers.get("cache-control"), "public, max-age=31536000, immutable")
       assert.match(asset.headers.get("content-type") ?? "", /^text\/javascript/)
+      // React's production build, although the test runner sets NODE_ENV=test.
+      assert.notInclude(asset.text, "jsxDEV", "the dashboard is a production build")
       // A missing asset is a 404 problem, not the page.
       const missing = yield* client.request("GET", "/app/assets/missing-0000.js")
       assert.strictEqual(missing.status, 404)
@@ -213,11 +215,31 @@ layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, w
         await page.getByTestId("messages").getByText(/gpt-4o-mini · \d+ tokens/).first().waitFor()
 
         // An orchestration: a step that refers to a step it does not wait for is refused, on that step.
+        // The list of agents is held back until the form is filled in: its
+        // arrival gives the steps their default agent and keeps what was typed.
+        let releaseAgents = () => {}
+        const agentsHeld = new Promise<void>((resolve) => releaseAgents = resolve)
+        const isAgentList = (url: URL) => url.pathname === "/api/agents"
+        await page.route(isAgentList, async (route) => {
+          await agentsHeld
+          await route.fallback()
+        })
         await nav(page, "Orchestrations")
         await page.getByLabel("Name").fill("Summarise")
         await page.getByLabel("Step 1 prompt").fill("Summarise {{input}}")
         await page.getByRole("button", { name: "Add a step" }).click()
         await page.getByLabel("Step 2 prompt").fill("Shorten {{steps.step1.output}}")
+        assert.strictEqual(await page.getByLabel("Step 2 agent").inputValue(), "", "no agent to choose yet")
+        releaseAgents()
+        const stepAgents = () => Promise.all([1, 2].map((n) => page.getByLabel(`Step ${n} agent`).inputValue()))
+        for (const deadline = Date.now() + 15_000; (await stepAgents()).includes("");) {
+          if (Date.now() > deadline) assert.fail("Timed out waiting for the steps' default agent")
+          await new Promise((resolve) => setTimeout(resolve, 50))
+        }
+        const [firstAgent, secondAgent] = await stepAgents()
+        assert.strictEqual(secondAgent, firstAgent, "both steps get the default agent")
+        assert.strictEqual(await page.getByLabel("Name").inputValue(), "Summarise", "the name typed is kept")
+        assert.strictEqual(await page.getByLabel("Step 2 prompt").inputValue(), "Shorten {{steps.step1.output}}")
         await page.getByRole("button", { name: "Create orchestration" }).click()
         const stepError = page.getByTestId("step-1").getByRole("alert")
         await stepError.waitFor()

@@ -113,10 +113,18 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
   const [runProblem, setRunProblem] = useState<unknown>()
   const [deleting, setDeleting] = useState(false)
 
+  const firstAgentId = agents.data?.data[0]?.id ?? ""
   useEffect(() => {
-    setDraft(current ? draftOf(current) : { name: "", description: "", steps: [newStep(0, agents.data?.data[0]?.id ?? "")] })
+    setDraft(current ? draftOf(current) : { name: "", description: "", steps: [newStep(0, firstAgentId)] })
     setProblem(undefined)
-  }, [current?.id, current?.updatedAt.getTime(), agents.data])
+  }, [current?.id, current?.updatedAt.getTime()])
+  // The agents arrive after the form may have been filled in: they only give
+  // a new orchestration's steps that have none their default agent, and never
+  // reset what was typed.
+  useEffect(() => {
+    if (current || firstAgentId === "") return
+    setDraft((d) => d.steps.some((s) => s.agentId === "") ? { ...d, steps: d.steps.map((s) => s.agentId === "" ? { ...s, agentId: firstAgentId } : s) } : d)
+  }, [firstAgentId])
 
   const save = async (event: FormEvent) => {
     event.preventDefault()
@@ -247,7 +255,7 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
                 </fieldset>
               )
             })}
-            <button type="button" className="secondary" onClick={() => setDraft({ ...draft, steps: [...draft.steps, newStep(draft.steps.length, agents.data?.data[0]?.id ?? "")] })}>
+            <button type="button" className="secondary" onClick={() => setDraft({ ...draft, steps: [...draft.steps, newStep(draft.steps.length, firstAgentId)] })}>
               Add a step
             </button>
             {generalErrors.length > 0 || (problem !== undefined && !(problem instanceof ApiProblem && problem.errors.length > 0))

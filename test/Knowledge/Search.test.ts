@@ -1,5 +1,6 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
 import * as Fs from "node:fs"
 import { seedKnowledge } from "../support/Knowledge.ts"
 import * as TestServer from "../support/TestServer.ts"
@@ -135,4 +136,12 @@ layer(TestServer.layer(), { excludeTestServices: true })("knowledge search", (it
         assert.include(found.body.data[0].content, "fjord")
       }))
   })
+
+  it.effect("the full-text index keeps a short list of pending entries, which every search reads", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const [index] = yield* sql<{ readonly options: ReadonlyArray<string> | null }>`
+        SELECT reloptions AS options FROM pg_class WHERE relname = 'knowledge_chunks_search_idx'`
+      assert.deepStrictEqual(index?.options, ["gin_pending_list_limit=256"])
+    }))
 })

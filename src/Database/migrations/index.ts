@@ -15,6 +15,7 @@ import apiKeyExpiryAndUse from "./0013_api_key_expiry_and_use.ts"
 import agentKnowledge from "./0014_agent_knowledge.ts"
 import tenantPlanNotify from "./0015_tenant_plan_notify.ts"
 import executionsHotStart from "./0016_executions_hot_start.ts"
+import knowledgeSearchPendingList from "./0017_knowledge_search_pending_list.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -33,5 +34,6 @@ export const migrations = Migrator.fromRecord({
   "0013_api_key_expiry_and_use": apiKeyExpiryAndUse,
   "0014_agent_knowledge": agentKnowledge,
   "0015_tenant_plan_notify": tenantPlanNotify,
-  "0016_executions_hot_start": executionsHotStart
+  "0016_executions_hot_start": executionsHotStart,
+  "0017_knowledge_search_pending_list": knowledgeSearchPendingList
 })

@@ -81,12 +81,28 @@ export interface AppSettings {
   readonly freeDailyTokens: number
   readonly proDailyTokens: number
   /**
+   * The most output tokens (`max_tokens`) one model call may ask for, per plan;
+   * with the prompt, what a call reserves of the day's budget. Business also
+   * applies when ENFORCE_DAILY_LIMITS is off.
+   */
+  readonly freeMaxOutputTokens: number
+  readonly proMaxOutputTokens: number
+  readonly businessMaxOutputTokens: number
+  /**
    * The models each plan may use: exact ids, or prefixes ending in `*`
    * (`openai/*`). None: every model.
    */
   readonly freeModels: Option.Option<ReadonlyArray<string>>
   readonly proModels: Option.Option<ReadonlyArray<string>>
   readonly businessModels: Option.Option<ReadonlyArray<string>>
+  /**
+   * What a tenant of each plan may keep (FREE_MAX_AGENTS, PRO_MAX_DOCUMENTS,
+   * BUSINESS_MAX_STORED_BYTES...; `unlimited` or null: no limit). See docs/limits.md.
+   */
+  readonly planQuotas: PlanQuotasByPlan
+  /** Rechunks of one document: RECHUNK_BURST at once, then one per RECHUNK_INTERVAL (429 with Retry-After beyond). */
+  readonly rechunkBurst: number
+  readonly rechunkInterval: Duration.Duration
   /** Login and register attempts allowed per client address, and per e-mail, in each AUTH_THROTTLE_WINDOW. */
   readonly authAttemptsPerAddress: number
   readonly authAttemptsPerAccount: number
@@ -120,8 +136,12 @@ export interface AppSettings {
   readonly shardLockExpiration: Option.Option<Duration.Duration>
   /** Bound on handing a message to the cluster (start an execution, forget, cancel); past it, 503. */
   readonly clusterCallTimeout: Duration.Duration
-  /** Event streams of executions one tenant may hold open on one node; past it, 429. */
+  /** Event streams (executions, team runs, streamed chats) one tenant may hold open at once across the cluster; past it, 429. */
   readonly maxEventStreamsPerTenant: number
+  /** How long an open stream's place stays taken without its node renewing it: a dead node's places come back after this. */
+  readonly eventStreamSlotLease: Duration.Duration
+  /** How often a stream reads its run's events when no notification came (a lost notification only delays this long). */
+  readonly eventStreamFallbackPoll: Duration.Duration
   /** Longest an execution's event stream stays open (it also ends at the execution's own timeout). */
   readonly eventStreamMaxDuration: Duration.Duration
   /** How long the cluster's stored messages of a finished execution's workflow are kept. */
@@ -134,8 +154,19 @@ export interface AppSettings {
   readonly maxUploadPages: number
   /** The most characters of text one document may hold once extracted. */
   readonly maxDocumentChars: number
-  /** Bound on extracting one document's text. */
+  /** Bound on extracting one document's text: its sandbox process is killed at it. */
   readonly extractionTimeout: Duration.Duration
+  /** Resident memory (heap and buffers) one extraction's process may use, in MB; killed beyond (too_large). */
+  readonly extractionMemoryMb: number
+  /** Documents extracted at once on one node (each in a process of its own). */
+  readonly extractionConcurrency: number
+  /** Documents of one tenant extracted at once across the cluster; the others wait, still processing. */
+  readonly extractionConcurrencyPerTenant: number
+  /** Extraction attempts a document may start whose process stopped before they finished; the next one fails it unread. */
+  readonly extractionMaxAttempts: number
+  /** Bounds on a DOCX's zip entries, read from its directory before it is opened: declared size and compression ratio. */
+  readonly extractionZipMaxEntryBytes: number
+  readonly extractionZipMaxRatio: number
   /** A document still processing this long after its upload is failed by the sweep. */
   readonly ingestionTimeout: Duration.Duration
   /** How long the cluster's stored messages of a finished ingestion are kept. */
@@ -146,6 +177,20 @@ export interface AppSettings {
   readonly teamClosingTurnTimeout: Duration.Duration
   /** How long the cluster's stored messages of a finished team run's workflow are kept. */
   readonly teamRunMessagesRetention: Duration.Duration
+  /**
+   * Executions and team runs one tenant of each plan may have running at once,
+   * across the cluster (FREE_MAX_RUNNING_RUNS...; 0: no cap). Beyond, runs wait
+   * in order, or a request with `Prefer: wait=0` is refused with 429.
+   */
+  readonly freeMaxRunningRuns: number
+  readonly proMaxRunningRuns: number
+  readonly businessMaxRunningRuns: number
+  /**
+   * The most a team of each plan may set as its `maxTurns`, `tokenBudget` and
+   * `timeoutMs` (FREE_TEAM_MAX_TURNS, PRO_TEAM_TOKEN_BUDGET, BUSINESS_TEAM_TIMEOUT...):
+   * more is refused at create and update, and runs of teams set before are held to them.
+   */
+  readonly teamLimits: { readonly free: TeamLimits; readonly pro: TeamLimits; readonly business: TeamLimits }
   /** OTLP/HTTP endpoint for traces (e.g. http://collector:4318); absent: nothing is exported. */
   readonly otelEndpoint: Option.Option<string>
   readonly otelServiceName: string
@@ -181,8 +226,94 @@ export interface AppSettings {
   readonly webhookRotationOverlap: Duration.Duration
   /** How long the cluster's stored messages of a finished webhook delivery are kept. */
   readonly webhookMessagesRetention: Duration.Duration
+  /** Redeliveries of one event at most (a further one is a 409 problem). */
+  readonly webhookMaxRedeliveries: number
+  /** Redeliveries per tenant in WEBHOOK_REDELIVERY_WINDOW (a leaky bucket in Postgres; beyond: 429 with Retry-After). */
+  readonly webhookRedeliveriesPerTenant: number
+  readonly webhookRedeliveryWindow: Duration.Duration
   /** Key (base64 of 32 bytes) that encrypts webhook signing secrets at rest; absent: a key file under .data. */
   readonly webhookSecretKey: Option.Option<Redacted.Redacted<string>>
+}
+
+/** The quotas of one plan: the most a tenant may keep of each; null: unlimited. */
+export interface PlanQuotas {
+  readonly knowledgeBases: number | null
+  readonly documents: number | null
+  /** Bytes of every document uploaded, as uploaded, whatever its status. */
+  readonly storedBytes: number | null
+  /** Chunks of the tenant's ready documents. */
+  readonly chunks: number | null
+  readonly agents: number | null
+  readonly orchestrations: number | null
+  readonly teams: number | null
+  /** API keys neither revoked nor expired. */
+  readonly apiKeys: number | null
+  /** Webhook URLs set (a team's room or an orchestration each). */
+  readonly webhookEndpoints: number | null
+}
+
+export interface PlanQuotasByPlan {
+  readonly free: PlanQuotas
+  readonly pro: PlanQuotas
+  readonly business: PlanQuotas
+}
+
+/** Each quota's environment variable, after the plan's prefix (FREE_, PRO_, BUSINESS_). */
+export const quotaVariables: { readonly [K in keyof PlanQuotas]: string } = {
+  knowledgeBases: "MAX_KNOWLEDGE_BASES",
+  documents: "MAX_DOCUMENTS",
+  storedBytes: "MAX_STORED_BYTES",
+  chunks: "MAX_CHUNKS",
+  agents: "MAX_AGENTS",
+  orchestrations: "MAX_ORCHESTRATIONS",
+  teams: "MAX_TEAMS",
+  apiKeys: "MAX_API_KEYS",
+  webhookEndpoints: "MAX_WEBHOOK_ENDPOINTS"
+}
+
+/** The defaults of docs/limits.md. */
+export const defaultPlanQuotas: PlanQuotasByPlan = {
+  free: {
+    knowledgeBases: 10,
+    documents: 200,
+    storedBytes: 100 * 1024 * 1024,
+    chunks: 50_000,
+    agents: 50,
+    orchestrations: 50,
+    teams: 20,
+    apiKeys: 10,
+    webhookEndpoints: 20
+  },
+  pro: {
+    knowledgeBases: 100,
+    documents: 10_000,
+    storedBytes: 10 * 1024 * 1024 * 1024,
+    chunks: 2_000_000,
+    agents: 1_000,
+    orchestrations: 1_000,
+    teams: 500,
+    apiKeys: 100,
+    webhookEndpoints: 1_000
+  },
+  // Unlimited definitions; storage stays bounded, since every tenant shares the database.
+  business: {
+    knowledgeBases: null,
+    documents: 1_000_000,
+    storedBytes: 100 * 1024 * 1024 * 1024,
+    chunks: 50_000_000,
+    agents: null,
+    orchestrations: null,
+    teams: null,
+    apiKeys: null,
+    webhookEndpoints: null
+  }
+}
+
+/** The most a team of one plan may set (see `teamLimits`). */
+export interface TeamLimits {
+  readonly maxTurns: number
+  readonly tokenBudget: number
+  readonly timeoutMs: number
 }
 
 export interface RunnerEndpoint {
@@ -290,6 +421,23 @@ const durationList = (name: string, fallback: string) =>
     Config.map((raw) => raw.split(",").map((entry) => parseDuration(entry)!))
   )
 
+/** A quota: a whole number of at least 0, or `unlimited` (null). */
+const quotaSetting = (name: string, fallback: number | null) =>
+  Config.schema(
+    Schema.String.check(Schema.makeFilter((raw: string) =>
+      /^\s*(\d+|unlimited)\s*$/i.test(raw) || `Expected a whole number or \`unlimited\`, got ${JSON.stringify(raw)}`
+    )),
+    name
+  ).pipe(
+    Config.map((raw): number | null => /unlimited/i.test(raw) ? null : Number(raw.trim())),
+    Config.withDefault(fallback)
+  )
+
+const planQuotas = (prefix: string, defaults: PlanQuotas): Config.Config<PlanQuotas> =>
+  Config.all(Object.fromEntries(
+    (Object.keys(quotaVariables) as Array<keyof PlanQuotas>).map((key) => [key, quotaSetting(`${prefix}_${quotaVariables[key]}`, defaults[key])])
+  ) as { readonly [K in keyof PlanQuotas]: Config.Config<number | null> })
+
 /** A key of 32 bytes in base64; anything else stops the start. */
 const base64Key = (name: string) =>
   Config.schema(
@@ -325,6 +473,17 @@ const defaultModel = Config.schema(
   const slash = value.indexOf("/")
   return slash === -1 ? value.toLowerCase() : value.slice(0, slash).toLowerCase() + value.slice(slash)
 }))
+
+// A plan's team limits: <PLAN>_TEAM_MAX_TURNS, <PLAN>_TEAM_TOKEN_BUDGET, <PLAN>_TEAM_TIMEOUT.
+const teamLimits = (plan: string, fallback: TeamLimits): Config.Config<TeamLimits> =>
+  Config.all({
+    maxTurns: Config.Int(`${plan}_TEAM_MAX_TURNS`).pipe(Config.withDefault(fallback.maxTurns)),
+    tokenBudget: Config.Int(`${plan}_TEAM_TOKEN_BUDGET`).pipe(Config.withDefault(fallback.tokenBudget)),
+    timeoutMs: Config.Duration(`${plan}_TEAM_TIMEOUT`).pipe(
+      Config.map(Duration.toMillis),
+      Config.withDefault(fallback.timeoutMs)
+    )
+  })
 
 export const settingsConfig: Config.Config<AppSettings> = Config.all({
   port: Config.Port("PORT").pipe(Config.withDefault(3000)),
@@ -366,9 +525,19 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   proDailyLimit: Config.Int("PRO_DAILY_LIMIT").pipe(Config.withDefault(10_000)),
   freeDailyTokens: Config.Int("FREE_DAILY_TOKENS").pipe(Config.withDefault(100_000)),
   proDailyTokens: Config.Int("PRO_DAILY_TOKENS").pipe(Config.withDefault(5_000_000)),
+  freeMaxOutputTokens: Config.Int("FREE_MAX_OUTPUT_TOKENS").pipe(Config.withDefault(1024)),
+  proMaxOutputTokens: Config.Int("PRO_MAX_OUTPUT_TOKENS").pipe(Config.withDefault(4096)),
+  businessMaxOutputTokens: Config.Int("BUSINESS_MAX_OUTPUT_TOKENS").pipe(Config.withDefault(4096)),
   freeModels: modelList("FREE_MODELS"),
   proModels: modelList("PRO_MODELS"),
   businessModels: modelList("BUSINESS_MODELS"),
+  planQuotas: Config.all({
+    free: planQuotas("FREE", defaultPlanQuotas.free),
+    pro: planQuotas("PRO", defaultPlanQuotas.pro),
+    business: planQuotas("BUSINESS", defaultPlanQuotas.business)
+  }),
+  rechunkBurst: Config.Int("RECHUNK_BURST").pipe(Config.withDefault(5)),
+  rechunkInterval: Config.Duration("RECHUNK_INTERVAL").pipe(Config.withDefault(Duration.minutes(1))),
   authAttemptsPerAddress: Config.Int("AUTH_ATTEMPTS_PER_ADDRESS").pipe(Config.withDefault(100)),
   authAttemptsPerAccount: Config.Int("AUTH_ATTEMPTS_PER_ACCOUNT").pipe(Config.withDefault(10)),
   authThrottleWindow: Config.Duration("AUTH_THROTTLE_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
@@ -384,6 +553,8 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   shardLockExpiration: Config.option(Config.Duration("SHARD_LOCK_EXPIRATION")),
   clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
   maxEventStreamsPerTenant: Config.Int("MAX_EVENT_STREAMS_PER_TENANT").pipe(Config.withDefault(10)),
+  eventStreamSlotLease: Config.Duration("EVENT_STREAM_SLOT_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
+  eventStreamFallbackPoll: Config.Duration("EVENT_STREAM_FALLBACK_POLL").pipe(Config.withDefault(Duration.seconds(3))),
   eventStreamMaxDuration: Config.Duration("EVENT_STREAM_MAX_DURATION").pipe(Config.withDefault(Duration.minutes(10))),
   executionMessagesRetention: Config.Duration("EXECUTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))
@@ -393,6 +564,21 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   maxUploadPages: Config.Int("MAX_UPLOAD_PAGES").pipe(Config.withDefault(2_000)),
   maxDocumentChars: Config.Int("MAX_DOCUMENT_CHARS").pipe(Config.withDefault(5_000_000)),
   extractionTimeout: Config.Duration("EXTRACTION_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
+  extractionMemoryMb: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 128, maximum: 65_536 })), "EXTRACTION_MEMORY_MB").pipe(
+    Config.withDefault(512)
+  ),
+  extractionConcurrency: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 256 })), "EXTRACTION_CONCURRENCY").pipe(
+    Config.withDefault(2)
+  ),
+  extractionConcurrencyPerTenant: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
+    "EXTRACTION_CONCURRENCY_PER_TENANT"
+  ).pipe(Config.withDefault(2)),
+  extractionMaxAttempts: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100 })), "EXTRACTION_MAX_ATTEMPTS").pipe(
+    Config.withDefault(2)
+  ),
+  extractionZipMaxEntryBytes: Config.Int("EXTRACTION_ZIP_MAX_ENTRY_BYTES").pipe(Config.withDefault(50 * 1024 * 1024)),
+  extractionZipMaxRatio: Config.Int("EXTRACTION_ZIP_MAX_RATIO").pipe(Config.withDefault(100)),
   ingestionTimeout: Config.Duration("INGESTION_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
   ingestionMessagesRetention: Config.Duration("INGESTION_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
   knowledgeTopK: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 50 })), "KNOWLEDGE_TOP_K").pipe(
@@ -400,6 +586,15 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   ),
   teamClosingTurnTimeout: Config.Duration("TEAM_CLOSING_TURN_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
   teamRunMessagesRetention: Config.Duration("TEAM_RUN_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
+  freeMaxRunningRuns: Config.Int("FREE_MAX_RUNNING_RUNS").pipe(Config.withDefault(5)),
+  proMaxRunningRuns: Config.Int("PRO_MAX_RUNNING_RUNS").pipe(Config.withDefault(25)),
+  // Business is unlimited as its requests and tokens are; an operator may cap it.
+  businessMaxRunningRuns: Config.Int("BUSINESS_MAX_RUNNING_RUNS").pipe(Config.withDefault(0)),
+  teamLimits: Config.all({
+    free: teamLimits("FREE", { maxTurns: 12, tokenBudget: 200_000, timeoutMs: 600_000 }),
+    pro: teamLimits("PRO", { maxTurns: 30, tokenBudget: 2_000_000, timeoutMs: 1_800_000 }),
+    business: teamLimits("BUSINESS", { maxTurns: 50, tokenBudget: 10_000_000, timeoutMs: 3_600_000 })
+  }),
   otelEndpoint: Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT")),
   otelServiceName: Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("agent-host")),
   metricsEnabled: flag("METRICS_ENABLED").pipe(Config.withDefault(true)),
@@ -420,6 +615,14 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   webhookDisableAfter: Config.Duration("WEBHOOK_DISABLE_AFTER").pipe(Config.withDefault(Duration.days(5))),
   webhookRotationOverlap: Config.Duration("WEBHOOK_ROTATION_OVERLAP").pipe(Config.withDefault(Duration.hours(24))),
   webhookMessagesRetention: Config.Duration("WEBHOOK_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
+  webhookMaxRedeliveries: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 1_000 })), "WEBHOOK_MAX_REDELIVERIES").pipe(
+    Config.withDefault(10)
+  ),
+  webhookRedeliveriesPerTenant: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })),
+    "WEBHOOK_REDELIVERIES_PER_TENANT"
+  ).pipe(Config.withDefault(30)),
+  webhookRedeliveryWindow: Config.Duration("WEBHOOK_REDELIVERY_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
   webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY"))
 }).pipe(Config.map((settings): AppSettings => ({
   ...settings,

@@ -33,6 +33,7 @@ import * as MemoryReducer from "./Platform/MemoryReducer.ts"
 import * as MetricsHttp from "./Platform/MetricsHttp.ts"
 import * as Observability from "./Platform/Observability.ts"
 import * as RequestPipeline from "./Platform/RequestPipeline.ts"
+import { RunSlots } from "./Platform/RunSlots.ts"
 import * as SyncDigest from "./Platform/SyncDigest.ts"
 import * as KnowledgeHttp from "./Knowledge/Http.ts"
 import * as IngestionWorkflow from "./Knowledge/IngestionWorkflow.ts"
@@ -125,6 +126,8 @@ export const EntitiesLayer = Layer.mergeAll(
     TeamsRepo.layer,
     KnowledgeSearch.layer
   ]),
+  // One per process: the runs' slots and signals, which the workflows and the routes share.
+  Layer.provideMerge(RunSlots.layerAll),
   // One model client per process: chats of agents without memory call it from the routes.
   Layer.provideMerge(Models.layer),
   Layer.provideMerge(Webhooks.layer),

@@ -3,6 +3,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { TokenBudget } from "../Billing/Budget.ts"
+import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
 import { type AgentId, isId, type TenantId } from "../Domain/Ids.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
@@ -21,6 +22,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const config = yield* AppConfig
     const budget = yield* TokenBudget
     const knowledge = yield* KnowledgeSearch
+    const limits = yield* Limits
 
     /** The ids once each, in order, when every one is a knowledge base of the tenant. */
     const checkKnowledge = Traced.fn("Agents.checkKnowledge")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
@@ -49,7 +51,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       const model = input.model ?? config.defaultModel
       yield* budget.checkModel(tenantId, model)
       const knowledgeIds = yield* checkKnowledge(tenantId, input.knowledgeIds ?? [])
-      return yield* repo.insert(tenantId, {
+      return yield* limits.admit(tenantId, "agents", repo.insert(tenantId, {
         knowledgeIds,
         name: input.name,
         description: input.description ?? "",
@@ -57,7 +59,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
         instructions: input.instructions ?? "",
         status: input.status ?? "active",
         memoryEnabled: input.memoryEnabled ?? true
-      })
+      }))
     })
 
     const get = Traced.fn("Agents.get")(function*(tenantId: TenantId, id: AgentId) {
@@ -82,5 +84,5 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     return { list, create, get, update, remove } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer, Limits.layer]))
 }

@@ -4,7 +4,7 @@ import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
-import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import { eventStream } from "../Domain/EventStream.ts"
 import { cursorParam } from "../Domain/Cursor.ts"
@@ -16,8 +16,10 @@ import {
   GatewayTimeout,
   ModelNotAllowed,
   NotFound,
+  QuotaReached,
   ServiceUnavailable,
-  TokenBudgetSpent
+  TokenBudgetSpent,
+  TooManyStreams
 } from "../Domain/Problems.ts"
 
 /** A knowledge chunk a grounded chat answer was given, as the chat response names it. */
@@ -230,7 +232,8 @@ const chatSpec = {
     GatewayTimeout,
     ServiceUnavailable,
     TokenBudgetSpent,
-    ModelNotAllowed
+    ModelNotAllowed,
+    TooManyStreams
   ]
 } as const
 
@@ -241,7 +244,8 @@ const chatDoc = {
     "`Accept: text/event-stream` the reply streams as server-sent events: `delta` events carrying `{ text }`, " +
     "then one `done` event carrying this response's JSON (or an `error` event carrying a problem).",
   errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) message, 403 when the plan may not use the agent's " +
-    "model, 404 when the agent is not the tenant's or is inactive, 429 when the day's model tokens are spent, " +
+    "model, 404 when the agent is not the tenant's or is inactive, 429 when the day's model tokens are spent " +
+    "or, streamed, beyond MAX_EVENT_STREAMS_PER_TENANT open event streams, " +
     "502 when the model provider fails, 503 when the model is not configured or the service cannot reach the " +
     "conversation, 504 when the model times out (MODEL_TIMEOUT)."
 }
@@ -261,13 +265,14 @@ export class AgentsApi extends HttpApiGroup.make("agents")
     HttpApiEndpoint.post("create", "/", {
       payload: CreateAgent,
       success: Agent.pipe(HttpApiSchema.status(201)),
-      error: ModelNotAllowed
+      error: [ModelNotAllowed, QuotaReached]
     }).annotateMerge(operation({
       summary: "Create an agent",
       description: "Creates an agent: a model (DEFAULT_MODEL when omitted), instructions and whether it remembers " +
         "conversations.",
       credential: sessionCredential,
-      errors: "400 on invalid fields, 403 when the plan may not use the model."
+      errors: "400 on invalid fields, 403 when the plan may not use the model, 429 when the tenant has as many " +
+        "agents as its plan allows (MAX_AGENTS)."
     })),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: AgentId },
@@ -334,7 +339,11 @@ export class AgentsApi extends HttpApiGroup.make("agents")
       errors: "404 when the agent is not the tenant's or has no such conversation, 503 when the conversation " +
         "cannot be reached in CLUSTER_CALL_TIMEOUT (try again)."
     })),
-    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).annotateMerge(operation({ ...chatDoc, credential: sessionCredential }))
+    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).middleware(SessionQuota).annotateMerge(operation({
+      ...chatDoc,
+      credential: sessionCredential,
+      errors: `${chatDoc.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
+    }))
   )
   .middleware(SessionAuth)
   .prefix("/api/agents")

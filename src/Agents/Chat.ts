@@ -8,7 +8,14 @@ import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor, encodeCursor } from "../Domain/Cursor.ts"
 import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
-import { BadGateway, GatewayTimeout, invalidField, NotFound, ServiceUnavailable } from "../Domain/Problems.ts"
+import {
+  BadGateway,
+  GatewayTimeout,
+  invalidField,
+  NotFound,
+  ServiceUnavailable,
+  TokenBudgetSpent
+} from "../Domain/Problems.ts"
 import { toSource } from "../Knowledge/Grounding.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Agents } from "./Agents.ts"
@@ -35,6 +42,11 @@ const fromChatFailed = (error: ChatFailed) => {
     case "UnknownModel":
     case "DatabaseUnavailable":
       return new ServiceUnavailable({ detail: error.message })
+    case "TokenBudgetSpent":
+      // The turn's reservation was refused: the tokens left are spent or held by calls in flight.
+      return error.spent === undefined
+        ? new ServiceUnavailable({ detail: error.message })
+        : new TokenBudgetSpent({ detail: error.message, ...error.spent })
   }
 }
 
@@ -63,8 +75,9 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       }
       const agent = yield* agents.get(tenantId, agentId)
       if (agent.status !== "active") return yield* new NotFound({ detail: `No active agent ${agentId}` })
-      // The turn's tokens are charged by the conversation once the model has answered.
-      yield* budget.admit(tenantId, agent.model)
+      // Refused at once when the day's tokens are spent; the turn reserves its
+      // worst case, and settles its tokens, where its prompt is made (Conversation).
+      const standing = yield* budget.admit(tenantId, agent.model)
       // The message is the query: what the agent is asked is what it looks up.
       const grounded = agent.knowledgeIds.length > 0
       const found = grounded
@@ -81,7 +94,8 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
           model: agent.model,
           instructions: agent.instructions,
           memoryEnabled: agent.memoryEnabled,
-          ...(grounded ? { sources: found.map(toSource) } : {})
+          ...(grounded ? { sources: found.map(toSource) } : {}),
+          ...(standing === undefined ? {} : { plan: standing.plan })
         }
       }
     })
@@ -106,7 +120,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       return turns.streamReply(input).pipe(
         Stream.mapError(toProblem),
         Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) })
-      ) as Stream.Stream<ChatEvent, GatewayTimeout | BadGateway | ServiceUnavailable>
+      ) as Stream.Stream<ChatEvent, GatewayTimeout | BadGateway | ServiceUnavailable | TokenBudgetSpent>
     })
 
     const conversations = Traced.fn("Chat.conversations")(function*(

@@ -1,5 +1,7 @@
+import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as ClusterSchema from "effect/cluster/ClusterSchema"
@@ -7,8 +9,10 @@ import * as Entity from "effect/cluster/Entity"
 import * as Rpc from "effect/rpc/Rpc"
 import { isSqlError } from "effect/sql/SqlError"
 import { isTransient, retryTransient } from "../Database/Errors.ts"
-import { TokenBudget } from "../Billing/Budget.ts"
+import { Plan } from "../Auth/Api.ts"
+import { costOfFailure, type Reservation, TokenBudget } from "../Billing/Budget.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
+import type { TokenBudgetSpent } from "../Domain/Problems.ts"
 import { storable } from "../Domain/Text.ts"
 import { citations, fitSources, GroundingSource, withSources } from "../Knowledge/Grounding.ts"
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
@@ -41,14 +45,23 @@ const TurnInput = Schema.Struct({
   instructions: Schema.String,
   memoryEnabled: Schema.Boolean,
   /** Retrieved for this message from the agent's knowledge bases, best first; absent for an agent without any. */
-  sources: Schema.optionalKey(Schema.Array(GroundingSource))
+  sources: Schema.optionalKey(Schema.Array(GroundingSource)),
+  /** The tenant's plan as the request found it, when it read it: a plan without a budget reserves nothing. */
+  plan: Schema.optionalKey(Plan)
 })
 export type TurnInput = typeof TurnInput.Type
 
 export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
-  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel", "DatabaseUnavailable"]),
+  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel", "DatabaseUnavailable", "TokenBudgetSpent"]),
   message: Schema.String,
-  status: Schema.optionalKey(Schema.Int)
+  status: Schema.optionalKey(Schema.Int),
+  /** TokenBudgetSpent: the budget the turn's reservation was refused by. */
+  spent: Schema.optionalKey(Schema.Struct({
+    plan: Schema.String,
+    budget: Schema.Int,
+    used: Schema.Int,
+    resetAt: Schema.String
+  }))
 }) {}
 
 export const ChatEvent = Schema.Union([
@@ -88,6 +101,13 @@ const toChatFailed = (error: ModelError) =>
     reason: error.reason,
     message: error.message,
     ...(error.status === undefined ? {} : { status: error.status })
+  })
+
+const budgetSpent = (error: TokenBudgetSpent) =>
+  new ChatFailed({
+    reason: "TokenBudgetSpent",
+    message: error.detail ?? "The day's model tokens are spent",
+    spent: { plan: error.plan, budget: error.budget, used: error.used, resetAt: error.resetAt }
   })
 
 /**
@@ -165,31 +185,57 @@ export const makeTurns = Effect.gen(function*() {
    */
   const prompt = (input: TurnInput) =>
     Effect.gen(function*() {
-      const room = models.contextBudget(input.model) - models.countTokens(input.instructions) -
-        models.countTokens(input.message)
+      const instructionsTokens = models.countTokens(input.instructions)
+      const messageTokens = models.countTokens(input.message)
+      const room = models.contextBudget(input.model) - instructionsTokens - messageTokens
       const sources = input.sources === undefined ? undefined : fitSources(input.sources, Math.floor(room / 2))
       const system = withSources(input.instructions, sources ?? [])
+      const systemTokens = system === input.instructions ? instructionsTokens : models.countTokens(system)
       const newMessage: ChatMessage = { role: "user", content: input.message }
-      if (!input.memoryEnabled) return { system, sources, messages: [newMessage] }
+      // The prompt's tokens, as the turn's reservation counts them.
+      const estimate = (messages: number, tokens: number) =>
+        models.promptEstimate(input.model, tokens, messages + (system === "" ? 0 : 1))
+      if (!input.memoryEnabled) {
+        return { system, sources, messages: [newMessage], promptTokens: estimate(1, systemTokens + messageTokens) }
+      }
       const turns = yield* loadHistory(input)
-      let budget = models.contextBudget(input.model) - models.countTokens(system) - models.countTokens(input.message)
+      let budget = models.contextBudget(input.model) - systemTokens - messageTokens
       let first = turns.length
       while (first > 0 && turns[first - 1]!.cost <= budget) {
         first--
         budget -= turns[first]!.cost
       }
       const messages: Array<ChatMessage> = []
+      let historyTokens = 0
       for (const turn of turns.slice(first)) {
         messages.push({ role: "user", content: turn.message }, { role: "assistant", content: turn.reply })
+        historyTokens += turn.cost
       }
       messages.push(newMessage)
-      return { system, sources, messages }
+      return { system, sources, messages, promptTokens: estimate(messages.length, systemTokens + messageTokens + historyTokens) }
     })
 
-  const remember = (input: TurnInput, reply: ModelReply, createdAt: Date) =>
+  /**
+   * The turn's hold on the tenant's day, its worst case (the prompt and the
+   * plan's max_tokens), or the refusal of the budget. The request checked
+   * the model a moment ago; the plan it read spares a business tenant the statement.
+   */
+  const reserve = (input: TurnInput, promptTokens: number): Effect.Effect<Reservation, ChatFailed> =>
+    withDatabase(Effect.result(
+      tokenBudget.reserve(input.tenantId as TenantId, { model: undefined, promptTokens, plan: input.plan }).pipe(
+        // Not asked: no model to check.
+        Effect.catchTag("ModelNotAllowed", Effect.die)
+      )
+    )).pipe(
+      Effect.flatMap((result) =>
+        result._tag === "Success" ? Effect.succeed(result.success) : Effect.fail(budgetSpent(result.failure))
+      )
+    )
+
+  const remember = (input: TurnInput, reply: ModelReply, createdAt: Date, reservation: Reservation) =>
     Effect.gen(function*() {
-      // Charged here, where the tokens are known, even if the caller has stopped waiting.
-      yield* tokenBudget.chargeInBackground(input.tenantId as TenantId, reply.inputTokens + reply.outputTokens)
+      // Settled here, where the tokens are known, even if the caller has stopped waiting.
+      yield* tokenBudget.settleInBackground(reservation, reply.inputTokens + reply.outputTokens)
       yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
       if (!input.memoryEnabled) return
       const turns = yield* loadHistory(input)
@@ -228,31 +274,56 @@ export const makeTurns = Effect.gen(function*() {
   return {
     send: Traced.fn("Conversation.send")(function*(payload: TurnInput) {
       const createdAt = new Date()
-      const { messages, sources, system } = yield* prompt(payload)
-      const reply = yield* models.generate({ model: payload.model, system, messages }).pipe(
-        Effect.mapError(toChatFailed)
-      )
-      // Once the model has answered, its tokens are charged (and the turn
-      // stored) even if the caller stops waiting.
-      yield* Effect.uninterruptible(remember(payload, reply, createdAt))
-      return toResponse(payload, reply, sources)
+      const { messages, promptTokens, sources, system } = yield* prompt(payload)
+      return yield* tokenBudget.reserving(
+        reserve(payload, promptTokens),
+        (held) => models.generate({ model: payload.model, system, messages, maxOutputTokens: held.maxOutputTokens }),
+        // Once the model has answered, its tokens are charged (and the turn
+        // stored) even if the caller stops waiting.
+        (reply, held) =>
+          Effect.as(Effect.uninterruptible(remember(payload, reply, createdAt, held)), toResponse(payload, reply, sources))
+      ).pipe(Effect.mapError((error) => error._tag === "ModelError" ? toChatFailed(error) : error))
     }),
     // The turn is stored when the model is done and before `Done` is sent; a
-    // stream interrupted earlier (the client went away) stores nothing.
+    // stream interrupted earlier (the client went away) stores nothing, and
+    // settles its reservation with what the provider may have spent: the
+    // prompt, and the text it had sent.
     streamReply: (payload: TurnInput) =>
       Stream.unwrap(Effect.gen(function*() {
         const createdAt = new Date()
-        const { messages, sources, system } = yield* prompt(payload)
-        return models.stream({ model: payload.model, system, messages }).pipe(
+        const { messages, promptTokens, sources, system } = yield* prompt(payload)
+        let received = ""
+        let failure: ModelError | undefined
+        let answered: ModelReply | undefined
+        // Whatever ends the stream before its reply settled the reservation settles it here.
+        const reservation = yield* Effect.acquireRelease(
+          reserve(payload, promptTokens),
+          (held, exit) =>
+            tokenBudget.settling(held)
+              ? Effect.void
+              : tokenBudget.settleInBackground(
+                held,
+                answered !== undefined
+                  ? answered.inputTokens + answered.outputTokens
+                  : received !== ""
+                  ? held.promptTokens + models.countTokens(received)
+                  : costOfFailure(held, failure !== undefined ? Cause.fail(failure) : Exit.isFailure(exit) ? exit.cause : Cause.interrupt())
+              )
+        )
+        return models.stream({ model: payload.model, system, messages, maxOutputTokens: reservation.maxOutputTokens }).pipe(
+          Stream.tapError((error) => Effect.sync(() => failure = error)),
           Stream.mapError(toChatFailed),
-          Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> =>
-            event._tag === "Delta"
-              ? Effect.succeed({ _tag: "Delta", text: event.text })
-              : Effect.as(remember(payload, event.reply, createdAt), {
-                _tag: "Done",
-                response: toResponse(payload, event.reply, sources)
-              })
-          )
+          Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> => {
+            if (event._tag === "Delta") {
+              received += event.text
+              return Effect.succeed({ _tag: "Delta", text: event.text })
+            }
+            answered = event.reply
+            return Effect.as(remember(payload, event.reply, createdAt, reservation), {
+              _tag: "Done",
+              response: toResponse(payload, event.reply, sources)
+            })
+          })
         )
       })),
     forget: Traced.fn("Conversation.forget")(function*(payload: typeof Forget.payloadSchema.Type) {

@@ -8,6 +8,7 @@ import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { AgentId } from "../Domain/Ids.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
+import { EventStreams } from "../Platform/EventStreams.ts"
 import { Agents } from "./Agents.ts"
 import { AgentList, type ChatRequest, V1AgentList } from "./Api.ts"
 import { Chat } from "./Chat.ts"
@@ -49,7 +50,7 @@ const wantsEventStream = (request: HttpServerRequest.HttpServerRequest) =>
   (request.headers.accept ?? "").includes("text/event-stream")
 
 /** A chat, as JSON or (on `Accept: text/event-stream`) as events, with a key or a session alike. */
-const chatHandler = (chat: Chat["Service"]) =>
+const chatHandler = (chat: Chat["Service"], streams: EventStreams["Service"]) =>
   Traced.fn(function*({ params, payload, request }: {
     readonly params: { readonly id: AgentId }
     readonly payload: ChatRequest
@@ -57,6 +58,8 @@ const chatHandler = (chat: Chat["Service"]) =>
   }) {
     const { tenantId } = yield* CurrentPrincipal
     if (wantsEventStream(request)) {
+      // A streamed chat holds one of the tenant's event stream places while it streams.
+      yield* streams.hold(tenantId)
       return toEventStream(yield* withBudgetHeaders(chat.stream(tenantId, params.id, payload)))
     }
     return yield* withBudgetHeaders(chat.send(tenantId, params.id, payload))
@@ -68,6 +71,7 @@ export const AgentsHttp = HttpApiBuilder.group(
   Traced.fn(function*(handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
+    const streams = yield* EventStreams
     const listJson = jsonPages(AgentList)
     return handlers.handleAll({
       list: Traced.fn(function*({ query }) {
@@ -102,7 +106,7 @@ export const AgentsHttp = HttpApiBuilder.group(
         const { tenantId } = yield* CurrentPrincipal
         yield* chat.forget(tenantId, params.id, params.conversationId)
       }),
-      chat: chatHandler(chat)
+      chat: chatHandler(chat, streams)
     })
   })
 )
@@ -113,15 +117,16 @@ export const AgentsV1Http = HttpApiBuilder.group(
   Traced.fn(function*(handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
+    const streams = yield* EventStreams
     const listJson = jsonPages(V1AgentList)
     return handlers.handleAll({
       list: Traced.fn(function*({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         return listJson(yield* agents.list(tenantId, { activeOnly: true, ...query }))
       }),
-      chat: chatHandler(chat)
+      chat: chatHandler(chat, streams)
     })
   })
 )
 
-export const layer = Layer.mergeAll(AgentsHttp, AgentsV1Http).pipe(Layer.provide([Agents.layer, Chat.layer]))
+export const layer = Layer.mergeAll(AgentsHttp, AgentsV1Http).pipe(Layer.provide([Agents.layer, Chat.layer, EventStreams.layer]))

@@ -13,6 +13,7 @@ import {
   Conflict,
   Forbidden,
   NotFound,
+  QuotaReached,
   ServiceUnavailable,
   TooManyAttempts,
   TooManyRequests,
@@ -70,6 +71,19 @@ export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
   },
   // Forbidden: a cookie-authenticated write from a foreign Origin.
   error: [Unauthorized, Forbidden]
+}) {}
+
+/**
+ * Session routes that start model work or write knowledge (chat, execute,
+ * team run, upload, rechunk, search): counted against the plan's daily
+ * requests like their API-key twins, in the same count, refused at the same
+ * count with the same 429 and RateLimit headers. Applied after SessionAuth,
+ * whose principal it counts.
+ */
+export class SessionQuota extends HttpApiMiddleware.Service<SessionQuota, {
+  requires: CurrentPrincipal
+}>()("agent-host/SessionQuota", {
+  error: TooManyRequests
 }) {}
 
 /** /api/v1: `Authorization: Bearer <API key>`. */
@@ -281,13 +295,15 @@ export class KeysApi extends HttpApiGroup.make("keys")
   .add(
     HttpApiEndpoint.post("create", "/", {
       payload: CreateApiKeyRequest,
-      success: CreatedApiKey.pipe(HttpApiSchema.status(201))
+      success: CreatedApiKey.pipe(HttpApiSchema.status(201)),
+      error: QuotaReached
     }).annotateMerge(operation({
       summary: "Create an API key",
       description: "Creates a key with the given scopes (all of them when `scopes` is omitted) and, optionally, an " +
         "`expiresAt` from which it is refused. The plaintext `key` is in this response only; the service keeps a hash.",
       credential: sessionCredential,
-      errors: "400 on invalid fields."
+      errors: "400 on invalid fields, 429 when the tenant has as many keys (neither revoked nor expired) as its plan " +
+        "allows (MAX_API_KEYS)."
     })),
     HttpApiEndpoint.get("list", "/", {
       success: Schema.Struct({ data: Schema.Array(ApiKey), total: Schema.Int })

@@ -7,6 +7,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
+import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
 import { ListenerSql } from "../Database/Sql.ts"
 import type { ApiKeyId, TenantId } from "../Domain/Ids.ts"
@@ -31,6 +32,7 @@ interface VerifiedKey {
 export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
   make: Effect.gen(function*() {
     const repo = yield* AuthRepo
+    const limits = yield* Limits
     const config = yield* AppConfig
 
     // Verified keys are trusted for apiKeyCacheTtl; revocation drops the entry
@@ -111,7 +113,11 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
       const prefix = key.slice(0, 11)
       const scopes = input.scopes === undefined ? null : [...new Set(input.scopes)]
       const expiresAt = input.expiresAt == null ? null : new Date(input.expiresAt)
-      const row = yield* repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash: hashSecret(key), scopes, expiresAt })
+      const row = yield* limits.admit(
+        tenantId,
+        "apiKeys",
+        repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash: hashSecret(key), scopes, expiresAt })
+      )
       return {
         ...toApiKey({ ...row, tenantId, name: input.name, prefix, keyHash: "", scopes, revokedAt: null, expiresAt, lastUsedAt: null }),
         key
@@ -132,5 +138,5 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
     return { authenticate, create, list, revoke } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(AuthRepo.layer))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AuthRepo.layer, Limits.layer]))
 }

@@ -10,9 +10,18 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
 import { Accounts } from "./Accounts.ts"
-import { ApiKeyAuth, ApiKeyHeaderAuth, CurrentPrincipal, RequiredScope, SessionAuth, sessionCookieName } from "./Api.ts"
+import {
+  ApiKeyAuth,
+  ApiKeyHeaderAuth,
+  CurrentPrincipal,
+  RequiredScope,
+  SessionAuth,
+  sessionCookieName,
+  SessionQuota
+} from "./Api.ts"
 import { CountedToday, Quota } from "../Billing/Quota.ts"
 import { AppConfig } from "../Config.ts"
+import type { TenantId } from "../Domain/Ids.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 
 const missingSession = new Unauthorized({ detail: "Missing session: log in, then send the session cookie or a bearer token" })
@@ -105,12 +114,31 @@ const hasSessionCookie = Effect.map(
   (request) => (request.cookies[sessionCookieName] ?? "") !== ""
 )
 
+/**
+ * Counts a request against the tenant's daily limit (Quota), for key routes
+ * and their session twins alike: the 429 and RateLimit headers, and the day
+ * as counted for the token budget of the request's model calls.
+ */
+const makeDailyCount = Effect.gen(function*() {
+  const quota = yield* Quota
+  const { enforceDailyLimits } = yield* AppConfig
+  return <A, E, R>(httpEffect: Effect.Effect<A, E, R>, tenantId: TenantId) =>
+    !enforceDailyLimits
+      ? httpEffect
+      : Effect.gen(function*() {
+        const allowance = yield* quota.consume(tenantId).pipe(
+          Effect.tapError((refused) => setLimitHeaders(refused.limit, 0, new Date(refused.resetAt), true))
+        )
+        if (allowance.limit !== null) yield* setLimitHeaders(allowance.limit, allowance.remaining!, allowance.resetAt, false)
+        return yield* Effect.provideService(httpEffect, CountedToday, allowance.counted)
+      })
+})
+
 // The API-key check, kept apart from its credential so that the X-API-Key
 // routes of /api/public can share it.
 const makeApiKeyCheck = Effect.gen(function*() {
   const keys = yield* ApiKeys
-  const quota = yield* Quota
-  const { enforceDailyLimits } = yield* AppConfig
+  const count = yield* makeDailyCount
   return <A, E, R>(
     httpEffect: Effect.Effect<A, E, R>,
     credential: Redacted.Redacted,
@@ -126,18 +154,17 @@ const makeApiKeyCheck = Effect.gen(function*() {
       if (!principal.value.scopes.includes(required)) {
         return yield* new Forbidden({ detail: `This API key lacks the "${required}" scope`, requiredScope: required })
       }
-      if (!enforceDailyLimits) return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
       // Counted once authenticated and allowed: refusals for auth, scope or quota do not count.
-      const allowance = yield* quota.consume(principal.value.tenantId).pipe(
-        Effect.tapError((refused) => setLimitHeaders(refused.limit, 0, new Date(refused.resetAt), true))
-      )
-      if (allowance.limit !== null) yield* setLimitHeaders(allowance.limit, allowance.remaining!, allowance.resetAt, false)
-      return yield* httpEffect.pipe(
-        Effect.provideService(CurrentPrincipal, principal.value),
-        Effect.provideService(CountedToday, allowance.counted)
-      )
+      return yield* count(Effect.provideService(httpEffect, CurrentPrincipal, principal.value), principal.value.tenantId)
     })
 })
+
+/** The session twins of key routes: counted like them (SessionQuota in Api.ts). */
+export const SessionQuotaLayer = Layer.effect(
+  SessionQuota,
+  Effect.map(makeDailyCount, (count) =>
+    SessionQuota.of((httpEffect) => Effect.flatMap(CurrentPrincipal, (principal) => count(httpEffect, principal.tenantId))))
+)
 
 /** RateLimit-* headers (and Retry-After when refused) on whatever response this request gets. */
 export const setLimitHeaders = (limit: number, remaining: number, resetAt: Date, refused: boolean) =>
@@ -171,7 +198,7 @@ export const ApiKeyHeaderAuthLayer = Layer.effect(
 )
 
 /** The auth middlewares. */
-export const layer = Layer.mergeAll(SessionAuthLayer, ApiKeyAuthLayer, ApiKeyHeaderAuthLayer).pipe(
+export const layer = Layer.mergeAll(SessionAuthLayer, SessionQuotaLayer, ApiKeyAuthLayer, ApiKeyHeaderAuthLayer).pipe(
   Layer.provide(ApiKeys.layer)
 )
 

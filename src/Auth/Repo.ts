@@ -6,6 +6,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlSchema from "effect/sql/SqlSchema"
+import { forEachChunk } from "../Database/Chunks.ts"
 import { CounterSql } from "../Database/Sql.ts"
 import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
@@ -168,15 +169,17 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       )
 
     /**
-     * Records when keys were last used, many at once; a time never moves back
-     * (two nodes may flush the same key in either order).
+     * Records when keys were last used, many at once (1,000 keys a statement);
+     * a time never moves back (two nodes may flush the same key in either
+     * order), so a flush that fails part way can be made again whole.
      */
     const touchApiKeys = (uses: ReadonlyArray<readonly [ApiKeyId, Date]>) =>
-      uses.length === 0 ? Effect.void : sql`
-        UPDATE api_keys AS k SET last_used_at = u.used_at
-        FROM unnest(${uses.map(([id]) => id)}::text[], ${uses.map(([, at]) => at.toISOString())}::timestamptz[])
-          AS u (id, used_at)
-        WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.used_at)`.pipe(
+      forEachChunk(uses, (chunk) =>
+        sql`
+          UPDATE api_keys AS k SET last_used_at = u.used_at
+          FROM unnest(${chunk.map(([id]) => id)}::text[], ${chunk.map(([, at]) => at.toISOString())}::timestamptz[])
+            AS u (id, used_at)
+          WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.used_at)`).pipe(
         Effect.asVoid,
         Traced.withSpan("AuthRepo.touchApiKeys")
       )

@@ -65,11 +65,18 @@ interface Waiter {
   readonly deferred: Deferred.Deferred<Counted, TooManyRequests>
 }
 
-/** What one statement writes to a tenant's day: requests waiting for their count, requests already answered, tokens. */
+/**
+ * What one statement writes to a tenant's day: requests waiting for their
+ * count, requests already answered, tokens, and reserved tokens given back.
+ */
 interface Batch {
   readonly waiters: Array<Waiter>
   answered: number
   tokens: number
+  /** Reserved tokens given back by calls that have settled (TokenBudget). */
+  released: number
+  /** The day the tokens and releases belong to (the reservations' day); "" while there are none. */
+  tokensDay: string
   /** Charges of tokens whose callers wait until they are written (and charge again if it fails). */
   readonly charged: Array<Deferred.Deferred<void>>
   chargedTokens: number
@@ -137,10 +144,14 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
     const write = (tenantId: TenantId, batch: Batch) =>
       Effect.gen(function*() {
         const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
+        const tokensDay = batch.tokensDay === "" ? day : batch.tokensDay
         if (batch.waiters.length === 0 && batch.answered === 0) {
           // Tokens alone (a step of a run, a turn that was not a request).
-          return yield* repo.chargeTokens(tenantId, day, batch.tokens)
+          return yield* repo.chargeTokens(tenantId, tokensDay, batch.tokens, batch.released)
         }
+        // Tokens of calls reserved before midnight go to their own day, apart from the counts.
+        const apart = tokensDay !== day
+        if (apart) yield* repo.chargeTokens(tenantId, tokensDay, batch.tokens, batch.released)
         if (day !== knownDay) {
           knownDay = day
           knownRows.clear()
@@ -154,7 +165,8 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
           day,
           n: batch.waiters.length,
           answered: batch.answered,
-          tokens: batch.tokens,
+          tokens: apart ? 0 : batch.tokens,
+          released: apart ? 0 : batch.released,
           freeLimit: config.freeDailyLimit,
           proLimit: config.proDailyLimit
         }
@@ -208,9 +220,10 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
               Effect.forEach(batch.waiters, (waiter) => Deferred.failCause(waiter.deferred, cause)),
               Effect.forEach(batch.charged, (charged) => Deferred.failCause(charged, cause))
             ),
+            // Reservations not given back stay counted until their day ends: the safe side.
             batch.answered > 0 || batch.tokens > batch.chargedTokens
               ? Effect.logWarning("Requests or model tokens of a tenant could not be counted", cause).pipe(
-                Effect.annotateLogs({ tenantId, requests: batch.answered, tokens: batch.tokens })
+                Effect.annotateLogs({ tenantId, requests: batch.answered, tokens: batch.tokens, released: batch.released })
               )
               : Effect.void
           )
@@ -243,6 +256,8 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
             waiters: [],
             answered: 0,
             tokens: 0,
+            released: 0,
+            tokensDay: "",
             charged: [],
             chargedTokens: 0,
             landed: Deferred.makeUnsafe(),
@@ -272,31 +287,61 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       return yield* Deferred.await(deferred)
     })
 
-    /** Adds model tokens to the tenant's day, without waiting for the write. */
-    const charge = (tenantId: TenantId, tokens: number) =>
+    // The batch that takes tokens of `day`; undefined when the one gathering
+    // holds another day's (a call reserved before midnight settling after it).
+    const gatheringFor = (tenantId: TenantId, day: string) =>
       Effect.map(gathering(tenantId), (batch) => {
-        batch.tokens += tokens
+        if (batch.tokensDay === "") batch.tokensDay = day
+        return batch.tokensDay === day ? batch : undefined
       })
 
     /**
-     * Adds model tokens to the tenant's day and waits until they are written;
-     * fails as the write did (nothing of it was written), to be charged again.
-     * Charges made together share a statement: they gather for a few
-     * milliseconds, or ride with the tenant's next count.
+     * Adds model tokens to the tenant's `day` and gives back `released`
+     * reserved tokens of that day, without waiting for the write.
      */
-    const chargeAndWait = (tenantId: TenantId, tokens: number) =>
-      Effect.flatMap(gathering(tenantId), (batch) => {
+    const charge = (tenantId: TenantId, day: string, tokens: number, released = 0) =>
+      Effect.flatMap(gatheringFor(tenantId, day), (batch) => {
+        if (batch === undefined) {
+          // Rare (around midnight): a statement of its own, its failure logged like a batch's.
+          return Effect.asVoid(Effect.forkIn(
+            repo.chargeTokens(tenantId, day, tokens, released).pipe(
+              Effect.catchCause((cause) =>
+                Effect.logWarning("Model tokens of a tenant could not be counted", cause).pipe(
+                  Effect.annotateLogs({ tenantId, tokens, released })
+                )
+              )
+            ),
+            writeScope
+          ))
+        }
+        batch.tokens += tokens
+        batch.released += released
+        return Effect.void
+      })
+
+    /**
+     * Adds model tokens to the tenant's `day`, gives back `released` reserved
+     * tokens, and waits until that is written; fails as the write did
+     * (nothing of it was written), to be charged again. Charges made
+     * together share a statement: they gather for a few milliseconds, or
+     * ride with the tenant's next count.
+     */
+    const chargeAndWait = (tenantId: TenantId, day: string, tokens: number, released = 0) =>
+      Effect.flatMap(gatheringFor(tenantId, day), (batch) => {
+        if (batch === undefined) return repo.chargeTokens(tenantId, day, tokens, released)
         const charged = Deferred.makeUnsafe<void>()
         batch.tokens += tokens
+        batch.released += released
         batch.chargedTokens += tokens
         batch.charged.push(charged)
         const first = batch.charged.length === 1
+        // Once gathered it is written: an interruption ends only the wait.
         return first
           ? Effect.andThen(
             Effect.forkIn(Effect.delay(Deferred.done(batch.needed, Exit.void), chargedGatherWindow), writeScope),
-            Deferred.await(charged)
+            Effect.interruptible(Deferred.await(charged))
           )
-          : Deferred.await(charged)
+          : Effect.interruptible(Deferred.await(charged))
       })
 
     /**

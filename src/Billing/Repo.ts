@@ -24,6 +24,17 @@ const Consumed = Schema.Struct({
 
 const Usage = Schema.Struct({ plan: Plan, used: Schema.Int, tokens: Schema.Number })
 
+const Reserved = Schema.Struct({
+  plan: Plan,
+  /** null: the plan has no token budget, and nothing was reserved. */
+  budget: Schema.NullOr(Schema.Number),
+  /** Tokens reserved when granted: the prompt's plus the plan's max_tokens. */
+  estimate: Schema.Number,
+  granted: Schema.Boolean,
+  /** Model tokens used so far today (not counting reservations). */
+  tokens: Schema.Number
+})
+
 /** The SQL of request and token counting: writes on the counting pool, reads on the main one. */
 export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/BillingRepo", {
   make: Effect.gen(function*() {
@@ -54,6 +65,7 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
         n: Schema.Int,
         answered: Schema.Int,
         tokens: Schema.Int,
+        released: Schema.Int,
         freeLimit: Schema.Int,
         proLimit: Schema.Int
       }),
@@ -70,7 +82,8 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
               UPDATE daily_usage u
               SET count = ${r.answered} + CASE WHEN tenant.day_limit IS NULL THEN current.count + ${r.n}
                                ELSE GREATEST(current.count, LEAST(current.count + ${r.n}, tenant.day_limit)) END,
-                  tokens = u.tokens + ${r.tokens}
+                  tokens = u.tokens + ${r.tokens},
+                  reserved = GREATEST(0, u.reserved - ${r.released})
               FROM current, tenant
               WHERE u.tenant_id = ${r.tenantId} AND u.day = ${r.day}
               RETURNING u.count, u.tokens
@@ -100,23 +113,74 @@ export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/Bill
     })
 
     /**
-     * Adds model tokens to a tenant's day in one statement (the row lock of
-     * the upsert makes concurrent additions from any node add up exactly);
-     * a missing row is created, whatever happened to it.
+     * Adds model tokens to a tenant's day and gives back `released` reserved
+     * tokens, in one statement (the row lock of the upsert makes concurrent
+     * additions from any node add up exactly); a missing row is created,
+     * whatever happened to it. Reservations never go below zero: a row an
+     * operator reset has none left to give back.
      */
-    const chargeTokens = (tenantId: TenantId, day: string, tokens: number) =>
+    const chargeTokens = (tenantId: TenantId, day: string, tokens: number, released: number) =>
       sql`INSERT INTO daily_usage (tenant_id, day, count, tokens) VALUES (${tenantId}, ${day}, 0, ${tokens})
-          ON CONFLICT (tenant_id, day) DO UPDATE SET tokens = daily_usage.tokens + EXCLUDED.tokens`.pipe(
+          ON CONFLICT (tenant_id, day) DO UPDATE SET tokens = daily_usage.tokens + EXCLUDED.tokens,
+            reserved = GREATEST(0, daily_usage.reserved - ${released})`.pipe(
         Effect.asVoid,
         Effect.orDie,
         Traced.withSpan("BillingRepo.chargeTokens")
       )
+
+    /**
+     * Reserves a model call's worst case (`promptTokens` plus its plan's
+     * max_tokens) on the tenant's day, if the tokens used and reserved so far
+     * are under the plan's budget, in one statement: the upsert's row lock
+     * orders concurrent reservations from any node, and each checks the row
+     * as the one before left it, so calls running together can pass the
+     * budget by one reservation at most. The plan is read in the same
+     * statement; a plan without a budget reserves nothing.
+     */
+    const reserve = SqlSchema.findOneOption({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        day: Schema.String,
+        promptTokens: Schema.Int,
+        freeBudget: Schema.Int,
+        proBudget: Schema.Int,
+        freeMaxOutput: Schema.Int,
+        proMaxOutput: Schema.Int,
+        businessMaxOutput: Schema.Int
+      }),
+      Result: Reserved,
+      execute: (r) =>
+        sql`WITH tenant AS (
+              SELECT plan,
+                     CASE plan WHEN 'free' THEN ${r.freeBudget}::bigint WHEN 'pro' THEN ${r.proBudget}::bigint END AS budget,
+                     ${r.promptTokens}::bigint + CASE plan WHEN 'free' THEN ${r.freeMaxOutput}::bigint
+                       WHEN 'pro' THEN ${r.proMaxOutput}::bigint ELSE ${r.businessMaxOutput}::bigint END AS estimate
+              FROM tenants WHERE id = ${r.tenantId}
+            ),
+            reserved AS (
+              INSERT INTO daily_usage AS u (tenant_id, day, count, tokens, reserved)
+              SELECT ${r.tenantId}, ${r.day}, 0, 0, tenant.estimate FROM tenant WHERE tenant.budget > 0
+              ON CONFLICT (tenant_id, day) DO UPDATE SET reserved = u.reserved + EXCLUDED.reserved
+                WHERE u.tokens + u.reserved < (SELECT budget FROM tenant)
+              RETURNING u.tokens
+            )
+            SELECT tenant.plan, tenant.budget::float8 AS budget, tenant.estimate::float8 AS estimate,
+                   EXISTS (SELECT 1 FROM reserved) AS granted,
+                   COALESCE(
+                     (SELECT tokens FROM reserved),
+                     (SELECT tokens FROM daily_usage WHERE tenant_id = ${r.tenantId} AND day = ${r.day}),
+                     0
+                   )::float8 AS tokens
+            FROM tenant`
+    })
 
     return {
       ensureDay,
       history: (tenantId: TenantId, from: string, to: string) =>
         history({ tenantId, from, to }).pipe(Effect.orDie, Traced.withSpan("BillingRepo.history")),
       chargeTokens,
+      reserve: (request: typeof reserve extends (r: infer R) => any ? R : never) =>
+        reserve(request).pipe(Effect.orDie, Traced.withSpan("BillingRepo.reserve")),
       consume: (request: typeof consume extends (r: infer R) => any ? R : never) =>
         consume(request).pipe(Effect.orDie, Traced.withSpan("BillingRepo.consume")),
       usage: (tenantId: TenantId, day: string) =>
@@ -209,6 +273,91 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
       )
 
     return { claimEvent, recordOutcome, lockTenant, linkCustomer, applySubscription } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}
+
+// ---------------------------------------------------------------------------
+// Per-plan quotas of what a tenant keeps
+// ---------------------------------------------------------------------------
+
+/**
+ * Locks the tenant's row until the caller's transaction ends and reads its
+ * plan: every check of a quota takes this lock first, so concurrent creates of
+ * one tenant, on any node, count one after the other. NO KEY UPDATE leaves
+ * the inserts that reference the tenant (their foreign key) free to go on.
+ * Call it inside a transaction, before any other lock of that transaction.
+ */
+export const lockTenantPlan = (sql: SqlClient.SqlClient, tenantId: TenantId) =>
+  sql<{ plan: Plan }>`SELECT plan FROM tenants WHERE id = ${tenantId} FOR NO KEY UPDATE`.pipe(
+    Effect.flatMap((rows) =>
+      rows[0] === undefined ? Effect.die(new Error(`No tenant ${tenantId}`)) : Effect.succeed(rows[0].plan)
+    ),
+    Traced.withSpan("LimitsRepo.lockTenantPlan")
+  )
+
+/**
+ * Chunks of the tenant's ready documents, but `documentId`'s (whose chunks
+ * are being replaced). Read after `lockTenantPlan`, in its transaction: a new
+ * statement, so it sees what the previous holder of the lock committed.
+ */
+export const chunksOfTenant = (sql: SqlClient.SqlClient, tenantId: TenantId, documentId: string) =>
+  sql<{ used: number }>`SELECT COALESCE(sum(chunk_count), 0)::float8 AS used FROM knowledge_documents
+    WHERE tenant_id = ${tenantId} AND status = 'ready' AND id <> ${documentId}`.pipe(
+    Effect.map((rows) => rows[0]?.used ?? 0),
+    Traced.withSpan("LimitsRepo.chunksOfTenant")
+  )
+
+/** What a tenant has of each quota counted on create (one table each). */
+export type CountedQuota = "knowledgeBases" | "agents" | "orchestrations" | "teams" | "apiKeys" | "webhookEndpoints"
+
+/** A tenant's knowledge: documents, their uploaded bytes, and the chunks of the ready ones. */
+export interface KnowledgeUsage {
+  readonly documents: number
+  readonly storedBytes: number
+  readonly chunks: number
+}
+
+/** The SQL of per-plan quotas: the tenant's lock, and what it has. Callers run these inside one transaction. */
+export class LimitsRepo extends Context.Service<LimitsRepo>()("agent-host/LimitsRepo", {
+  make: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    // Keys that are revoked or expired authenticate nothing, and take no place.
+    const counts: Record<CountedQuota, (tenantId: TenantId) => Effect.Effect<ReadonlyArray<{ used: number }>, unknown>> = {
+      knowledgeBases: (tenantId) => sql`SELECT count(*)::int AS used FROM knowledge_bases WHERE tenant_id = ${tenantId}`,
+      agents: (tenantId) => sql`SELECT count(*)::int AS used FROM agents WHERE tenant_id = ${tenantId}`,
+      orchestrations: (tenantId) => sql`SELECT count(*)::int AS used FROM orchestrations WHERE tenant_id = ${tenantId}`,
+      teams: (tenantId) => sql`SELECT count(*)::int AS used FROM teams WHERE tenant_id = ${tenantId}`,
+      apiKeys: (tenantId) =>
+        sql`SELECT count(*)::int AS used FROM api_keys
+            WHERE tenant_id = ${tenantId} AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`,
+      webhookEndpoints: (tenantId) => sql`SELECT count(*)::int AS used FROM webhook_endpoints WHERE tenant_id = ${tenantId}`
+    }
+
+    const count = (tenantId: TenantId, quota: CountedQuota) =>
+      counts[quota](tenantId).pipe(
+        Effect.map((rows) => rows[0]?.used ?? 0),
+        Effect.orDie,
+        Traced.withSpan("LimitsRepo.count", { attributes: { quota } })
+      )
+
+    const knowledgeUsage = (tenantId: TenantId) =>
+      sql<{ documents: number; storedBytes: number; chunks: number }>`
+        SELECT count(*)::int AS documents, COALESCE(sum(bytes), 0)::float8 AS stored_bytes,
+               COALESCE(sum(chunk_count) FILTER (WHERE status = 'ready'), 0)::float8 AS chunks
+        FROM knowledge_documents WHERE tenant_id = ${tenantId}`.pipe(
+        Effect.map((rows): KnowledgeUsage => rows[0] ?? { documents: 0, storedBytes: 0, chunks: 0 }),
+        Effect.orDie,
+        Traced.withSpan("LimitsRepo.knowledgeUsage")
+      )
+
+    return {
+      lockTenant: (tenantId: TenantId) => lockTenantPlan(sql, tenantId).pipe(Effect.orDie),
+      count,
+      knowledgeUsage
+    } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make)

@@ -102,8 +102,12 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
   ).pipe(Layer.provide(Reactivity.layer))
 }
 
-/** A LISTEN holds its connection: one each for API key revocations, agent changes, orchestration changes and plan changes. */
-export const listenerConnections = 4
+/**
+ * A LISTEN holds its connection: one each for API key revocations, agent
+ * changes, orchestration changes, plan changes, run events (the event streams)
+ * and run signals (slots granted, runs cancelled: Platform/RunSignals.ts).
+ */
+export const listenerConnections = 6
 
 /**
  * Connections of their own for LISTEN: notifications never take a connection

@@ -134,3 +134,73 @@ export class DuplicateDocument extends HttpApiError.Problem<DuplicateDocument>()
 }, {
   documentId: Schema.String
 }) {}
+
+const quotaFields = {
+  quota: Schema.String.annotate({
+    description: "Which quota: knowledgeBases, documents, storedBytes, chunks, agents, orchestrations, teams, " +
+      "apiKeys or webhookEndpoints."
+  }),
+  setting: Schema.String.annotate({ description: "The setting that holds it for the plan, e.g. FREE_MAX_AGENTS." }),
+  plan: Schema.String,
+  limit: Schema.Int,
+  used: Schema.Int.annotate({ description: "What the tenant has now." }),
+  requested: Schema.Int.annotate({ description: "What the refused request would have added." })
+}
+
+/** A per-plan quota of what a tenant keeps (agents, knowledge bases, documents, chunks...) is reached. */
+export class QuotaReached extends HttpApiError.Problem<QuotaReached>()("QuotaReached", {
+  type: problemType("quota-reached"),
+  status: 429,
+  title: "Too Many Requests"
+}, quotaFields) {}
+
+/** The plan's stored bytes (MAX_STORED_BYTES) would be passed by an upload. */
+export class StorageQuotaExceeded extends HttpApiError.Problem<StorageQuotaExceeded>()("StorageQuotaExceeded", {
+  type: problemType("storage-quota-exceeded"),
+  status: 413,
+  title: "Payload Too Large"
+}, quotaFields) {}
+
+/** A document rechunked more often than RECHUNK_BURST / RECHUNK_INTERVAL allow. */
+export class RechunkRateLimited extends HttpApiError.Problem<RechunkRateLimited>()("RechunkRateLimited", {
+  type: problemType("rechunk-rate-limited"),
+  status: 429,
+  title: "Too Many Requests"
+}, {
+  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before rechunking this document again (also in Retry-After)." })
+}) {}
+
+/** A webhook event was redelivered WEBHOOK_MAX_REDELIVERIES times already: it is not sent again. */
+export class RedeliveryLimitReached extends HttpApiError.Problem<RedeliveryLimitReached>()("RedeliveryLimitReached", {
+  type: problemType("redelivery-limit-reached"),
+  status: 409,
+  title: "Conflict"
+}, {
+  setting: Schema.Literal("WEBHOOK_MAX_REDELIVERIES"),
+  limit: Schema.Int.annotate({ description: "Redeliveries of one event at most." })
+}) {}
+
+/** The tenant redelivered more webhook events than WEBHOOK_REDELIVERIES_PER_TENANT per WEBHOOK_REDELIVERY_WINDOW. */
+export class RedeliveryRateLimited extends HttpApiError.Problem<RedeliveryRateLimited>()("RedeliveryRateLimited", {
+  type: problemType("redelivery-rate-limited"),
+  status: 429,
+  title: "Too Many Requests"
+}, {
+  setting: Schema.Literal("WEBHOOK_REDELIVERIES_PER_TENANT"),
+  limit: Schema.Int.annotate({ description: "Redeliveries per tenant in the window." }),
+  windowSeconds: Schema.Int,
+  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before the next redelivery fits (also in Retry-After)." })
+}) {}
+
+/**
+ * The tenant has as many executions and team runs running as its plan allows
+ * (FREE_MAX_RUNNING_RUNS...), and the request asked not to wait (`Prefer: wait=0`).
+ */
+export class TooManyRunningRuns extends HttpApiError.Problem<TooManyRunningRuns>()("TooManyRunningRuns", {
+  type: problemType("too-many-running-runs"),
+  status: 429,
+  title: "Too Many Requests"
+}, {
+  limit: Schema.Int.annotate({ description: "Executions and team runs the plan lets run at once." }),
+  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before trying again (also in Retry-After)." })
+}) {}

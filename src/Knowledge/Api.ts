@@ -5,11 +5,21 @@ import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import * as Multipart from "effect/http/Multipart"
 import { pageQuery } from "../Agents/Api.ts"
-import { SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import { DocumentId, isId, KnowledgeId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
-import { BadRequest, Conflict, DuplicateDocument, NotFound, PayloadTooLarge, UnsupportedMediaType } from "../Domain/Problems.ts"
+import {
+  BadRequest,
+  Conflict,
+  DuplicateDocument,
+  NotFound,
+  PayloadTooLarge,
+  QuotaReached,
+  RechunkRateLimited,
+  StorageQuotaExceeded,
+  UnsupportedMediaType
+} from "../Domain/Problems.ts"
 import { ChunkingStrategy, maxChunkSize, minChunkSize } from "./Chunking.ts"
 
 const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
@@ -67,7 +77,7 @@ export const DocumentStatus = Schema.Literals(["processing", "ready", "failed"])
 export type DocumentStatus = typeof DocumentStatus.Type
 
 export const DocumentError = Schema.Struct({
-  code: Schema.String.annotate({ description: "`no_text`, `unsupported_type`, `parse_error`, `too_large` or `timeout`." }),
+  code: Schema.String.annotate({ description: "`no_text`, `unsupported_type`, `parse_error`, `too_large` or `timeout`; `chunk_limit` when its chunks would pass the plan's MAX_CHUNKS." }),
   message: Schema.String
 })
 
@@ -159,13 +169,14 @@ export class KnowledgeApi extends HttpApiGroup.make("knowledge")
     HttpApiEndpoint.post("create", "/", {
       payload: CreateKnowledge,
       success: KnowledgeBase.pipe(HttpApiSchema.status(201)),
-      error: BadRequest
+      error: [BadRequest, QuotaReached]
     }).annotateMerge(operation({
       summary: "Create a knowledge base",
       description: "A knowledge base with its text-search `language` (default `simple`) and the chunking of its " +
         "uploads (default `auto`, 512 tokens, 64 of overlap).",
       credential: sessionCredential,
-      errors: "400 on invalid fields, naming each."
+      errors: "400 on invalid fields, naming each. 429 when the tenant has as many knowledge bases as its plan " +
+        "allows (MAX_KNOWLEDGE_BASES)."
     })),
     HttpApiEndpoint.get("get", "/:id", { params: byId, success: KnowledgeBase, error: NotFound }).annotateMerge(operation({
       summary: "Get a knowledge base",
@@ -197,8 +208,8 @@ export class KnowledgeApi extends HttpApiGroup.make("knowledge")
       query: UploadQuery,
       payload: [UploadJson, UploadForm],
       success: [Document.pipe(HttpApiSchema.status(201)), Uploaded.pipe(HttpApiSchema.status(202))],
-      error: [NotFound, BadRequest, DuplicateDocument, PayloadTooLarge, UnsupportedMediaType]
-    }).annotateMerge(operation({
+      error: [NotFound, BadRequest, DuplicateDocument, PayloadTooLarge, UnsupportedMediaType, QuotaReached, StorageQuotaExceeded]
+    }).middleware(SessionQuota).annotateMerge(operation({
       summary: "Upload documents",
       description: "JSON `{ content, filename, contentType?, encoding?, chunking? }` or `multipart/form-data` with " +
         "one or more `files` (and optional `strategy`, `chunkSize`, `chunkOverlap` fields). Plain text, Markdown, " +
@@ -208,8 +219,10 @@ export class KnowledgeApi extends HttpApiGroup.make("knowledge")
         "`failed`.",
       credential: sessionCredential,
       errors: "400 on invalid fields. 404 when the base is not the tenant's. 409 when the same bytes are already " +
-        "in the base (naming the document; `?duplicates=allow` stores them again). 413 beyond MAX_UPLOAD_BYTES. " +
-        "415 for an unsupported type."
+        "in the base (naming the document; `?duplicates=allow` stores them again). 413 beyond MAX_UPLOAD_BYTES, " +
+        "or when the tenant's documents would pass its plan's MAX_STORED_BYTES. 415 for an unsupported type. 429 " +
+        "when the upload would pass the plan's MAX_DOCUMENTS, or its ready documents hold MAX_CHUNKS chunks " +
+        "already. Counted against the plan's daily requests: 429 past them."
     })),
     HttpApiEndpoint.get("documents", "/:id/documents", { params: byId, query: pageQuery(isId), success: DocumentList, error: NotFound })
       .annotateMerge(operation({
@@ -239,14 +252,16 @@ export class KnowledgeApi extends HttpApiGroup.make("knowledge")
       params: byDocument,
       payload: RechunkRequest,
       success: Document,
-      error: [NotFound, BadRequest, Conflict]
-    }).annotateMerge(operation({
+      error: [NotFound, BadRequest, Conflict, QuotaReached, RechunkRateLimited]
+    }).middleware(SessionQuota).annotateMerge(operation({
       summary: "Rechunk a document",
       description: "Splits the document's text again with these settings (the base's for those left out) and " +
         "replaces its chunks in one transaction: readers see the old chunks or the new ones, never a mix.",
       credential: sessionCredential,
       errors: "400 on invalid settings. 404 when the base or the document is not the tenant's. 409 while the " +
-        "document is still processing, or when it failed."
+        "document is still processing, or when it failed. 429 when the new chunks would pass the plan's " +
+        "MAX_CHUNKS, or when the document was rechunked RECHUNK_BURST times within RECHUNK_INTERVAL (with " +
+        "Retry-After). Counted against the plan's daily requests: 429 past them."
     })),
     HttpApiEndpoint.get("chunks", "/:id/chunks", {
       params: byId,

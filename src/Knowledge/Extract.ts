@@ -3,6 +3,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { type DocumentKind, type Heading, markdownHeadings } from "./Splitter.ts"
 import * as Traced from "../Platform/Traced.ts"
+import { checkArchive, defaultZipLimits, type ZipLimits } from "./Zip.ts"
 
 /**
  * Text extraction: bytes of an uploaded file in, the text the splitter chunks
@@ -26,6 +27,8 @@ export interface ExtractOptions {
   readonly maxChars: number
   /** Parsing that takes longer fails with `parse_error`. */
   readonly timeout: Duration.Input
+  /** Bounds on a DOCX's zip entries, checked before it is opened. */
+  readonly zip?: ZipLimits | undefined
 }
 
 export const defaultExtractOptions: ExtractOptions = {
@@ -450,6 +453,11 @@ export const extract = Traced.fn("Knowledge.extract")(function*(input: ExtractIn
     if (isZip(bytes)) {
       if (!isDocx(bytes)) {
         return yield* new UnsupportedType({ message: "The archive is not a DOCX document; only DOCX is read among zip formats." })
+      }
+      // Before any parser opens the archive: a zip bomb is refused from its directory and its capped inflation.
+      const problem = checkArchive(bytes, options.zip ?? defaultZipLimits)
+      if (problem !== undefined) {
+        return yield* (problem.kind === "too_large" ? new TooLarge({ message: problem.message }) : new ParseError({ message: problem.message }))
       }
       const { headings, text } = yield* extractDocx(bytes)
       return { kind: "docx" as const, text, headings }

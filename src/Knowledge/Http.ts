@@ -1,11 +1,12 @@
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
+import * as HttpEffect from "effect/http/HttpEffect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
-import { invalidField } from "../Domain/Problems.ts"
+import { invalidField, RechunkRateLimited } from "../Domain/Problems.ts"
 import type { ChunkingInput, UploadForm, UploadJson } from "./Api.ts"
 import { Knowledge, type UploadFile } from "./Knowledge.ts"
 import * as Traced from "../Platform/Traced.ts"
@@ -40,6 +41,15 @@ const fromForm = (payload: UploadForm) =>
     return { files, chunking }
   })
 
+/** Retry-After on a rechunk refused for coming too soon after the document's previous ones. */
+const withRetryAfter = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.tapError(effect, (error) =>
+    error instanceof RechunkRateLimited
+      ? HttpEffect.appendPreResponseHandler((_request, response) =>
+        Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(error.retryAfter)))
+      )
+      : Effect.void)
+
 export const KnowledgeHttp = HttpApiBuilder.group(
   Api,
   "knowledge",
@@ -73,7 +83,7 @@ export const KnowledgeHttp = HttpApiBuilder.group(
       .handle("removeDocument", ({ params }) =>
         Effect.flatMap(tenant, (tenantId) => knowledge.removeDocument(tenantId, params.id, params.documentId)))
       .handle("rechunk", ({ params, payload }) =>
-        Effect.flatMap(tenant, (tenantId) => knowledge.rechunk(tenantId, params.id, params.documentId, payload)))
+        Effect.flatMap(tenant, (tenantId) => withRetryAfter(knowledge.rechunk(tenantId, params.id, params.documentId, payload))))
       .handle("chunks", ({ params, query }) => Effect.flatMap(tenant, (tenantId) => knowledge.chunks(tenantId, params.id, query)))
   })
 )

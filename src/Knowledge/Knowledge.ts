@@ -5,6 +5,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
+import { Limits, quotaReached } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, type TenantId } from "../Domain/Ids.ts"
@@ -15,6 +16,7 @@ import {
   invalidField,
   NotFound,
   PayloadTooLarge,
+  RechunkRateLimited,
   UnsupportedMediaType
 } from "../Domain/Problems.ts"
 import * as DurableRuns from "../Platform/DurableRuns.ts"
@@ -24,7 +26,7 @@ import { detect } from "./Extract.ts"
 import { IngestionWorkflow } from "./IngestionWorkflow.ts"
 import { type BaseRow, type DocumentRow, KnowledgeRepo } from "./Repo.ts"
 import { type Chunking, chunkingProblems, type ChunkingStrategy, defaultChunking } from "./Chunking.ts"
-import { split } from "./Splitter.ts"
+import { ExtractionSandbox } from "./Sandbox.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 const toBase = (row: BaseRow): KnowledgeBase => ({
@@ -80,8 +82,10 @@ export interface UploadFile {
 export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledge", {
   make: Effect.gen(function*() {
     const repo = yield* KnowledgeRepo
+    const sandbox = yield* ExtractionSandbox
     const config = yield* AppConfig
     const engine = yield* WorkflowEngine.WorkflowEngine
+    const limits = yield* Limits
 
     const startWorkflow = (documentId: string) =>
       IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
@@ -109,7 +113,11 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       if (!(yield* repo.languageExists(language))) {
         return yield* invalidField("language", `No text-search configuration ${JSON.stringify(language)} (try simple, english, french, german...)`)
       }
-      const id = yield* repo.insertBase(tenantId, { name: input.name, description: input.description ?? "", language, chunking })
+      const id = yield* limits.admit(
+        tenantId,
+        "knowledgeBases",
+        repo.insertBase(tenantId, { name: input.name, description: input.description ?? "", language, chunking })
+      )
       return toBase(yield* findBase(tenantId, id).pipe(Effect.orDie))
     })
 
@@ -173,17 +181,24 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
         }
         checked.push({ ...file, sha256, contentType: file.contentType?.split(";")[0]!.trim().toLowerCase() || "application/octet-stream" })
       }
-      const ids: Array<string> = []
-      for (const file of checked) {
-        const stored = yield* DurableRuns.startStored({
-          insert: repo.insertDocument(tenantId, {
+      // Stored together, under the tenant's quotas of documents and bytes: all of them or none.
+      const inserted = yield* limits.admitUpload(
+        tenantId,
+        { documents: checked.length, bytes: checked.reduce((sum, file) => sum + file.bytes.length, 0) },
+        Effect.forEach(checked, (file) =>
+          repo.insertDocument(tenantId, {
             knowledgeId,
             filename: file.filename,
             contentType: file.contentType,
             content: file.bytes,
             sha256: file.sha256,
             chunking
-          }).pipe(Effect.orDie, Effect.map((id) => ({ id, fresh: true }))),
+          }))
+      )
+      const ids: Array<string> = []
+      for (const documentId of inserted) {
+        const stored = yield* DurableRuns.startStored({
+          insert: Effect.succeed({ id: documentId, fresh: true }),
           start: startWorkflow,
           timeout: config.clusterCallTimeout,
           // Stored but its start not confirmed: the sweeps start it, and the answer shows it processing.
@@ -246,19 +261,33 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
         return yield* new Conflict({ detail: `Document ${id} is ${row.status}; only a ready document can be rechunked` })
       }
       const chunking = yield* chunkingOver(baseChunking(base), input, ["payload"])
+      // Each rechunk rewrites every chunk of the document: RECHUNK_BURST at once, then one per RECHUNK_INTERVAL.
+      const wait = yield* repo.takeRechunkSlot(tenantId, id, Duration.toSeconds(config.rechunkInterval), config.rechunkBurst)
+      if (wait > 0) {
+        const retryAfter = Math.max(1, Math.ceil(wait))
+        return yield* new RechunkRateLimited({
+          detail: `Document ${id} may be rechunked ${config.rechunkBurst} times at once, then once every ` +
+            `${Duration.format(config.rechunkInterval)} (RECHUNK_BURST, RECHUNK_INTERVAL); try again in ${retryAfter} s`,
+          retryAfter
+        })
+      }
       const source = yield* repo.ingestSource(id).pipe(Effect.orDie)
       if (Option.isNone(source) || source.value.text === null) {
         return yield* new Conflict({ detail: `Document ${id} has no stored text to rechunk` })
       }
       const layout = source.value.layout
-      const chunks = split({
-        text: source.value.text,
-        kind: layout?.kind as never,
-        headings: layout?.headings,
-        pages: layout?.pages
-      }, chunking)
-      if (!(yield* repo.replaceChunks(id, source.value, chunking, chunks))) {
-        return yield* new Conflict({ detail: `Document ${id} changed meanwhile; try again` })
+      // Split in the extraction sandbox: a long text would hold this node's event loop for seconds.
+      const splitAgain = yield* sandbox.split({
+        kind: "split",
+        input: { text: source.value.text, kind: layout?.kind as never, headings: layout?.headings, pages: layout?.pages },
+        chunking
+      })
+      if (!splitAgain.ok) return yield* new Conflict({ detail: `Document ${id} could not be split again: ${splitAgain.message}` })
+      const chunks = splitAgain.chunks
+      const replaced = yield* repo.replaceChunks(id, source.value, chunking, chunks)
+      if (replaced._tag === "Changed") return yield* new Conflict({ detail: `Document ${id} changed meanwhile; try again` })
+      if (replaced._tag === "OverChunkLimit") {
+        return yield* quotaReached(replaced.plan, "chunks", replaced.limit, replaced.used, chunks.length)
       }
       return yield* document(tenantId, knowledgeId, id)
     })
@@ -298,7 +327,9 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
     return { list, create, get, update, remove, upload, documents, document, removeDocument, rechunk, chunks, sweeps } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(KnowledgeRepo.layer))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([KnowledgeRepo.layer, Limits.layer, ExtractionSandbox.layer])
+  )
 
   /** The sweeps of ingestions (DurableRuns.sweeper), a cluster singleton. */
   static readonly sweeper = DurableRuns.sweeper("IngestionSweep", "Ingestions", Effect.gen(function*() {

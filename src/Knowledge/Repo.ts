@@ -4,6 +4,10 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
+import { limitFor } from "../Billing/Limits.ts"
+import { chunksOfTenant, lockTenantPlan } from "../Billing/Repo.ts"
+import { AppConfig } from "../Config.ts"
+import { forEachChunk } from "../Database/Chunks.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { encodeCursor } from "../Domain/Cursor.ts"
 import { DocumentId, isId, KnowledgeId, newId, type TenantId } from "../Domain/Ids.ts"
@@ -73,6 +77,17 @@ export interface IngestSource {
   readonly text: string | null
   readonly layout: { readonly kind: string; readonly headings: ReadonlyArray<Heading>; readonly pages?: ReadonlyArray<number> } | null
   readonly chunking: Chunking
+  /** Extraction attempts started so far. */
+  readonly extractionAttempts: number
+  /** What the sandbox's watchdog saw of the last attempt, when it was past half its memory or time. */
+  readonly extractionStrain: ExtractionStrain | null
+  /** Seconds since the document took its extraction place, or since its upload while it has none. */
+  readonly ageSeconds: number
+}
+
+export interface ExtractionStrain {
+  readonly code: string
+  readonly detail: string
 }
 
 const chunkKey = (documentId: string, index: number) => `${documentId}/${index}`
@@ -81,6 +96,23 @@ const chunkKey = (documentId: string, index: number) => `${documentId}/${index}`
 export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/KnowledgeRepo", {
   make: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const config = yield* AppConfig
+
+    /**
+     * Whether `adding` chunks in place of `documentId`'s would take the
+     * tenant past its plan's MAX_CHUNKS. Takes the tenant's lock (held until
+     * the caller's transaction ends, so that writes of one tenant's chunks,
+     * from any node, count one after the other): call it first in the
+     * transaction, as every quota check does.
+     */
+    const overChunkLimit = (tenantId: TenantId, documentId: string, adding: number) =>
+      Effect.gen(function*() {
+        const plan = yield* lockTenantPlan(sql, tenantId)
+        const limit = limitFor(config.planQuotas, plan, "chunks")
+        if (limit === null) return undefined
+        const used = yield* chunksOfTenant(sql, tenantId, documentId)
+        return used + adding > limit ? { plan, limit, used } : undefined
+      })
 
     const listBases = (tenantId: TenantId, page: { readonly after: string | null; readonly limit: number }) =>
       tenantPage({ table: "knowledge_bases", columns: baseColumns, row: BaseRow, tenantId, after: page.after, limit: page.limit }).pipe(
@@ -216,39 +248,53 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
         chunkStrategy: Chunking["strategy"]
         chunkSize: number
         chunkOverlap: number
+        extractionAttempts: number
+        extractionStrain: ExtractionStrain | string | null
+        ageSeconds: number
       }>`SELECT d.tenant_id, d.knowledge_id, b.language::text AS language, d.filename, d.content_type, d.status, d.content,
-                d.text, d.layout, d.chunk_strategy, d.chunk_size, d.chunk_overlap
+                d.text, d.layout, d.chunk_strategy, d.chunk_size, d.chunk_overlap, d.extraction_attempts, d.extraction_strain,
+                extract(epoch FROM now() - COALESCE(d.extraction_slot_at, d.created_at))::float8 AS age_seconds
          FROM knowledge_documents d JOIN knowledge_bases b ON b.id = d.knowledge_id WHERE d.id = ${id}`.pipe(
         Effect.map((rows) => {
           const row = rows[0]
           if (row === undefined) return Option.none<IngestSource>()
           const layout = typeof row.layout === "string" ? JSON.parse(row.layout) : row.layout
+          const strain = typeof row.extractionStrain === "string" ? JSON.parse(row.extractionStrain) : row.extractionStrain
           return Option.some<IngestSource>({
             ...row,
             layout,
+            extractionStrain: strain,
             chunking: { strategy: row.chunkStrategy, chunkSize: row.chunkSize, chunkOverlap: row.chunkOverlap }
           })
         }),
         Traced.withSpan("KnowledgeRepo.ingestSource")
       )
 
-    /** Replaces a document's chunks with these, indexed for search (in the caller's transaction). */
-    const writeChunks = (source: { readonly tenantId: TenantId; readonly knowledgeId: string; readonly language: string }, documentId: string, chunks: ReadonlyArray<SplitChunk>) =>
+    /**
+     * Replaces a document's chunks with these, indexed for search (in the caller's transaction); `indexed`,
+     * when given, is the chunk's search text made already (by the extraction sandbox, off this thread).
+     */
+    const writeChunks = (
+      source: { readonly tenantId: TenantId; readonly knowledgeId: string; readonly language: string },
+      documentId: string,
+      chunks: ReadonlyArray<SplitChunk & { readonly indexed?: string }>
+    ) =>
       Effect.gen(function*() {
         yield* sql`DELETE FROM knowledge_chunks WHERE document_id = ${documentId}`
-        if (chunks.length === 0) return
-        yield* sql`
-          INSERT INTO knowledge_chunks (id, tenant_id, knowledge_id, document_id, index, content, token_count,
-            start_offset, end_offset, page, heading_path, search_vector)
-          SELECT c.id, ${source.tenantId}, ${source.knowledgeId}, ${documentId}, c.index, c.content, c.tokens, c.start_offset,
-                 c.end_offset, NULLIF(c.page, '')::int, c.heading_path::jsonb, to_tsvector(${source.language}::regconfig, knowledge_unaccent(c.indexed))
-          FROM unnest(${chunks.map(() => newId())}::text[], ${chunks.map((c) => c.index)}::int[],
-                      ${chunks.map((c) => c.content)}::text[], ${chunks.map((c) => c.tokenCount)}::int[],
-                      ${chunks.map((c) => c.startOffset)}::int[], ${chunks.map((c) => c.endOffset)}::int[],
-                      ${chunks.map((c) => c.page === undefined ? "" : String(c.page))}::text[],
-                      ${chunks.map((c) => JSON.stringify(c.headingPath))}::text[],
-                      ${chunks.map((c) => searchText(c.content))}::text[])
-            AS c (id, index, content, tokens, start_offset, end_offset, page, heading_path, indexed)`
+        // 1,000 chunks a statement, all in the caller's transaction.
+        yield* forEachChunk(chunks, (part) =>
+          sql`
+            INSERT INTO knowledge_chunks (id, tenant_id, knowledge_id, document_id, index, content, token_count,
+              start_offset, end_offset, page, heading_path, search_vector)
+            SELECT c.id, ${source.tenantId}, ${source.knowledgeId}, ${documentId}, c.index, c.content, c.tokens, c.start_offset,
+                   c.end_offset, NULLIF(c.page, '')::int, c.heading_path::jsonb, to_tsvector(${source.language}::regconfig, knowledge_unaccent(c.indexed))
+            FROM unnest(${part.map(() => newId())}::text[], ${part.map((c) => c.index)}::int[],
+                        ${part.map((c) => c.content)}::text[], ${part.map((c) => c.tokenCount)}::int[],
+                        ${part.map((c) => c.startOffset)}::int[], ${part.map((c) => c.endOffset)}::int[],
+                        ${part.map((c) => c.page === undefined ? "" : String(c.page))}::text[],
+                        ${part.map((c) => JSON.stringify(c.headingPath))}::text[],
+                        ${part.map((c) => c.indexed ?? searchText(c.content))}::text[])
+              AS c (id, index, content, tokens, start_offset, end_offset, page, heading_path, indexed)`)
       })
 
     /**
@@ -261,11 +307,17 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       readonly contentType: string
       readonly text: string
       readonly layout: NonNullable<IngestSource["layout"]>
-      readonly chunks: ReadonlyArray<SplitChunk>
+      readonly chunks: ReadonlyArray<SplitChunk & { readonly indexed?: string }>
     }) =>
       Effect.gen(function*() {
+        const over = yield* overChunkLimit(source.tenantId, documentId, result.chunks.length)
         const claimed = yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'processing' FOR UPDATE`
         if (claimed.length === 0) return false
+        if (over !== undefined) {
+          yield* finishFailed(documentId, "chunk_limit", `The document's ${result.chunks.length} chunks would take the tenant past ` +
+            `the ${over.plan} plan's ${over.limit} chunks (${over.plan.toUpperCase()}_MAX_CHUNKS; its other documents hold ${over.used}).`)
+          return false
+        }
         yield* writeChunks(source, documentId, result.chunks)
         yield* sql`UPDATE knowledge_documents SET status = 'ready', content = NULL, text = ${result.text},
                      layout = ${JSON.stringify(result.layout)}::jsonb, content_type = ${result.contentType},
@@ -280,18 +332,104 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
             content = NULL, updated_at = now()
           WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Traced.withSpan("KnowledgeRepo.finishFailed"))
 
+    /**
+     * Takes one of the tenant's extraction places for the document while the
+     * tenant holds fewer than `cap` and no older document of the tenant waits
+     * for one (a document holding one keeps it); the takes of one tenant are
+     * serialised by an advisory lock, so concurrent takers on any node never
+     * pass the cap. `gone`: no longer processing.
+     */
+    const takeExtractionSlot = (documentId: string, tenantId: TenantId, cap: number) =>
+      Effect.gen(function*() {
+        yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`knowledge-extraction:${tenantId}`}, 0))`
+        const [document] = yield* sql<{ status: string; holds: boolean }>`
+          SELECT status, extraction_slot_at IS NOT NULL AS holds FROM knowledge_documents WHERE id = ${documentId}`
+        if (document === undefined || document.status !== "processing") return "gone" as const
+        if (document.holds) return "taken" as const
+        const [counted] = yield* sql<{ held: number; ahead: number }>`
+          SELECT count(*) FILTER (WHERE extraction_slot_at IS NOT NULL)::int AS held,
+                 count(*) FILTER (WHERE extraction_slot_at IS NULL
+                   AND (created_at, id) < (SELECT created_at, id FROM knowledge_documents WHERE id = ${documentId}))::int AS ahead
+          FROM knowledge_documents WHERE tenant_id = ${tenantId} AND status = 'processing'`
+        if ((counted?.held ?? 0) + (counted?.ahead ?? 0) >= cap) return "wait" as const
+        yield* sql`UPDATE knowledge_documents SET extraction_slot_at = now() WHERE id = ${documentId}`
+        return "taken" as const
+      }).pipe(sql.withTransaction, Traced.withSpan("KnowledgeRepo.takeExtractionSlot"))
+
+    /**
+     * Counts an extraction attempt, before its bytes reach the sandbox: the
+     * number of attempts it makes, or none when the document is no longer processing.
+     */
+    const beginExtraction = (documentId: string) =>
+      sql<{ attempts: number }>`UPDATE knowledge_documents
+          SET extraction_attempts = extraction_attempts + 1, extraction_strain = NULL, extraction_slot_at = now()
+          WHERE id = ${documentId} AND status = 'processing' RETURNING extraction_attempts AS attempts`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0]?.attempts)),
+        Traced.withSpan("KnowledgeRepo.beginExtraction")
+      )
+
+    /** Records what the sandbox's watchdog saw of the running attempt (past half its memory or time). */
+    const strainExtraction = (documentId: string, strain: ExtractionStrain) =>
+      sql`UPDATE knowledge_documents SET extraction_strain = ${JSON.stringify(strain)}::jsonb
+          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Traced.withSpan("KnowledgeRepo.strainExtraction"))
+
+    /**
+     * An ingestion interrupted by its own process (a shutdown) gives its place
+     * back and, when its attempt had begun, the attempt too: the document did
+     * not stop that process.
+     */
+    const giveBackExtraction = (documentId: string, attempt: boolean) =>
+      sql`UPDATE knowledge_documents SET extraction_slot_at = NULL,
+            extraction_attempts = CASE WHEN ${attempt} THEN greatest(extraction_attempts - 1, 0) ELSE extraction_attempts END,
+            extraction_strain = CASE WHEN ${attempt} THEN NULL ELSE extraction_strain END
+          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Traced.withSpan("KnowledgeRepo.giveBackExtraction"))
+
     /** A ready document's chunks replaced with these, with its settings and counts, in one transaction. */
+    /**
+     * A ready document's chunks replaced with these, with its settings and
+     * counts, in one transaction; not when the document changed meanwhile, or
+     * when the chunks would take the tenant past its plan's MAX_CHUNKS.
+     */
     const replaceChunks = (documentId: string, source: IngestSource, chunking: Chunking, chunks: ReadonlyArray<SplitChunk>) =>
       Effect.gen(function*() {
+        const over = yield* overChunkLimit(source.tenantId, documentId, chunks.length)
         const claimed = yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'ready' FOR UPDATE`
-        if (claimed.length === 0) return false
+        if (claimed.length === 0) return { _tag: "Changed" } as const
+        if (over !== undefined) return { _tag: "OverChunkLimit", ...over } as const
         yield* writeChunks(source, documentId, chunks)
         yield* sql`UPDATE knowledge_documents SET chunk_strategy = ${chunking.strategy}, chunk_size = ${chunking.chunkSize},
                      chunk_overlap = ${chunking.chunkOverlap}, chunk_count = ${chunks.length},
                      token_count = ${chunks.reduce((sum, chunk) => sum + chunk.tokenCount, 0)}, updated_at = now()
                    WHERE id = ${documentId}`
-        return true
+        return { _tag: "Replaced" } as const
       }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("KnowledgeRepo.replaceChunks"))
+
+    /**
+     * Takes a rechunk of the document, at most `burst` at once and then one
+     * per `intervalSeconds` (GCRA: `rechunk_tat` is when the document's
+     * rechunks would be all paid back), in one statement, so rechunks from
+     * any node add up. Returns 0 when taken, else the seconds to wait.
+     */
+    const takeRechunkSlot = (tenantId: TenantId, documentId: string, intervalSeconds: number, burst: number) =>
+      sql<{ waitSeconds: number }>`
+        WITH doc AS (
+          SELECT id, GREATEST(COALESCE(rechunk_tat, now()), now()) AS tat FROM knowledge_documents
+          WHERE tenant_id = ${tenantId} AND id = ${documentId} FOR UPDATE
+        ),
+        taken AS (
+          UPDATE knowledge_documents d SET rechunk_tat = doc.tat + make_interval(secs => ${intervalSeconds})
+          FROM doc WHERE d.id = doc.id AND doc.tat <= now() + make_interval(secs => ${intervalSeconds * Math.max(0, burst - 1)})
+          RETURNING d.id
+        )
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM taken) THEN 0
+                    ELSE extract(epoch FROM doc.tat - now() - make_interval(secs => ${intervalSeconds * Math.max(0, burst - 1)}))
+               END::float8 AS wait_seconds
+        FROM doc`.pipe(
+        // A document gone meanwhile takes nothing: the rechunk finds it gone.
+        Effect.map((rows) => Math.max(0, rows[0]?.waitSeconds ?? 0)),
+        Effect.orDie,
+        Traced.withSpan("KnowledgeRepo.takeRechunkSlot")
+      )
 
     // --- chunks --------------------------------------------------------------
 
@@ -342,11 +480,15 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       sql<{ id: string }>`SELECT id FROM knowledge_documents
         WHERE status = 'processing' AND created_at < now() - make_interval(secs => ${seconds})
         ORDER BY created_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
-    /** Fails what is still processing past `seconds` (a crash loop, a stuck extractor): never processing forever. */
+    /**
+     * Fails what is still processing past `seconds` (a crash loop, a stuck extractor): never processing
+     * forever. Counted from the document's extraction place once it has one: waiting behind its tenant's
+     * other documents (EXTRACTION_CONCURRENCY_PER_TENANT) is not being stuck, and attempts are bounded.
+     */
     const failStuck = (seconds: number) =>
       sql<{ id: string }>`UPDATE knowledge_documents SET status = 'failed', error_code = 'timeout',
             error_message = ${`Ingestion did not finish within ${seconds} s`}, content = NULL, updated_at = now()
-          WHERE status = 'processing' AND created_at < now() - make_interval(secs => ${seconds})
+          WHERE status = 'processing' AND COALESCE(extraction_slot_at, created_at) < now() - make_interval(secs => ${seconds})
           RETURNING id`.pipe(Effect.map(ids), Effect.orDie)
     const unpruned = (seconds: number, limit: number) =>
       sql<{ id: string }>`SELECT id FROM knowledge_documents
@@ -376,7 +518,12 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       ingestSource,
       finishReady,
       finishFailed,
+      takeExtractionSlot,
+      beginExtraction,
+      strainExtraction,
+      giveBackExtraction,
       replaceChunks,
+      takeRechunkSlot,
       listChunks,
       processing,
       processingSince,

@@ -2,7 +2,7 @@ import * as Schema from "effect/Schema"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as OpenApi from "effect/http-api/OpenApi"
-import { SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import { text } from "../Domain/Input.ts"
 import { NotFound } from "../Domain/Problems.ts"
@@ -43,13 +43,14 @@ export class KnowledgeSearchApi extends HttpApiGroup.make("knowledgeSearch")
       payload: SearchRequest,
       success: Schema.Struct({ data: Schema.Array(SearchHit) }),
       error: NotFound
-    }).annotateMerge(operation({
+    }).middleware(SessionQuota).annotateMerge(operation({
       summary: "Search a knowledge base",
       description: "The chunks of the base's ready documents that best match the query, best first. Any word " +
         "of the query matches; accents are ignored; Chinese, Japanese and Thai are split into words; words are " +
         "stemmed in the base's `language`. A query without a searchable word finds nothing.",
       credential: sessionCredential,
-      errors: "400 on invalid fields. 404 when the knowledge base is not the tenant's."
+      errors: "400 on invalid fields. 404 when the knowledge base is not the tenant's. Counted against the plan's " +
+        "daily requests: 429 past them."
     }))
   )
   .middleware(SessionAuth)

@@ -3,6 +3,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
+import { chunksOf, maxIdsPerStatement } from "../Database/Chunks.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { searchText } from "./Segment.ts"
 import * as Traced from "../Platform/Traced.ts"
@@ -74,6 +75,11 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
         WHERE b.tenant_id = ${request.tenantId} AND b.id IN ${sql.in(request.knowledgeIds)}`
 
     const commonOnlyCandidates = 300
+    // The documents left out, an array of at most 1,000 ids per condition (one for the usual few).
+    const notHidden = (hidden: ReadonlyArray<string>) =>
+      hidden.length <= maxIdsPerStatement
+        ? [sql`document_id <> ALL (${hidden}::text[])`]
+        : chunksOf(hidden).map((chunk) => sql`document_id <> ALL (${chunk}::text[])`)
     const decodeChunks = Schema.decodeUnknownEffect(Schema.Array(ScoredChunk))
     // Ranked on the search vectors alone; only the best rows are read whole.
     const searchBases = (group: Group, topK: number) =>
@@ -85,7 +91,7 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
           FROM (
             SELECT id, search_vector FROM knowledge_chunks
             WHERE knowledge_id IN ${sql.in(group.ids)} AND search_vector @@ ${group.candidates}::tsquery
-              AND document_id <> ALL (${group.hidden}::text[])
+              AND ${sql.and(notHidden(group.hidden))}
             ${group.commonOnly ? sql`LIMIT ${commonOnlyCandidates}` : sql``}
           ) hit
           ORDER BY score DESC, hit.id

@@ -26,14 +26,14 @@ export interface AnthropicOptions {
 
 const moduleName = "AnthropicLanguageModel"
 
-/** The API requires a ceiling on the reply; every current Claude model allows this much. */
-export const maxOutputTokens = 4096
-
 const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
   parts.flatMap((part) => part.type === "text" && part.text !== undefined ? [part.text] : []).join("")
 
-/** The Messages API body: system prompt as the top-level `system`, the turns as `messages`. */
-export const toBody = (model: string, prompt: Prompt.Prompt) => {
+/**
+ * The Messages API body: system prompt as the top-level `system`, the turns
+ * as `messages`, and the ceiling on the reply the API requires.
+ */
+export const toBody = (model: string, prompt: Prompt.Prompt, maxOutputTokens: number) => {
   const system = prompt.content.flatMap((message) => message.role === "system" ? [message.content] : [])
     .filter((content) => content !== "")
     .join("\n\n")
@@ -137,7 +137,7 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
 
   return Language.make({
     generateText: Effect.fnUntraced(function*(providerOptions) {
-      const response = yield* post("generateText", toBody(options.model, providerOptions.prompt))
+      const response = yield* post("generateText", toBody(options.model, providerOptions.prompt, yield* Language.MaxOutputTokens))
       const message = yield* ProviderHttp.readJson(moduleName, "generateText")(response).pipe(
         Effect.flatMap(decodeMessage)
       )
@@ -149,7 +149,9 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
     }),
 
     streamText: (providerOptions) =>
-      post("streamText", { ...toBody(options.model, providerOptions.prompt), stream: true }).pipe(
+      Language.MaxOutputTokens.use((maxOutputTokens) =>
+        post("streamText", { ...toBody(options.model, providerOptions.prompt, maxOutputTokens), stream: true })
+      ).pipe(
         Effect.map((response) =>
           Stream.suspend(() => {
             let started = false

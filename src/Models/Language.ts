@@ -1,3 +1,4 @@
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
@@ -9,6 +10,13 @@ import * as Response from "effect/ai/Response"
 import * as Toolkit from "effect/ai/Toolkit"
 
 type Params = Parameters<typeof LanguageModel.make>[0]
+
+/**
+ * The ceiling on a reply's tokens that a provider is sent (`max_tokens`), set
+ * for each call by Models from the tenant's plan: effect's provider options
+ * have no field for it. The default only serves callers outside Models.
+ */
+export const MaxOutputTokens = Context.Reference<number>("agent-host/MaxOutputTokens", { defaultValue: () => 4096 })
 
 // A reply's parts when no toolkit is given, as effect's `generateText`
 // decodes them; made once.

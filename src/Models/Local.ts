@@ -175,36 +175,56 @@ const fromPrompt = (prompt: Prompt.Prompt) => ({
   )
 })
 
-const answer = (prompt: Prompt.Prompt) => {
+/**
+ * `text` cut to its longest run of whole words within `maxTokens` tokens, as
+ * a provider stops at `max_tokens`; `tokens` is what `text` counts.
+ */
+export const withinTokens = (text: string, tokens: number, maxTokens: number) => {
+  if (tokens <= maxTokens) return { text, tokens, cut: false }
+  const pieces = words(text)
+  // The most words that fit, by bisection: a count per step, not per word.
+  let fits = 0
+  let over = pieces.length
+  while (over - fits > 1) {
+    const middle = (fits + over) >> 1
+    if (countTokens(pieces.slice(0, middle).join("")) <= maxTokens) fits = middle
+    else over = middle
+  }
+  const kept = pieces.slice(0, fits).join("")
+  return { text: kept, tokens: countTokens(kept), cut: true }
+}
+
+const answer = (prompt: Prompt.Prompt, maxTokens: number) => {
   const { system, turns } = fromPrompt(prompt)
-  const text = reply(system, turns)
+  const full = reply(system, turns)
+  const { cut, text, tokens } = withinTokens(full, countTokens(full), maxTokens)
   const usage: typeof Response.Usage.Encoded = {
     inputTokens: { total: inputTokens(system, turns), uncached: undefined, cacheRead: undefined, cacheWrite: undefined },
-    outputTokens: { total: countTokens(text), text: undefined, reasoning: undefined }
+    outputTokens: { total: tokens, text: undefined, reasoning: undefined }
   }
-  return { text, usage }
+  return { text, usage, reason: cut ? "length" as const : "stop" as const }
 }
 
 /** The `local` model as an effect/ai `LanguageModel`, like the remote providers. */
 export const make: Effect.Effect<LanguageModel.LanguageModel> = Language.make({
   generateText: (options) =>
-    Effect.sync((): Array<Response.PartEncoded> => {
-      const { text, usage } = answer(options.prompt)
+    Language.MaxOutputTokens.useSync((maxTokens): Array<Response.PartEncoded> => {
+      const { reason, text, usage } = answer(options.prompt, maxTokens)
       return [
         { type: "response-metadata", modelId },
         { type: "text", text },
-        { type: "finish", reason: "stop", usage }
+        { type: "finish", reason, usage }
       ]
     }),
   streamText: (options) =>
-    Stream.suspend(() => {
-      const { text, usage } = answer(options.prompt)
+    Stream.unwrap(Language.MaxOutputTokens.useSync((maxTokens) => {
+      const { reason, text, usage } = answer(options.prompt, maxTokens)
       return Stream.fromIterable<Response.StreamPartEncoded>([
         { type: "response-metadata", modelId },
         { type: "text-start", id: "0" },
         ...words(text).map((delta) => ({ type: "text-delta" as const, id: "0", delta })),
         { type: "text-end", id: "0" },
-        { type: "finish", reason: "stop", usage }
+        { type: "finish", reason, usage }
       ])
-    })
+    }))
 })

@@ -17,6 +17,7 @@ import { AppConfig } from "../Config.ts"
 import * as OutgoingHttp from "../Platform/OutgoingHttp.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import * as Anthropic from "./Anthropic.ts"
+import { MaxOutputTokens } from "./Language.ts"
 import * as Local from "./Local.ts"
 import * as OpenAi from "./OpenAi.ts"
 import { providerMessage, retryAfterOf } from "./ProviderHttp.ts"
@@ -35,6 +36,8 @@ export interface ModelRequest {
   readonly system: string
   /** The history, oldest first, with the new user message last. */
   readonly messages: ReadonlyArray<ChatMessage>
+  /** The ceiling on the reply sent to the provider (`max_tokens`): the plan's, from the call's reservation. */
+  readonly maxOutputTokens: number
 }
 
 export interface ModelReply {
@@ -345,9 +348,10 @@ export const make = Effect.gen(function*() {
     )
   }
 
-  const generateWithRetries = (target: Target, prompt: Prompt.Prompt) => {
+  const generateWithRetries = (target: Target, prompt: Prompt.Prompt, maxOutputTokens: number) => {
     const attempt = LanguageModel.generateText({ prompt }).pipe(
       Effect.provideService(LanguageModel.LanguageModel, target.languageModel),
+      Effect.provideService(MaxOutputTokens, maxOutputTokens),
       Effect.catch((error) => Effect.flatMap(toFailure(target)(error), Effect.fail)),
       Effect.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Effect.fail(timedOut(target)) })
     )
@@ -363,9 +367,10 @@ export const make = Effect.gen(function*() {
   // Once text has reached the caller a retry would repeat it, so only an
   // attempt that failed before its first delta is retried. The timeout bounds
   // each wait for the next part, so a long answer that keeps flowing is fine.
-  const streamWithRetries = (target: Target, prompt: Prompt.Prompt) => {
+  const streamWithRetries = (target: Target, prompt: Prompt.Prompt, maxOutputTokens: number) => {
     const attempt = LanguageModel.streamText({ prompt }).pipe(
       Stream.provideService(LanguageModel.LanguageModel, target.languageModel),
+      Stream.provideService(MaxOutputTokens, maxOutputTokens),
       Stream.catch((error) => Stream.fromEffect(Effect.flatMap(toFailure(target)(error), Effect.fail))),
       Stream.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Stream.fail(timedOut(target)) })
     )
@@ -394,7 +399,7 @@ export const make = Effect.gen(function*() {
   const generate = (request: ModelRequest) =>
     Effect.gen(function*() {
       const target = yield* resolve(request.model)
-      const response = yield* generateWithRetries(target, toPrompt(request))
+      const response = yield* generateWithRetries(target, toPrompt(request), request.maxOutputTokens)
       const metadata = response.content.find((part) => part.type === "response-metadata")
       return toReply(target, response.text, metadata?.modelId, response.usage)
     }).pipe(observed(request.model, labelOf(request.model)))
@@ -429,7 +434,7 @@ export const make = Effect.gen(function*() {
           }
           return Effect.as(recordUsage(labelOf(request.model), reply), { _tag: "Done", reply } as ModelEvent)
         }))
-        return streamWithRetries(target, toPrompt(request)).pipe(
+        return streamWithRetries(target, toPrompt(request), request.maxOutputTokens).pipe(
           Stream.map(toEvents),
           Stream.flattenIterable,
           Stream.concat(done)
@@ -438,8 +443,22 @@ export const make = Effect.gen(function*() {
 
   const contextBudget = (_model: string) => config.modelContextTokens
 
-  return { generate, stream, countTokens, contextBudget } as const
+  return { generate, stream, countTokens, contextBudget, promptEstimate } as const
 })
+
+/**
+ * What the provider of `model` may count for a prompt of `tokens` tokens (our
+ * o200k count of the system prompt and the messages) in `messages` messages
+ * (the system prompt one of them), erring high: a call reserves this plus its
+ * max_tokens of the tenant's budget. The local model counts as we do; OpenAI
+ * adds a few tokens per message and for the reply's start; Anthropic's
+ * tokenizer makes more tokens of the same text than o200k, so a quarter more.
+ */
+export const promptEstimate = (model: string, tokens: number, messages: number): number => {
+  if (model === Local.modelId) return tokens
+  const overhead = 4 * messages + 3
+  return splitModel(model).provider === "anthropic" ? Math.ceil(tokens * 1.25) + overhead : tokens + overhead
+}
 
 /** The language models an agent can use: `local`, `openai/<name>` and `anthropic/<name>`, behind effect/ai. */
 export class Models extends Context.Service<Models, {
@@ -450,6 +469,8 @@ export class Models extends Context.Service<Models, {
   readonly countTokens: (text: string) => number
   /** Tokens available for system prompt, history and the new message. */
   readonly contextBudget: (model: string) => number
+  /** What the provider may count for a prompt (`promptEstimate`), for the call's reservation. */
+  readonly promptEstimate: (model: string, tokens: number, messages: number) => number
 }>()("agent-host/Models") {
   static readonly layer: Layer.Layer<Models, never, AppConfig> = Layer.effect(Models, make).pipe(
     Layer.provide(OutgoingHttp.layer)

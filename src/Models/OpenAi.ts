@@ -32,6 +32,19 @@ const moduleName = "OpenAiLanguageModel"
 const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
   parts.flatMap((part) => part.type === "text" && part.text !== undefined ? [part.text] : []).join("")
 
+/**
+ * The name of the reply's ceiling: OpenAI's own API takes
+ * `max_completion_tokens` (its reasoning models refuse `max_tokens`, which it
+ * deprecated); OpenAI-compatible servers (Ollama, vLLM, llama.cpp) know `max_tokens`.
+ */
+export const ceilingField = (baseUrl: string): "max_tokens" | "max_completion_tokens" => {
+  try {
+    return new URL(baseUrl).hostname === "api.openai.com" ? "max_completion_tokens" : "max_tokens"
+  } catch {
+    return "max_tokens"
+  }
+}
+
 /** Chat Completions messages, the system prompt first as a `system` message. */
 export const toMessages = (prompt: Prompt.Prompt): Array<{ readonly role: string; readonly content: string }> =>
   prompt.content.flatMap((message) => {
@@ -142,12 +155,14 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
     ProviderHttp.postJson({ client: options.client, module: moduleName, method, url, headers, body })
   const decodeCompletion = decode(ChatCompletion, "generateText", "chat completion")
   const decodeChunk = decode(ChatCompletionChunk, "streamText", "chat completion chunk")
+  const ceiling = ceilingField(options.baseUrl)
 
   return Language.make({
     generateText: Effect.fnUntraced(function*(providerOptions) {
       const response = yield* post("generateText", {
         model: options.model,
-        messages: toMessages(providerOptions.prompt)
+        messages: toMessages(providerOptions.prompt),
+        [ceiling]: yield* Language.MaxOutputTokens
       })
       const completion = yield* ProviderHttp.readJson(moduleName, "generateText")(response).pipe(
         Effect.flatMap(decodeCompletion)
@@ -161,13 +176,15 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
     }),
 
     streamText: (providerOptions) =>
-      post("streamText", {
-        model: options.model,
-        messages: toMessages(providerOptions.prompt),
-        stream: true,
-        // Without it the stream carries no token counts.
-        stream_options: { include_usage: true }
-      }).pipe(
+      Language.MaxOutputTokens.use((maxOutputTokens) =>
+        post("streamText", {
+          model: options.model,
+          messages: toMessages(providerOptions.prompt),
+          [ceiling]: maxOutputTokens,
+          stream: true,
+          // Without it the stream carries no token counts.
+          stream_options: { include_usage: true }
+        })).pipe(
         Effect.map((response) =>
           Stream.suspend(() => {
             let started = false

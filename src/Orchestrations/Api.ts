@@ -7,13 +7,32 @@ import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { PageQuery } from "../Agents/Api.ts"
-import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
-import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyStreams } from "../Domain/Problems.ts"
-import { DeliveryList, DeliveryPageQuery, Redelivery, SigningSecret, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
+import {
+  BadRequest,
+  Conflict,
+  NotFound,
+  QuotaReached,
+  ServiceUnavailable,
+  TokenBudgetSpent,
+  TooManyRunningRuns,
+  TooManyStreams
+} from "../Domain/Problems.ts"
+import { PreferHeader, RunWaiting } from "../Domain/RunQueue.ts"
+import {
+  DeliveryList,
+  DeliveryPageQuery,
+  Redelivery,
+  RedeliveryErrors,
+  redeliveryRefusals,
+  SigningSecret,
+  WebhookState,
+  WebhookUrl
+} from "../Webhooks/Api.ts"
 
 export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
 export type OrchestrationStatus = typeof OrchestrationStatus.Type
@@ -190,7 +209,8 @@ export const Execution = Schema.Struct({
   tokensUsed: Schema.Int,
   durationMs: Schema.NullOr(Schema.Int),
   createdAt: Schema.Date,
-  completedAt: Schema.NullOr(Schema.Date)
+  completedAt: Schema.NullOr(Schema.Date),
+  waiting: Schema.optionalKey(RunWaiting)
 })
 export type Execution = typeof Execution.Type
 
@@ -232,19 +252,25 @@ export const ExecutionEvents = eventStream(executionEventNames, ExecutionEventDa
 // dashboard): one shape and one documentation, the credential aside.
 const executeSpec = {
   params: { id: OrchestrationId },
-  headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
+  headers: {
+    "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))),
+    prefer: PreferHeader
+  },
   payload: ExecuteRequest,
   success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
-  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted]
+  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted, TooManyRunningRuns]
 } as const
 
 const executeDoc = {
   summary: "Execute an orchestration",
   description: "Starts an execution on `input` and `variables`; it runs in the background (follow it by " +
-    "`executionId`). An `Idempotency-Key` replayed within 24 hours answers with the same execution.",
+    "`executionId`). An `Idempotency-Key` replayed within 24 hours answers with the same execution. When the " +
+    "tenant has as many executions and team runs running as its plan allows (FREE_MAX_RUNNING_RUNS...), the " +
+    "execution waits its turn, `pending` with a `waiting` field, unless the request says `Prefer: wait=0`.",
   errors: "400 on invalid fields or variables the prompts use but the request lacks, 404 when the orchestration " +
     "is not the tenant's or is inactive, 409 when the `Idempotency-Key` was used with another request, 429 when " +
-    "the day's model tokens are spent, 503 when the execution is stored but its start is not confirmed in time " +
+    "the day's model tokens are spent or, with `Prefer: wait=0`, when the tenant's runs are at the plan's cap " +
+    "(with Retry-After), 503 when the execution is stored but its start is not confirmed in time " +
     "(it will run: poll it by `executionId`)."
 }
 
@@ -298,7 +324,8 @@ const executionRoutes = <const Name extends string>(
       error: [NotFound, Conflict]
     }).annotateMerge(doc("execute", {
       summary: "Cancel an execution",
-      description: "Marks the execution cancelled and interrupts its running steps.",
+      description: "Marks the execution cancelled and interrupts its running steps: their model calls are " +
+        "aborted, on whichever node runs them. An execution waiting for a slot leaves the queue.",
       errors: "404 when the execution is not the tenant's, 409 when it has already finished."
     }))
   )
@@ -319,7 +346,7 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
     HttpApiEndpoint.post("create", "/", {
       payload: CreateOrchestration,
       success: OrchestrationView.pipe(HttpApiSchema.status(201)),
-      error: BadRequest
+      error: [BadRequest, QuotaReached]
     }).annotateMerge(operation({
       summary: "Create an orchestration",
       description: "Creates an orchestration: steps, each an agent and a prompt template, run in the order of their " +
@@ -327,7 +354,9 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
         "once).",
       credential: sessionCredential,
       errors: "400 on invalid fields, naming each: duplicate step ids, unknown or cyclic dependencies, agents that " +
-        "are not the tenant's, prompts that can render past MAX_PROMPT_CHARS, a refused webhook URL."
+        "are not the tenant's, prompts that can render past MAX_PROMPT_CHARS, a refused webhook URL. 429 when " +
+        "the tenant has as many orchestrations (MAX_ORCHESTRATIONS) or webhook URLs (MAX_WEBHOOK_ENDPOINTS) as " +
+        "its plan allows."
     })),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: OrchestrationId },
@@ -343,13 +372,14 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
       params: { id: OrchestrationId },
       payload: UpdateOrchestration,
       success: OrchestrationView,
-      error: [NotFound, BadRequest]
+      error: [NotFound, BadRequest, QuotaReached]
     }).annotateMerge(operation({
       summary: "Update an orchestration",
       description: "Changes the fields sent; new `steps` replace the old ones and are checked as a whole. Executions " +
         "already started keep the steps they started with.",
       credential: sessionCredential,
-      errors: "400 on invalid fields (as for create), 404 when the orchestration is not the tenant's."
+      errors: "400 on invalid fields (as for create), 404 when the orchestration is not the tenant's, 429 when a " +
+        "first webhook URL would pass the plan's MAX_WEBHOOK_ENDPOINTS."
     })),
     HttpApiEndpoint.delete("remove", "/:id", {
       params: { id: OrchestrationId },
@@ -376,13 +406,13 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
     HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
       params: { id: OrchestrationId, eventId: Text },
       success: Redelivery.pipe(HttpApiSchema.status(202)),
-      error: NotFound
+      error: RedeliveryErrors
     }).annotateMerge(operation({
       summary: "Redeliver a webhook event",
       description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
         "schedule.",
       credential: sessionCredential,
-      errors: "404 when the orchestration is not the tenant's or has no such event."
+      errors: "404 when the orchestration is not the tenant's or has no such event; " + redeliveryRefusals
     })),
     HttpApiEndpoint.post("rotateSecret", "/:id/webhook/secret", {
       params: { id: OrchestrationId },
@@ -395,8 +425,12 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
       credential: sessionCredential,
       errors: "404 when the orchestration is not the tenant's, 409 when it has no webhook URL."
     })),
-    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec)
-      .annotateMerge(operation({ ...executeDoc, credential: sessionCredential }))
+    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec).middleware(SessionQuota)
+      .annotateMerge(operation({
+        ...executeDoc,
+        credential: sessionCredential,
+        errors: `${executeDoc.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
+      }))
   )
   .middleware(SessionAuth)
   .prefix("/api/orchestrations")

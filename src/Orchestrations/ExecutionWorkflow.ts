@@ -18,6 +18,8 @@ import { storable } from "../Domain/Text.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
+import { RunSignals } from "../Platform/RunSignals.ts"
+import { RunSlots } from "../Platform/RunSlots.ts"
 import type { Step } from "./Api.ts"
 import { plan, renderWithin } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
@@ -73,6 +75,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const { maxPromptChars } = yield* AppConfig
   const budget = yield* TokenBudget
   const knowledge = yield* KnowledgeSearch
+  const signals = yield* RunSignals
 
   const row = yield* retryTransient(executions.begin(executionId))
   if (row.status !== "running") return
@@ -100,11 +103,6 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
       if (Option.isNone(agent) || agent.value.status !== "active") {
         return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
       }
-      // The plan is read again before each step: the model may not be one it
-      // may use (any more), and the day's tokens may be spent.
-      yield* budget.admit(TenantId.make(snapshot.tenantId), agent.value.model).pipe(
-        Effect.mapError((refused) => fail(`Step ${step.id}: ${refused.detail}`))
-      )
       // Outputs of earlier steps are as long as the models made them: only
       // now is the size known, and rendering stops as soon as it is too much.
       const rendered = renderWithin(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs }, maxPromptChars)
@@ -129,20 +127,47 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
               models.countTokens(prompt)) / 2
           )
       }))).pipe(Effect.mapError(databaseFailed))
-      const reply = yield* models.generate({
-        model: agent.value.model,
-        system,
-        messages: [{ role: "user", content: prompt }]
-      }).pipe(
-        Effect.mapError((error) => fail(`Step ${step.id}: ${error.message}`)),
+      const promptTokens = models.promptEstimate(
+        agent.value.model,
+        models.countTokens(system) + models.countTokens(prompt),
+        system === "" ? 1 : 2
+      )
+      // The plan is read again before each step, in the statement that
+      // reserves the call's worst case of the day's tokens: the model may not
+      // be one it may use (any more), and the tokens left may be spent or
+      // held by calls in flight.
+      const reserve = retryTransient(sqlErrorsTyped(
+        budget.reserve(TenantId.make(snapshot.tenantId), { model: agent.value.model, promptTokens })
+      )).pipe(
+        Effect.mapError((error) =>
+          error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed"
+            ? fail(`Step ${step.id}: ${error.detail}`)
+            : databaseFailed(error)
+        )
+      )
+      // The step's tokens are settled before it is stored.
+      const result = yield* budget.reserving(
+        reserve,
+        (held) =>
+          models.generate({
+            model: agent.value.model,
+            system,
+            messages: [{ role: "user", content: prompt }],
+            maxOutputTokens: held.maxOutputTokens
+          }),
+        (reply, held) => {
+          const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
+          return retryTransient(sqlErrorsTyped(budget.settle(held, result.tokens))).pipe(
+            Effect.mapError(databaseFailed),
+            Effect.as(result)
+          )
+        }
+      ).pipe(
+        Effect.mapError((error) => error._tag === "ModelError" ? fail(`Step ${step.id}: ${error.message}`) : error),
         Effect.timeoutOrElse({
           duration: Duration.millis(remaining),
           orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
         })
-      )
-      const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
-      yield* retryTransient(sqlErrorsTyped(budget.charge(TenantId.make(snapshot.tenantId), result.tokens))).pipe(
-        Effect.mapError(databaseFailed)
       )
       if (!oneStep) {
         yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
@@ -159,10 +184,15 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   // add no guarantee, only a message, its reply and a trip through the
   // cluster. Killed before that statement, the step runs again, as an
   // activity killed before its reply is stored does.
+  // A cancel stops a step where it is, its model call aborted, on whichever node runs it.
+  const cancellableStep = (step: Step) =>
+    signals.cancellable(executionId, () => new StepFailed({ step: step.id, message: "Cancelled", tokens: 0 }))(
+      stepEffect(step)
+    )
   const runStep = (step: Step) =>
     oneStep
-      ? stepEffect(step)
-      : Activity.make({ name: `step:${step.id}`, success: StepResult, error: StepFailed, execute: stepEffect(step) })
+      ? cancellableStep(step)
+      : Activity.make({ name: `step:${step.id}`, success: StepResult, error: StepFailed, execute: cancellableStep(step) })
 
   const planned = plan(snapshot.steps)
   if (Result.isFailure(planned)) {
@@ -226,7 +256,11 @@ const failUnfinished = (executionId: string) => (cause: Cause.Cause<unknown>) =>
 export const layer = ExecutionWorkflow.toLayer((payload) =>
   Effect.acquireUseRelease(
     Metric.modify(Metrics.workflowsInFlight, 1),
-    () => run(payload).pipe(Effect.catchCause(failUnfinished(payload.executionId))),
+    // The run waits for, then holds, one of its tenant's running slots.
+    () =>
+      Effect.gen(function*() {
+        return yield* (yield* RunSlots).hold("execution", payload.executionId)(run(payload))
+      }).pipe(Effect.catchCause(failUnfinished(payload.executionId))),
     () => Metric.modify(Metrics.workflowsInFlight, -1)
   )
 )

@@ -11,12 +11,15 @@ import * as Crypto from "node:crypto"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import * as DurableRuns from "../Platform/DurableRuns.ts"
+import { EventStreams } from "../Platform/EventStreams.ts"
 import { Metrics } from "../Platform/Observability.ts"
+import { RunSignals } from "../Platform/RunSignals.ts"
+import { refuseRunning, RunSlots } from "../Platform/RunSlots.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, newId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
-import { type ExecuteRequest, ExecutionNotStarted, type ExecutionStatus } from "./Api.ts"
+import { type ExecuteRequest, type Execution, ExecutionNotStarted, type ExecutionStatus } from "./Api.ts"
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
 import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./Repo.ts"
@@ -62,9 +65,11 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const engine = yield* WorkflowEngine.WorkflowEngine
     const config = yield* AppConfig
     const budget = yield* TokenBudget
-    const slots = yield* DurableRuns.EventStreamSlots
+    const streams = yield* EventStreams
     const sharding = yield* Sharding.Sharding
     const localStart = DurableRuns.localStart(sharding, ExecutionWorkflow)
+    const runSlots = yield* RunSlots
+    const signals = yield* RunSignals
 
     const startWorkflow = (executionId: string) =>
       ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
@@ -114,7 +119,9 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       tenantId: TenantId,
       orchestrationId: OrchestrationId,
       request: ExecuteRequest,
-      idempotencyKey: string | undefined
+      idempotencyKey: string | undefined,
+      // False (`Prefer: wait=0`): refused with a 429 rather than queued when the tenant's runs are at its cap.
+      wait = true
     ) {
       const issues = requestIssues(request)
       if (issues.length > 0) {
@@ -160,6 +167,12 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       const startRequest = idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
         ? yield* localStart({ executionId: id })
         : undefined
+      // A request that would not wait takes its slot before the run is stored
+      // (one statement, only then); its workflow finds the slot taken.
+      if (!wait) {
+        const refused = yield* runSlots.reserve("execution", tenantId, id)
+        if (refused !== undefined) return yield* refuseRunning(refused.refusedAt)
+      }
       const claimed = yield* DurableRuns.startStored({
         insert: repo.insert({
           id,
@@ -181,14 +194,33 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           new ExecutionNotStarted({ detail: "The execution is stored and will start shortly", executionId }),
         what: "An execution"
       })
-      if (!claimed.fresh) return yield* replayOf(claimed, hash)
+      if (!claimed.fresh) {
+        if (!wait) yield* runSlots.release(id)
+        return yield* replayOf(claimed, hash)
+      }
       return { executionId: claimed.id, status: "pending" as const, orchestrationId: claimed.orchestrationId }
     })
 
+    const find = (tenantId: TenantId, id: string) =>
+      Effect.flatMap(repo.get(tenantId, id), (execution) =>
+        Option.isNone(execution) ? Effect.fail(new NotFound({ detail: `No execution ${id}` })) : Effect.succeed(execution.value))
+
+    // Pending executions that wait for a slot say so (one statement, only when some are pending).
+    const withWaiting = (tenantId: TenantId, executions: ReadonlyArray<Execution>) =>
+      Effect.map(
+        runSlots.waiting(tenantId, executions.filter((execution) => execution.status === "pending").map((execution) => execution.id)),
+        (waiting) =>
+          executions.map((execution): Execution => {
+            const queued = waiting.get(execution.id)
+            return queued === undefined
+              ? execution
+              : { ...execution, waiting: { reason: "tenant_concurrency", ahead: queued.ahead, limit: queued.limit } }
+          })
+      )
+
     const get = Traced.fn("Executions.get")(function*(tenantId: TenantId, id: string) {
-      const execution = yield* repo.get(tenantId, id)
-      if (Option.isNone(execution)) return yield* new NotFound({ detail: `No execution ${id}` })
-      return execution.value
+      const execution = yield* find(tenantId, id)
+      return (yield* withWaiting(tenantId, [execution]))[0]!
     })
 
     const list = Traced.fn("Executions.list")(function*(tenantId: TenantId, query: {
@@ -199,22 +231,27 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     }) {
       const before = yield* decodeCursor(query.cursor, isId)
       const limit = query.limit ?? defaultPageSize
-      return yield* repo.page(tenantId, {
+      const page = yield* repo.page(tenantId, {
         orchestrationId: query.orchestrationId ?? null,
         status: query.status ?? null,
         before,
         limit
       })
+      return { ...page, data: yield* withWaiting(tenantId, page.data) }
     })
 
     const cancel = Traced.fn("Executions.cancel")(function*(tenantId: TenantId, id: string) {
-      const execution = yield* get(tenantId, id)
+      const execution = yield* find(tenantId, id)
       if (isFinal(execution.status)) {
         return yield* new Conflict({ detail: `The execution is already ${execution.status}` })
       }
       const cancelled = yield* repo.transition(id, "cancelled", { error: "Cancelled" }).pipe(Effect.orDie)
       if (!cancelled) return yield* new Conflict({ detail: "The execution has just finished" })
       yield* Metric.update(Metrics.executions("cancelled"), 1)
+      // Whichever node runs its steps aborts their model calls now; a run
+      // waiting for a slot leaves the queue (effect's interrupt below only
+      // takes effect when the workflow next suspends).
+      yield* signals.cancel(id)
       // Running steps are interrupted; the read model already says cancelled.
       yield* Effect.flatMap(ExecutionWorkflow.executionId({ executionId: id }), (workflowId) =>
         ExecutionWorkflow.interrupt(workflowId)).pipe(
@@ -233,7 +270,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
 
     /**
      * The execution's events as they happen: what is logged already, then
-     * what follows (the log is polled), until the final event. Resumes after
+     * what follows (woken by its notifications), until the final event. Resumes after
      * `lastEventId` when a client reconnects. A stream lasts at most
      * EVENT_STREAM_MAX_DURATION and never past the execution's own timeout
      * (plus a moment for its final event to be written); then it ends with a
@@ -242,8 +279,6 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const events = Traced.fn("Executions.events")(function*(tenantId: TenantId, id: string, lastEventId: string) {
       const deadline = yield* repo.deadline(tenantId, id)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No execution ${id}` })
-      // One cap for every kind of stream a tenant opens on this node.
-      yield* slots.hold(tenantId)
       const now = yield* Clock.currentTimeMillis
       const executionEnd = deadline.value + finalEventGraceMs
       const streamEnd = now + Duration.toMillis(config.eventStreamMaxDuration)
@@ -252,8 +287,12 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         reason: executionEnd <= streamEnd ? "executionTimeout" : "maxDuration"
       }
 
-      return DurableRuns.followLog<ExecutionEvent, StreamEnd>({
+      // One cap for every kind of stream a tenant opens, across the cluster.
+      return yield* streams.follow<ExecutionEvent, StreamEnd>(tenantId, {
+        runId: id,
         read: (after) => repo.events(id, after),
+        // ExecutionsRepo.events reads at most 500.
+        pageSize: 500,
         isFinal: (type) => finalEvents.has(type),
         lastEventId,
         now,
@@ -267,7 +306,10 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const entityType = `Workflow/${ExecutionWorkflow._tag}`
     const sweeps = (reap: Effect.Effect<void>): DurableRuns.Sweeps => ({
       unfinished: repo.unfinished,
-      notStarted: repo.notStarted,
+      // Runs waiting for a slot have started their workflows: not to be nudged.
+      notStarted: (seconds, limit) =>
+        Effect.flatMap(repo.notStarted(seconds, limit), (ids) =>
+          Effect.map(runSlots.queuedAmong(ids), (queued) => ids.filter((id) => !queued.has(id)))),
       start: startWorkflow,
       reap,
       unpruned: (limit) => repo.unpruned(Duration.toSeconds(config.executionMessagesRetention), limit),
@@ -289,6 +331,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         Effect.annotateLogs({ count: ids.length })
       )
       yield* Metric.update(Metrics.executions("failed"), ids.length)
+      // Their model calls in flight stop, and those waiting for a slot leave the queue.
+      yield* Effect.forEach(ids, signals.cancel, { discard: true })
       yield* Effect.forEach(ids, (executionId) =>
         Effect.flatMap(ExecutionWorkflow.executionId({ executionId }), (workflowId) =>
           ExecutionWorkflow.interrupt(workflowId)).pipe(
@@ -313,7 +357,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer, DurableRuns.EventStreamSlots.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer, EventStreams.layer]))
 
   /** The sweeps of executions (DurableRuns.sweeper), a cluster singleton. */
   static readonly sweeper = DurableRuns.sweeper("ExecutionsSweep", "Executions", Effect.gen(function*() {

@@ -5,6 +5,7 @@ import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { OrchestrationId } from "../Domain/Ids.ts"
+import { asksNotToWait } from "../Domain/RunQueue.ts"
 import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Executions } from "./Executions.ts"
@@ -16,10 +17,12 @@ const executeHandler = (executions: Executions["Service"]) =>
   Traced.fn(function*({ params, payload, headers }: {
     readonly params: { readonly id: OrchestrationId }
     readonly payload: ExecuteRequest
-    readonly headers: { readonly "idempotency-key"?: string | undefined }
+    readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
   }) {
     const { tenantId } = yield* CurrentPrincipal
-    return yield* withBudgetHeaders(executions.start(tenantId, params.id, payload, headers["idempotency-key"]))
+    return yield* withBudgetHeaders(
+      executions.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
+    )
   })
 
 export const OrchestrationsHttp = HttpApiBuilder.group(

@@ -3,6 +3,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
+import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
@@ -393,6 +394,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
     const repo = yield* OrchestrationsRepo
     const config = yield* AppConfig
     const webhooks = yield* Webhooks
+    const quotas = yield* Limits
     const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
     const limits = {
       maxPromptChars: config.maxPromptChars,
@@ -469,13 +471,13 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
     // (400) takes the new orchestration away again.
     const create = Traced.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {
       yield* checkSteps(tenantId, input.steps)
-      const orchestration = yield* repo.insert(tenantId, {
+      const orchestration = yield* quotas.admit(tenantId, "orchestrations", repo.insert(tenantId, {
         name: input.name,
         description: input.description ?? "",
         status: input.status ?? "active",
         steps: input.steps,
         timeoutMs: input.timeoutMs ?? defaultTimeoutMs
-      })
+      }))
       const change = webhookChange(input)
       if (change === undefined) return withWebhook(orchestration, { state: noWebhook, signingSecret: null })
       const webhook = yield* webhooks.configure(tenantId, ownerOf(orchestration.id), change, ["payload", "outputWebhookUrl"]).pipe(
@@ -540,5 +542,5 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
     return { list, listViews, create, get, view, update, remove, deliveries, redeliver, rotateSecret } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(OrchestrationsRepo.layer))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([OrchestrationsRepo.layer, Limits.layer]))
 }

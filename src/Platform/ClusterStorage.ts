@@ -16,6 +16,7 @@ import * as SqlMessageStorage from "effect/cluster/SqlMessageStorage"
 import * as SqlRunnerStorage from "effect/cluster/SqlRunnerStorage"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Batcher from "../Database/Batcher.ts"
+import { forEachChunk } from "../Database/Chunks.ts"
 import { Metrics } from "./Observability.ts"
 
 /**
@@ -166,14 +167,18 @@ export const prefetchStartLookups = (
   // (a new database): a sequential scan of every message, run again for each
   // read (about 9 ms per read of 50 starts at 20,000 messages, against 0.2 ms
   // by the `message_id` index, which a plan for the actual keys uses).
+  // A read brings up to the cluster's batch size (1,024 by default) of
+  // starts: their keys are looked up a chunk at a time.
   const prefetch = (keys: ReadonlyArray<string>) =>
-    sql<{ readonly message_id: string; readonly id: bigint }>`
-      SELECT message_id, id FROM ${messages} WHERE message_id IN ${sql.in(keys)}
-    `.unprepared.pipe(
+    forEachChunk(keys, (chunk) =>
+      sql<{ readonly message_id: string; readonly id: bigint }>`
+        SELECT message_id, id FROM ${messages} WHERE message_id IN ${sql.in(chunk)}
+      `.unprepared
+    ).pipe(
       Effect.provideService(SqlClient.SafeIntegers, true),
-      Effect.map((rows) => {
+      Effect.map((chunks) => {
         const now = Date.now()
-        const found = new Map(rows.map((row) => [row.message_id, Snowflake.Snowflake(row.id)]))
+        const found = new Map(chunks.flat().map((row) => [row.message_id, Snowflake.Snowflake(row.id)]))
         for (const key of keys) {
           prefetched.delete(key)
           prefetched.set(key, { at: now, id: Option.fromNullishOr(found.get(key)) })
@@ -294,6 +299,33 @@ export const messageStorageLayer = Layer.effect(
     return yield* MessageStorage.makeEncoded({ ...encoded, saveReply: makeSaveReply(client) })
   })
 ).pipe(Layer.provide(Snowflake.layerGenerator))
+
+/**
+ * Deletes the stored messages, and their replies, of these entities of
+ * `entityType`: finished workflows whose outcome the feature keeps in its own
+ * tables. A chunk of at most 1,000 entity ids per transaction, so any number
+ * of ids can be given; a chunk that fails fails the call and leaves the
+ * chunks before it deleted (deleting again is harmless). Returns how many
+ * messages were deleted.
+ */
+export const deleteEntityMessages = (
+  client: SqlClient.SqlClient,
+  entityType: string,
+  entityIds: ReadonlyArray<string>
+) => {
+  const sql = client.withoutTransforms()
+  const messages = sql("cluster_messages")
+  const replies = sql("cluster_replies")
+  return forEachChunk(entityIds, (chunk) =>
+    Effect.gen(function*() {
+      yield* sql`DELETE FROM ${replies} WHERE request_id IN (
+                   SELECT id FROM ${messages} WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(chunk)})`
+      const deleted = yield* sql<{ readonly n: number }>`
+        WITH gone AS (DELETE FROM ${messages} WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(chunk)} RETURNING 1)
+        SELECT count(*)::int AS n FROM gone`
+      return deleted[0]?.n ?? 0
+    }).pipe(sql.withTransaction)).pipe(Effect.map((counts) => counts.reduce((total, n) => total + n, 0)))
+}
 
 interface PendingRefresh {
   readonly address: RunnerAddress.RunnerAddress

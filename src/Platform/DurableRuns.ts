@@ -3,22 +3,16 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
-import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import type * as Scope from "effect/Scope"
-import * as Stream from "effect/Stream"
 import * as ClusterSchema from "effect/cluster/ClusterSchema"
 import * as EntityId from "effect/cluster/EntityId"
 import type * as Sharding from "effect/cluster/Sharding"
 import * as Singleton from "effect/cluster/Singleton"
 import * as Schema from "effect/Schema"
 import type * as Workflow from "effect/workflow/Workflow"
-import { AppConfig } from "../Config.ts"
 import { requestRow } from "./ClusterStorage.ts"
 import { Metrics } from "./Observability.ts"
-import { TooManyStreams } from "../Domain/Problems.ts"
 
 // The machinery every durable run shares (executions, team runs): a run is a
 // row of its feature's read model plus a workflow of effect's cluster. The
@@ -194,8 +188,8 @@ export const prune = (sweeps: Sweeps) =>
 
 /**
  * The sweeper of one kind of durable run, a cluster singleton (one node
- * sweeps; another takes over if it stops): at start and then every minute,
- * unfinished runs are (re)started and finished ones' stored messages pruned;
+ * sweeps; another takes over if it stops): at start, runs past their timeout
+ * are failed first; then, and every minute, unfinished runs are (re)started and finished ones' stored messages pruned;
  * every 5 s, runs accepted over 10 s ago and not started yet are started
  * again, and runs past their timeout failed.
  */
@@ -204,6 +198,9 @@ export const sweeper = <R>(name: string, what: string, make: Effect.Effect<Sweep
     name,
     Effect.gen(function*() {
       const sweeps = yield* make
+      // Runs past their timeout are failed before anything is started again: a run that brought its node
+      // down (a poison document) is not resumed by the restart it caused.
+      yield* sweeps.reap.pipe(Effect.catchCause((cause) => Effect.logWarning(`${what}: timeout sweep failed`, cause)))
       yield* nudge(sweeps, what).pipe(
         Effect.delay("5 seconds"),
         Effect.catchCause((cause) => Effect.logWarning(`${what}: nudge failed`, cause)),
@@ -223,87 +220,3 @@ export const sweeper = <R>(name: string, what: string, make: Effect.Effect<Sweep
       )
     })
   )
-
-// ---------------------------------------------------------------------------
-// Event streams of runs
-// ---------------------------------------------------------------------------
-
-/**
- * Open event streams by tenant, on this node, whatever they follow
- * (executions, team runs): each polls Postgres, so a tenant holds at most
- * MAX_EVENT_STREAMS_PER_TENANT of them at once. `hold` takes a place for the
- * request's scope, given back when the stream ends, fails or its client goes
- * away, even before the body started; past the cap it fails with 429.
- */
-export class EventStreamSlots extends Context.Service<EventStreamSlots, {
-  readonly hold: (tenantId: string) => Effect.Effect<void, TooManyStreams, Scope.Scope>
-}>()("agent-host/EventStreamSlots") {
-  static readonly layer = Layer.effect(
-    EventStreamSlots,
-    Effect.gen(function*() {
-      const { maxEventStreamsPerTenant: max } = yield* AppConfig
-      const open = new Map<string, number>()
-      const tooMany = new TooManyStreams({
-        detail: `At most ${max} event streams may be open at once; close one first`,
-        limit: max
-      })
-      return EventStreamSlots.of({
-        hold: (tenantId) =>
-          Effect.gen(function*() {
-            const held = open.get(tenantId) ?? 0
-            if (held >= max) return yield* tooMany
-            open.set(tenantId, held + 1)
-            yield* Effect.addFinalizer(() =>
-              Effect.sync(() => {
-                const left = (open.get(tenantId) ?? 1) - 1
-                if (left <= 0) open.delete(tenantId)
-                else open.set(tenantId, left)
-              })
-            )
-          })
-      })
-    })
-  )
-}
-
-/**
- * A run's event log as it grows: what is logged already after `lastEventId`,
- * then what follows (`read` is polled), until a final event. At `endsAt`
- * (ms) it stops: whatever was logged meanwhile, then `end` unless the run
- * just finished.
- */
-export const followLog = <Event extends { readonly id: string; readonly type: string }, End>(options: {
-  readonly read: (afterId: string) => Effect.Effect<ReadonlyArray<Event>>
-  readonly isFinal: (type: string) => boolean
-  readonly lastEventId: string
-  readonly now: number
-  readonly endsAt: number
-  readonly end: End
-}): Stream.Stream<Event | End> => {
-  // What the client has received: where a last catch-up starts, and whether it is over.
-  let delivered = /^\d{1,18}$/.test(options.lastEventId) ? options.lastEventId : "0"
-  let finished = false
-  const final = (batch: ReadonlyArray<Event>) => batch.some((event) => options.isFinal(event.type))
-  const live = Stream.paginate(delivered, (after: string) =>
-    Effect.gen(function*() {
-      const batch = yield* options.read(after)
-      if (batch.length === 0) {
-        yield* Effect.sleep("250 millis")
-        return [batch, Option.some(after)] as const
-      }
-      return [batch, final(batch) ? Option.none<string>() : Option.some(batch[batch.length - 1]!.id)] as const
-    })).pipe(
-      Stream.interruptWhen(Effect.sleep(Duration.millis(Math.max(0, options.endsAt - options.now)))),
-      Stream.tap((event) =>
-        Effect.sync(() => {
-          delivered = event.id
-          if (options.isFinal(event.type)) finished = true
-        })
-      )
-    )
-  const last = Stream.unwrap(Effect.suspend(() =>
-    finished ? Effect.succeed(Stream.empty) : Effect.map(options.read(delivered), (batch) =>
-      Stream.fromIterable<Event | End>(final(batch) ? batch : [...batch, options.end]))
-  ))
-  return Stream.concat(live, last)
-}

@@ -5,7 +5,7 @@ import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { PageQuery, pageQuery } from "../Agents/Api.ts"
-import { ApiKeyAuth, ApiKeyHeaderAuth, keyOperation, SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { ApiKeyAuth, ApiKeyHeaderAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, TeamId } from "../Domain/Ids.ts"
@@ -14,11 +14,23 @@ import {
   BadRequest,
   Conflict,
   NotFound,
+  QuotaReached,
   ServiceUnavailable,
   TokenBudgetSpent,
+  TooManyRunningRuns,
   TooManyStreams
 } from "../Domain/Problems.ts"
-import { DeliveryList, DeliveryPageQuery, Redelivery, SigningSecret, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
+import { PreferHeader, RunWaiting } from "../Domain/RunQueue.ts"
+import {
+  DeliveryList,
+  DeliveryPageQuery,
+  Redelivery,
+  RedeliveryErrors,
+  redeliveryRefusals,
+  SigningSecret,
+  WebhookState,
+  WebhookUrl
+} from "../Webhooks/Api.ts"
 
 export const TeamStatus = Schema.Literals(["active", "inactive"])
 export type TeamStatus = typeof TeamStatus.Type
@@ -73,13 +85,16 @@ const Name = text(
 )
 const Description = text(Schema.isMaxLength(2000))
 const MaxTurns = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxMaxTurns })).annotate({
-  description: `Turns a run may take, 1 to ${maxMaxTurns} (default ${defaultMaxTurns}); a closing turn follows at the limit.`
+  description: `Turns a run may take, 1 to ${maxMaxTurns} and at most the plan's (FREE_TEAM_MAX_TURNS...) (default ` +
+    `${defaultMaxTurns}, or the plan's bound when lower); a closing turn follows at the limit.`
 })
 const TokenBudgetLimit = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxTokenBudget })).annotate({
-  description: `Model tokens a run may spend, 1 to ${maxTokenBudget} (default ${defaultTokenBudget}).`
+  description: `Model tokens a run may spend, 1 to ${maxTokenBudget} and at most the plan's (FREE_TEAM_TOKEN_BUDGET...) ` +
+    `(default ${defaultTokenBudget}, or the plan's bound when lower).`
 })
 const TimeoutMs = Schema.Int.check(Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })).annotate({
-  description: `Milliseconds a run may take, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).`
+  description: `Milliseconds a run may take, ${minTimeoutMs} to ${maxTimeoutMs} and at most the plan's (FREE_TEAM_TIMEOUT...) ` +
+    `(default ${defaultTimeoutMs}, or the plan's bound when lower).`
 })
 const LeaderAgentId = Schema.NullOr(AgentId.check(Schema.isMaxLength(200))).annotate({
   description: "The member who picks each next speaker and writes the final answer; required for `leader`, null otherwise."
@@ -199,7 +214,8 @@ export const TeamRun = Schema.Struct({
   tokensUsed: Schema.Int,
   durationMs: Schema.NullOr(Schema.Int),
   createdAt: Schema.Date,
-  completedAt: Schema.NullOr(Schema.Date)
+  completedAt: Schema.NullOr(Schema.Date),
+  waiting: Schema.optionalKey(RunWaiting)
 })
 export type TeamRun = typeof TeamRun.Type
 
@@ -269,11 +285,14 @@ const runDocs = {
   run: {
     summary: "Run a team",
     description: "Starts a run of the team on `mission`; it runs in the background and its result goes to the " +
-      "room's output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run.",
+      "room's output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run. When the " +
+      "tenant has as many executions and team runs running as its plan allows (FREE_MAX_RUNNING_RUNS...), the run " +
+      "waits its turn, `pending` with a `waiting` field, unless the request says `Prefer: wait=0`. The team's " +
+      "`maxTurns`, `tokenBudget` and `timeoutMs` are held to the plan's bounds.",
     errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) mission, 404 when the team is not the tenant's or is " +
       "inactive, 409 when the `Idempotency-Key` was used with another request, 429 when the day's model tokens " +
-      "are spent, 503 when the run is stored but its start is not confirmed in time (it will run: poll it by " +
-      "`runId`)."
+      "are spent or, with `Prefer: wait=0`, when the tenant's runs are at the plan's cap (with Retry-After), 503 " +
+      "when the run is stored but its start is not confirmed in time (it will run: poll it by `runId`)."
   },
   runs: {
     summary: "List a team's runs",
@@ -293,7 +312,8 @@ const runDocs = {
   },
   cancel: {
     summary: "Cancel a team run",
-    description: "Marks the run cancelled and interrupts the turn in flight.",
+    description: "Marks the run cancelled and interrupts the turn in flight: its model call is aborted, on " +
+      "whichever node runs it. A run waiting for a slot leaves the queue.",
     errors: "404 when the team or the run is not the tenant's, 409 when the run has already finished."
   },
   events: {
@@ -311,9 +331,12 @@ const runDocs = {
 // What starting a run takes and may answer, in every group.
 const runSpec = {
   params: { id: TeamId },
-  headers: { "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))) },
+  headers: {
+    "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))),
+    prefer: PreferHeader
+  },
   payload: RunRequest,
-  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, RunNotStarted]
+  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, RunNotStarted, TooManyRunningRuns]
 } as const
 
 /** `{ success: true, data }`: the bodies of the key-authenticated team routes. */
@@ -342,7 +365,7 @@ export class TeamsApi extends HttpApiGroup.make("teams")
     HttpApiEndpoint.post("create", "/", {
       payload: CreateTeam,
       success: Team.pipe(HttpApiSchema.status(201)),
-      error: BadRequest
+      error: [BadRequest, QuotaReached]
     }).annotateMerge(operation({
       summary: "Create a team",
       description: "Creates a team: member agents with roles, the turn-taking (`round_robin`, or `leader` with a " +
@@ -350,7 +373,9 @@ export class TeamsApi extends HttpApiGroup.make("teams")
         "carries its signing secret, once).",
       credential: sessionCredential,
       errors: "400 on invalid fields, naming each: members that are not distinct agents of the tenant, a leader " +
-        "missing, not a member or given for `round_robin`, a refused webhook URL."
+        "missing, not a member or given for `round_robin`, a refused webhook URL, a `maxTurns`, `tokenBudget` or " +
+        "`timeoutMs` past the plan's bound (FREE_TEAM_MAX_TURNS...). 429 when the tenant has as " +
+        "many teams (MAX_TEAMS) or webhook URLs (MAX_WEBHOOK_ENDPOINTS) as its plan allows."
     })),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: TeamId },
@@ -366,13 +391,14 @@ export class TeamsApi extends HttpApiGroup.make("teams")
       params: { id: TeamId },
       payload: UpdateTeam,
       success: Team,
-      error: [NotFound, BadRequest]
+      error: [NotFound, BadRequest, QuotaReached]
     }).annotateMerge(operation({
       summary: "Update a team",
       description: "Changes the fields sent and checks the team as a whole again. Runs already started keep the " +
         "team they started with.",
       credential: sessionCredential,
-      errors: "400 on invalid fields (as for create), 404 when the team is not the tenant's."
+      errors: "400 on invalid fields (as for create), 404 when the team is not the tenant's, 429 when a first " +
+        "webhook URL for the room would pass the plan's MAX_WEBHOOK_ENDPOINTS."
     })),
     HttpApiEndpoint.delete("remove", "/:id", {
       params: { id: TeamId },
@@ -409,16 +435,21 @@ export class TeamsApi extends HttpApiGroup.make("teams")
     HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
       params: { id: TeamId, eventId: Text },
       success: Redelivery.pipe(HttpApiSchema.status(202)),
-      error: NotFound
+      error: RedeliveryErrors
     }).annotateMerge(operation({
       summary: "Redeliver a room event",
       description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
         "schedule.",
       credential: sessionCredential,
-      errors: "404 when the team is not the tenant's or has no such event."
+      errors: "404 when the team is not the tenant's or has no such event; " + redeliveryRefusals
     })),
     HttpApiEndpoint.post("run", "/:id/run", { ...runSpec, success: RunHandle.pipe(HttpApiSchema.status(202)) })
-      .annotateMerge(operation({ ...runDocs.run, credential: sessionCredential })),
+      .middleware(SessionQuota)
+      .annotateMerge(operation({
+        ...runDocs.run,
+        credential: sessionCredential,
+        errors: `${runDocs.run.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
+      })),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
       query: PageQuery,

@@ -6,6 +6,7 @@ import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
+import { asksNotToWait } from "../Domain/RunQueue.ts"
 import type { RunEvent, StreamEnd } from "./TeamRuns.ts"
 import { TeamRuns } from "./TeamRuns.ts"
 import { Teams } from "./Teams.ts"
@@ -71,7 +72,9 @@ export const TeamsHttp = HttpApiBuilder.group(
       }),
       run: Traced.fn(function*({ params, payload, headers }) {
         const { tenantId } = yield* CurrentPrincipal
-        return yield* withBudgetHeaders(runs.start(tenantId, params.id, payload, headers["idempotency-key"]))
+        return yield* withBudgetHeaders(
+          runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
+        )
       }),
       runs: Traced.fn(function*({ params, query }) {
         const { tenantId } = yield* CurrentPrincipal
@@ -112,10 +115,12 @@ const keyHandlers = Effect.gen(function*() {
     run: Traced.fn(function*({ params, payload, headers }: {
       readonly params: { readonly id: string }
       readonly payload: { readonly mission: string }
-      readonly headers: { readonly "idempotency-key"?: string | undefined }
+      readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
     }) {
       const { tenantId } = yield* CurrentPrincipal
-      return ok(yield* withBudgetHeaders(runs.start(tenantId, params.id, payload, headers["idempotency-key"])))
+      return ok(yield* withBudgetHeaders(
+        runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
+      ))
     }),
     runs: Traced.fn(function*({ params, query }: {
       readonly params: { readonly id: string }

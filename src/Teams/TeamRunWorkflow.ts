@@ -18,6 +18,8 @@ import { storable } from "../Domain/Text.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Platform/Observability.ts"
+import { RunSignals } from "../Platform/RunSignals.ts"
+import { RunSlots } from "../Platform/RunSlots.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { type StopReason, TeamRun } from "./Api.ts"
 import { TeamsRepo } from "./Repo.ts"
@@ -153,6 +155,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
   const config = yield* AppConfig
   const budget = yield* TokenBudget
   const knowledge = yield* KnowledgeSearch
+  const signals = yield* RunSignals
 
   const begun = yield* retryTransient(repo.begin(runId))
   if (begun.status !== "running") return
@@ -174,7 +177,8 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
       name: closing === undefined ? `turn:${index}` : `closing:${index}`,
       success: TurnOutcome,
       error: TurnFailed,
-      execute: Effect.gen(function*() {
+      // A cancel stops the turn where it is, its model call aborted, on whichever node runs it.
+      execute: signals.cancellable(runId, () => new TurnFailed({ message: "Cancelled" }))(Effect.gen(function*() {
         const silent = (stop: NonNullable<TurnOutcome["stop"]>): TurnOutcome => ({
           stop,
           agentId: speaker,
@@ -224,32 +228,59 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
           turns,
           closing
         })
+        const promptTokens = models.countTokens(system) + models.countTokens(prompt)
         if (closing === undefined) {
-          const estimate = models.countTokens(system) + models.countTokens(prompt) + replyTokensEstimate
+          const estimate = promptTokens + replyTokensEstimate
           if (tokensUsed + estimate > snapshot.tokenBudget) return silent("token_budget")
         }
-        const admitted = yield* budget.admit(tenantId, agent.value.model).pipe(
-          Effect.as(true),
-          Effect.catch((refused) =>
-            closing === undefined ? Effect.fail(fail(refused.detail ?? refused.title)) : Effect.succeed(false))
-        )
-        if (!admitted) return silent("failed")
-        yield* retryTransient(repo.turnEvent(runId, "turn.started", index, { index, agentId: speaker, closing: closing !== undefined }))
-          .pipe(Effect.mapError(databaseFailed))
-        const reply = yield* models.generate({
+        // Every turn, the closing one too, reserves its worst case of the
+        // tenant's day (the plan read now) before its model call.
+        const reserve = retryTransient(sqlErrorsTyped(budget.reserve(tenantId, {
           model: agent.value.model,
-          system,
-          messages: [{ role: "user", content: prompt }]
-        }).pipe(
-          Effect.map(Option.some),
-          Effect.timeoutOrElse({ duration: Duration.millis(allowed), orElse: () => Effect.succeed(Option.none()) }),
-          Effect.catchTag("ModelError", (error) =>
-            closing === undefined ? Effect.fail(fail(error.message)) : Effect.succeed(Option.none()))
+          promptTokens: models.promptEstimate(agent.value.model, promptTokens, system === "" ? 1 : 2)
+        }))).pipe(
+          Effect.mapError((error) =>
+            error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed" ? error : databaseFailed(error)
+          )
         )
+        // The turn's tokens are settled before it is stored.
+        const reply = yield* budget.reserving(
+          reserve,
+          (held) =>
+            retryTransient(repo.turnEvent(runId, "turn.started", index, { index, agentId: speaker, closing: closing !== undefined }))
+              .pipe(
+                Effect.mapError(databaseFailed),
+                Effect.andThen(models.generate({
+                  model: agent.value.model,
+                  system,
+                  messages: [{ role: "user", content: prompt }],
+                  maxOutputTokens: held.maxOutputTokens
+                }))
+              ),
+          (reply, held) =>
+            retryTransient(sqlErrorsTyped(budget.settle(held, reply.inputTokens + reply.outputTokens))).pipe(
+              Effect.mapError(databaseFailed),
+              Effect.as(reply)
+            )
+        ).pipe(
+            Effect.map(Option.some),
+            Effect.timeoutOrElse({ duration: Duration.millis(allowed), orElse: () => Effect.succeed(Option.none()) }),
+            Effect.catch((error) => {
+              switch (error._tag) {
+                // The closing turn fails quietly: the run ends with what it has.
+                case "ModelError":
+                  return closing === undefined ? Effect.fail(fail(error.message)) : Effect.succeed(Option.none())
+                case "TokenBudgetSpent":
+                case "ModelNotAllowed":
+                  return closing === undefined ? Effect.fail(fail(error.detail ?? error.title)) : Effect.succeed(Option.none())
+                default:
+                  return Effect.fail(error)
+              }
+            })
+          )
         if (Option.isNone(reply)) return silent(closing === undefined ? "timeout" : "failed")
         const content = storable(reply.value.text)
         const tokens = reply.value.inputTokens + reply.value.outputTokens
-        yield* retryTransient(sqlErrorsTyped(budget.charge(tenantId, tokens))).pipe(Effect.mapError(databaseFailed))
         const declared = Room.finalAnswer(content)
         const final = closing !== undefined ? declared ?? content : Room.mayFinish(room, speaker) ? declared ?? null : null
         yield* retryTransient(repo.saveTurn({ tenantId, runId, index, agentId: speaker, role: roleOf(speaker), content, tokens }))
@@ -263,7 +294,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
         })).pipe(Effect.mapError(databaseFailed))
         yield* Effect.logInfo("Team turn completed").pipe(Effect.annotateLogs({ runId, turn: index }))
         return { stop: null, agentId: speaker, content, tokens, final } satisfies TurnOutcome
-      })
+      }))
     })
 
   const conversation = Effect.gen(function*() {
@@ -335,7 +366,11 @@ const failUnfinished = (runId: string) => (cause: Cause.Cause<unknown>) =>
 export const layer = TeamRunWorkflow.toLayer((payload) =>
   Effect.acquireUseRelease(
     Metric.modify(Metrics.workflowsInFlight, 1),
-    () => run(payload).pipe(Effect.catchCause(failUnfinished(payload.runId))),
+    // The run waits for, then holds, one of its tenant's running slots.
+    () =>
+      Effect.gen(function*() {
+        return yield* (yield* RunSlots).hold("team_run", payload.runId)(run(payload))
+      }).pipe(Effect.catchCause(failUnfinished(payload.runId))),
     () => Metric.modify(Metrics.workflowsInFlight, -1)
   )
 )

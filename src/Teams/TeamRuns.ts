@@ -14,10 +14,13 @@ import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Conflict, invalidField, NotFound } from "../Domain/Problems.ts"
 import * as DurableRuns from "../Platform/DurableRuns.ts"
-import { isTranscriptIndex, RunNotStarted, type RunRequest, type RunStatus } from "./Api.ts"
+import { EventStreams } from "../Platform/EventStreams.ts"
+import { RunSignals } from "../Platform/RunSignals.ts"
+import { refuseRunning, RunSlots } from "../Platform/RunSlots.ts"
+import { isTranscriptIndex, RunNotStarted, type RunRequest, type RunStatus, type TeamRun } from "./Api.ts"
 import { type Claimed, TeamsRepo } from "./Repo.ts"
 import { finishRun, reapTimedOut, TeamRunWorkflow } from "./TeamRunWorkflow.ts"
-import { Teams } from "./Teams.ts"
+import { Teams, withinPlan } from "./Teams.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import * as Traced from "../Platform/Traced.ts"
 
@@ -50,9 +53,11 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const engine = yield* WorkflowEngine.WorkflowEngine
     const config = yield* AppConfig
     const budget = yield* TokenBudget
-    const slots = yield* DurableRuns.EventStreamSlots
+    const streams = yield* EventStreams
     const sharding = yield* Sharding.Sharding
     const localStart = DurableRuns.localStart(sharding, TeamRunWorkflow)
+    const runSlots = yield* RunSlots
+    const signals = yield* RunSignals
     // What finishing a run needs (its read model and the room's webhook outbox).
     const finishing = yield* Effect.context<TeamsRepo | Webhooks>()
 
@@ -69,7 +74,9 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       tenantId: TenantId,
       teamId: string,
       request: RunRequest,
-      idempotencyKey: string | undefined
+      idempotencyKey: string | undefined,
+      // False (`Prefer: wait=0`): refused with a 429 rather than queued when the tenant's runs are at its cap.
+      wait = true
     ) {
       if (request.mission.trim() === "") return yield* invalidField("mission", "Expected a non-empty mission")
       if (request.mission.length > config.maxMessageChars) {
@@ -87,7 +94,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         if (Option.isNone(earlier)) return yield* spent
         return yield* replayOf(earlier.value, hash)
       }
-      const team = yield* teams.active(tenantId, teamId)
+      // A team set under a larger plan runs within this plan's bounds.
+      const team = withinPlan(yield* teams.active(tenantId, teamId), (yield* teams.boundsOf(tenantId)).bounds)
       // The members' names are fixed with the rest; their models and instructions are read at each turn.
       const agents = yield* repo.agentsAmong(tenantId, team.members.map((member) => member.agentId))
       const id = newId()
@@ -96,6 +104,10 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       const startRequest = idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
         ? yield* localStart({ runId: id })
         : undefined
+      if (!wait) {
+        const refused = yield* runSlots.reserve("team_run", tenantId, id)
+        if (refused !== undefined) return yield* refuseRunning(refused.refusedAt)
+      }
       const claimed = yield* DurableRuns.startStored({
         insert: repo.insertRun({
           id,
@@ -124,7 +136,10 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         notStarted: (runId) => new RunNotStarted({ detail: "The run is stored and will start shortly", runId }),
         what: "A team run"
       })
-      if (!claimed.fresh) return yield* replayOf(claimed, hash)
+      if (!claimed.fresh) {
+        if (!wait) yield* runSlots.release(id)
+        return yield* replayOf(claimed, hash)
+      }
       return { runId: claimed.id, status: "pending" as const, mode: "chat" as const }
     })
 
@@ -148,10 +163,23 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return run.value
     })
 
+    // Pending runs that wait for a slot say so (one statement, only when some are pending).
+    const withWaiting = <R extends TeamRun>(tenantId: TenantId, runs: ReadonlyArray<R>) =>
+      Effect.map(
+        runSlots.waiting(tenantId, runs.filter((run) => run.status === "pending").map((run) => run.runId)),
+        (waiting) =>
+          runs.map((run): R => {
+            const queued = waiting.get(run.runId)
+            return queued === undefined
+              ? run
+              : { ...run, waiting: { reason: "tenant_concurrency", ahead: queued.ahead, limit: queued.limit } }
+          })
+      )
+
     const get = Traced.fn("TeamRuns.get")(function*(tenantId: TenantId, teamId: string, runId: string) {
-      const run = yield* findRun(tenantId, teamId, runId)
+      const [run] = yield* withWaiting(tenantId, [yield* findRun(tenantId, teamId, runId)])
       const firstPage = yield* repo.transcript(tenantId, runId, null, defaultPageSize)
-      return { ...run, transcript: firstPage }
+      return { ...run!, transcript: firstPage }
     })
 
     const list = Traced.fn("TeamRuns.list")(function*(tenantId: TenantId, teamId: string, query: {
@@ -160,7 +188,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     }) {
       yield* ensureTeam(tenantId, teamId)
       const before = yield* decodeCursor(query.cursor, isId)
-      return yield* repo.runs(tenantId, teamId, before, query.limit ?? defaultPageSize)
+      const page = yield* repo.runs(tenantId, teamId, before, query.limit ?? defaultPageSize)
+      return { ...page, data: yield* withWaiting(tenantId, page.data) }
     })
 
     const cancel = Traced.fn("TeamRuns.cancel")(function*(tenantId: TenantId, teamId: string, runId: string) {
@@ -171,6 +200,10 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         Effect.orDie
       )
       if (!cancelled) return yield* new Conflict({ detail: "The run has just finished" })
+      // Whichever node runs its turn aborts the model call now; a run waiting
+      // for a slot leaves the queue (effect's interrupt below only takes
+      // effect when the workflow next suspends).
+      yield* signals.cancel(runId)
       // The turn in flight is interrupted; the read model already says cancelled for good.
       yield* Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) => TeamRunWorkflow.interrupt(workflowId)).pipe(
         Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
@@ -185,22 +218,24 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
 
     /**
      * The run's events as they happen: what is logged already, then what
-     * follows (the log is polled), until the final event; resumes after
+     * follows (woken by its notifications), until the final event; resumes after
      * `lastEventId`. At most EVENT_STREAM_MAX_DURATION, never past the run's
      * timeout plus its closing turn; then a `stream.end` event says why.
      */
     const events = Traced.fn("TeamRuns.events")(function*(tenantId: TenantId, teamId: string, runId: string, lastEventId: string) {
       const deadline = yield* repo.deadline(tenantId, teamId, runId)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No run ${runId} of team ${teamId}` })
-      // One cap for every kind of stream a tenant opens on this node.
-      yield* slots.hold(tenantId)
       const now = yield* Clock.currentTimeMillis
       const runEnd = deadline.value + Duration.toMillis(config.teamClosingTurnTimeout) + 2_000
       const streamEnd = now + Duration.toMillis(config.eventStreamMaxDuration)
       const end: StreamEnd = { type: "stream.end", reason: runEnd <= streamEnd ? "runTimeout" : "maxDuration" }
 
-      return DurableRuns.followLog<RunEvent, StreamEnd>({
+      // One cap for every kind of stream a tenant opens, across the cluster.
+      return yield* streams.follow<RunEvent, StreamEnd>(tenantId, {
+        runId,
         read: (after) => repo.events(runId, after),
+        // TeamsRepo.events reads at most 500.
+        pageSize: 500,
         isFinal: (type) => finalEvents.has(type),
         lastEventId,
         now,
@@ -212,7 +247,10 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const entityType = `Workflow/${TeamRunWorkflow._tag}`
     const sweeps: DurableRuns.Sweeps = {
       unfinished: repo.unfinished,
-      notStarted: repo.notStarted,
+      // Runs waiting for a slot have started their workflows: not to be nudged.
+      notStarted: (seconds, limit) =>
+        Effect.flatMap(repo.notStarted(seconds, limit), (ids) =>
+          Effect.map(runSlots.queuedAmong(ids), (queued) => ids.filter((id) => !queued.has(id)))),
       start: startWorkflow,
       // Past its timeout, its closing turn and a few seconds for a live run to record its own end.
       reap: Effect.gen(function*() {
@@ -222,6 +260,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         )
         if (ids.length === 0) return
         yield* Effect.logWarning("Team runs past their timeout failed by the sweep").pipe(Effect.annotateLogs({ count: ids.length }))
+        // Their model calls in flight stop, and those waiting for a slot leave the queue.
+        yield* Effect.forEach(ids, signals.cancel, { discard: true })
         yield* Effect.forEach(ids, (runId) =>
           Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) => TeamRunWorkflow.interrupt(workflowId)).pipe(
             Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
@@ -251,7 +291,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([Teams.layer, TeamsRepo.layer, TokenBudget.layer, DurableRuns.EventStreamSlots.layer])
+    Layer.provide([Teams.layer, TeamsRepo.layer, TokenBudget.layer, EventStreams.layer])
   )
 
   /** The sweeps of team runs (DurableRuns.sweeper), a cluster singleton. */

@@ -3,6 +3,10 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { defaultPageSize } from "../Agents/Api.ts"
+import type { Plan } from "../Auth/Api.ts"
+import { TokenBudget } from "../Billing/Budget.ts"
+import { Limits } from "../Billing/Limits.ts"
+import { AppConfig, type TeamLimits } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
@@ -26,6 +30,18 @@ const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false,
 
 export const ownerOf = (teamId: string) => ({ kind: "team" as const, id: teamId })
 
+// A team's limits and the settings that bound them per plan.
+const limitSettings = { maxTurns: "TEAM_MAX_TURNS", tokenBudget: "TEAM_TOKEN_BUDGET", timeoutMs: "TEAM_TIMEOUT" } as const
+const limitUnits = { maxTurns: "turns", tokenBudget: "tokens", timeoutMs: "ms" } as const
+
+/** A team's limits held to its plan's bounds: what a run of it may take, whenever the team was set. */
+export const withinPlan = <T extends TeamLimits>(team: T, bounds: TeamLimits): T => ({
+  ...team,
+  maxTurns: Math.min(team.maxTurns, bounds.maxTurns),
+  tokenBudget: Math.min(team.tokenBudget, bounds.tokenBudget),
+  timeoutMs: Math.min(team.timeoutMs, bounds.timeoutMs)
+})
+
 interface Issue {
   readonly path: ReadonlyArray<string | number>
   readonly message: string
@@ -42,6 +58,26 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
   make: Effect.gen(function*() {
     const repo = yield* TeamsRepo
     const webhooks = yield* Webhooks
+    const limits = yield* Limits
+    const budget = yield* TokenBudget
+    const config = yield* AppConfig
+
+    /** The plan's bounds on a team's limits (read now: a plan change applies at once). */
+    const boundsOf = Effect.fnUntraced(function*(tenantId: TenantId) {
+      const { plan } = yield* budget.standing(tenantId)
+      return { plan, bounds: config.teamLimits[plan] }
+    })
+
+    /** The limits sent that pass the plan's bounds, each named with the setting that bounds it. */
+    const overPlan = (plan: Plan, bounds: TeamLimits, sent: Partial<TeamLimits>): ReadonlyArray<Issue> =>
+      (["maxTurns", "tokenBudget", "timeoutMs"] as const).flatMap((limit) => {
+        const value = sent[limit]
+        return value === undefined || value <= bounds[limit] ? [] : [{
+          path: ["payload", limit],
+          message: `The ${plan} plan allows at most ${bounds[limit]} ${limitUnits[limit]} ` +
+            `(${plan.toUpperCase()}_${limitSettings[limit]})`
+        }]
+      })
 
     const withRoom = (row: TeamRow, room: WebhookState, signingSecret: string | null = null): Team => ({
       ...row,
@@ -118,8 +154,12 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
         tokenBudget: input.tokenBudget ?? defaultTokenBudget,
         timeoutMs: input.timeoutMs ?? defaultTimeoutMs
       }
-      yield* validate(tenantId, fields)
-      const row = yield* repo.insert(tenantId, fields)
+      // Limits past the plan's are refused; a default past them is the plan's bound.
+      const { bounds, plan } = yield* boundsOf(tenantId)
+      const over = overPlan(plan, bounds, input)
+      if (over.length > 0) return yield* badRequest(over)
+      yield* validate(tenantId, withinPlan(fields, bounds))
+      const row = yield* limits.admit(tenantId, "teams", repo.insert(tenantId, withinPlan(fields, bounds)))
       // A refused webhook URL leaves no team behind.
       const room = yield* configureRoom(tenantId, row.id, input.room).pipe(
         Effect.tapError(() => repo.remove(tenantId, row.id))
@@ -164,6 +204,13 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
         tokenBudget: input.tokenBudget ?? current.tokenBudget,
         timeoutMs: input.timeoutMs ?? current.timeoutMs
       }
+      // Only the limits sent are checked: a team set under a larger plan keeps
+      // its limits, and its runs are held to the plan's bounds (TeamRuns.start).
+      if (input.maxTurns !== undefined || input.tokenBudget !== undefined || input.timeoutMs !== undefined) {
+        const { bounds, plan } = yield* boundsOf(tenantId)
+        const over = overPlan(plan, bounds, input)
+        if (over.length > 0) return yield* badRequest(over)
+      }
       yield* validate(tenantId, fields)
       // The room first: a refused URL changes nothing else.
       const room = yield* configureRoom(tenantId, id, input.room)
@@ -196,8 +243,8 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
       return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
     })
 
-    return { list, create, get, active, update, remove, rotateSecret, deliveries, redeliver } as const
+    return { list, create, get, active, update, remove, rotateSecret, deliveries, redeliver, boundsOf } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(TeamsRepo.layer))
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([TeamsRepo.layer, Limits.layer, TokenBudget.layer]))
 }

@@ -1,6 +1,7 @@
 import * as Schema from "effect/Schema"
 import { cursorParam } from "../Domain/Cursor.ts"
 import { text } from "../Domain/Input.ts"
+import { NotFound, RedeliveryLimitReached, RedeliveryRateLimited } from "../Domain/Problems.ts"
 
 // Schemas of outbound webhooks, shared by every feature whose runs send
 // events (team rooms, orchestrations). Declarations only: the delivery
@@ -58,6 +59,14 @@ export const Redelivery = Schema.Struct({
   eventId: Schema.String,
   status: Schema.Literal("pending")
 })
+
+/** What a redelivery route answers besides 202, for every feature's route. */
+export const RedeliveryErrors = [NotFound, RedeliveryLimitReached, RedeliveryRateLimited] as const
+
+/** How a redelivery route's refusals read in its documentation. */
+export const redeliveryRefusals = "409 `redelivery-limit-reached` when the event was redelivered WEBHOOK_MAX_REDELIVERIES " +
+  "times (10 by default); 429 `redelivery-rate-limited` with Retry-After past WEBHOOK_REDELIVERIES_PER_TENANT " +
+  "redeliveries per WEBHOOK_REDELIVERY_WINDOW for the tenant (30 per 10 minutes by default)."
 
 /** Keys of the delivery log: attempts are numbered in the order they were made. */
 export const isAttemptKey = (key: string): boolean => /^[1-9]\d{0,17}$/.test(key)

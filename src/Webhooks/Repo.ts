@@ -3,6 +3,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import { forEachChunk } from "../Database/Chunks.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import type { Owner } from "./Webhooks.ts"
 
@@ -46,6 +47,12 @@ export interface AttemptRow {
   readonly response: string | null
 }
 
+/** Where a walk through the events due for pruning has got to. */
+export interface PruneKey {
+  readonly at: string
+  readonly id: string
+}
+
 /** All SQL of outbound webhooks; what a client reaches is scoped by tenant and owner. */
 export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/WebhooksRepo", {
   make: Effect.gen(function*() {
@@ -60,9 +67,11 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
       )
 
     const endpoints = (tenantId: TenantId, kind: Owner["kind"], ids: ReadonlyArray<string>) =>
-      ids.length === 0 ? Effect.succeed([] as ReadonlyArray<EndpointRow>) : sql<EndpointRow>`
-        SELECT ${endpointCols} FROM webhook_endpoints
-        WHERE tenant_id = ${tenantId} AND owner_kind = ${kind} AND owner_id IN ${sql.in(ids)}`.pipe(Effect.orDie)
+      forEachChunk(ids, (chunk) =>
+        sql<EndpointRow>`
+          SELECT ${endpointCols} FROM webhook_endpoints
+          WHERE tenant_id = ${tenantId} AND owner_kind = ${kind} AND owner_id IN ${sql.in(chunk)}`
+      ).pipe(Effect.map((chunks): ReadonlyArray<EndpointRow> => chunks.flat()), Effect.orDie)
 
     const insertEndpoint = (input: {
       readonly id: string
@@ -188,14 +197,63 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
         WHERE status = 'pending' AND NOT started AND created_at < now() - interval '1 second'
         ORDER BY created_at LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map((row) => row.id)))
 
-    /** Sends an event of this owner again: the next redelivery number, pending, with a schedule of its own. */
-    const redeliver = (tenantId: TenantId, owner: Owner, eventId: string) =>
-      sql<{ id: string }>`UPDATE webhook_events e SET redelivery = redelivery + 1, status = 'pending', started = false,
-          outcome = NULL, messages_pruned = false, updated_at = now()
-        FROM webhook_endpoints w
-        WHERE e.id = ${eventId} AND e.endpoint_id = w.id
-          AND w.tenant_id = ${tenantId} AND w.owner_kind = ${owner.kind} AND w.owner_id = ${owner.id}
-        RETURNING e.id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie)
+    /**
+     * Sends an event of this owner again, if the event has had fewer than
+     * `maxRedeliveries` redeliveries and the tenant's bucket of redeliveries
+     * (at most `capacity`, draining at `perSecond`) has room: the next
+     * redelivery number, pending, with a schedule of its own, and the id of
+     * its delivery workflow (`entityIdOf`) stored with it, in one
+     * transaction. The event's row lock makes concurrent redeliveries of it
+     * count exactly, and the bucket's row lock those of the tenant, from any
+     * number of nodes; a refused redelivery does not fill the bucket.
+     */
+    const redeliver = (
+      tenantId: TenantId,
+      owner: Owner,
+      eventId: string,
+      limits: { readonly maxRedeliveries: number; readonly capacity: number; readonly perSecond: number },
+      entityIdOf: (redelivery: number) => Effect.Effect<string>
+    ) =>
+      Effect.gen(function*() {
+        const drained = sql`GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${limits.perSecond})`
+        const rows = yield* sql<{ previous: number; level: number | null; refused: boolean | null; redelivery: number | null }>`
+          WITH event AS (
+            SELECT e.id, e.redelivery FROM webhook_events e JOIN webhook_endpoints w ON w.id = e.endpoint_id
+            WHERE e.id = ${eventId} AND w.tenant_id = ${tenantId} AND w.owner_kind = ${owner.kind} AND w.owner_id = ${owner.id}
+            FOR UPDATE OF e
+          ), bucket AS (
+            INSERT INTO webhook_redelivery_buckets AS b (tenant_id, level, refused, updated_at)
+            SELECT ${tenantId}, 1, false, now() FROM event WHERE event.redelivery < ${limits.maxRedeliveries}
+            ON CONFLICT (tenant_id) DO UPDATE SET
+              level = CASE WHEN ${drained} + 1 <= ${limits.capacity} THEN ${drained} + 1 ELSE ${drained} END,
+              refused = ${drained} + 1 > ${limits.capacity},
+              updated_at = now()
+            RETURNING level, refused
+          ), bumped AS (
+            UPDATE webhook_events e SET redelivery = e.redelivery + 1, status = 'pending', started = false,
+                outcome = NULL, messages_pruned = false, updated_at = now()
+            FROM event, bucket
+            WHERE e.id = event.id AND NOT bucket.refused
+            RETURNING e.redelivery
+          )
+          SELECT event.redelivery AS previous, bucket.level, bucket.refused, bumped.redelivery
+          FROM event LEFT JOIN bucket ON true LEFT JOIN bumped ON true`
+        const row = rows[0]
+        if (row === undefined) return { _tag: "NotFound" } as const
+        if (row.redelivery === null) {
+          return row.refused === true
+            ? { _tag: "RateLimited", level: row.level ?? limits.capacity } as const
+            : { _tag: "LimitReached", redeliveries: row.previous } as const
+        }
+        const entityId = yield* entityIdOf(row.redelivery)
+        yield* sql`INSERT INTO webhook_redeliveries (event_id, redelivery, entity_id)
+                   VALUES (${eventId}, ${row.redelivery}, ${entityId}) ON CONFLICT DO NOTHING`
+        return { _tag: "Redelivered", redelivery: row.redelivery } as const
+      }).pipe(sql.withTransaction, Effect.orDie)
+
+    /** Redelivery buckets untouched for `seconds` have drained: forget them. */
+    const forgetIdleBuckets = (seconds: number) =>
+      sql`DELETE FROM webhook_redelivery_buckets WHERE updated_at < now() - make_interval(secs => ${seconds})`.pipe(Effect.asVoid)
 
     /** The owner's attempts, newest first, after the `before` attempt id. */
     const attempts = (tenantId: TenantId, owner: Owner, before: string | null, limit: number) =>
@@ -217,28 +275,49 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
         return { rows, total: counted[0]?.total ?? 0 }
       }).pipe(Effect.orDie)
 
-    /** Finished events whose deliveries' cluster messages are older than `seconds` and still stored; oldest first. */
-    const unpruned = (seconds: number, limit: number) =>
-      sql<{ id: string; redelivery: number }>`SELECT id, redelivery FROM webhook_events
+    /**
+     * Finished events whose deliveries' cluster messages are older than
+     * `seconds` and still stored, oldest first, after `after` (the key of the
+     * last one read: a walk that steps over events it could not prune).
+     */
+    const unpruned = (seconds: number, limit: number, after: PruneKey | null) =>
+      sql<{ id: string; at: string }>`SELECT id, updated_at::text AS at FROM webhook_events
         WHERE NOT messages_pruned AND status <> 'pending' AND updated_at < now() - make_interval(secs => ${seconds})
-        ORDER BY updated_at LIMIT ${limit}`
+          ${after === null ? sql`` : sql`AND (updated_at, id) > (${after.at}::timestamptz, ${after.id})`}
+        ORDER BY updated_at, id LIMIT ${limit}`
 
     /**
-     * Deletes the cluster's stored messages (and their replies) of these
-     * events' finished delivery workflows, given the workflows' entity ids,
-     * and marks the events as pruned; in one transaction.
+     * Up to `limit` stored redeliveries of these events (at most 1,000 ids),
+     * of the finished ones only: a redelivery made meanwhile is pending and
+     * its workflow's messages stay.
      */
-    const pruneMessages = (ids: ReadonlyArray<string>, entityType: string, entityIds: ReadonlyArray<string>) =>
-      Effect.gen(function*() {
-        yield* sql`DELETE FROM cluster_replies WHERE request_id IN (
-                     SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
-        yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
-        yield* sql`UPDATE webhook_events SET messages_pruned = true WHERE id IN ${sql.in(ids)} AND status <> 'pending'`
-      }).pipe(sql.withTransaction)
+    const storedRedeliveries = (eventIds: ReadonlyArray<string>, limit: number) =>
+      sql<{ eventId: string; entityId: string }>`SELECT d.event_id, d.entity_id
+        FROM webhook_redeliveries d JOIN webhook_events e ON e.id = d.event_id
+        WHERE d.event_id IN ${sql.in(eventIds)} AND e.status <> 'pending'
+        LIMIT ${limit}`
+
+    /** Forgets stored redeliveries whose messages are pruned (at most 1,000 of each); returns how many. */
+    const forgetRedeliveries = (eventIds: ReadonlyArray<string>, entityIds: ReadonlyArray<string>) =>
+      sql<{ n: number }>`WITH gone AS (
+          DELETE FROM webhook_redeliveries WHERE event_id IN ${sql.in(eventIds)} AND entity_id IN ${sql.in(entityIds)} RETURNING 1)
+        SELECT count(*)::int AS n FROM gone`.pipe(Effect.map((rows) => rows[0]?.n ?? 0))
+
+    /**
+     * Marks these events (at most 1,000) pruned, those still finished and
+     * without a stored redelivery left (one made meanwhile is pruned later).
+     */
+    const markPruned = (eventIds: ReadonlyArray<string>) =>
+      sql`UPDATE webhook_events e SET messages_pruned = true
+        WHERE e.id IN ${sql.in(eventIds)} AND e.status <> 'pending'
+          AND NOT EXISTS (SELECT 1 FROM webhook_redeliveries d WHERE d.event_id = e.id)`.pipe(Effect.asVoid)
 
     return {
       unpruned,
-      pruneMessages,
+      storedRedeliveries,
+      forgetRedeliveries,
+      markPruned,
+      forgetIdleBuckets,
       findEndpoint,
       endpoints,
       insertEndpoint,

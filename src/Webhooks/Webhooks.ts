@@ -6,17 +6,23 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Singleton from "effect/cluster/Singleton"
+import * as HttpEffect from "effect/http/HttpEffect"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
+import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
+import { maxIdsPerStatement } from "../Database/Chunks.ts"
 import { decodeCursor, encodeCursor, type Page } from "../Domain/Cursor.ts"
 import { newId, type TenantId } from "../Domain/Ids.ts"
-import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound, QuotaReached, RedeliveryLimitReached, RedeliveryRateLimited } from "../Domain/Problems.ts"
 import { defaultDeliveryPageSize, type DeliveryAttempt, isAttemptKey, type SigningSecret, type WebhookState } from "./Api.ts"
 import { DeliveryWorkflow } from "./Delivery.ts"
 import * as Guard from "./Guard.ts"
-import { type EndpointRow, WebhooksRepo } from "./Repo.ts"
+import { type EndpointRow, type PruneKey, WebhooksRepo } from "./Repo.ts"
 import { newEventId, newSecret, SecretBox } from "./Signing.ts"
+import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 /** What sends events: a team (its room) or an orchestration (its executions). */
@@ -31,14 +37,15 @@ export interface WebhooksShape {
    * The URL is checked (http(s), a host, no private address unless
    * WEBHOOK_ALLOW_PRIVATE); a refusal is a 400 whose path is `field`.
    * `signingSecret` is set only when this call made a new secret (a URL set
-   * where there was none): the one time it is shown.
+   * where there was none): the one time it is shown. A first URL past the
+   * plan's MAX_WEBHOOK_ENDPOINTS is a 429.
    */
   readonly configure: (
     tenantId: TenantId,
     owner: Owner,
     change: { readonly url?: string | null | undefined; readonly enabled?: boolean | undefined },
     field: ReadonlyArray<string>
-  ) => Effect.Effect<{ readonly state: WebhookState; readonly signingSecret: string | null }, BadRequest>
+  ) => Effect.Effect<{ readonly state: WebhookState; readonly signingSecret: string | null }, BadRequest | QuotaReached>
   /** The owner's webhook as its resource shows it (no webhook: null URL, disabled). */
   readonly state: (tenantId: TenantId, owner: Owner) => Effect.Effect<WebhookState>
   /** The same for many owners of one kind at once (lists), keyed by owner id. */
@@ -72,12 +79,25 @@ export interface WebhooksShape {
     owner: Owner,
     query: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
   ) => Effect.Effect<Page<DeliveryAttempt>, BadRequest>
-  /** Sends an event again: same id, new timestamp and signature, a fresh retry schedule. */
+  /**
+   * Sends an event again: same id, new timestamp and signature, a fresh retry
+   * schedule. At most WEBHOOK_MAX_REDELIVERIES times per event (then 409) and
+   * WEBHOOK_REDELIVERIES_PER_TENANT per WEBHOOK_REDELIVERY_WINDOW per tenant
+   * (then 429 with Retry-After).
+   */
   readonly redeliver: (tenantId: TenantId, owner: Owner, eventId: string) => Effect.Effect<{
     readonly eventId: string
     readonly status: "pending"
-  }, NotFound>
+  }, NotFound | RedeliveryLimitReached | RedeliveryRateLimited>
 }
+
+/** Retry-After on whatever response the current request gets (nothing outside a request). */
+const retryAfterHeader = (seconds: number) =>
+  Effect.withFiber((fiber) => {
+    HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (_request, response) =>
+      Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(seconds))))
+    return Effect.void
+  })
 
 /**
  * Hands the delivery of the event's current redelivery to the cluster (which
@@ -103,6 +123,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
     const box = yield* SecretBox
     const config = yield* AppConfig
     const engine = yield* WorkflowEngine.WorkflowEngine
+    const limits = yield* Limits
 
     const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
     const stateOf = (row: EndpointRow): WebhookState => ({
@@ -135,14 +156,14 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
       if (Option.isNone(existing)) {
         if (url === null) return { state: noWebhook, signingSecret: null }
         const secret = newSecret()
-        const inserted = yield* repo.insertEndpoint({
+        const inserted = yield* limits.admit(tenantId, "webhookEndpoints", repo.insertEndpoint({
           id: newId(),
           tenantId,
           owner,
           url,
           enabled: change.enabled ?? true,
           secret: box.seal(secret)
-        })
+        }))
         // Another request set it at the same moment: this one changes it, with the secret already made.
         if (Option.isSome(inserted)) return { state: stateOf(inserted.value), signingSecret: secret }
       }
@@ -220,26 +241,59 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
       return { data, total, nextCursor: rows.length > limit ? encodeCursor(rows[limit - 1]!.id) : null }
     })
 
+    const redeliveryWindowSeconds = Math.max(1, Duration.toSeconds(config.webhookRedeliveryWindow))
+    const redeliveryLimits = {
+      maxRedeliveries: config.webhookMaxRedeliveries,
+      capacity: config.webhookRedeliveriesPerTenant,
+      perSecond: config.webhookRedeliveriesPerTenant / redeliveryWindowSeconds
+    }
+    const entityIdOf = (eventId: string) => (redelivery: number) => DeliveryWorkflow.executionId({ eventId, redelivery })
+
     const redeliver: WebhooksShape["redeliver"] = Traced.fn("Webhooks.redeliver")(function*(tenantId, owner, eventId) {
-      const found = eventId.length <= 64 && (yield* repo.redeliver(tenantId, owner, eventId))
-      if (!found) return yield* new NotFound({ detail: `No event ${eventId}` })
-      yield* Effect.forkDetach(deliver(eventId))
-      return { eventId, status: "pending" as const }
+      if (eventId.length > 64) return yield* new NotFound({ detail: `No event ${eventId}` })
+      const outcome = yield* repo.redeliver(tenantId, owner, eventId, redeliveryLimits, entityIdOf(eventId))
+      switch (outcome._tag) {
+        case "NotFound":
+          return yield* new NotFound({ detail: `No event ${eventId}` })
+        case "LimitReached":
+          return yield* new RedeliveryLimitReached({
+            detail: `Event ${eventId} was redelivered ${outcome.redeliveries} times, the most WEBHOOK_MAX_REDELIVERIES allows`,
+            setting: "WEBHOOK_MAX_REDELIVERIES",
+            limit: config.webhookMaxRedeliveries
+          })
+        case "RateLimited": {
+          // Time until one more redelivery fits in the bucket.
+          const retryAfter = Math.max(1, Math.ceil((outcome.level + 1 - redeliveryLimits.capacity) / redeliveryLimits.perSecond))
+          yield* retryAfterHeader(retryAfter)
+          return yield* new RedeliveryRateLimited({
+            detail: `Too many redeliveries: at most ${redeliveryLimits.capacity} per ${Duration.format(config.webhookRedeliveryWindow)} ` +
+              `(WEBHOOK_REDELIVERIES_PER_TENANT); try again in ${retryAfter} s`,
+            setting: "WEBHOOK_REDELIVERIES_PER_TENANT",
+            limit: redeliveryLimits.capacity,
+            windowSeconds: Math.round(redeliveryWindowSeconds),
+            retryAfter
+          })
+        }
+        case "Redelivered":
+          yield* Effect.forkDetach(deliver(eventId))
+          return { eventId, status: "pending" as const }
+      }
     })
 
     return Webhooks.of({ configure, state, states, rotateSecret, remove, enqueue, deliver, deliveries, redeliver })
   })
 
   static readonly layer = Layer.effect(Webhooks, Webhooks.make).pipe(
-    Layer.provide([WebhooksRepo.layer, SecretBox.layer])
+    Layer.provide([WebhooksRepo.layer, SecretBox.layer, Limits.layer])
   )
 
   /**
    * Every 3 s, the events committed but not handed to the cluster (a crash
    * between the commit and the start) are; every 10 s, the cluster's stored
    * messages of deliveries finished over WEBHOOK_MESSAGES_RETENTION ago are
-   * deleted (the events and the log keep what clients see). A cluster
-   * singleton: one node sweeps, and another takes over if it stops.
+   * deleted (the events and the log keep what clients see), and drained
+   * redelivery buckets forgotten. A cluster singleton: one node sweeps, and
+   * another takes over if it stops.
    */
   static readonly sweeper = Singleton.make(
     "WebhooksSweep",
@@ -251,24 +305,69 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         const ids = yield* repo.unstarted(500)
         yield* Effect.forEach(ids, (eventId) => Effect.ignore(startDelivery(eventId)), { discard: true, concurrency: 10 })
       })
+      const sql = yield* SqlClient.SqlClient
       const entityType = `Workflow/${DeliveryWorkflow._tag}`
+      const batchSize = 200
+
+      /**
+       * Deletes the cluster's messages of these events' delivery workflows
+       * and marks the events pruned. The first delivery's workflow id follows
+       * from the event's id; each redelivery's was stored when it was made, so
+       * nothing depends on how many redeliveries an event had.
+       */
+      const pruneEvents = (eventIds: ReadonlyArray<string>) =>
+        Effect.gen(function*() {
+          const firsts = yield* Effect.forEach(eventIds, (eventId) => DeliveryWorkflow.executionId({ eventId, redelivery: 0 }))
+          yield* ClusterStorage.deleteEntityMessages(sql, entityType, firsts)
+          while (true) {
+            const stored = yield* repo.storedRedeliveries(eventIds, maxIdsPerStatement)
+            if (stored.length === 0) break
+            const entityIds = stored.map((row) => row.entityId)
+            yield* ClusterStorage.deleteEntityMessages(sql, entityType, entityIds)
+            // Rows that could not be forgotten would be read again: stop.
+            if ((yield* repo.forgetRedeliveries(eventIds, entityIds)) === 0) break
+          }
+          yield* repo.markPruned(eventIds)
+        })
+
+      // A batch that fails is pruned again an event at a time; an event that
+      // still fails is logged and stepped over until the next prune, so one
+      // event can never hold back the others.
+      const pruneBatch = (eventIds: ReadonlyArray<string>) =>
+        pruneEvents(eventIds).pipe(
+          Effect.catchCause((cause) =>
+            Effect.logWarning("A webhook message prune batch failed; pruning its events one by one", cause).pipe(
+              Effect.andThen(Effect.forEach(eventIds, (eventId) =>
+                pruneEvents([eventId]).pipe(
+                  Effect.catchCause((cause) =>
+                    Effect.logWarning("Webhook message prune of an event failed; skipped until the next prune", cause).pipe(
+                      Effect.annotateLogs({ eventId })
+                    )
+                  )
+                ), { discard: true }))
+            )
+          )
+        )
+
       const prune = Effect.gen(function*() {
         const seconds = Duration.toSeconds(config.webhookMessagesRetention)
+        let after: PruneKey | null = null
         for (let batch = 0; batch < 20; batch++) {
-          const events = yield* repo.unpruned(seconds, 200)
+          const events: ReadonlyArray<{ readonly id: string; readonly at: string }> = yield* repo.unpruned(seconds, batchSize, after)
           if (events.length === 0) break
-          const entityIds = yield* Effect.forEach(
-            events.flatMap((event) =>
-              Array.from({ length: event.redelivery + 1 }, (_, redelivery) => ({ eventId: event.id, redelivery }))
-            ),
-            (payload) => DeliveryWorkflow.executionId(payload)
-          )
-          yield* repo.pruneMessages(events.map((event) => event.id), entityType, entityIds)
-          if (events.length < 200) break
+          const last = events[events.length - 1]!
+          after = { at: last.at, id: last.id }
+          yield* pruneBatch(events.map((event) => event.id))
+          if (events.length < batchSize) break
         }
       })
+      // Buckets idle for a whole window have drained.
+      const forgetBuckets = repo.forgetIdleBuckets(Math.max(1, Duration.toSeconds(config.webhookRedeliveryWindow))).pipe(
+        Effect.catchCause((cause) => Effect.logWarning("Forgetting idle webhook redelivery buckets failed", cause))
+      )
       yield* prune.pipe(
         Effect.catchCause((cause) => Effect.logWarning("Webhook message prune failed", cause)),
+        Effect.andThen(forgetBuckets),
         Effect.repeat(Schedule.spaced("10 seconds")),
         Effect.forkScoped
       )

@@ -41,7 +41,9 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
       DATABASE_URL: databaseUrl,
       OPENAI_BASE_URL: fake.url,
       OPENAI_API_KEY: apiKey,
-      ENFORCE_DAILY_LIMITS: "false"
+      ENFORCE_DAILY_LIMITS: "false",
+      // Every b in flight at once: the tenant's cap on running runs is lifted.
+      FREE_MAX_RUNNING_RUNS: "0"
     })
     const urls = nodes.map((node) => node.baseUrl)
     const [survivorA, survivorB, victim] = nodes as [typeof nodes[0], typeof nodes[0], typeof nodes[0]]

@@ -304,13 +304,15 @@ layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, w
         await page.getByRole("button", { name: "Refresh" }).click()
         await page.getByTestId("deliveries").getByText("(redelivery 1)").waitFor()
 
-        // Usage: the key's two requests are counted today, in the chart's table.
+        // Usage: counted today, in the chart's table: the key's two requests and the
+        // dashboard's model work and knowledge requests (four chats, an execute, an
+        // upload, a search and a team run), which count like their key twins.
         await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Usage and plan" }).click()
         await page.getByTestId("usage-table").waitFor()
         assert.strictEqual(await page.getByTestId("plan").textContent(), "free")
         const today = new Date().toISOString().slice(0, 10)
         const todayRow = await page.getByTestId("usage-table").getByRole("row").filter({ hasText: today }).textContent()
-        assert.match(todayRow ?? "", new RegExp(`^${today}2[1-9]`), "two requests, and the chats' and runs' tokens")
+        assert.match(todayRow ?? "", new RegExp(`^${today}10[1-9]`), "ten requests, and the chats' and runs' tokens")
         await accessible(page, "11-usage")
 
         // The checklist shows what was done.

@@ -10,7 +10,8 @@ const conversation = {
     { role: "user" as const, content: "Where should I hike?" },
     { role: "assistant" as const, content: "Try the ridge trail." },
     { role: "user" as const, content: "How long is it?" }
-  ]
+  ],
+  maxOutputTokens: 300
 }
 
 const setup = (settings: Parameters<typeof buildModels>[0] = {}) =>
@@ -43,7 +44,7 @@ describe("Anthropic provider", () => {
       assert.isUndefined(request!.headers.authorization)
       assert.deepStrictEqual(request!.body, {
         model: "claude-3-5-haiku-latest",
-        max_tokens: 4096,
+        max_tokens: 300,
         system: "You are Scout, a hiking guide.",
         messages: [
           { role: "user", content: "Where should I hike?" },
@@ -82,6 +83,7 @@ describe("Anthropic provider", () => {
       })
       const body = fake.requests[0]!.body
       assert.strictEqual(body.stream, true)
+      assert.strictEqual(body.max_tokens, 300)
       assert.strictEqual(body.system, "You are Scout, a hiking guide.")
       assert.strictEqual(body.model, "claude-3-5-haiku-latest")
     }))

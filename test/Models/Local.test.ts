@@ -6,7 +6,8 @@ import { buildModels, collect, deltaText } from "./Harness.ts"
 const request = (system: string, ...contents: Array<string>): ModelRequest => ({
   model: "local",
   system,
-  messages: contents.map((content, index) => ({ role: index % 2 === 0 ? "user" : "assistant", content }))
+  messages: contents.map((content, index) => ({ role: index % 2 === 0 ? "user" : "assistant", content })),
+  maxOutputTokens: 1024
 })
 
 describe("local model", () => {
@@ -114,5 +115,24 @@ describe("local model", () => {
       assert.strictEqual(deltaText(events), generated.text)
       assert.strictEqual(events.filter((event) => event._tag === "Done").length, 1)
       assert.deepStrictEqual(events.at(-1), { _tag: "Done", reply: generated })
+    }))
+
+  it.live("stops at max_tokens, on whole words, as a provider does", () =>
+    Effect.gen(function*() {
+      const models = yield* buildModels()
+      const input = request("You are Scout, a hiking guide.", "Which trail is best for beginners?")
+      const full = yield* models.generate(input)
+      assert.isAbove(full.outputTokens, 12)
+
+      const capped = yield* models.generate({ ...input, maxOutputTokens: 12 })
+      assert.isAtMost(capped.outputTokens, 12)
+      assert.isAbove(capped.outputTokens, 0)
+      assert.strictEqual(capped.outputTokens, models.countTokens(capped.text))
+      assert.isTrue(full.text.startsWith(capped.text))
+      assert.isBelow(capped.text.length, full.text.length)
+      const { events, error } = yield* collect(models.stream({ ...input, maxOutputTokens: 12 }))
+      assert.isUndefined(error)
+      assert.strictEqual(deltaText(events), capped.text)
+      assert.deepStrictEqual(events.at(-1), { _tag: "Done", reply: capped })
     }))
 })

@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { buildModels, collect } from "./Harness.ts"
 
-const ask = (model: string) => ({ model, system: "", messages: [{ role: "user" as const, content: "Hi" }] })
+const ask = (model: string) => ({ model, system: "", messages: [{ role: "user" as const, content: "Hi" }], maxOutputTokens: 256 })
 
 describe("Models", () => {
   it.live("refuses unknown providers and ids without a model name", () =>

@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Option } from "effect"
+import { ceilingField } from "../../src/Models/OpenAi.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import { buildModels, collect, deltaText, openaiKey, someKey, timed } from "./Harness.ts"
 
@@ -10,7 +11,8 @@ const conversation = {
     { role: "user" as const, content: "Where should I hike?" },
     { role: "assistant" as const, content: "Try the ridge trail." },
     { role: "user" as const, content: "How long is it?" }
-  ]
+  ],
+  maxOutputTokens: 300
 }
 
 const setup = (settings: Parameters<typeof buildModels>[0] = {}) =>
@@ -42,6 +44,7 @@ describe("OpenAI provider", () => {
       assert.match(request!.headers["content-type"]!, /^application\/json/)
       assert.deepStrictEqual(request!.body, {
         model: "gpt-4o-mini",
+        max_tokens: 300,
         messages: [
           { role: "system", content: "You are Scout, a hiking guide." },
           { role: "user", content: "Where should I hike?" },
@@ -82,6 +85,7 @@ describe("OpenAI provider", () => {
       const body = fake.requests[0]!.body
       assert.strictEqual(body.stream, true)
       assert.deepStrictEqual(body.stream_options, { include_usage: true })
+      assert.strictEqual(body.max_tokens, 300)
       assert.strictEqual(body.model, "gpt-4o-mini")
       assert.strictEqual(body.messages[0].role, "system")
     }))
@@ -264,4 +268,10 @@ describe("OpenAI provider", () => {
       assert.strictEqual(fake.requests[0]!.body.model, "llama3.2")
       assert.isUndefined(fake.requests[0]!.headers.authorization)
     }))
+
+  it("names the reply's ceiling as OpenAI's own API and compatible servers know it", () => {
+    assert.strictEqual(ceilingField("https://api.openai.com/v1"), "max_completion_tokens")
+    assert.strictEqual(ceilingField("http://localhost:11434/v1"), "max_tokens")
+    assert.strictEqual(ceilingField("https://openrouter.ai/api/v1"), "max_tokens")
+  })
 })

@@ -40,6 +40,8 @@ describe("team runs on three nodes", () => {
         OPENAI_BASE_URL: fake.url,
         OPENAI_API_KEY: apiKey,
         ENFORCE_DAILY_LIMITS: "false",
+        // Every run's turn in flight at the kill: the tenant's cap on running runs is lifted.
+        FREE_MAX_RUNNING_RUNS: "0",
         WEBHOOK_ALLOW_PRIVATE: "true",
         WEBHOOK_SECRET_KEY: Crypto.randomBytes(32).toString("base64")
       })

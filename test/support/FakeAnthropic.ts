@@ -16,7 +16,8 @@
  *
  * Scripting (`script`, `setDefault`, `reset`, and the `ScriptedReply`
  * fields: text, model, usage, status, message, headers, hang, delayMs,
- * dropAfter, stallAfter, errorAfter, times) is the same as for FakeOpenAi.ts.
+ * dropAfter, stallAfter, errorAfter, times, fillMaxTokens) and `reported` are
+ * the same as for FakeOpenAi.ts.
  * `errorAfter` sends an `overloaded_error` event, as Anthropic does when
  * overloaded mid-stream.
  */

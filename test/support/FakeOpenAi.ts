@@ -11,6 +11,8 @@
  * fake.script({ status: 429, headers: { "retry-after": "1" } }, { text: "Hi!", usage: { input: 12, output: 3 } })
  * fake.script({ status: 500, times: 4 })          // the next 4 requests fail
  * fake.script({ hang: true })                     // never answers
+ * fake.setDefault({ hold: true }); fake.releaseHeld() // held open until released (or closed by the client)
+ * fake.open, fake.maxOpen, fake.closedByClient      // connections open now, the most at once, closed before answered
  * fake.requests                                   // every request so far: { method, path, headers, body }
  * ```
  *
@@ -42,6 +44,8 @@ export interface ScriptedReply {
   readonly model?: string
   /** Token counts the provider reports; default: words of the request and of the reply. */
   readonly usage?: { readonly input: number; readonly output: number }
+  /** Report the request's whole ceiling (`max_tokens`) as output tokens: a model that used all it was allowed. */
+  readonly fillMaxTokens?: boolean
   /** Fail with this HTTP status and the provider's error body. */
   readonly status?: number
   /** The error body's message; default depends on the status. */
@@ -50,6 +54,8 @@ export interface ScriptedReply {
   readonly headers?: Readonly<Record<string, string>>
   /** Never answer; the connection stays open until the client gives up. */
   readonly hang?: boolean
+  /** Hold the request open until `releaseHeld()` (then answer as scripted) or until the client closes it. */
+  readonly hold?: boolean
   /** Wait this long before answering. */
   readonly delayMs?: number
   /** Streaming: cut the connection after this many text deltas. */
@@ -67,12 +73,25 @@ export interface FakeServer {
   readonly url: string
   /** Every request received so far, oldest first. */
   readonly requests: ReadonlyArray<RecordedRequest>
+  /**
+   * The token counts of every reply sent whole (usage included) to a client
+   * still there, oldest first, with the request: what the provider billed.
+   */
+  readonly reported: ReadonlyArray<{ readonly input: number; readonly output: number; readonly request: RecordedRequest }>
   /** Queues replies for the next requests, in order. */
   readonly script: (...replies: ReadonlyArray<ScriptedReply>) => void
   /** The reply once the script is used up. */
   readonly setDefault: (reply: ScriptedReply) => void
-  /** Forgets recorded requests and the remaining script. */
+  /** Forgets recorded requests, reported counts and the remaining script. */
   readonly reset: () => void
+  /** Requests whose connection is open now (received, neither answered nor closed). */
+  readonly open: number
+  /** The most requests open at once since the start (or the last `reset`). */
+  readonly maxOpen: number
+  /** When each request the client closed before its answer was closed (ms since the epoch), oldest first. */
+  readonly closedByClient: ReadonlyArray<number>
+  /** Answers every request held (`hold`) so far. */
+  readonly releaseHeld: () => void
 }
 
 /** A reply with every default filled in, for a dialect to render. */
@@ -118,13 +137,20 @@ const countWords = (value: unknown): number =>
     ? countWords((value as any).content ?? (value as any).text ?? "")
     : 0
 
+/** The reply's ceiling the request sent, under either of OpenAI's names. */
+export const ceilingOf = (request: RecordedRequest): number | undefined => {
+  const ceiling = request.body?.max_tokens ?? request.body?.max_completion_tokens
+  return typeof ceiling === "number" ? ceiling : undefined
+}
+
 const resolve = (request: RecordedRequest, reply: ScriptedReply): ResolvedReply => {
   const text = reply.text ?? "Hello from the fake."
   const input = countWords(request.body?.system) + countWords(request.body?.messages)
+  const output = reply.fillMaxTokens === true ? ceilingOf(request) ?? countWords(text) : countWords(text)
   return {
     text,
     model: reply.model ?? (typeof request.body?.model === "string" ? request.body.model : "unknown"),
-    usage: reply.usage ?? { input, output: countWords(text) },
+    usage: reply.usage ?? { input, output },
     deltas: wordsOf(text)
   }
 }
@@ -150,7 +176,8 @@ const sendJson = (
 const frameText = (frame: SseFrame) =>
   `${frame.event === undefined ? "" : `event: ${frame.event}\n`}data: ${frame.data}\n\n`
 
-const sendSse = (res: Http.ServerResponse, dialect: Dialect, frames: ReadonlyArray<SseFrame>, reply: ScriptedReply) => {
+/** Sends the frames; true when all of them went out (none cut). */
+const sendSse = (res: Http.ServerResponse, dialect: Dialect, frames: ReadonlyArray<SseFrame>, reply: ScriptedReply): boolean => {
   res.writeHead(200, {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-cache",
@@ -175,14 +202,20 @@ const sendSse = (res: Http.ServerResponse, dialect: Dialect, frames: ReadonlyArr
     if (cut === "drop") res.socket?.destroy()
     else if (cut !== "stall") res.end()
   })
+  return cut === undefined
 }
 
 /** Starts a fake provider speaking `dialect`; it closes with the scope. */
 export const serveFake = (dialect: Dialect): Effect.Effect<FakeServer, never, Scope.Scope> =>
   Effect.gen(function*() {
     const requests: Array<RecordedRequest> = []
+    const reported: Array<{ readonly input: number; readonly output: number; readonly request: RecordedRequest }> = []
     let queue: Array<ScriptedReply> = []
     let fallback: ScriptedReply = {}
+    let open = 0
+    let maxOpen = 0
+    const closedByClient: Array<number> = []
+    let held: Array<() => void> = []
 
     const next = (): ScriptedReply => {
       const head = queue[0]
@@ -206,12 +239,27 @@ export const serveFake = (dialect: Dialect): Effect.Effect<FakeServer, never, Sc
       }
       const request: RecordedRequest = { method: req.method ?? "GET", path: req.url ?? "/", headers, body }
       requests.push(request)
+      open++
+      maxOpen = Math.max(maxOpen, open)
+      let closed = false
+      res.once("close", () => {
+        closed = true
+        open--
+        if (!res.writableEnded) closedByClient.push(Date.now())
+      })
 
       if (request.method !== "POST" || request.path.split("?")[0] !== dialect.path) {
         return sendJson(res, 404, dialect.errorBody(404, `Unknown request URL: ${request.method} ${request.path}`))
       }
       const reply = next()
       if (reply.hang) return
+      if (reply.hold) {
+        await new Promise<void>((resolve) => {
+          held.push(resolve)
+          res.once("close", () => resolve())
+        })
+        if (closed) return
+      }
       if (reply.delayMs !== undefined) await new Promise((resolve) => setTimeout(resolve, reply.delayMs))
       const refused = dialect.refuse(request)
       if (refused !== undefined) {
@@ -222,8 +270,14 @@ export const serveFake = (dialect: Dialect): Effect.Effect<FakeServer, never, Sc
         return sendJson(res, reply.status, dialect.errorBody(reply.status, message), reply.headers)
       }
       const resolved = resolve(request, reply)
-      if (body?.stream === true) return sendSse(res, dialect, dialect.sse(request, resolved), reply)
+      // A client gone before the answer is not billed, as a provider stops generating.
+      const gone = res.destroyed
+      if (body?.stream === true) {
+        if (sendSse(res, dialect, dialect.sse(request, resolved), reply) && !gone) reported.push({ ...resolved.usage, request })
+        return
+      }
       sendJson(res, 200, dialect.json(request, resolved), reply.headers)
+      if (!gone) reported.push({ ...resolved.usage, request })
     }
 
     const server = Http.createServer((req, res) => {
@@ -249,14 +303,34 @@ export const serveFake = (dialect: Dialect): Effect.Effect<FakeServer, never, Sc
       get requests() {
         return [...requests]
       },
+      get reported() {
+        return [...reported]
+      },
       script: (...replies) => {
         queue.push(...replies)
       },
       setDefault: (reply) => {
         fallback = reply
       },
+      get open() {
+        return open
+      },
+      get maxOpen() {
+        return maxOpen
+      },
+      get closedByClient() {
+        return [...closedByClient]
+      },
+      releaseHeld: () => {
+        const release = held
+        held = []
+        for (const resolve of release) resolve()
+      },
       reset: () => {
+        maxOpen = open
+        closedByClient.length = 0
         requests.length = 0
+        reported.length = 0
         queue = []
       }
     } satisfies FakeServer

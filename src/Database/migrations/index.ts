@@ -16,6 +16,12 @@ import agentKnowledge from "./0014_agent_knowledge.ts"
 import tenantPlanNotify from "./0015_tenant_plan_notify.ts"
 import executionsHotStart from "./0016_executions_hot_start.ts"
 import knowledgeSearchPendingList from "./0017_knowledge_search_pending_list.ts"
+import knowledgeExtractionAttempts from "./0018_knowledge_extraction_attempts.ts"
+import tokenReservations from "./0019_token_reservations.ts"
+import tenantQuotas from "./0020_tenant_quotas.ts"
+import webhookRedelivery from "./0021_webhook_redelivery.ts"
+import runSlots from "./0022_run_slots.ts"
+import eventStreamSlots from "./0023_event_stream_slots.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -35,5 +41,11 @@ export const migrations = Migrator.fromRecord({
   "0014_agent_knowledge": agentKnowledge,
   "0015_tenant_plan_notify": tenantPlanNotify,
   "0016_executions_hot_start": executionsHotStart,
-  "0017_knowledge_search_pending_list": knowledgeSearchPendingList
+  "0017_knowledge_search_pending_list": knowledgeSearchPendingList,
+  "0018_knowledge_extraction_attempts": knowledgeExtractionAttempts,
+  "0019_token_reservations": tokenReservations,
+  "0020_tenant_quotas": tenantQuotas,
+  "0021_webhook_redelivery": webhookRedelivery,
+  "0022_run_slots": runSlots,
+  "0023_event_stream_slots": eventStreamSlots
 })

@@ -3,6 +3,8 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Pull from "effect/Pull"
+import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
@@ -14,13 +16,14 @@ import {
   invalidField,
   NotFound,
   ServiceUnavailable,
-  TokenBudgetSpent
+  TokenBudgetSpent,
+  type TooManyStreams
 } from "../Domain/Problems.ts"
 import { toSource } from "../Knowledge/Grounding.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Agents } from "./Agents.ts"
 import { type ChatRequest, defaultPageSize, isConversationId, isTurnIndex } from "./Api.ts"
-import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns } from "./Conversation.ts"
+import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns, type ReplyEvent } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
 import * as Traced from "../Platform/Traced.ts"
 
@@ -114,13 +117,38 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       )
     })
 
-    /** The reply as events; errors before or during the stream become problems. */
-    const stream = Traced.fn("Chat.stream")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+    /**
+     * The reply as events, for the request's scope, once the turn has
+     * reserved its tokens: what refuses the chat until then (the request,
+     * the agent, the budget, `beforeStart`) fails this, a problem before the
+     * response starts; what fails after ends the stream with a problem.
+     * `beforeStart` (the stream's place) comes after every check of the
+     * request, just before the turn starts.
+     */
+    const stream = Traced.fn("Chat.stream")(function*(
+      tenantId: TenantId,
+      agentId: AgentId,
+      request: ChatRequest,
+      beforeStart: Effect.Effect<void, TooManyStreams, Scope.Scope>
+    ) {
       const { input, turns } = yield* prepare(tenantId, agentId, request)
-      return turns.streamReply(input).pipe(
-        Stream.mapError(toProblem),
-        Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) })
-      ) as Stream.Stream<ChatEvent, GatewayTimeout | BadGateway | ServiceUnavailable | TokenBudgetSpent>
+      yield* beforeStart
+      const pull = yield* Stream.toPull(
+        (turns.streamReply(input) as Stream.Stream<ChatEvent, { readonly _tag: string }>).pipe(
+          Stream.mapError(toProblem),
+          Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) })
+        )
+      )
+      // Up to `Started`: the turn's failures until then are the request's.
+      let ended = false
+      let first: ReadonlyArray<ChatEvent> = []
+      while (!ended && !first.some((event) => event._tag === "Started")) {
+        first = yield* Pull.catchDone(pull, () => Effect.sync(() => (ended = true, [])))
+      }
+      const rest = ended ? Stream.empty : Stream.fromPull(Effect.succeed(pull))
+      return Stream.concat(Stream.fromArray(first), rest).pipe(
+        Stream.filter((event): event is ReplyEvent => event._tag !== "Started")
+      )
     })
 
     const conversations = Traced.fn("Chat.conversations")(function*(

@@ -65,10 +65,15 @@ export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
 }) {}
 
 export const ChatEvent = Schema.Union([
+  // First of a streamed reply, once its tokens are reserved: what fails before it (the budget,
+  // the database) is refused before the response starts; the client never sees it.
+  Schema.TaggedStruct("Started", {}),
   Schema.TaggedStruct("Delta", { text: Schema.String }),
   Schema.TaggedStruct("Done", { response: ChatResponse })
 ])
 export type ChatEvent = typeof ChatEvent.Type
+/** What a client of a streamed chat receives. */
+export type ReplyEvent = Exclude<ChatEvent, { readonly _tag: "Started" }>
 
 export const Send = Rpc.make("Send", { payload: TurnInput, success: ChatResponse, error: ChatFailed })
 export const StreamReply = Rpc.make("StreamReply", { payload: TurnInput, success: ChatEvent, error: ChatFailed, stream: true })
@@ -310,7 +315,7 @@ export const makeTurns = Effect.gen(function*() {
                   : costOfFailure(held, failure !== undefined ? Cause.fail(failure) : Exit.isFailure(exit) ? exit.cause : Cause.interrupt())
               )
         )
-        return models.stream({ model: payload.model, system, messages, maxOutputTokens: reservation.maxOutputTokens }).pipe(
+        const reply = models.stream({ model: payload.model, system, messages, maxOutputTokens: reservation.maxOutputTokens }).pipe(
           Stream.tapError((error) => Effect.sync(() => failure = error)),
           Stream.mapError(toChatFailed),
           Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> => {
@@ -325,6 +330,7 @@ export const makeTurns = Effect.gen(function*() {
             })
           })
         )
+        return Stream.concat(Stream.succeed<ChatEvent>({ _tag: "Started" }), reply)
       })),
     forget: Traced.fn("Conversation.forget")(function*(payload: typeof Forget.payloadSchema.Type) {
       history = undefined

@@ -12,7 +12,7 @@ import { EventStreams } from "../Platform/EventStreams.ts"
 import { Agents } from "./Agents.ts"
 import { AgentList, type ChatRequest, V1AgentList } from "./Api.ts"
 import { Chat } from "./Chat.ts"
-import type { ChatEvent } from "./Conversation.ts"
+import type { ReplyEvent } from "./Conversation.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 /**
@@ -37,7 +37,7 @@ const encoder = new TextEncoder()
 const sse = (event: string, data: unknown) => encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
 
 /** Server-sent events: `delta` events, then `done` with the response, or `error` with a problem. */
-const toEventStream = <E extends { readonly status: number }>(events: Stream.Stream<ChatEvent, E>) =>
+const toEventStream = <E extends { readonly status: number }>(events: Stream.Stream<ReplyEvent, E>) =>
   HttpServerResponse.stream(
     events.pipe(
       Stream.map((event) => event._tag === "Delta" ? sse("delta", { text: event.text }) : sse("done", event.response)),
@@ -58,9 +58,10 @@ const chatHandler = (chat: Chat["Service"], streams: EventStreams["Service"]) =>
   }) {
     const { tenantId } = yield* CurrentPrincipal
     if (wantsEventStream(request)) {
-      // A streamed chat holds one of the tenant's event stream places while it streams.
-      yield* streams.hold(tenantId)
-      return toEventStream(yield* withBudgetHeaders(chat.stream(tenantId, params.id, payload)))
+      // A streamed chat holds one of the tenant's event stream places while it
+      // streams, taken once the request has passed its checks: a bad request
+      // gets its own problem, not the cap's.
+      return toEventStream(yield* withBudgetHeaders(chat.stream(tenantId, params.id, payload, streams.hold(tenantId))))
     }
     return yield* withBudgetHeaders(chat.send(tenantId, params.id, payload))
   })

@@ -459,6 +459,92 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         assert.strictEqual(openai.requests.length, calls + 1)
       }))
   })
+
+  describe("streamed chats: refusals before the stream", () => {
+    /** Open streams of the tenant's, on any node. */
+    const placesOf = (tenantId: string) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM event_stream_slots WHERE tenant_id = ${tenantId}`
+        return rows[0]!.n
+      }).pipe(Effect.orDie)
+
+    it.effect("at the stream cap, an unknown agent is 404 and a bad message 400; a good chat meets the cap", () =>
+      Effect.gen(function*() {
+        const { openai } = yield* fakes
+        openai.reset()
+        openai.setDefault({})
+        const { account, key } = yield* setUp
+        const agent = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: true })
+        const client = yield* TestClient
+        // The dashboard's route takes a session, the v1 route a key.
+        const streamed = (path: string, body: Record<string, unknown>) =>
+          client.request("POST", path, {
+            headers: { ...bearer(path.startsWith("/api/v1/") ? key : account.token), accept: "text/event-stream" },
+            body
+          })
+        // Every place of the tenant's held, as by streams open on another node.
+        const sql = yield* SqlClient.SqlClient
+        for (let i = 0; i < 10; i++) {
+          yield* sql`SELECT take_event_stream_slot(${`elsewhere-${account.tenantId}-${i}`}, ${account.tenantId},
+                                                   'elsewhere', NULL, 10, '10 minutes'::interval)`
+        }
+        assert.strictEqual(yield* placesOf(account.tenantId), 10)
+        for (const prefix of ["/api/v1/agents", "/api/agents"]) {
+          const unknown = yield* streamed(`${prefix}/00000000-0000-4000-8000-000000000000/chat`, { message: "Hi" })
+          assert.strictEqual(unknown.status, 404, unknown.text)
+          const empty = yield* streamed(`${prefix}/${agent.id}/chat`, { message: "   " })
+          assert.strictEqual(empty.status, 400, empty.text)
+          const notText = yield* streamed(`${prefix}/${agent.id}/chat`, { message: 7 })
+          assert.strictEqual(notText.status, 400, notText.text)
+          const capped = yield* streamed(`${prefix}/${agent.id}/chat`, { message: "Hi" })
+          assert.strictEqual(capped.status, 429, capped.text)
+          assert.strictEqual(capped.body.type, "urn:agent-host:problem:too-many-streams")
+        }
+        // Nothing reached the model, and only the other node's places are held.
+        assert.strictEqual(openai.requests.length, 0)
+        assert.strictEqual(yield* placesOf(account.tenantId), 10)
+        assert.deepStrictEqual(yield* usageOf(account.tenantId), { tokens: 0, reserved: 0 })
+      }))
+
+    it.effect("a streamed chat refused for tokens reserved in flight is a 429 problem with Retry-After, with or without memory", () =>
+      Effect.gen(function*() {
+        const { openai } = yield* fakes
+        openai.reset()
+        openai.setDefault({})
+        const { account, key } = yield* setUp
+        const remembering = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: true })
+        const forgetting = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: false })
+        assert.strictEqual((yield* chat(key, remembering.id, { message: "Hi", conversationId: "held" })).status, 200)
+        yield* until("the settlement", Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined))
+        // What is left of the day is held by calls in flight (as a killed process leaves it).
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`UPDATE daily_usage SET reserved = ${budget} WHERE tenant_id = ${account.tenantId}`
+        const calls = openai.requests.length
+        for (const agent of [remembering, forgetting]) {
+          const refused = yield* chat(key, agent.id, { message: "Again", conversationId: "held" }, true)
+          assert.strictEqual(refused.status, 429, refused.text)
+          assert.match(refused.headers.get("content-type") ?? "", /^application\/problem\+json/)
+          assert.strictEqual(refused.body.type, "urn:agent-host:problem:token-budget-spent")
+          assert.include(refused.body.detail, "reserved by model calls in flight")
+          assert.strictEqual(refused.headers.get("ratelimit-remaining"), "0")
+          assert.isNotNull(refused.headers.get("retry-after"))
+        }
+        assert.strictEqual(openai.requests.length, calls)
+        // The places the refused streams took are given back.
+        yield* until("the places released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
+
+        // With the budget free again, the same stream runs: its place is taken, then given back.
+        yield* sql`UPDATE daily_usage SET reserved = 0 WHERE tenant_id = ${account.tenantId}`
+        const streamed = yield* chat(key, remembering.id, { message: "Once more", conversationId: "held" }, true)
+        assert.strictEqual(outcomeOf(streamed, true), "ok")
+        // Deltas, then one done: nothing of the turn's start reaches the client.
+        const names = streamed.text.split("\n\n").filter((block) => block !== "").map((block) => block.split("\n")[0])
+        assert.isAbove(names.length, 1)
+        assert.deepStrictEqual(names, [...Array(names.length - 1).fill("event: delta"), "event: done"])
+        yield* until("the place released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
+      }))
+  })
 })
 
 const unenforced = Layer.unwrap(Effect.gen(function*() {

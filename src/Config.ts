@@ -160,8 +160,14 @@ export interface AppSettings {
   readonly extractionMemoryMb: number
   /** Documents extracted at once on one node (each in a process of its own). */
   readonly extractionConcurrency: number
-  /** Documents of one tenant extracted at once across the cluster; the others wait, still processing. */
-  readonly extractionConcurrencyPerTenant: number
+  /**
+   * Documents of one tenant extracted at once across the cluster, by plan
+   * (FREE_/PRO_/BUSINESS_EXTRACTION_CONCURRENCY); the others wait, still
+   * processing, and say so (`waiting`).
+   */
+  readonly freeExtractionConcurrency: number
+  readonly proExtractionConcurrency: number
+  readonly businessExtractionConcurrency: number
   /** Extraction attempts a document may start whose process stopped before they finished; the next one fails it unread. */
   readonly extractionMaxAttempts: number
   /** Bounds on a DOCX's zip entries, read from its directory before it is opened: declared size and compression ratio. */
@@ -570,10 +576,18 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   extractionConcurrency: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 256 })), "EXTRACTION_CONCURRENCY").pipe(
     Config.withDefault(2)
   ),
-  extractionConcurrencyPerTenant: Config.schema(
+  freeExtractionConcurrency: Config.schema(
     Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
-    "EXTRACTION_CONCURRENCY_PER_TENANT"
+    "FREE_EXTRACTION_CONCURRENCY"
   ).pipe(Config.withDefault(2)),
+  proExtractionConcurrency: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
+    "PRO_EXTRACTION_CONCURRENCY"
+  ).pipe(Config.withDefault(4)),
+  businessExtractionConcurrency: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
+    "BUSINESS_EXTRACTION_CONCURRENCY"
+  ).pipe(Config.withDefault(8)),
   extractionMaxAttempts: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100 })), "EXTRACTION_MAX_ATTEMPTS").pipe(
     Config.withDefault(2)
   ),

@@ -9,6 +9,7 @@ import { SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import { DocumentId, isId, KnowledgeId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
+import { RunWaiting } from "../Domain/RunQueue.ts"
 import {
   BadRequest,
   Conflict,
@@ -94,7 +95,12 @@ export const Document = Schema.Struct({
   chunkCount: Schema.Int,
   tokenCount: Schema.Int,
   createdAt: Schema.Date,
-  updatedAt: Schema.Date
+  updatedAt: Schema.Date,
+  waiting: Schema.optionalKey(RunWaiting.annotate({
+    description: "Present while the document is `processing` and waits for one of its tenant's extraction places " +
+      "(the plan's FREE_/PRO_/BUSINESS_EXTRACTION_CONCURRENCY, here `limit`; `ahead`: the tenant's documents waiting " +
+      "before it, extracted in upload order); gone once its extraction starts."
+  }))
 })
 export type Document = typeof Document.Type
 

@@ -74,7 +74,7 @@ const ingest = (documentId: string) =>
     const reply = yield* Effect.gen(function*() {
       // Asked again less and less often (up to every 2 s): a tenant's long queue costs the database little.
       for (let pause = 250; ; pause = Math.min(2_000, pause * 1.5)) {
-        const slot = yield* retryTransient(repo.takeExtractionSlot(documentId, source.tenantId, config.extractionConcurrencyPerTenant))
+        const slot = yield* retryTransient(repo.takeExtractionSlot(documentId, source.tenantId))
         if (slot === "gone") return Option.none()
         if (slot === "taken") break
         yield* Effect.sleep(Duration.millis(Math.round(pause * (0.75 + Math.random() / 2))))

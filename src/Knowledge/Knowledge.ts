@@ -55,7 +55,8 @@ export const toDocument = (row: DocumentRow): Document => ({
   chunkCount: row.chunkCount,
   tokenCount: row.tokenCount,
   createdAt: row.createdAt,
-  updatedAt: row.updatedAt
+  updatedAt: row.updatedAt,
+  ...(row.waiting === null ? {} : { waiting: row.waiting })
 })
 
 /** Settings over `base`: the given ones, checked together; a 400 names each bad one under `path`. */

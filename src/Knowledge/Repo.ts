@@ -11,6 +11,7 @@ import { forEachChunk } from "../Database/Chunks.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { encodeCursor } from "../Domain/Cursor.ts"
 import { DocumentId, isId, KnowledgeId, newId, type TenantId } from "../Domain/Ids.ts"
+import { RunWaiting } from "../Domain/RunQueue.ts"
 import { Chunk, DocumentStatus } from "./Api.ts"
 import { searchText } from "./Segment.ts"
 import type { Chunking } from "./Chunking.ts"
@@ -58,12 +59,36 @@ export const DocumentRow = Schema.Struct({
   chunkCount: Schema.Int,
   tokenCount: Schema.Int,
   createdAt: Schema.Date,
-  updatedAt: Schema.Date
+  updatedAt: Schema.Date,
+  /** Set while the document waits for one of its tenant's extraction places. */
+  waiting: Schema.NullOr(RunWaiting)
 })
 export type DocumentRow = typeof DocumentRow.Type
 
-const documentColumns = `id, knowledge_id, filename, content_type, bytes, sha256, status, error_code, error_message,
-  chunk_strategy, chunk_size, chunk_overlap, chunk_count, token_count, created_at, updated_at`
+/** The tenant's extraction cap for its current plan, as SQL text (the caps are settings, validated integers, never input); `takeExtractionSlot` reads it the same way. */
+const extractionCapOf = (tenantColumn: string, caps: readonly [number, number, number]) =>
+  `(SELECT CASE t.plan WHEN 'free' THEN ${caps[0]} WHEN 'pro' THEN ${caps[1]} ELSE ${caps[2]} END
+    FROM tenants t WHERE t.id = ${tenantColumn})`
+
+/**
+ * The columns of a document read from `knowledge_documents` (unaliased).
+ * `waiting` is read with them: set only while the document is processing
+ * without an extraction place and its tenant's places are all taken (or
+ * promised to older documents), as `takeExtractionSlot` decides.
+ */
+const documentColumnsFor = (caps: readonly [number, number, number]) =>
+  `id, knowledge_id, filename, content_type, bytes, sha256, status, error_code, error_message,
+  chunk_strategy, chunk_size, chunk_overlap, chunk_count, token_count, created_at, updated_at,
+  CASE WHEN knowledge_documents.status = 'processing' AND knowledge_documents.extraction_slot_at IS NULL THEN (
+    SELECT CASE WHEN q.held + q.ahead >= q.cap
+                THEN json_build_object('reason', 'tenant_concurrency', 'ahead', q.ahead, 'limit', q.cap) END
+    FROM (SELECT count(*) FILTER (WHERE o.extraction_slot_at IS NOT NULL)::int AS held,
+                 count(*) FILTER (WHERE o.extraction_slot_at IS NULL
+                   AND (o.created_at, o.id) < (knowledge_documents.created_at, knowledge_documents.id))::int AS ahead,
+                 ${extractionCapOf("knowledge_documents.tenant_id", caps)} AS cap
+          FROM knowledge_documents o
+          WHERE o.tenant_id = knowledge_documents.tenant_id AND o.status = 'processing') q
+  ) END AS waiting`
 
 /** What ingestion reads of a document: the upload itself, or the text it was extracted to. */
 export interface IngestSource {
@@ -97,6 +122,12 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
   make: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
+    const extractionCaps = [
+      config.freeExtractionConcurrency,
+      config.proExtractionConcurrency,
+      config.businessExtractionConcurrency
+    ] as const
+    const documentColumns = documentColumnsFor(extractionCaps)
 
     /**
      * Whether `adding` chunks in place of `documentId`'s would take the
@@ -334,24 +365,28 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
 
     /**
      * Takes one of the tenant's extraction places for the document while the
-     * tenant holds fewer than `cap` and no older document of the tenant waits
-     * for one (a document holding one keeps it); the takes of one tenant are
-     * serialised by an advisory lock, so concurrent takers on any node never
-     * pass the cap. `gone`: no longer processing.
+     * tenant holds fewer than its plan's cap (FREE_EXTRACTION_CONCURRENCY...,
+     * read with the counts, so a plan change counts from the next take) and no
+     * older document of the tenant waits for one (a document holding one
+     * keeps it); the takes of one tenant are serialised by an advisory lock,
+     * so concurrent takers on any node never pass the cap. `gone`: no longer processing.
      */
-    const takeExtractionSlot = (documentId: string, tenantId: TenantId, cap: number) =>
+    const takeExtractionSlot = (documentId: string, tenantId: TenantId) =>
       Effect.gen(function*() {
         yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`knowledge-extraction:${tenantId}`}, 0))`
         const [document] = yield* sql<{ status: string; holds: boolean }>`
           SELECT status, extraction_slot_at IS NOT NULL AS holds FROM knowledge_documents WHERE id = ${documentId}`
         if (document === undefined || document.status !== "processing") return "gone" as const
         if (document.holds) return "taken" as const
-        const [counted] = yield* sql<{ held: number; ahead: number }>`
+        const [counted] = yield* sql<{ held: number; ahead: number; cap: number | null }>`
           SELECT count(*) FILTER (WHERE extraction_slot_at IS NOT NULL)::int AS held,
                  count(*) FILTER (WHERE extraction_slot_at IS NULL
-                   AND (created_at, id) < (SELECT created_at, id FROM knowledge_documents WHERE id = ${documentId}))::int AS ahead
+                   AND (created_at, id) < (SELECT created_at, id FROM knowledge_documents WHERE id = ${documentId}))::int AS ahead,
+                 (SELECT CASE plan WHEN 'free' THEN ${extractionCaps[0]}::int WHEN 'pro' THEN ${extractionCaps[1]}::int
+                         ELSE ${extractionCaps[2]}::int END FROM tenants WHERE id = ${tenantId}) AS cap
           FROM knowledge_documents WHERE tenant_id = ${tenantId} AND status = 'processing'`
-        if ((counted?.held ?? 0) + (counted?.ahead ?? 0) >= cap) return "wait" as const
+        // No tenant row (deleted meanwhile): the free plan's cap.
+        if ((counted?.held ?? 0) + (counted?.ahead ?? 0) >= (counted?.cap ?? extractionCaps[0])) return "wait" as const
         yield* sql`UPDATE knowledge_documents SET extraction_slot_at = now() WHERE id = ${documentId}`
         return "taken" as const
       }).pipe(sql.withTransaction, Traced.withSpan("KnowledgeRepo.takeExtractionSlot"))
@@ -483,7 +518,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
     /**
      * Fails what is still processing past `seconds` (a crash loop, a stuck extractor): never processing
      * forever. Counted from the document's extraction place once it has one: waiting behind its tenant's
-     * other documents (EXTRACTION_CONCURRENCY_PER_TENANT) is not being stuck, and attempts are bounded.
+     * other documents (FREE_EXTRACTION_CONCURRENCY...) is not being stuck, and attempts are bounded.
      */
     const failStuck = (seconds: number) =>
       sql<{ id: string }>`UPDATE knowledge_documents SET status = 'failed', error_code = 'timeout',

@@ -27,11 +27,78 @@ const upload = (account: Account, knowledgeId: string, filename: string, content
       throw new Error(`upload ${filename}: ${response.status} ${response.text}`)
     }))
 
-layer(TestServer.layer({ extractionConcurrency: 3, extractionConcurrencyPerTenant: 1 }), { excludeTestServices: true })(
+const documentsOf = (account: Account, knowledgeId: string) =>
+  Effect.flatMap(TestClient, (client) =>
+    client.request("GET", `/api/knowledge/${knowledgeId}/documents`, { headers: TestServer.bearer(account.token) })).pipe(
+      Effect.map((response) => {
+        if (response.status !== 200) throw new Error(`documents: ${response.status} ${response.text}`)
+        return new Map((response.body.data as ReadonlyArray<{ id: string }>).map((document) => [document.id, document as any]))
+      })
+    )
+
+/**
+ * Uploads `count` documents while the test holds the tenant's extraction lock
+ * (the one `takeExtractionSlot` takes), so that they all queue up in the
+ * database before any takes a place; checks what each says of its wait; then
+ * lets them go, and returns the most places the tenant held at once until all
+ * are ready, and the documents as then read.
+ */
+const queueThenRun = (account: Account, count: number, limit: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const base = yield* createBase(account)
+    let most = 0
+    const sampler = yield* Effect.forkChild(Effect.forever(Effect.gen(function*() {
+      const [row] = yield* sql<{ holding: number }>`
+        SELECT count(*)::int AS holding FROM knowledge_documents
+        WHERE tenant_id = ${account.tenantId} AND status = 'processing' AND extraction_slot_at IS NOT NULL`
+      most = Math.max(most, row?.holding ?? 0)
+      yield* Effect.sleep("5 millis")
+    })))
+    yield* Effect.gen(function*() {
+      yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`knowledge-extraction:${account.tenantId}`}, 0))`
+      yield* Effect.forEach(
+        Array.from({ length: count }, (_, n) => n),
+        (n) => upload(account, base, `queued-${n}.txt`, textOf(`queued ${account.tenantId}`, n)),
+        { concurrency: "unbounded" }
+      )
+      const order = (yield* sql<{ id: string }>`
+        SELECT id FROM knowledge_documents WHERE tenant_id = ${account.tenantId} ORDER BY created_at, id`).map((row) => row.id)
+      assert.strictEqual(order.length, count)
+      const listed = yield* documentsOf(account, base)
+      order.forEach((id, ahead) => {
+        const document = listed.get(id)
+        assert.strictEqual(document.status, "processing")
+        // The first `limit` have a place free to take; the rest wait behind the older ones.
+        if (ahead < limit) assert.isFalse("waiting" in document, `document ${ahead} should not wait`)
+        else assert.deepStrictEqual(document.waiting, { reason: "tenant_concurrency", ahead, limit })
+      })
+      // The single read says the same as the list.
+      const last = yield* Effect.flatMap(TestClient, (client) =>
+        client.request("GET", `/api/knowledge/${base}/documents/${order[count - 1]}`, { headers: TestServer.bearer(account.token) }))
+      assert.deepStrictEqual(last.body.waiting, { reason: "tenant_concurrency", ahead: count - 1, limit })
+    }).pipe(sql.withTransaction)
+    yield* TestServer.waitFor(
+      "the queued documents to be ready",
+      sql<{ waiting: number }>`SELECT count(*)::int AS waiting FROM knowledge_documents
+                               WHERE tenant_id = ${account.tenantId} AND status <> 'ready'`.pipe(
+        Effect.map((rows) => rows[0]!.waiting === 0 ? true : undefined),
+        Effect.orDie
+      ),
+      60_000
+    )
+    yield* Fiber.interrupt(sampler)
+    return { most, documents: yield* documentsOf(account, base) }
+  })
+
+layer(
+  TestServer.layer({ extractionConcurrency: 3, freeExtractionConcurrency: 1, proExtractionConcurrency: 2 }),
+  { excludeTestServices: true }
+)(
   "ingestion places",
   (it) => {
     describe("per tenant, in the database", () => {
-      it.effect("one tenant's documents are extracted one at a time (EXTRACTION_CONCURRENCY_PER_TENANT=1) while another tenant's goes at once", () =>
+      it.effect("one tenant's documents are extracted one at a time (FREE_EXTRACTION_CONCURRENCY=1) while another tenant's goes at once", () =>
         Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient
           const busy = yield* TestServer.signUp()
@@ -73,6 +140,23 @@ layer(TestServer.layer({ extractionConcurrency: 3, extractionConcurrencyPerTenan
           // The other tenant did not wait for the busy one's queue to drain.
           assert.isBelow(at.get(otherId)!, Math.max(...busyIds.map((id) => at.get(id)!)))
         }), 90_000)
+
+      it.effect("the cap follows the plan, and a waiting document says so until it runs (free: 1, pro: 2)", () =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const free = yield* TestServer.signUp()
+          const pro = yield* TestServer.signUp()
+          yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${pro.tenantId}`
+          for (const [account, limit] of [[free, 1], [pro, 2]] as const) {
+            const { documents, most } = yield* queueThenRun(account, 4, limit)
+            assert.strictEqual(most, limit, `the most places held at once, cap ${limit}`)
+            assert.strictEqual(documents.size, 4)
+            for (const document of documents.values()) {
+              assert.strictEqual(document.status, "ready")
+              assert.isFalse("waiting" in document)
+            }
+          }
+        }), 120_000)
     })
   }
 )

@@ -297,7 +297,6 @@ export const makeTurns = Effect.gen(function*() {
       Stream.unwrap(Effect.gen(function*() {
         const createdAt = new Date()
         const { messages, promptTokens, sources, system } = yield* prompt(payload)
-        let received = ""
         let failure: ModelError | undefined
         let answered: ModelReply | undefined
         // Whatever ends the stream before its reply settled the reservation settles it here.
@@ -310,8 +309,6 @@ export const makeTurns = Effect.gen(function*() {
                 held,
                 answered !== undefined
                   ? answered.inputTokens + answered.outputTokens
-                  : received !== ""
-                  ? held.promptTokens + models.countTokens(received)
                   : costOfFailure(held, failure !== undefined ? Cause.fail(failure) : Exit.isFailure(exit) ? exit.cause : Cause.interrupt())
               )
         )
@@ -320,7 +317,6 @@ export const makeTurns = Effect.gen(function*() {
           Stream.mapError(toChatFailed),
           Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> => {
             if (event._tag === "Delta") {
-              received += event.text
               return Effect.succeed({ _tag: "Delta", text: event.text })
             }
             answered = event.reply

@@ -34,7 +34,7 @@ export interface Reservation {
   readonly day: string
   /** Tokens held of the day's budget; 0 when none (a plan without a budget, or nothing enforced). */
   readonly reserved: number
-  /** The prompt's tokens, as estimated: what a call the provider may have read before failing costs. */
+  /** The prompt's tokens, as estimated. */
   readonly promptTokens: number
   /** The ceiling on the reply sent to the provider (`max_tokens`), the plan's. */
   readonly maxOutputTokens: number
@@ -65,14 +65,16 @@ const unbilled = (error: unknown) => {
  * The tokens a model call that ended without a reply may have cost: none
  * when it never reached the provider or the provider refused it (an HTTP
  * error status: nothing is billed); otherwise (a timeout, a cut connection,
- * an interruption) its prompt, which the provider may have read.
+ * an interruption) its whole worst case, since the provider may have read
+ * the prompt and written up to max_tokens before it noticed: counting less
+ * would let the day's budget be passed by the calls that were cut.
  */
 export const costOfFailure = (reservation: Reservation, cause: Cause.Cause<unknown>): number => {
   if (!Cause.hasInterrupts(cause) && !Cause.hasDies(cause)) {
     const error = Cause.findErrorOption(cause)
     if (Option.isSome(error) && unbilled(error.value)) return 0
   }
-  return reservation.promptTokens
+  return reservation.promptTokens + reservation.maxOutputTokens
 }
 
 /** Whether `model` matches one of `patterns`: an exact id, or a prefix ending in `*`. None: every model. */

@@ -90,6 +90,7 @@ const main = async () => {
         METRICS_ENABLED: "true",
         // Its accounts log in again and again; throttling is tested on its own.
         AUTH_ATTEMPTS_PER_ACCOUNT: "1000000",
+        AUTH_FAILURES_PER_ACCOUNT: "1000000",
         AUTH_ATTEMPTS_PER_ADDRESS: "1000000"
       },
       stdio: ["ignore", log, log]

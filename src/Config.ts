@@ -103,9 +103,14 @@ export interface AppSettings {
   /** Rechunks of one document: RECHUNK_BURST at once, then one per RECHUNK_INTERVAL (429 with Retry-After beyond). */
   readonly rechunkBurst: number
   readonly rechunkInterval: Duration.Duration
-  /** Login and register attempts allowed per client address, and per e-mail, in each AUTH_THROTTLE_WINDOW. */
+  /**
+   * Login and register throttling per AUTH_THROTTLE_WINDOW (docs/security.md): attempts per client address;
+   * failures per (address, e-mail) pair (AUTH_ATTEMPTS_PER_ACCOUNT, name kept from when it counted per e-mail);
+   * failed logins per e-mail from all addresses, past which a wrong password gets 429 and the right one still logs in.
+   */
   readonly authAttemptsPerAddress: number
   readonly authAttemptsPerAccount: number
+  readonly authFailuresPerAccount: number
   readonly authThrottleWindow: Duration.Duration
   /**
    * Reverse proxies in front of the service that append to X-Forwarded-For;
@@ -206,7 +211,10 @@ export interface AppSettings {
   readonly dashboardEnabled: boolean
   /** Runs a full collection that gives memory back to the OS when the node goes quiet after a burst (Platform/MemoryReducer.ts). */
   readonly memoryReducer: boolean
-  /** When set, GET /metrics needs `Authorization: Bearer <token>`. */
+  /**
+   * When set, GET /metrics needs `Authorization: Bearer <token>`; unset, it
+   * answers only loopback requests that no proxy forwarded (403 otherwise).
+   */
   readonly metricsToken: Option.Option<Redacted.Redacted<string>>
   /**
    * Models named in metric labels; any other model counts as `<provider>/other`,
@@ -220,8 +228,12 @@ export interface AppSettings {
   readonly allowedOrigins: ReadonlyArray<string>
   /** Least severe log level written: Trace, Debug, Info, Warn, Error, Fatal or None. */
   readonly logLevel: LogLevel.LogLevel
-  /** Outbound webhooks may target private, loopback and link-local addresses (never the cloud metadata ones). */
+  /** Outbound webhooks may target private, loopback and IPv6 link-local addresses (never 169.254/16 or fd00:ec2::/32). */
   readonly webhookAllowPrivate: boolean
+  /** Ports a webhook URL may name on a public address (private targets, when allowed, may use any). */
+  readonly webhookAllowedPorts: ReadonlyArray<number>
+  /** Webhook host lookups in flight at once on a node; more wait, within the lookup's 5 s bound. */
+  readonly webhookDnsConcurrency: number
   /** Waits between a webhook's delivery attempts; one more attempt than waits. */
   readonly webhookRetrySchedule: ReadonlyArray<Duration.Duration>
   /** Bound on one delivery attempt (connect, send, answer). */
@@ -427,6 +439,21 @@ const durationList = (name: string, fallback: string) =>
     Config.map((raw) => raw.split(",").map((entry) => parseDuration(entry)!))
   )
 
+/** A comma-separated list of TCP ports (`80,443`); anything else stops the start naming the bad entry. */
+const portList = (name: string, fallback: string) =>
+  Config.schema(
+    Schema.String.check(Schema.makeFilter((raw: string) => {
+      const bad = raw.split(",").map((entry) => entry.trim()).find((entry) =>
+        !/^[1-9]\d{0,4}$/.test(entry) || Number(entry) > 65_535
+      )
+      return bad === undefined || `Expected comma-separated ports (1 to 65535) such as 80,443, got ${JSON.stringify(bad)}`
+    })),
+    name
+  ).pipe(
+    Config.withDefault(fallback),
+    Config.map((raw) => raw.split(",").map((entry) => Number(entry.trim())))
+  )
+
 /** A quota: a whole number of at least 0, or `unlimited` (null). */
 const quotaSetting = (name: string, fallback: number | null) =>
   Config.schema(
@@ -546,6 +573,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   rechunkInterval: Config.Duration("RECHUNK_INTERVAL").pipe(Config.withDefault(Duration.minutes(1))),
   authAttemptsPerAddress: Config.Int("AUTH_ATTEMPTS_PER_ADDRESS").pipe(Config.withDefault(100)),
   authAttemptsPerAccount: Config.Int("AUTH_ATTEMPTS_PER_ACCOUNT").pipe(Config.withDefault(10)),
+  authFailuresPerAccount: Config.Int("AUTH_FAILURES_PER_ACCOUNT").pipe(Config.withDefault(100)),
   authThrottleWindow: Config.Duration("AUTH_THROTTLE_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
   trustedProxyHops: Config.Int("TRUSTED_PROXY_HOPS").pipe(Config.withDefault(0)),
   passwordHashConcurrency: Config.Int("PASSWORD_HASH_CONCURRENCY").pipe(Config.withDefault(2)),
@@ -624,6 +652,10 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   ),
   logLevel: logLevel.pipe(Config.withDefault("Info" as const)),
   webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
+  webhookAllowedPorts: portList("WEBHOOK_ALLOWED_PORTS", "80,443,8080,8443"),
+  webhookDnsConcurrency: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 1_000 })), "WEBHOOK_DNS_CONCURRENCY").pipe(
+    Config.withDefault(16)
+  ),
   webhookRetrySchedule: durationList("WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h"),
   webhookTimeout: Config.Duration("WEBHOOK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(15))),
   webhookDisableAfter: Config.Duration("WEBHOOK_DISABLE_AFTER").pipe(Config.withDefault(Duration.days(5))),

@@ -31,29 +31,45 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
       readonly password: string
       readonly name?: string | undefined
     }, client: string) {
-      yield* throttle.attempt(client, input.email)
-      const passwordHash = yield* hasher.hash(input.password)
-      return yield* repo.createAccount({
-        email: input.email.trim(),
-        name: input.name ?? null,
-        passwordHash,
-        tenantName: input.name ?? input.email.trim()
-      }).pipe(
-        Effect.catchTag("EmailTaken", () =>
-          Effect.fail(new Conflict({ detail: "An account with this e-mail already exists" })))
+      // A taken e-mail counts as a failure of the pair (it tells that the account exists), not against the e-mail.
+      const created = yield* throttle.guard(
+        client,
+        input.email,
+        Effect.gen(function*() {
+          const passwordHash = yield* hasher.hash(input.password)
+          return yield* repo.createAccount({
+            email: input.email.trim(),
+            name: input.name ?? null,
+            passwordHash,
+            tenantName: input.name ?? input.email.trim()
+          }).pipe(
+            Effect.map((account) => Option.some(account)),
+            Effect.catchTag("EmailTaken", () => Effect.succeedNone)
+          )
+        }),
+        { ceiling: false }
       )
+      if (Option.isNone(created)) return yield* new Conflict({ detail: "An account with this e-mail already exists" })
+      return created.value
     })
 
     const login = Traced.fn("Accounts.login")(function*(
       input: { readonly email: string; readonly password: string },
       client: string
     ) {
-      // Before the lookup: a known and an unknown e-mail are throttled alike.
-      yield* throttle.attempt(client, input.email)
-      const user = yield* repo.findUserByEmail(input.email.trim())
-      const storedHash = Option.isSome(user) ? user.value.passwordHash : yield* decoyHash
-      const matches = yield* hasher.verify(input.password, storedHash)
-      if (Option.isNone(user) || !matches) return yield* invalidCredentials
+      // The throttle's buckets come before the lookup: a known and an unknown e-mail are throttled alike.
+      const user = yield* throttle.guard(
+        client,
+        input.email,
+        Effect.gen(function*() {
+          const found = yield* repo.findUserByEmail(input.email.trim())
+          const storedHash = Option.isSome(found) ? found.value.passwordHash : yield* decoyHash
+          const matches = yield* hasher.verify(input.password, storedHash)
+          return matches ? found : Option.none()
+        }),
+        { ceiling: true }
+      )
+      if (Option.isNone(user)) return yield* invalidCredentials
       const token = newSecret("st_")
       const now = yield* DateTime.now
       const expiresAt = DateTime.toDateUtc(DateTime.addDuration(now, config.sessionTtl))

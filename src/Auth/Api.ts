@@ -192,7 +192,7 @@ export class AuthApi extends HttpApiGroup.make("auth")
       description: "Creates a user and its tenant on the free plan. It does not log in.",
       credential: noCredential,
       errors: "400 on invalid fields, 409 when the e-mail is taken, 429 with Retry-After past AUTH_ATTEMPTS_PER_ADDRESS " +
-        "or AUTH_ATTEMPTS_PER_ACCOUNT attempts in AUTH_THROTTLE_WINDOW, 503 with Retry-After when too many passwords " +
+        "attempts or AUTH_ATTEMPTS_PER_ACCOUNT failures from this address for this e-mail in AUTH_THROTTLE_WINDOW, 503 with Retry-After when too many passwords " +
         "are being hashed at once."
     })),
     HttpApiEndpoint.post("login", "/login", {

@@ -256,6 +256,21 @@ export class ThrottleRepo extends Context.Service<ThrottleRepo>()("agent-host/Th
         Traced.withSpan("ThrottleRepo.attempt")
       )
 
+    /**
+     * Gives one attempt back to the bucket `key` (drained to now first), for
+     * an attempt that turned out not to be a failure.
+     */
+    const release = (key: string, perSecond: number) =>
+      sql`
+        UPDATE auth_throttle AS b SET
+          level = GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${perSecond} - 1),
+          updated_at = now()
+        WHERE key = ${key}`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Traced.withSpan("ThrottleRepo.release")
+      )
+
     /** Buckets untouched for `seconds` are empty: forget them. */
     const forgetIdle = (seconds: number) =>
       sql`DELETE FROM auth_throttle WHERE updated_at < now() - make_interval(secs => ${seconds})`.pipe(
@@ -264,7 +279,7 @@ export class ThrottleRepo extends Context.Service<ThrottleRepo>()("agent-host/Th
         Traced.withSpan("ThrottleRepo.forgetIdle")
       )
 
-    return { attempt, forgetIdle } as const
+    return { attempt, release, forgetIdle } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make)

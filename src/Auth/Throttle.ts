@@ -1,6 +1,7 @@
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
@@ -45,14 +46,24 @@ export const clientAddress = (request: HttpServerRequest.HttpServerRequest, trus
 }
 
 // Keys are hashed: the table never holds the e-mails of accounts that may not exist.
-const bucketKey = (kind: "address" | "account", value: string) =>
+const bucketKey = (kind: "address" | "pair" | "failures", value: string) =>
   Crypto.createHash("sha256").update(`${kind}:${value}`).digest("base64url")
 
+const accountOf = (email: string) => email.trim().toLowerCase()
+
 /**
- * Throttling of login and register, per client address and per e-mail:
- * leaky buckets in Postgres, so the limits hold across nodes. Every attempt
- * counts, before any password is hashed, whether the account exists or not,
- * so a refusal says nothing about the account and a flood costs no scrypt.
+ * Throttling of login and register, in leaky buckets in Postgres so the
+ * limits hold across nodes (docs/security.md):
+ * - every attempt from a client address counts against the address, before
+ *   any password is hashed: this bounds the hashing one address can cause;
+ * - failures count per (address, e-mail) pair: a guesser is stopped at its
+ *   own address, and the owner, elsewhere, is not;
+ * - failed logins count per e-mail from all addresses, with a much larger
+ *   ceiling; past it a wrong password gets 429 instead of 401, but a login is
+ *   still hashed and checked, so the right password still gets in: nobody
+ *   can lock an account out from other addresses.
+ * An unknown e-mail only ever fails, so it is throttled exactly like a known
+ * one with wrong passwords: a refusal says nothing about the account.
  */
 export class AuthThrottle extends Context.Service<AuthThrottle>()("agent-host/AuthThrottle", {
   make: Effect.gen(function*() {
@@ -67,26 +78,55 @@ export class AuthThrottle extends Context.Service<AuthThrottle>()("agent-host/Au
       Effect.forkScoped
     )
 
-    const check = (kind: "address" | "account", value: string, capacity: number) =>
+    const perSecond = (capacity: number) => capacity / windowSeconds
+
+    const check = (key: string, capacity: number) =>
       Effect.gen(function*() {
-        const perSecond = capacity / windowSeconds
-        const bucket = yield* repo.attempt(bucketKey(kind, value), capacity, perSecond)
+        const bucket = yield* repo.attempt(key, capacity, perSecond(capacity))
         if (!bucket.refused) return
         // Time until one more attempt fits.
-        const retryAfter = Math.max(1, Math.ceil((bucket.level + 1 - capacity) / perSecond))
+        const retryAfter = Math.max(1, Math.ceil((bucket.level + 1 - capacity) / perSecond(capacity)))
         return yield* new TooManyAttempts({
           detail: `Too many attempts; try again in ${retryAfter} s`,
           retryAfter
         })
       })
 
-    /** One login or register attempt from `address`, for `email`. */
-    const attempt = Traced.fn("AuthThrottle.attempt")(function*(address: string, email: string) {
-      yield* check("address", address, config.authAttemptsPerAddress)
-      yield* check("account", email.trim().toLowerCase(), config.authAttemptsPerAccount)
-    })
+    const pairKey = (address: string, email: string) => bucketKey("pair", JSON.stringify([address, accountOf(email)]))
 
-    return { attempt } as const
+    /**
+     * Runs `checkCredentials`, a login or register from `address` for `email` that
+     * hashes a password: `Some` when the credentials were accepted, `None`
+     * when they were wrong (or, to register, the e-mail taken). The pair's
+     * failure is reserved before the check runs, so concurrent guesses cannot
+     * overrun it, and given back unless the outcome is `None`: a success, a
+     * 503 or an error does not use it. With `ceiling`, a `None` also counts
+     * against the e-mail's ceiling, and past it fails with 429.
+     */
+    const guard = <A, E, R>(
+      address: string,
+      email: string,
+      checkCredentials: Effect.Effect<Option.Option<A>, E, R>,
+      options: { readonly ceiling: boolean }
+    ): Effect.Effect<Option.Option<A>, E | TooManyAttempts, R> =>
+      Effect.gen(function*() {
+        yield* check(bucketKey("address", address), config.authAttemptsPerAddress)
+        const pair = pairKey(address, email)
+        yield* check(pair, config.authAttemptsPerAccount)
+        const result = yield* checkCredentials.pipe(
+          Effect.onExit((exit) =>
+            Exit.isSuccess(exit) && Option.isNone(exit.value)
+              ? Effect.void
+              : repo.release(pair, perSecond(config.authAttemptsPerAccount))
+          )
+        )
+        if (Option.isNone(result) && options.ceiling) {
+          yield* check(bucketKey("failures", accountOf(email)), config.authFailuresPerAccount)
+        }
+        return result
+      }).pipe(Traced.withSpan("AuthThrottle.guard"))
+
+    return { guard } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(ThrottleRepo.layer))

@@ -202,6 +202,15 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
       if (session.customer == null) return ignored("The session has no customer")
       const tenant = yield* repo.lockTenant({ id: session.client_reference_id })
       if (Option.isNone(tenant)) return ignored(`No tenant ${session.client_reference_id}`)
+      // Whoever opens a payment link can set client_reference_id to any
+      // tenant's id: it links a customer only to a tenant that has none yet
+      // (or has this one), never moving a tenant's subscription elsewhere.
+      if (tenant.value.stripeCustomerId !== null && tenant.value.stripeCustomerId !== session.customer) {
+        return ignored(
+          `Tenant ${tenant.value.id} is already linked to another customer (${tenant.value.stripeCustomerId})`,
+          tenant.value.id
+        )
+      }
       const owner = yield* repo.lockTenant({ customer: session.customer })
       if (Option.isSome(owner) && owner.value.id !== tenant.value.id) {
         return ignored(`Customer ${session.customer} is linked to another tenant`, tenant.value.id)

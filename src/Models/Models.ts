@@ -116,6 +116,15 @@ const hostOf = (baseUrl: string) => {
   }
 }
 
+// The innermost error under a transport failure (`connect ECONNREFUSED
+// host:port`), for the log only: the errors above it carry the request, whose
+// headers hold the key, so they are never logged whole.
+const rootCause = (error: unknown): string => {
+  let current = error
+  for (let depth = 0; depth < 8 && current instanceof Error && current.cause !== undefined; depth++) current = current.cause
+  return current instanceof Error ? current.message : ""
+}
+
 const replyModel = (target: Target, reported: string | undefined) =>
   target.provider === "local" ? Local.modelId : `${target.provider}/${reported ?? target.name}`
 
@@ -281,9 +290,9 @@ export const make = Effect.gen(function*() {
         return {
           error: new ModelError({
             reason: "ProviderError",
-            message: `The connection to ${label} (${
-              hostOf(target.provider === "anthropic" ? config.anthropicBaseUrl : config.openaiBaseUrl)
-            }) failed`
+            // Where the provider lives is the operator's business: the log line
+            // in toFailure has it, the tenant's message does not.
+            message: `The connection to ${label} failed`
           }),
           retryable: reason.reason === "TransportError",
           retryAfter: undefined
@@ -318,7 +327,21 @@ export const make = Effect.gen(function*() {
   })
 
   const toFailure = (target: Target) => (error: AiError.AiError) =>
-    Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (now) => classify(target, error, now))
+    Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (now) => classify(target, error, now)).pipe(
+      Effect.tap(() =>
+        error.reason._tag === "NetworkError"
+          ? Effect.logWarning("Model provider connection failed").pipe(
+            Effect.annotateLogs({
+              provider: target.provider,
+              model: target.name,
+              host: hostOf(target.provider === "anthropic" ? config.anthropicBaseUrl : config.openaiBaseUrl),
+              reason: error.reason.reason,
+              detail: safe(error.reason.description ?? rootCause(error.reason.cause))
+            })
+          )
+          : Effect.void
+      )
+    )
 
   const retryDelay = (retry: number, failure: Failure) =>
     failure.retryAfter !== undefined

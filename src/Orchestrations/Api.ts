@@ -46,8 +46,22 @@ export const defaultTimeoutMs = 300_000
 /** Step ids and variable names: what may follow `steps.` and `variables.` in a template. */
 export const namePattern = /^[A-Za-z0-9_-]{1,64}$/
 
+/**
+ * Names a plain object already has (`__proto__`, `constructor`, `toString`...)
+ * and `prototype`: as keys of a run's outputs or of stored JSON they would
+ * read or replace what objects inherit, so no step may take them.
+ */
+export const reservedStepIds: ReadonlySet<string> = new Set([
+  ...Object.getOwnPropertyNames(Object.prototype),
+  "prototype"
+])
+
 export const StepId = text(
-  Schema.isPattern(namePattern, { message: "Expected 1 to 64 letters, digits, `_` or `-`" })
+  Schema.isPattern(namePattern, { message: "Expected 1 to 64 letters, digits, `_` or `-`" }),
+  Schema.makeFilter<string>(
+    (value) => !reservedStepIds.has(value) || `\`${value}\` is a reserved name: choose another step id`,
+    { expected: "a step id other than `__proto__`, `constructor`, `prototype` or another name objects inherit" }
+  )
 )
 
 // What is stored and returned: the shape only. The limits below apply to what clients send.

@@ -83,7 +83,9 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
 
   const steps = new Map(snapshot.steps.map((step) => [step.id, step as Step]))
   const deadline = snapshot.createdAtMs + snapshot.timeoutMs
-  const outputs: Record<string, string> = {}
+  // No prototype: a step id such as `__proto__` (refused when saved, but a
+  // definition stored before that still runs) is then an ordinary key.
+  const outputs: Record<string, string> = Object.create(null)
   let tokensUsed = 0
 
   // A one-step run's step is not an activity (runStep below): its

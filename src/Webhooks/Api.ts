@@ -45,7 +45,7 @@ export const DeliveryAttempt = Schema.Struct({
   httpStatus: Schema.NullOr(Schema.Int),
   error: Schema.NullOr(Schema.String).annotate({ description: "Why the attempt failed: refused address, timeout, connection error, redirect, status." }),
   durationMs: Schema.Int,
-  response: Schema.NullOr(Schema.String).annotate({ description: "The first 1 KB of the response body." })
+  response: Schema.NullOr(Schema.String).annotate({ description: "The first 1 KB of the response body; null for a private target." })
 })
 export type DeliveryAttempt = typeof DeliveryAttempt.Type
 

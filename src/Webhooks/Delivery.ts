@@ -38,6 +38,7 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
   const repo = yield* WebhooksRepo
   const box = yield* SecretBox
   const config = yield* AppConfig
+  const guard = yield* Guard.EgressGuard
   const found = yield* retryTransient(repo.forDelivery(eventId))
   if (Option.isNone(found)) return "stop" as const
   const event = found.value
@@ -100,9 +101,9 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
   }
   const url = Guard.parseUrl(event.url)
   if (Result.isFailure(url)) return yield* failure({ httpStatus: null, error: url.failure, response: null })
-  const addresses = yield* Effect.result(Guard.resolve(url.success, config.webhookAllowPrivate))
-  if (Result.isFailure(addresses)) {
-    return yield* failure({ httpStatus: null, error: addresses.failure, response: null })
+  const target = yield* Effect.result(guard.check(url.success))
+  if (Result.isFailure(target)) {
+    return yield* failure({ httpStatus: null, error: target.failure, response: null })
   }
   const timestamp = Math.floor((yield* Clock.currentTimeMillis) / 1000)
   const previous = event.previousSecret === null ? undefined : box.open(event.previousSecret)
@@ -111,7 +112,7 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
   )
   const answer = yield* Effect.result(Guard.post({
     url: url.success,
-    address: addresses.success[0]!,
+    address: target.success.addresses[0]!,
     headers: {
       "content-type": "application/json",
       "user-agent": userAgent,
@@ -124,7 +125,9 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
     maxBody: maxResponseBytes
   }))
   if (Result.isFailure(answer)) return yield* failure({ httpStatus: null, error: answer.failure, response: null })
-  const { status, location, body } = answer.success
+  const { status, location } = answer.success
+  // A private target's answer stays out of the log the tenant reads: it would read internal services back.
+  const body = target.success.public ? answer.success.body : null
   if (status >= 200 && status < 300) {
     yield* record({ httpStatus: status, error: null, response: body })
     yield* retryTransient(repo.delivered(eventId, redelivery, event.endpointId))
@@ -165,4 +168,6 @@ const run = Traced.fn("Webhooks.deliver")(function*({ eventId, redelivery }: { r
   })
 })
 
-export const layer = DeliveryWorkflow.toLayer(run).pipe(Layer.provide([WebhooksRepo.layer, SecretBox.layer]))
+export const layer = DeliveryWorkflow.toLayer(run).pipe(
+  Layer.provide([WebhooksRepo.layer, SecretBox.layer, Guard.EgressGuard.layer])
+)

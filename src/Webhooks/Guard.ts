@@ -1,11 +1,15 @@
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Result from "effect/Result"
+import * as Semaphore from "effect/Semaphore"
 import ipaddr from "ipaddr.js"
 import * as Dns from "node:dns/promises"
 import * as Http from "node:http"
 import * as Https from "node:https"
 import * as Net from "node:net"
+import { AppConfig } from "../Config.ts"
 
 /**
  * The guard against server-side request forgery for outbound webhooks. A URL
@@ -20,6 +24,15 @@ import * as Net from "node:net"
 const metadataAddresses = new Set(["169.254.169.254", "fd00:ec2::254", "100.100.100.200"])
 const metadataHosts = new Set(["metadata.google.internal", "metadata.goog", "metadata"])
 
+// Refused even with WEBHOOK_ALLOW_PRIVATE: cloud credential services live all over
+// them (ECS 169.254.170.2, EKS Pod Identity 169.254.170.23 and fd00:ec2::23).
+const linkLocalV4 = ipaddr.IPv4.parseCIDR("169.254.0.0/16")
+const awsV6 = ipaddr.IPv6.parseCIDR("fd00:ec2::/32")
+// RFC 8215's local-use NAT64 prefix: which IPv4 address one of its addresses
+// stands for depends on the prefix length the gateway uses inside it (/48 to
+// /96), so no single decoding is safe; refused outright.
+const localNat64 = ipaddr.IPv6.parseCIDR("64:ff9b:1::/48")
+
 // What WEBHOOK_ALLOW_PRIVATE opens: a self-hosted network's own addresses.
 const privateRanges = new Set(["private", "loopback", "linkLocal", "carrierGradeNat", "uniqueLocal"])
 
@@ -27,7 +40,7 @@ type Address = ipaddr.IPv4 | ipaddr.IPv6
 
 /**
  * The IPv4 address an IPv6 one stands for, if any: IPv4-mapped (::ffff:a.b.c.d),
- * IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48) and 6to4 (2002::/16).
+ * IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96) and 6to4 (2002::/16).
  */
 const embeddedIpv4 = (address: ipaddr.IPv6): ipaddr.IPv4 | undefined => {
   const parts = address.parts
@@ -36,7 +49,7 @@ const embeddedIpv4 = (address: ipaddr.IPv6): ipaddr.IPv4 | undefined => {
   if (address.isIPv4MappedAddress()) return address.toIPv4Address()
   const range = address.range()
   if (parts.slice(0, 6).every((part) => part === 0) && (parts[6] !== 0 || parts[7]! > 1)) return low(parts[6]!, parts[7]!)
-  if (range === "rfc6052") return low(parts[6]!, parts[7]!)
+  if (range === "rfc6052" && !address.match(localNat64)) return low(parts[6]!, parts[7]!)
   if (range === "6to4") return low(parts[1]!, parts[2]!)
   return undefined
 }
@@ -51,7 +64,9 @@ export const refusal = (raw: string, allowPrivate: boolean): string | undefined 
   }
   const shown = address.toString()
   if (address.kind() === "ipv6") {
-    const embedded = embeddedIpv4(address as ipaddr.IPv6)
+    const v6 = address as ipaddr.IPv6
+    if (v6.match(localNat64)) return `${shown} is a local-use NAT64 address (64:ff9b:1::/48), which may stand for any IPv4 address`
+    const embedded = embeddedIpv4(v6)
     if (embedded !== undefined) {
       const inner = refusal(embedded.toString(), allowPrivate)
       return inner === undefined ? undefined : `${shown} stands for ${embedded.toString()}: ${inner}`
@@ -59,6 +74,9 @@ export const refusal = (raw: string, allowPrivate: boolean): string | undefined 
   }
   const normal = address.kind() === "ipv6" ? (address as ipaddr.IPv6).toNormalizedString() : shown
   if (metadataAddresses.has(shown) || metadataAddresses.has(normal)) return `${shown} is a cloud metadata address`
+  if (address.kind() === "ipv4" ? address.match(linkLocalV4) : address.match(awsV6)) {
+    return `${shown} is in ${address.kind() === "ipv4" ? "169.254.0.0/16" : "fd00:ec2::/32"}, where cloud metadata and credential services answer`
+  }
   const range = address.range()
   if (range === "unicast") return undefined
   if (allowPrivate && privateRanges.has(range)) return undefined
@@ -86,29 +104,122 @@ export const parseUrl = (raw: string): Result.Result<URL, string> => {
 
 const hostOf = (url: URL) => url.hostname.replace(/^\[|\]$/g, "")
 
+/** What a webhook may reach: WEBHOOK_ALLOW_PRIVATE and WEBHOOK_ALLOWED_PORTS. */
+export interface Policy {
+  readonly allowPrivate: boolean
+  readonly allowedPorts: ReadonlyArray<number>
+}
+
+/** Where a webhook's URL leads, every address checked. */
+export interface Target {
+  /** Every address the host stands for; a delivery connects to the first. */
+  readonly addresses: ReadonlyArray<string>
+  /**
+   * Every address is public. Only then is the answer's body kept in the
+   * delivery log: from a private target it would read internal services back.
+   */
+  readonly public: boolean
+}
+
+/** The target if the URL's addresses and port may be a webhook's, or why not. */
+export const admit = (url: URL, addresses: ReadonlyArray<string>, policy: Policy): Result.Result<Target, string> => {
+  if (addresses.length === 0) return Result.fail(`${hostOf(url)} has no address`)
+  for (const address of addresses) {
+    const why = refusal(address, policy.allowPrivate)
+    if (why !== undefined) return Result.fail(`Refused address: ${why}`)
+  }
+  const isPublic = addresses.every((address) => refusal(address, false) === undefined)
+  const port = defaultPort(url)
+  // A public address is anyone's host, the operator's own included (databases,
+  // the runner port): only web ports. Private targets, once allowed, are the
+  // operator's own network, where receivers listen on any port.
+  const privateOnly = addresses.every((address) => refusal(address, false) !== undefined)
+  if (!policy.allowedPorts.includes(port) && !(policy.allowPrivate && privateOnly)) {
+    return Result.fail(`Refused port: ${port} is not one of ${policy.allowedPorts.join(", ")} (WEBHOOK_ALLOWED_PORTS)`)
+  }
+  return Result.succeed({ addresses, public: isPublic })
+}
+
+// Names that mean this host (RFC 6761), answered here as the system resolver would.
+const isLocalhost = (host: string) => /(^|\.)localhost\.?$/i.test(host)
+
+// c-ares: per query 1 s, then one more try (doubled); all within the lookup's own bound below.
+const resolverOptions = { timeout: 1_000, tries: 2 }
+const lookupBound = Duration.seconds(5)
+
+// A family with no record is no failure as long as the other has one.
+const noRecord = new Set(["ENODATA", "ENOTFOUND"])
+
 /**
- * Every address the URL's host stands for (a literal address itself; A and
- * AAAA records of a name), each checked. Fails with why the first refused one is.
+ * A and AAAA records with c-ares, on the event loop: getaddrinfo (`dns.lookup`)
+ * would hold a thread of libuv's 4-thread pool, which password hashing and
+ * file I/O share, for the name server's full timeout. Each lookup has its own
+ * channel so an abandoned one can be cancelled.
  */
-export const resolve = (url: URL, allowPrivate: boolean): Effect.Effect<ReadonlyArray<string>, string> =>
-  Effect.gen(function*() {
-    const host = hostOf(url)
-    const addresses = Net.isIP(host) !== 0
-      ? [host]
-      : yield* Effect.tryPromise({
-        try: () => Dns.lookup(host, { all: true, verbatim: true }),
-        catch: (error) => `${host} could not be resolved (${(error as { code?: string }).code ?? String(error)})`
-      }).pipe(
-        Effect.map((found) => found.map((entry) => entry.address)),
-        Effect.timeoutOrElse({ duration: "5 seconds", orElse: () => Effect.fail(`${host} could not be resolved in time`) })
+const lookup = (host: string, servers: ReadonlyArray<string> | undefined): Effect.Effect<ReadonlyArray<string>, string> =>
+  Effect.tryPromise({
+    try: async (signal) => {
+      const resolver = new Dns.Resolver(resolverOptions)
+      if (servers !== undefined) resolver.setServers(servers)
+      signal.addEventListener("abort", () => resolver.cancel(), { once: true })
+      return Promise.allSettled([resolver.resolve4(host), resolver.resolve6(host)])
+    },
+    catch: (error) => `${host} could not be resolved (${String(error)})`
+  }).pipe(
+    Effect.flatMap((results) => {
+      const found = results.flatMap((result) => result.status === "fulfilled" ? result.value : [])
+      if (found.length > 0) return Effect.succeed(found)
+      const codes = results.flatMap((result) =>
+        result.status === "rejected" ? [String((result.reason as { code?: string }).code ?? result.reason)] : []
       )
-    if (addresses.length === 0) return yield* Effect.fail(`${host} has no address`)
-    for (const address of addresses) {
-      const why = refusal(address, allowPrivate)
-      if (why !== undefined) return yield* Effect.fail(`Refused address: ${why}`)
+      const code = codes.find((candidate) => !noRecord.has(candidate)) ?? codes[0] ?? "ENODATA"
+      return Effect.fail(`${host} could not be resolved (${code})`)
+    })
+  )
+
+export interface EgressGuardShape {
+  /** Every address the URL's host stands for (a literal address itself; A and AAAA records of a name), all admitted. */
+  readonly check: (url: URL) => Effect.Effect<Target, string>
+}
+
+/**
+ * Checks webhook URLs under `policy`, resolving names with at most
+ * `concurrency` lookups in flight: a lookup beyond it waits for a turn, and
+ * waiting counts towards its 5 s bound. `servers` (`ip[:port]`) replaces the
+ * system's name servers.
+ */
+export const make = (options: {
+  readonly policy: Policy
+  readonly concurrency: number
+  readonly servers?: ReadonlyArray<string> | undefined
+}): Effect.Effect<EgressGuardShape> =>
+  Effect.map(Semaphore.make(Math.max(1, options.concurrency)), (permits) => {
+    const addressesOf = (host: string): Effect.Effect<ReadonlyArray<string>, string> => {
+      if (Net.isIP(host) !== 0) return Effect.succeed([host])
+      if (isLocalhost(host)) return Effect.succeed(["127.0.0.1", "::1"])
+      return permits.withPermits(1)(lookup(host, options.servers)).pipe(
+        Effect.timeoutOrElse({ duration: lookupBound, orElse: () => Effect.fail(`${host} could not be resolved in time`) })
+      )
     }
-    return addresses
+    return {
+      check: (url) =>
+        addressesOf(hostOf(url)).pipe(Effect.flatMap((addresses) => Effect.fromResult(admit(url, addresses, options.policy))))
+    }
   })
+
+/** The node's guard: WEBHOOK_ALLOW_PRIVATE, WEBHOOK_ALLOWED_PORTS, WEBHOOK_DNS_CONCURRENCY. */
+export class EgressGuard extends Context.Service<EgressGuard, EgressGuardShape>()("agent-host/Webhooks/EgressGuard") {
+  static readonly layer = Layer.effect(
+    EgressGuard,
+    Effect.gen(function*() {
+      const config = yield* AppConfig
+      return EgressGuard.of(yield* make({
+        policy: { allowPrivate: config.webhookAllowPrivate, allowedPorts: config.webhookAllowedPorts },
+        concurrency: config.webhookDnsConcurrency
+      }))
+    })
+  )
+}
 
 /** What came back from one POST. */
 export interface Answer {

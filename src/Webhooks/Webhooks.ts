@@ -124,6 +124,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
     const config = yield* AppConfig
     const engine = yield* WorkflowEngine.WorkflowEngine
     const limits = yield* Limits
+    const guard = yield* Guard.EgressGuard
 
     const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
     const stateOf = (row: EndpointRow): WebhookState => ({
@@ -140,7 +141,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
       Effect.gen(function*() {
         const url = Guard.parseUrl(raw.trim())
         if (Result.isFailure(url)) return yield* refused(field, url.failure)
-        yield* Guard.resolve(url.success, config.webhookAllowPrivate).pipe(
+        yield* guard.check(url.success).pipe(
           Effect.mapError((why) => refused(field, why))
         )
         return url.success.toString()
@@ -284,7 +285,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
   })
 
   static readonly layer = Layer.effect(Webhooks, Webhooks.make).pipe(
-    Layer.provide([WebhooksRepo.layer, SecretBox.layer, Limits.layer])
+    Layer.provide([WebhooksRepo.layer, SecretBox.layer, Limits.layer, Guard.EgressGuard.layer])
   )
 
   /**

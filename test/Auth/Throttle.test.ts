@@ -9,6 +9,7 @@ const settings = {
   trustedProxyHops: 1,
   authAttemptsPerAccount: 5,
   authAttemptsPerAddress: 8,
+  authFailuresPerAccount: 12,
   authThrottleWindow: Duration.minutes(10),
   passwordHashConcurrency: 1,
   passwordHashQueue: 1
@@ -29,46 +30,84 @@ const register = (email: string, password: string, address: string) =>
 
 const password = "correct horse battery staple"
 
+const outcome = (response: TestServer.TestResponse) => ({
+  status: response.status,
+  type: response.body?.type as string | undefined,
+  retryAfter: response.headers.get("retry-after") !== null
+})
+
 layer(TestServer.layer(settings), { excludeTestServices: true })("login and register throttling", (it) => {
-  describe("per account", () => {
-    it.effect("a burst of failed logins for one account gets 429 with Retry-After; another account still logs in", () =>
+  describe("per (address, e-mail) pair", () => {
+    it.effect("failures from one address for one e-mail get 429 with Retry-After there, even for the right password; successes do not count; the owner elsewhere still logs in", () =>
       Effect.gen(function*() {
-        assert.strictEqual((yield* register("victim@example.com", password, freshAddress())).status, 201)
-        assert.strictEqual((yield* register("other@example.com", password, freshAddress())).status, 201)
-        // The register was the account's first attempt; four wrong passwords from four addresses follow.
-        for (let i = 0; i < 4; i++) {
-          assert.strictEqual((yield* login("victim@example.com", `wrong password ${i}`, freshAddress())).status, 401)
+        const owner = freshAddress()
+        assert.strictEqual((yield* register("pair@example.com", password, owner)).status, 201)
+        const guesser = freshAddress()
+        // A success first: had it used the pair's bucket, the fifth wrong password below would be refused.
+        assert.strictEqual((yield* login("pair@example.com", password, guesser)).status, 200)
+        for (let i = 0; i < 5; i++) {
+          assert.strictEqual((yield* login("pair@example.com", `wrong password ${i}`, guesser)).status, 401)
         }
-        const refused = yield* login("Victim@Example.com", `wrong password 5`, freshAddress())
+        const refused = yield* login("Pair@Example.com", "wrong password 5", guesser)
         assert.strictEqual(refused.status, 429)
         assert.strictEqual(refused.headers.get("content-type"), "application/problem+json")
         assert.strictEqual(refused.body.type, "urn:agent-host:problem:too-many-attempts")
         const retryAfter = Number(refused.headers.get("retry-after"))
         assert.isTrue(retryAfter >= 1 && retryAfter <= 600, `${retryAfter}`)
         assert.strictEqual(refused.body.retryAfter, retryAfter)
-        // The right password waits too: guessing gains nothing.
-        assert.strictEqual((yield* login("victim@example.com", password, freshAddress())).status, 429)
-        // Another account is not affected.
-        const other = yield* login("other@example.com", password, freshAddress())
-        assert.strictEqual(other.status, 200, other.text)
+        // The right password from that address waits too: guessing there gains nothing.
+        assert.strictEqual((yield* login("pair@example.com", password, guesser)).status, 429)
+        // The owner, from another address, is not affected.
+        const ownLogin = yield* login("pair@example.com", password, owner)
+        assert.strictEqual(ownLogin.status, 200, ownLogin.text)
       }))
 
     it.effect("an unknown e-mail is throttled exactly like a known one with wrong passwords", () =>
       Effect.gen(function*() {
         assert.strictEqual((yield* register("known@example.com", password, freshAddress())).status, 201)
-        // One attempt each, so both buckets stand at the same level.
-        assert.strictEqual((yield* login("nobody@example.com", "wrong password", freshAddress())).status, 401)
-        const statuses = (email: string) =>
-          Effect.forEach(Array.from({ length: 5 }, (_, i) => i), (i) =>
-            Effect.map(login(email, `wrong password ${i}`, freshAddress()), (r) => ({
-              status: r.status,
-              type: r.body?.type as string,
-              retryAfter: r.headers.get("retry-after") !== null
-            })))
-        const known = yield* statuses("known@example.com")
-        const unknown = yield* statuses("nobody@example.com")
-        assert.deepStrictEqual(known.map((r) => r.status), [401, 401, 401, 401, 429])
+        const outcomes = (email: string) => {
+          const address = freshAddress()
+          return Effect.forEach(Array.from({ length: 6 }, (_, i) => i), (i) =>
+            Effect.map(login(email, `wrong password ${i}`, address), outcome))
+        }
+        const known = yield* outcomes("known@example.com")
+        const unknown = yield* outcomes("nobody@example.com")
+        assert.deepStrictEqual(known.map((r) => r.status), [401, 401, 401, 401, 401, 429])
         assert.deepStrictEqual(unknown, known)
+      }))
+  })
+
+  describe("per e-mail ceiling", () => {
+    // Five wrong passwords (the pair's limit) from each of four addresses: twenty failures against a ceiling of 12.
+    const attack = (email: string) =>
+      Effect.gen(function*() {
+        const attackers = Array.from({ length: 4 }, freshAddress)
+        const outcomes: Array<ReturnType<typeof outcome>> = []
+        for (const attacker of attackers) {
+          for (let i = 0; i < 5; i++) outcomes.push(outcome(yield* login(email, `wrong password ${i}`, attacker)))
+        }
+        return { attackers, outcomes }
+      })
+
+    it.effect("wrong passwords from many addresses never lock the owner out: past the ceiling they get 429, the right password still logs in", () =>
+      Effect.gen(function*() {
+        const owner = freshAddress()
+        assert.strictEqual((yield* register("target@example.com", password, owner)).status, 201)
+        const { attackers, outcomes } = yield* attack("target@example.com")
+        assert.deepStrictEqual(outcomes.map((r) => r.status), [...Array(12).fill(401), ...Array(8).fill(429)])
+        for (const refused of outcomes.slice(12)) {
+          assert.deepStrictEqual(refused, { status: 429, type: "urn:agent-host:problem:too-many-attempts", retryAfter: true })
+        }
+        // The owner's right password logs in, from their own address and from one never seen before.
+        const atHome = yield* login("target@example.com", password, owner)
+        assert.strictEqual(atHome.status, 200, atHome.text)
+        const elsewhere = yield* login("Target@Example.com", password, freshAddress())
+        assert.strictEqual(elsewhere.status, 200, elsewhere.text)
+        // Wrong passwords stay refused: from an attacker's address, and from a new one.
+        assert.strictEqual((yield* login("target@example.com", "wrong password 6", attackers[0]!)).status, 429)
+        assert.strictEqual((yield* login("target@example.com", "wrong password 7", freshAddress())).status, 429)
+        // The same attack on an e-mail without an account looks the same.
+        assert.deepStrictEqual((yield* attack("no-target@example.com")).outcomes, outcomes)
       }))
   })
 

@@ -230,6 +230,40 @@ layer(
         assert.strictEqual(yield* planOf(account), "pro")
       }))
 
+    it.effect("a checkout naming a tenant that has another customer does not relink it; its own customer again does", () =>
+      Effect.gen(function*() {
+        const { account, customer } = yield* customerWithCheckout("sub_victim")
+        yield* deliver(subscriptionEvent({ customer, status: "active", price: "price_pro", subscription: "sub_victim" }))
+        assert.strictEqual(yield* planOf(account), "pro")
+
+        // A payment link opened with the victim's tenant id as client_reference_id.
+        const intruder = unique("cus")
+        const hijack = checkoutCompleted({ tenantId: account.tenantId, customer: intruder, subscription: "sub_intruder" })
+        const response = yield* deliver(hijack)
+        assert.strictEqual(response.status, 200, response.text)
+        assert.deepStrictEqual(response.body, { received: true, outcome: "ignored" })
+        const [row] = yield* eventRows(hijack.id)
+        assert.strictEqual(row!.outcome, "ignored")
+        assert.strictEqual(row!.tenantId, account.tenantId)
+        assert.match(row!.error!, /already linked to another customer/)
+        assert.deepInclude(yield* tenantRow(account.tenantId), {
+          stripeCustomerId: customer,
+          stripeSubscriptionId: "sub_victim",
+          plan: "pro"
+        })
+        // The intruder's subscription events find no tenant, so they change no plan.
+        const intruderEvent = yield* deliver(
+          subscriptionEvent({ customer: intruder, status: "canceled", price: "price_pro", subscription: "sub_intruder" })
+        )
+        assert.strictEqual(intruderEvent.body.outcome, "ignored")
+        assert.strictEqual(yield* planOf(account), "pro")
+
+        // The tenant's own customer checking out again still links (a new subscription).
+        const again = yield* deliver(checkoutCompleted({ tenantId: account.tenantId, customer, subscription: "sub_next" }))
+        assert.strictEqual(again.body.outcome, "processed")
+        assert.strictEqual((yield* tenantRow(account.tenantId)).stripeSubscriptionId, "sub_next")
+      }))
+
     it.effect("metadata.tenant_id finds and links a tenant whose checkout has not arrived yet", () =>
       Effect.gen(function*() {
         const account = yield* TestServer.signUp()

@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
-import { buildModels, collect } from "./Harness.ts"
+import { Effect, Logger, References } from "effect"
+import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { anthropicKey, buildModels, collect, openaiKey, someKey } from "./Harness.ts"
 
 const ask = (model: string) => ({ model, system: "", messages: [{ role: "user" as const, content: "Hi" }], maxOutputTokens: 256 })
 
@@ -31,6 +32,42 @@ describe("Models", () => {
       assert.strictEqual(models.countTokens("Tokenization isn't word counting!"), 6)
       // Special-token text from a user is counted as text, not rejected.
       assert.isAbove(models.countTokens("a <|endoftext|> b"), 3)
+    }))
+
+  it.live("an unreachable provider: the caller's error names no host or port, the log line does", () =>
+    Effect.gen(function*() {
+      // A port nobody listens on: the fake's, once it is closed.
+      const url = new URL(yield* Effect.scoped(Effect.map(FakeOpenAi.make(), (fake) => fake.url)))
+      const logs: Array<{ readonly message: string; readonly annotations: Readonly<Record<string, unknown>> }> = []
+      const capture = Logger.layer([
+        Logger.make(({ fiber, message }) =>
+          void logs.push({
+            message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
+            annotations: fiber.getRef(References.CurrentLogAnnotations)
+          })
+        )
+      ])
+      const models = yield* buildModels({
+        openaiBaseUrl: url.href,
+        openaiApiKey: someKey(openaiKey),
+        anthropicBaseUrl: url.origin,
+        anthropicApiKey: someKey(anthropicKey),
+        modelMaxRetries: 0
+      })
+
+      for (const [model, label] of [["openai/gpt-4o-mini", "OpenAI"], ["anthropic/claude-3-5-haiku", "Anthropic"]] as const) {
+        logs.length = 0
+        const error = yield* Effect.flip(models.generate(ask(model))).pipe(Effect.provide(capture))
+        const streamed = yield* collect(models.stream(ask(model))).pipe(Effect.provide(capture))
+        for (const message of [error.message, streamed.error?.message ?? ""]) {
+          assert.strictEqual(message, `The connection to ${label} failed`, model)
+          assert.notInclude(message, url.hostname, model)
+          assert.notInclude(message, url.port, model)
+        }
+        const lines = logs.filter((line) => line.message === "Model provider connection failed")
+        assert.lengthOf(lines, 2, `${model}: ${JSON.stringify(logs)}`)
+        for (const line of lines) assert.strictEqual(line.annotations.host, url.host, model)
+      }
     }))
 
   it.live("gives every model the configured context budget", () =>

@@ -1,4 +1,5 @@
 import { assert, describe, layer } from "@effect/vitest"
+import { PgClient } from "@effect/sql-pg"
 import { Effect } from "effect"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -297,6 +298,75 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         })
         assert.strictEqual(fixed.status, 200)
         assert.strictEqual(fixed.body.steps[0].agentId, agent.id)
+      }))
+
+    it.effect("refuses step ids that objects inherit (`__proto__`, `constructor`, ...) with 400 naming the id", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const { account, agent, auth } = yield* setUp
+        const created = yield* createOrchestration(account, { name: "Flow", steps: single(agent.id) })
+        for (const id of ["__proto__", "constructor", "prototype", "toString", "hasOwnProperty", "__defineGetter__"]) {
+          const steps = [{ id: "first", agentId: agent.id, prompt: "{{input}}" }, { id, agentId: agent.id, prompt: "x" }]
+          const refusals = [
+            yield* client.request("POST", "/api/orchestrations", { ...auth, body: { name: "Bad", steps } }),
+            yield* client.request("PUT", `/api/orchestrations/${created.id}`, { ...auth, body: { steps } })
+          ]
+          for (const response of refusals) {
+            assert.strictEqual(response.status, 400, `${id}: ${response.text}`)
+            assert.strictEqual(response.headers.get("content-type"), "application/problem+json", id)
+            assert.deepStrictEqual(response.body.errors[0].path, ["payload", "steps", 1, "id"], `${id}: ${response.text}`)
+            assert.include(response.body.errors[0].message, "reserved", id)
+          }
+        }
+        // Only exact names are reserved.
+        const near = yield* client.request("POST", "/api/orchestrations", {
+          ...auth,
+          body: { name: "Near", steps: [{ id: "proto", agentId: agent.id, prompt: "x" }, { id: "Constructor", agentId: agent.id, prompt: "y" }] }
+        })
+        assert.strictEqual(near.status, 201, near.text)
+        const list = yield* client.request("GET", "/api/orchestrations", auth)
+        assert.strictEqual(list.body.total, 2)
+        const unchanged = yield* client.request("GET", `/api/orchestrations/${created.id}`, auth)
+        assert.deepStrictEqual(unchanged.body.steps, created.steps)
+      }))
+
+    it.effect("a definition stored with such step ids before they were refused still runs to completion", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const sql = yield* PgClient.PgClient
+        const { account, agent } = yield* setUp
+        const created = yield* createOrchestration(account, {
+          name: "Legacy",
+          steps: [
+            { id: "a", agentId: agent.id, prompt: "Say {{input}}" },
+            { id: "b", agentId: agent.id, prompt: "Repeat {{steps.a.output}}", dependsOn: ["a"] }
+          ]
+        })
+        // As a definition saved before reserved ids were refused would be.
+        const legacy = [
+          { id: "constructor", agentId: agent.id, prompt: "Say {{input}}" },
+          { id: "__proto__", agentId: agent.id, prompt: "Repeat {{steps.constructor.output}}", dependsOn: ["constructor"] }
+        ]
+        yield* sql`UPDATE orchestrations SET steps = ${sql.json(legacy)} WHERE id = ${created.id}`.pipe(Effect.orDie)
+        const key = yield* TestServer.createKey(account, ["execute", "read"])
+        const headers = TestServer.bearer(key.key)
+        const started = yield* client.request("POST", `/api/v1/orchestrations/${created.id}/execute`, {
+          headers,
+          body: { input: "otters" }
+        })
+        assert.strictEqual(started.status, 202, started.text)
+        const execution = yield* TestServer.waitFor(
+          "the execution to finish",
+          Effect.map(
+            client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers }),
+            (response) => ["completed", "failed", "cancelled"].includes(response.body.status) ? response.body : undefined
+          )
+        )
+        assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
+        assert.isString(execution.output)
+        // The last step (`__proto__`) saw the output of `constructor`, and its own output is the execution's.
+        assert.include(execution.output, "Repeat [local model]")
+        assert.include(execution.output, "otters")
       }))
 
     it.effect("another tenant's orchestration is 404 on read, update and delete, and absent from lists", () =>

@@ -1,5 +1,6 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Metric, Option, Redacted } from "effect"
+import { isLocalScrape, isLoopback } from "../../src/Platform/MetricsHttp.ts"
 import { labelled } from "../../src/Platform/Observability.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import { sample } from "../support/Prometheus.ts"
@@ -71,6 +72,27 @@ describe("GET /metrics", () => {
         assert.strictEqual(sample(text, "workflow_start_lookups_total", { source: "database" }) ?? 0, 0)
         // Ids never become labels: the route is the template.
         assert.notInclude(text, setup.agentId)
+      }))
+
+    it.effect("without METRICS_TOKEN: a loopback scrape is answered, one a proxy forwarded is a 403 problem", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const local = yield* client.request("GET", "/metrics")
+        assert.strictEqual(local.status, 200)
+        assert.include(local.text, "http_requests_total")
+        // A proxy on this host connects from loopback too; its headers say whom it speaks for.
+        for (const headers of [
+          { "x-forwarded-for": "203.0.113.9" },
+          { forwarded: "for=203.0.113.9" },
+          { "x-real-ip": "203.0.113.9" }
+        ]) {
+          const refused = yield* client.request("GET", "/metrics", { headers })
+          assert.strictEqual(refused.status, 403, JSON.stringify(headers))
+          assert.strictEqual(refused.headers.get("content-type"), "application/problem+json")
+          assert.strictEqual(refused.body.status, 403)
+          assert.match(refused.body.detail, /METRICS_TOKEN/)
+          assert.notInclude(refused.text, "http_requests_total")
+        }
       }))
   })
 
@@ -149,6 +171,22 @@ describe("GET /metrics", () => {
         }))
     }
   )
+})
+
+describe("who may scrape without METRICS_TOKEN", () => {
+  it("loopback peers only, in every notation the socket may report; no peer is no scrape", () => {
+    for (const address of ["127.0.0.1", "127.10.20.30", "::1", "::ffff:127.0.0.1", "[::1]", "0:0:0:0:0:0:0:1"]) {
+      assert.isTrue(isLoopback(address), address)
+      assert.isTrue(isLocalScrape(Option.some(address), {}), address)
+    }
+    for (const address of ["192.0.2.2", "10.0.0.1", "::ffff:10.0.0.1", "fe80::1", "::", "0.0.0.0", "localhost", ""]) {
+      assert.isFalse(isLoopback(address), address)
+      assert.isFalse(isLocalScrape(Option.some(address), {}), address)
+    }
+    assert.isFalse(isLocalScrape(Option.none(), {}))
+    assert.isFalse(isLocalScrape(Option.some("127.0.0.1"), { "x-forwarded-for": "10.0.0.1" }))
+    assert.isTrue(isLocalScrape(Option.some("127.0.0.1"), { accept: "text/plain" }))
+  })
 })
 
 describe("labelled metrics", () => {

@@ -1,4 +1,5 @@
 import * as Config from "effect/Config"
+import { SourceError } from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -670,10 +671,25 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   ).pipe(Config.withDefault(30)),
   webhookRedeliveryWindow: Config.Duration("WEBHOOK_REDELIVERY_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
   webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY"))
-}).pipe(Config.map((settings): AppSettings => ({
-  ...settings,
-  maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)
-})))
+}).pipe(
+  Config.map((settings): AppSettings => ({
+    ...settings,
+    maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)
+  })),
+  // Several nodes each making a key file of their own could not open each other's webhook secrets.
+  Config.mapEffect((settings) =>
+    Option.isSome(settings.runnerAddress) && Option.isNone(settings.webhookSecretKey)
+      ? Effect.fail(
+        new Config.ConfigError(
+          new SourceError({
+            message: "RUNNER_ADDRESS is set (several nodes) but WEBHOOK_SECRET_KEY is not: set WEBHOOK_SECRET_KEY " +
+              "to the same key on every node (openssl rand -base64 32)"
+          })
+        )
+      )
+      : Effect.succeed(settings)
+  )
+)
 
 export class AppConfig extends Context.Service<AppConfig, AppSettings>()("agent-host/AppConfig") {
   /** Reads the environment once, at start. */

@@ -5,6 +5,7 @@ import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
 import * as ClusterWorkflowEngine from "effect/cluster/ClusterWorkflowEngine"
 import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpApiScalar from "effect/http-api/HttpApiScalar"
@@ -51,14 +52,30 @@ import { Webhooks } from "./Webhooks/Webhooks.ts"
  * The offline API reference at /docs (Scalar). Its page inlines several MB of
  * script, which effect's layer loads when it is built: here that layer is
  * built on the first request for the page, so a node whose docs are never
- * read never holds it.
+ * read never holds it. The page carries a script-src of its inline scripts'
+ * hashes, computed once: effect builds the page once and serves that response.
  */
 const DocsLayer = HttpRouter.use(Effect.fnUntraced(function*(router) {
   const scope = yield* Effect.scope
   const page = yield* Effect.cached(
     HttpRouter.toHttpEffect(HttpApiScalar.layer(Api, { path: "/docs" })).pipe(Scope.provide(scope))
   )
-  yield* router.add("GET", "/docs", Effect.flatten(page))
+  let withPolicy: readonly [HttpServerResponse.HttpServerResponse, HttpServerResponse.HttpServerResponse] | undefined
+  yield* router.add(
+    "GET",
+    "/docs",
+    Effect.map(Effect.flatten(page), (response) => {
+      if (withPolicy?.[0] === response) return withPolicy[1]
+      const html = response.body._tag === "Uint8Array"
+        ? response.body.text ?? new TextDecoder().decode(response.body.body)
+        : ""
+      withPolicy = [
+        response,
+        HttpServerResponse.setHeader(response, "content-security-policy", RequestPipeline.inlineScriptPolicy(html))
+      ]
+      return withPolicy[1]
+    })
+  )
 }))
 
 /** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, the dashboard, and the request pipeline. */

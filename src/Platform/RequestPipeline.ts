@@ -241,15 +241,35 @@ const isProblem = (response: HttpServerResponse.HttpServerResponse) =>
  * framed (clickjacking of the dashboard to come) or leaks its URL in a
  * Referer. HSTS only when the service says it is behind HTTPS (COOKIE_SECURE).
  */
+const basePolicy = "frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'"
+
 const securityHeadersFor = (https: boolean): ReadonlyArray<readonly [string, string]> => Object.entries({
   "x-content-type-options": "nosniff",
   "cache-control": "no-store",
-  "content-security-policy": "frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'",
+  "content-security-policy": basePolicy,
   "x-frame-options": "DENY",
   "referrer-policy": "no-referrer",
   "cross-origin-opener-policy": "same-origin",
   ...(https ? { "strict-transport-security": "max-age=31536000" } : {})
 })
+
+// An HTML <script> element: its attributes and its text, which ends at the first `</script` as in the browser.
+const scriptElement = /<script(\s[^>]*)?>([\s\S]*?)<\/script[\s/>]/gi
+
+/**
+ * The Content-Security-Policy of a page we serve from effect's HTML (/docs):
+ * it is on the session cookie's origin, so only its own inline scripts may
+ * run, each allowed by its sha256. A script loaded by URL is not allowed: the
+ * page must work offline, so it has none.
+ */
+export const inlineScriptPolicy = (html: string): string => {
+  const hashes = new Set<string>()
+  for (const [, attributes = "", text = ""] of html.matchAll(scriptElement)) {
+    if (/\ssrc\s*=/i.test(attributes)) continue
+    hashes.add(`'sha256-${Crypto.createHash("sha256").update(text, "utf8").digest("base64")}'`)
+  }
+  return `script-src ${hashes.size === 0 ? "'none'" : [...hashes].join(" ")}; ${basePolicy}`
+}
 
 /**
  * The security headers the route did not set, and the request id, added in

@@ -1,4 +1,5 @@
 import * as Context from "effect/Context"
+import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -25,8 +26,9 @@ export const newEventId = (): string => `msg_${Crypto.randomBytes(18).toString("
 
 /**
  * Encrypts signing secrets at rest (AES-256-GCM) with WEBHOOK_SECRET_KEY, or,
- * when that is unset, a key generated once and kept in a file beside the
- * embedded database's data. A stored secret is `v1.<iv>.<tag>.<ciphertext>`.
+ * when that is unset (one node only: Config.ts refuses several without it), a
+ * key generated once and kept in a file beside the embedded database's data.
+ * A stored secret is `v1.<iv>.<tag>.<ciphertext>`.
  */
 export class SecretBox extends Context.Service<SecretBox, {
   readonly seal: (secret: string) => string
@@ -66,27 +68,63 @@ export class SecretBox extends Context.Service<SecretBox, {
   )
 }
 
-// The key file: read when it exists, otherwise made (mode 0600). Several
-// nodes each make their own, which cannot open each other's secrets: hence the log line.
+/** The key file exists but cannot be used: the start stops rather than replace it. */
+export class SecretKeyFileError extends Data.TaggedError("SecretKeyFileError")<{ readonly message: string }> {}
+
+// The key file: read when it exists, otherwise made (mode 0600). An existing
+// file that cannot be read or decoded stops the start: replacing it would make
+// every stored signing secret unreadable.
 const keyFile = (file: string) =>
   Effect.gen(function*() {
-    const existing = yield* Effect.promise(() => Fs.readFile(file, "utf8").catch(() => undefined))
-    const decoded = existing === undefined ? undefined : Buffer.from(existing.trim(), "base64")
-    if (decoded !== undefined && decoded.length === 32) return decoded
+    const existing = yield* readKeyFile(file)
+    if (existing !== undefined) return existing
     const key = Crypto.randomBytes(32)
-    yield* Effect.tryPromise(async () => {
-      await Fs.mkdir(Path.dirname(file), { recursive: true })
-      // `wx`: two processes starting at once keep the first one's key.
-      await Fs.writeFile(file, `${key.toString("base64")}\n`, { mode: 0o600, flag: existing === undefined ? "wx" : "w" })
-    }).pipe(Effect.orDie)
+    const made = yield* Effect.tryPromise({
+      try: async () => {
+        await Fs.mkdir(Path.dirname(file), { recursive: true })
+        // `wx`: two processes starting at once keep the first one's key.
+        await Fs.writeFile(file, `${key.toString("base64")}\n`, { mode: 0o600, flag: "wx" })
+        return true
+      },
+      catch: (error) => error
+    }).pipe(
+      Effect.catch((error) =>
+        (error as NodeJS.ErrnoException).code === "EEXIST"
+          ? Effect.succeed(false)
+          : Effect.fail(unusable(file, `cannot be created (${(error as NodeJS.ErrnoException).code ?? String(error)})`))
+      )
+    )
+    if (!made) {
+      // Another process made the file between the read and the write: use its key.
+      const theirs = yield* readKeyFile(file)
+      if (theirs !== undefined) return theirs
+      return yield* unusable(file, "disappeared while it was being created")
+    }
     yield* Effect.logInfo(
       `Webhook signing secrets are encrypted with a key generated in ${file}; ` +
-        "several nodes must share one key: set WEBHOOK_SECRET_KEY (base64 of 32 bytes) on each"
+        "keep it with the database's backups, or set WEBHOOK_SECRET_KEY (base64 of 32 bytes) instead"
     )
     return key
-  }).pipe(
-    Effect.catchDefect(() =>
-      // Another process made the file between the read and the write: use its key.
-      Effect.promise(() => Fs.readFile(file, "utf8")).pipe(Effect.map((text) => Buffer.from(text.trim(), "base64")))
-    )
+  })
+
+// The key in the file; undefined only when there is no file.
+const readKeyFile = (file: string) =>
+  Effect.tryPromise({ try: () => Fs.readFile(file, "utf8"), catch: (error) => error }).pipe(
+    Effect.catch((error) =>
+      (error as NodeJS.ErrnoException).code === "ENOENT"
+        ? Effect.succeed(undefined)
+        : Effect.fail(unusable(file, `cannot be read (${(error as NodeJS.ErrnoException).code ?? String(error)})`))
+    ),
+    Effect.flatMap((text) => {
+      if (text === undefined) return Effect.succeed(undefined)
+      const key = Buffer.from(text.trim(), "base64")
+      return key.length === 32 ? Effect.succeed(key) : Effect.fail(unusable(file, "does not hold the base64 of 32 bytes"))
+    })
   )
+
+const unusable = (file: string, problem: string) =>
+  new SecretKeyFileError({
+    message: `The webhook secret key file ${file} ${problem}. It is left as it is: replacing it would make every ` +
+      "stored webhook signing secret unreadable. Restore the file, or set WEBHOOK_SECRET_KEY to the key " +
+      "(base64 of 32 bytes); remove the file only if the stored signing secrets may be lost."
+  })

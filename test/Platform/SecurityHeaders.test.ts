@@ -47,6 +47,47 @@ describe("security headers", () => {
         // Not served over HTTPS (COOKIE_SECURE off): no HSTS.
         assert.isNull(login.headers.get("strict-transport-security"))
       }))
+
+    it.effect("/docs, on the cookie's origin, may run only its own inline scripts, each listed by its sha256", () =>
+      Effect.gen(function*() {
+        const client = yield* TestClient
+        const docs = yield* client.request("GET", "/docs")
+        assert.strictEqual(docs.status, 200)
+        assertHardened(docs, "/docs")
+        const policy = docs.headers.get("content-security-policy") ?? ""
+        const directives = new Map(policy.split(";").map((directive) => {
+          const [name = "", ...values] = directive.trim().split(/\s+/)
+          return [name, values] as const
+        }))
+        for (const [name, value] of [["frame-ancestors", "'none'"], ["base-uri", "'none'"], ["object-src", "'none'"], ["form-action", "'self'"]]) {
+          assert.deepStrictEqual(directives.get(name!), [value], name)
+        }
+        const scriptSrc = directives.get("script-src") ?? []
+        assert.notInclude(scriptSrc, "'unsafe-inline'")
+        assert.notInclude(scriptSrc, "'unsafe-eval'")
+
+        // Every <script> in the page is inline (it works offline) and its hash is listed; nothing else is.
+        // As the browser reads it: a script's text runs to the first `</script`, whatever `<script` it holds.
+        const scripts: Array<{ readonly attributes: string; readonly text: string }> = []
+        const lower = docs.text.toLowerCase()
+        for (let at = lower.indexOf("<script"); at >= 0; at = lower.indexOf("<script", at)) {
+          const open = lower.indexOf(">", at)
+          const close = lower.indexOf("</script", open)
+          assert.isAbove(close, open, "every script is closed")
+          scripts.push({ attributes: docs.text.slice(at + 7, open), text: docs.text.slice(open + 1, close) })
+          at = close
+        }
+        assert.isAtLeast(scripts.length, 2, "Scalar's bundle and the script that starts it")
+        const expected = scripts.map(({ attributes, text }) => {
+          assert.notMatch(attributes, /\ssrc\s*=/i, "no script is loaded from elsewhere")
+          return `'sha256-${Crypto.createHash("sha256").update(text, "utf8").digest("base64")}'`
+        })
+        assert.sameMembers(scriptSrc, [...new Set(expected)])
+
+        // The policy is computed once and served again as is.
+        const again = yield* client.request("GET", "/docs")
+        assert.strictEqual(again.headers.get("content-security-policy"), policy)
+      }))
   })
 
   layer(TestServer.layer({ cookieSecure: true }), { excludeTestServices: true })((it) => {

@@ -1,4 +1,5 @@
 import { Effect } from "effect"
+import * as Crypto from "node:crypto"
 import { freePort, type ServiceProcess, spawnService, waitReady } from "./Process.ts"
 
 export interface ClusterNode extends ServiceProcess {
@@ -14,9 +15,11 @@ export interface ClusterNode extends ServiceProcess {
 export const startNodes = (count: number, env: Record<string, string>) =>
   Effect.gen(function*() {
     const nodes: Array<ClusterNode> = []
+    // Several nodes refuse to start without one shared key for webhook secrets.
+    const webhookSecretKey = Crypto.randomBytes(32).toString("base64")
     for (let i = 0; i < count; i++) {
       const runnerAddress = `127.0.0.1:${yield* freePort}`
-      const service = yield* spawnService({ ...env, RUNNER_ADDRESS: runnerAddress })
+      const service = yield* spawnService({ WEBHOOK_SECRET_KEY: webhookSecretKey, ...env, RUNNER_ADDRESS: runnerAddress })
       nodes.push({ ...service, runnerAddress })
     }
     yield* Effect.forEach(nodes, (node) => waitReady(node), { concurrency: "unbounded" })

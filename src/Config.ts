@@ -28,7 +28,11 @@ export interface AppSettings {
    * directory, a stable directory under /var/lib/agent-host (see Embedded.ts).
    */
   readonly embeddedPostgresDataDir: Option.Option<string>
-  readonly embeddedPostgresPort: number
+  /**
+   * Port of the embedded PostgreSQL; a taken one stops the start. Absent: 54329, or
+   * when that is taken a free port, remembered in the data directory (see Embedded.ts).
+   */
+  readonly embeddedPostgresPort: Option.Option<number>
   /** OS user the embedded PostgreSQL runs as when the service runs as root. */
   readonly embeddedPostgresUser: string
   readonly databasePoolSize: number
@@ -39,10 +43,30 @@ export interface AppSettings {
   /** Largest request body accepted, in bytes. */
   readonly maxBodyBytes: number
   readonly sessionTtl: Duration.Duration
-  /** Adds `Secure` to the session cookie (set it behind HTTPS). */
-  readonly cookieSecure: boolean
+  /**
+   * The session cookie: undefined (unset) picks per request, `__Host-session`
+   * with `Secure` unless the request is plain-HTTP localhost; true always
+   * `__Host-session` with `Secure` (and HSTS); false always `session` without it.
+   */
+  readonly cookieSecure: boolean | undefined
   /** How long a verified API key is trusted before it is checked again. */
   readonly apiKeyCacheTtl: Duration.Duration
+  /** How long a live session is trusted before it is checked again (logout drops it at once, on every node). */
+  readonly sessionCacheTtl: Duration.Duration
+  /**
+   * Rejected API keys and session tokens remembered (their hashes, at most
+   * REJECTED_CREDENTIALS_CACHE_SIZE, each for REJECTED_CREDENTIALS_CACHE_TTL),
+   * so a repeated bad credential is refused without a database query.
+   */
+  readonly rejectedCredentialsCacheTtl: Duration.Duration
+  readonly rejectedCredentialsCacheSize: number
+  /**
+   * Failed credentials (API keys, session tokens) per client address per
+   * CREDENTIAL_FAILURES_WINDOW on each node; past it, credentials this node has
+   * not verified recently get 429 before any lookup.
+   */
+  readonly credentialFailuresPerAddress: number
+  readonly credentialFailuresWindow: Duration.Duration
   /** How often the keys used since the last flush have their `lastUsedAt` written (one statement for all). */
   readonly apiKeyLastUsedFlush: Duration.Duration
   /** Model given to agents created without one. */
@@ -134,6 +158,12 @@ export interface AppSettings {
   /** Bind address of the runner socket; defaults to RUNNER_ADDRESS. */
   readonly runnerListen: Option.Option<RunnerEndpoint>
   /**
+   * What nodes prove to each other on the runner port: a shared secret
+   * (RUNNER_SECRET) or certificates of the cluster's CA (RUNNER_TLS_*).
+   * Required with several nodes.
+   */
+  readonly runnerCredential: Option.Option<RunnerCredential>
+  /**
    * How long a dead node's shards stay locked before the others take them
    * over. Unset: 6 s with several nodes, 30 s for a single node (nothing else
    * takes its shards over, and a longer lease leaves its refresh more room
@@ -142,6 +172,12 @@ export interface AppSettings {
   readonly shardLockExpiration: Option.Option<Duration.Duration>
   /** Bound on handing a message to the cluster (start an execution, forget, cancel); past it, 503. */
   readonly clusterCallTimeout: Duration.Duration
+  /**
+   * Which storage of effect cluster's tables the cluster runs on: `auto`,
+   * ours when the installed effect is the one it was verified with, else
+   * effect's own; `effect`, effect's own always (Platform/ClusterStorage.ts).
+   */
+  readonly clusterStorage: "auto" | "effect"
   /** Event streams (executions, team runs, streamed chats) one tenant may hold open at once across the cluster; past it, 429. */
   readonly maxEventStreamsPerTenant: number
   /** How long an open stream's place stays taken without its node renewing it: a dead node's places come back after this. */
@@ -185,6 +221,8 @@ export interface AppSettings {
   readonly ingestionMessagesRetention: Duration.Duration
   /** How many chunks grounding gives the model (chat, orchestration steps, team turns of agents with knowledge). */
   readonly knowledgeTopK: number
+  /** How long a tenant's word statistics, which decide the words a search selects candidates by, are kept before being read again. */
+  readonly knowledgeSearchStatsTtl: Duration.Duration
   /** Bound on the closing turn of a team run that reached a limit (it may run past the run's timeout by this much). */
   readonly teamClosingTurnTimeout: Duration.Duration
   /** How long the cluster's stored messages of a finished team run's workflow are kept. */
@@ -334,6 +372,10 @@ export interface TeamLimits {
   readonly tokenBudget: number
   readonly timeoutMs: number
 }
+
+export type RunnerCredential =
+  | { readonly _tag: "Secret"; readonly key: Redacted.Redacted<string> }
+  | { readonly _tag: "Certificates"; readonly certFile: string; readonly keyFile: string; readonly caFile: string }
 
 export interface RunnerEndpoint {
   readonly host: string
@@ -526,7 +568,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   embeddedPostgresDataDir: Config.option(
     Config.String("EMBEDDED_POSTGRES_DATA_DIR").pipe(Config.map((dir) => NodePath.resolve(dir)))
   ),
-  embeddedPostgresPort: Config.Port("EMBEDDED_POSTGRES_PORT").pipe(Config.withDefault(54329)),
+  embeddedPostgresPort: Config.option(Config.Port("EMBEDDED_POSTGRES_PORT")),
   embeddedPostgresUser: Config.String("EMBEDDED_POSTGRES_USER").pipe(Config.withDefault("postgres")),
   databasePoolSize: Config.Int("DATABASE_POOL_SIZE").pipe(Config.withDefault(10)),
   databaseStatementTimeout: Config.Duration("DATABASE_STATEMENT_TIMEOUT").pipe(
@@ -535,8 +577,21 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   databaseConnectTimeout: Config.Duration("DATABASE_CONNECT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(5))),
   maxBodyBytes: Config.Int("MAX_BODY_BYTES").pipe(Config.withDefault(1024 * 1024)),
   sessionTtl: Config.Duration("SESSION_TTL").pipe(Config.withDefault(Duration.days(7))),
-  cookieSecure: flag("COOKIE_SECURE").pipe(Config.withDefault(false)),
+  cookieSecure: Config.option(flag("COOKIE_SECURE")).pipe(Config.map(Option.getOrUndefined)),
   apiKeyCacheTtl: Config.Duration("API_KEY_CACHE_TTL").pipe(Config.withDefault(Duration.seconds(60))),
+  sessionCacheTtl: Config.Duration("SESSION_CACHE_TTL").pipe(Config.withDefault(Duration.seconds(60))),
+  rejectedCredentialsCacheTtl: Config.Duration("REJECTED_CREDENTIALS_CACHE_TTL").pipe(
+    Config.withDefault(Duration.seconds(30))
+  ),
+  rejectedCredentialsCacheSize: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 10_000_000 })),
+    "REJECTED_CREDENTIALS_CACHE_SIZE"
+  ).pipe(Config.withDefault(10_000)),
+  credentialFailuresPerAddress: Config.schema(
+    Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
+    "CREDENTIAL_FAILURES_PER_ADDRESS"
+  ).pipe(Config.withDefault(60)),
+  credentialFailuresWindow: Config.Duration("CREDENTIAL_FAILURES_WINDOW").pipe(Config.withDefault(Duration.minutes(1))),
   apiKeyLastUsedFlush: Config.Duration("API_KEY_LAST_USED_FLUSH").pipe(Config.withDefault(Duration.seconds(30))),
   defaultModel: defaultModel.pipe(Config.withDefault("local")),
   shutdownGrace: Config.Duration("SHUTDOWN_GRACE").pipe(Config.withDefault(Duration.seconds(20))),
@@ -584,9 +639,14 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   stripePriceBusiness: Config.option(Config.String("STRIPE_PRICE_BUSINESS")),
   runnerAddress: Config.option(hostPort("RUNNER_ADDRESS")),
   runnerListen: Config.option(hostPort("RUNNER_LISTEN")),
+  runnerSecret: Config.option(base64Key("RUNNER_SECRET")),
+  runnerTlsCert: Config.option(Config.String("RUNNER_TLS_CERT_FILE")),
+  runnerTlsKey: Config.option(Config.String("RUNNER_TLS_KEY_FILE")),
+  runnerTlsCa: Config.option(Config.String("RUNNER_TLS_CA_FILE")),
   // A dead node's shards move once its lock is this old, plus about a second.
   shardLockExpiration: Config.option(Config.Duration("SHARD_LOCK_EXPIRATION")),
   clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  clusterStorage: Config.schema(Schema.Literals(["auto", "effect"]), "CLUSTER_STORAGE").pipe(Config.withDefault("auto" as const)),
   maxEventStreamsPerTenant: Config.Int("MAX_EVENT_STREAMS_PER_TENANT").pipe(Config.withDefault(10)),
   eventStreamSlotLease: Config.Duration("EVENT_STREAM_SLOT_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
   eventStreamFallbackPoll: Config.Duration("EVENT_STREAM_FALLBACK_POLL").pipe(Config.withDefault(Duration.seconds(3))),
@@ -627,6 +687,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   knowledgeTopK: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 50 })), "KNOWLEDGE_TOP_K").pipe(
     Config.withDefault(5)
   ),
+  knowledgeSearchStatsTtl: Config.Duration("KNOWLEDGE_SEARCH_STATS_TTL").pipe(Config.withDefault(Duration.minutes(1))),
   teamClosingTurnTimeout: Config.Duration("TEAM_CLOSING_TURN_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
   teamRunMessagesRetention: Config.Duration("TEAM_RUN_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
   freeMaxRunningRuns: Config.Int("FREE_MAX_RUNNING_RUNS").pipe(Config.withDefault(5)),
@@ -672,10 +733,35 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   webhookRedeliveryWindow: Config.Duration("WEBHOOK_REDELIVERY_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
   webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY"))
 }).pipe(
-  Config.map((settings): AppSettings => ({
-    ...settings,
-    maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)
-  })),
+  Config.mapEffect(({ runnerSecret, runnerTlsCa, runnerTlsCert, runnerTlsKey, ...settings }) => {
+    const files = [runnerTlsCert, runnerTlsKey, runnerTlsCa].filter(Option.isSome).length
+    const refuse = (message: string) => Effect.fail(new Config.ConfigError(new SourceError({ message })))
+    if (files !== 0 && files !== 3) {
+      return refuse("RUNNER_TLS_CERT_FILE, RUNNER_TLS_KEY_FILE and RUNNER_TLS_CA_FILE go together: set all three or none")
+    }
+    if (files === 3 && Option.isSome(runnerSecret)) {
+      return refuse("RUNNER_SECRET and RUNNER_TLS_*_FILE are two ways to authenticate nodes: set one of them")
+    }
+    const runnerCredential: Option.Option<RunnerCredential> = files === 3
+      ? Option.some({
+        _tag: "Certificates",
+        certFile: Option.getOrThrow(runnerTlsCert),
+        keyFile: Option.getOrThrow(runnerTlsKey),
+        caFile: Option.getOrThrow(runnerTlsCa)
+      })
+      : Option.map(runnerSecret, (key) => ({ _tag: "Secret", key }))
+    if (Option.isSome(settings.runnerAddress) && Option.isNone(runnerCredential)) {
+      return refuse(
+        "RUNNER_ADDRESS is set (several nodes) but neither RUNNER_SECRET nor RUNNER_TLS_*_FILE is: set RUNNER_SECRET " +
+          "to the same key on every node (openssl rand -base64 32), or give each node a certificate of the cluster's CA"
+      )
+    }
+    return Effect.succeed<AppSettings>({
+      ...settings,
+      runnerCredential,
+      maxPromptChars: Option.getOrElse(settings.maxPromptChars, () => 4 * settings.maxMessageChars)
+    })
+  }),
   // Several nodes each making a key file of their own could not open each other's webhook secrets.
   Config.mapEffect((settings) =>
     Option.isSome(settings.runnerAddress) && Option.isNone(settings.webhookSecretKey)

@@ -20,7 +20,7 @@ import { TokenBudget } from "./Billing/Budget.ts"
 import * as BillingHttp from "./Billing/Http.ts"
 import { Quota } from "./Billing/Quota.ts"
 import * as StripeWebhookHttp from "./Billing/WebhookHttp.ts"
-import { AppConfig } from "./Config.ts"
+import { AppConfig, type AppSettings } from "./Config.ts"
 import * as Sql from "./Database/Sql.ts"
 import * as HealthHttp from "./Health/Http.ts"
 import { Executions } from "./Orchestrations/Executions.ts"
@@ -78,12 +78,18 @@ const DocsLayer = HttpRouter.use(Effect.fnUntraced(function*(router) {
   )
 }))
 
-/** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, the dashboard, and the request pipeline. */
-export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
-  const config = yield* AppConfig
+/** The routes served beside the API's, as (method, template). */
+const extraRoutesOf = (config: AppSettings) => {
   const extraRoutes: Array<readonly [string, string]> = [["GET", "/openapi.json"], ["GET", "/docs"]]
   if (config.metricsEnabled) extraRoutes.push(["GET", "/metrics"])
   if (config.dashboardEnabled) extraRoutes.push(...Dashboard.routes)
+  return extraRoutes
+}
+
+/** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, the dashboard, and the request pipeline. */
+export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  const extraRoutes = extraRoutesOf(config)
   return Layer.mergeAll(
     HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
     DocsLayer,
@@ -115,6 +121,8 @@ export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   return HttpRouter.serve(RoutesLayer, { disableLogger: true }).pipe(
     Layer.provide(RequestPipeline.multipartLimits),
+    // Server spans are named after the route they matched.
+    Layer.provide(RequestPipeline.spanNames(Api, extraRoutesOf(config))),
     Layer.provideMerge(NodeHttpServer.layer(() => RequestPipeline.answerUnparsable(createServer({ requireHostHeader: false })), {
       port: config.port,
       host: config.host,

@@ -26,9 +26,12 @@ const FuzzServer = Layer.unwrap(Effect.gen(function*() {
     modelMaxRetries: 0,
     stripeWebhookSecret: Option.some(Redacted.make(stripeSecret)),
     // The fuzzer logs its accounts in again and again (fresh sessions for
-    // logouts); throttling has tests of its own (test/Auth/Throttle.test.ts).
+    // logouts) and sends garbage credentials that must reach their lookup;
+    // throttling has tests of its own (test/Auth/Throttle.test.ts,
+    // test/Auth/FailedCredentials.test.ts).
     authAttemptsPerAccount: 1_000_000,
-    authAttemptsPerAddress: 1_000_000
+    authAttemptsPerAddress: 1_000_000,
+    credentialFailuresPerAddress: 1_000_000
   })
 }))
 

@@ -50,12 +50,19 @@ export const RequiredScope = Context.Reference<Scope>("agent-host/RequiredScope"
   defaultValue: () => "read"
 })
 
-export const sessionCookieName = "session"
+/**
+ * The session cookie: `__Host-session` (Secure, Path=/, no Domain, so no
+ * other origin can set or shadow it), or `session` without Secure where the
+ * service is reached over plain HTTP on localhost (COOKIE_SECURE).
+ */
+export const sessionCookieName = "__Host-session"
+export const plainSessionCookieName = "session"
 export const sessionCookie = HttpApiSecurity.apiKey({ key: sessionCookieName, in: "cookie" }).pipe(
   HttpApiSecurity.annotate(
     OpenApi.Description,
-    "The session cookie set by `POST /api/auth/login`. Writes with it are refused (403) unless they come from " +
-      "this service's own origin or ALLOWED_ORIGINS."
+    "The session cookie set by `POST /api/auth/login`: `__Host-session`, or `session` when the service is reached " +
+      "over plain HTTP on localhost (COOKIE_SECURE); either name is accepted. Writes with it are refused (403) " +
+      "unless they come from this service's own origin or ALLOWED_ORIGINS."
   )
 )
 
@@ -69,8 +76,9 @@ export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
       HttpApiSecurity.annotate(OpenApi.Description, "The `token` of `POST /api/auth/login` as a bearer token.")
     )
   },
-  // Forbidden: a cookie-authenticated write from a foreign Origin.
-  error: [Unauthorized, Forbidden]
+  // Forbidden: a cookie-authenticated write from a foreign Origin. TooManyAttempts:
+  // too many failed credentials from the client's address (CREDENTIAL_FAILURES_PER_ADDRESS).
+  error: [Unauthorized, Forbidden, TooManyAttempts]
 }) {}
 
 /**
@@ -95,7 +103,7 @@ export class ApiKeyAuth extends HttpApiMiddleware.Service<ApiKeyAuth, {
       HttpApiSecurity.annotate(OpenApi.Description, "An API key (`ak_...`) as a bearer token.")
     )
   },
-  error: [Unauthorized, Forbidden, TooManyRequests]
+  error: [Unauthorized, Forbidden, TooManyRequests, TooManyAttempts]
 }) {}
 
 /** /api/public: `X-API-Key: <API key>`, the same keys, scopes and quota as /api/v1. */
@@ -107,7 +115,7 @@ export class ApiKeyHeaderAuth extends HttpApiMiddleware.Service<ApiKeyHeaderAuth
       HttpApiSecurity.annotate(OpenApi.Description, "An API key (`ak_...`) in the `X-API-Key` header.")
     )
   },
-  error: [Unauthorized, Forbidden, TooManyRequests]
+  error: [Unauthorized, Forbidden, TooManyRequests, TooManyAttempts]
 }) {}
 
 // How each credential reads in an operation's description (src/Domain/ApiDocs.ts).
@@ -172,11 +180,17 @@ export const Account = Schema.Struct({ user: User, tenant: Tenant })
 
 export const LoginRequest = Schema.Struct({
   email: text(Schema.isMaxLength(254)),
-  password: text(Schema.isMaxLength(1024))
+  password: text(Schema.isMaxLength(1024)),
+  returnToken: Schema.optionalKey(Schema.Boolean.annotate({
+    description: "Return the session `token` in the body even though the request comes from a browser."
+  }))
 })
 
 export const LoginResponse = Schema.Struct({
-  token: Schema.String,
+  token: Schema.optionalKey(Schema.String.annotate({
+    description: "The session as a bearer token, for API clients. Left out when the request comes from a browser " +
+      "(it sends `Origin` or `Sec-Fetch-Site`), which has the HttpOnly cookie instead, unless it sent `returnToken: true`."
+  })),
   expiresAt: Schema.Date,
   user: User
 })
@@ -201,8 +215,10 @@ export class AuthApi extends HttpApiGroup.make("auth")
       error: [Unauthorized, TooManyAttempts, ServiceUnavailable]
     }).annotateMerge(operation({
       summary: "Log in",
-      description: "Starts a session: sets the HttpOnly session cookie and returns the same session as a token for " +
-        "`Authorization: Bearer`, with its expiry.",
+      description: "Starts a session: sets the HttpOnly session cookie and returns the session's expiry and, to " +
+        "API clients, the same session as a `token` for `Authorization: Bearer`. A browser's request (with `Origin` " +
+        "or `Sec-Fetch-Site`) gets no `token` unless it sends `returnToken: true`: a script in the page cannot read " +
+        "the cookie, and should not read the session from the body either.",
       credential: noCredential,
       errors: "400 on invalid fields, 401 on a wrong e-mail or password, 429 with Retry-After past the attempt limits " +
         "(as for register), 503 with Retry-After when too many passwords are being hashed at once."

@@ -5,15 +5,14 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
-import { ListenerSql } from "../Database/Sql.ts"
 import type { ApiKeyId, TenantId } from "../Domain/Ids.ts"
 import { NotFound } from "../Domain/Problems.ts"
 import type { Principal, Scope } from "./Api.ts"
-import { apiKeyRevokedChannel, AuthRepo, toApiKey } from "./Repo.ts"
+import { CredentialGuard } from "./CredentialGuard.ts"
+import { AuthRepo, toApiKey } from "./Repo.ts"
 import { constantTimeEqual, hashSecret, newSecret } from "./Secrets.ts"
 import * as Traced from "../Platform/Traced.ts"
 
@@ -34,43 +33,33 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
     const repo = yield* AuthRepo
     const limits = yield* Limits
     const config = yield* AppConfig
+    const guard = yield* CredentialGuard
+
+    const lookup = (keyHash: string) =>
+      repo.findApiKeyByHash(keyHash).pipe(
+        Effect.map(Option.filter((row) => row.revokedAt === null)),
+        Effect.map(Option.map((row): VerifiedKey => ({
+          keyHash: row.keyHash,
+          expiresAt: row.expiresAt === null ? null : row.expiresAt.getTime(),
+          principal: { _tag: "ApiKey", tenantId: row.tenantId, keyId: row.id, scopes: toApiKey(row).scopes }
+        })))
+      )
 
     // Verified keys are trusted for apiKeyCacheTtl; revocation drops the entry
-    // at once. Unknown keys are remembered briefly so a flood of bad keys does
-    // not reach the database; a new key can never be among them.
-    const verified = yield* Cache.makeWith(
-      (keyHash: string) =>
-        repo.findApiKeyByHash(keyHash).pipe(
-          Effect.map(Option.filter((row) => row.revokedAt === null)),
-          Effect.map(Option.map((row): VerifiedKey => ({
-            keyHash: row.keyHash,
-            expiresAt: row.expiresAt === null ? null : row.expiresAt.getTime(),
-            principal: { _tag: "ApiKey", tenantId: row.tenantId, keyId: row.id, scopes: toApiKey(row).scopes }
-          })))
-        ),
-      {
-        capacity: 10_000,
-        timeToLive: (exit) =>
-          Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.apiKeyCacheTtl : Duration.seconds(5)
-      }
-    )
-
-    // Revocations on any node reach this one through Postgres notifications.
-    // While the listening connection is down nothing can be trusted, so each
-    // (re)connection starts from an empty cache.
-    const pg = yield* ListenerSql
-    yield* Effect.gen(function*() {
-      const revoked = yield* pg.listen(apiKeyRevokedChannel)
-      yield* Cache.invalidateAll(verified)
-      while (true) {
-        const notification = yield* Queue.take(revoked)
-        yield* Cache.invalidate(verified, notification.payload)
-      }
-    }).pipe(
-      Effect.scoped,
-      Effect.tapCause((cause) => Effect.logWarning("API key revocation listener lost; reconnecting", cause)),
-      Effect.retry(Schedule.spaced("1 second")),
-      Effect.forkScoped
+    // at once, on every node (through the guard's channel, which also empties
+    // the cache at each reconnection). Unknown keys are not kept here but in
+    // the guard's cache of rejected credentials, so they cannot crowd out
+    // the keys in use.
+    const verified = yield* Cache.makeWith(lookup, {
+      capacity: 10_000,
+      timeToLive: (exit) => Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.apiKeyCacheTtl : Duration.zero
+    })
+    yield* guard.subscribe((event) =>
+      event._tag === "Listening"
+        ? Cache.invalidateAll(verified)
+        : event._tag === "KeyRevoked"
+        ? Cache.invalidate(verified, event.hash)
+        : Effect.void
     )
 
     // When each key was last used, since the last flush: one map entry per
@@ -92,15 +81,26 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
     yield* flushUses.pipe(Effect.repeat(Schedule.spaced(config.apiKeyLastUsedFlush)), Effect.forkScoped)
     yield* Effect.addFinalizer(() => flushUses)
 
-    const authenticate = Traced.fn("ApiKeys.authenticate")(function*(key: string) {
+    // An expired key is refused like an unknown one, from the cache as well.
+    const live = (keyHash: string) => (found: Option.Option<VerifiedKey>) =>
+      Option.filter(found, (key) =>
+        constantTimeEqual(key.keyHash, keyHash) && (key.expiresAt === null || key.expiresAt > Date.now()))
+
+    /** The key's principal when it is valid; `client` is the caller's address (CredentialGuard). */
+    const authenticate = Traced.fn("ApiKeys.authenticate")(function*(key: string, client: string) {
       if (!keyPattern.test(key)) return Option.none<VerifiedKey["principal"]>()
       const keyHash = hashSecret(key)
-      const found = yield* Cache.get(verified, keyHash)
-      if (Option.isNone(found) || !constantTimeEqual(found.value.keyHash, keyHash)) return Option.none()
-      const now = Date.now()
-      // An expired key is refused like an unknown one, from the cache as well.
-      if (found.value.expiresAt !== null && found.value.expiresAt <= now) return Option.none()
-      used.set(found.value.principal.keyId, new Date(now))
+      const found = yield* guard.verify({
+        credential: "api_key",
+        hash: keyHash,
+        client,
+        known: Cache.getSuccess(verified, keyHash).pipe(Effect.map((cached) => live(keyHash)(Option.flatten(cached)))),
+        lookup: Effect.suspend(() => guard.listening() ? Cache.get(verified, keyHash) : lookup(keyHash)).pipe(
+          Effect.map(live(keyHash))
+        )
+      })
+      if (Option.isNone(found)) return Option.none()
+      used.set(found.value.principal.keyId, new Date())
       return Option.some(found.value.principal)
     })
 
@@ -113,15 +113,22 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
       const prefix = key.slice(0, 11)
       const scopes = input.scopes === undefined ? null : [...new Set(input.scopes)]
       const expiresAt = input.expiresAt == null ? null : new Date(input.expiresAt)
+      const keyHash = hashSecret(key)
       const row = yield* limits.admit(
         tenantId,
         "apiKeys",
-        repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash: hashSecret(key), scopes, expiresAt })
+        repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash, scopes, expiresAt })
       )
-      return {
-        ...toApiKey({ ...row, tenantId, name: input.name, prefix, keyHash: "", scopes, revokedAt: null, expiresAt, lastUsedAt: null }),
-        key
-      }
+      const created = toApiKey({ ...row, tenantId, name: input.name, prefix, keyHash: "", scopes, revokedAt: null, expiresAt, lastUsedAt: null })
+      // Known valid here at once, even from an address past its failures;
+      // other nodes hear of it from the insert's trigger (migration 0024).
+      yield* guard.issued(keyHash)
+      yield* Cache.set(verified, keyHash, Option.some({
+        keyHash,
+        expiresAt: expiresAt === null ? null : expiresAt.getTime(),
+        principal: { _tag: "ApiKey", tenantId, keyId: row.id, scopes: created.scopes }
+      }))
+      return { ...created, key }
     })
 
     const list = Traced.fn("ApiKeys.list")(function*(tenantId: TenantId) {
@@ -138,5 +145,7 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
     return { authenticate, create, list, revoke } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AuthRepo.layer, Limits.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([AuthRepo.layer, Limits.layer, CredentialGuard.layer])
+  )
 }

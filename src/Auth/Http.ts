@@ -2,13 +2,16 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { ServiceUnavailable, TooManyAttempts } from "../Domain/Problems.ts"
 import * as HttpEffect from "effect/http/HttpEffect"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiSecurity from "effect/http-api/HttpApiSecurity"
 import { Api } from "../Api.ts"
 import { AppConfig } from "../Config.ts"
 import { Accounts } from "./Accounts.ts"
-import { CurrentPrincipal, sessionCookie, sessionCookieName } from "./Api.ts"
+import { CurrentPrincipal } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
+import { expireSessionCookies, sessionCookieFor } from "./Cookie.ts"
 import { currentSession } from "./Middleware.ts"
 import { clientAddress } from "./Throttle.ts"
 import * as Traced from "../Platform/Traced.ts"
@@ -34,21 +37,27 @@ export const AuthHttp = HttpApiBuilder.group(
         withRetryAfter(accounts.register(payload, clientAddress(request, config.trustedProxyHops))),
       login: Traced.fn(function*({ payload, request }) {
         const session = yield* withRetryAfter(accounts.login(payload, clientAddress(request, config.trustedProxyHops)))
-        yield* HttpApiBuilder.securitySetCookie(sessionCookie, session.token, {
+        const cookie = sessionCookieFor(request, config.cookieSecure)
+        yield* HttpApiBuilder.securitySetCookie(HttpApiSecurity.apiKey({ key: cookie.name, in: "cookie" }), session.token, {
           httpOnly: true,
           sameSite: "lax",
           path: "/",
-          secure: config.cookieSecure,
+          secure: cookie.secure,
           expires: session.expiresAt
         })
+        // A browser keeps the session in the HttpOnly cookie; the token in the
+        // body is for API clients, which send neither header.
+        const fromBrowser = request.headers["origin"] !== undefined || request.headers["sec-fetch-site"] !== undefined
+        if (fromBrowser && payload.returnToken !== true) {
+          const { token: _token, ...withoutToken } = session
+          return withoutToken
+        }
         return session
       }),
       logout: Traced.fn(function*() {
         const session = yield* currentSession
         yield* accounts.logout(session.sessionId)
-        yield* HttpEffect.appendPreResponseHandler((_request, response) =>
-          Effect.succeed(HttpServerResponse.expireCookieUnsafe(response, sessionCookieName, { path: "/" }))
-        )
+        yield* expireSessionCookies(yield* HttpServerRequest.HttpServerRequest, config.cookieSecure)
       }),
       me: Traced.fn(function*() {
         const session = yield* currentSession

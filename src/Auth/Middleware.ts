@@ -8,21 +8,15 @@ import * as HttpEffect from "effect/http/HttpEffect"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
-import { Forbidden, Unauthorized } from "../Domain/Problems.ts"
+import { Forbidden, TooManyAttempts, Unauthorized } from "../Domain/Problems.ts"
 import { Accounts } from "./Accounts.ts"
-import {
-  ApiKeyAuth,
-  ApiKeyHeaderAuth,
-  CurrentPrincipal,
-  RequiredScope,
-  SessionAuth,
-  sessionCookieName,
-  SessionQuota
-} from "./Api.ts"
+import { ApiKeyAuth, ApiKeyHeaderAuth, CurrentPrincipal, RequiredScope, SessionAuth, SessionQuota } from "./Api.ts"
 import { CountedToday, Quota } from "../Billing/Quota.ts"
 import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { ApiKeys } from "./ApiKeys.ts"
+import { firstValue, sessionCookieValue } from "./Cookie.ts"
+import { clientAddress } from "./Throttle.ts"
 
 const missingSession = new Unauthorized({ detail: "Missing session: log in, then send the session cookie or a bearer token" })
 const invalidSession = new Unauthorized({ detail: "Invalid or expired session" })
@@ -30,9 +24,6 @@ const missingKey = new Unauthorized({ detail: "Missing API key" })
 const invalidKey = new Unauthorized({ detail: "Invalid or revoked API key" })
 
 const safeMethods: ReadonlySet<string> = new Set(["GET", "HEAD", "OPTIONS"])
-
-// The first value of a header a proxy may have appended to.
-const firstValue = (header: string | undefined) => header?.split(",")[0]?.trim().toLowerCase() || undefined
 
 const withoutDefaultPort = (origin: string) => origin.replace(/^(https:\/\/[^/]+):443$|^(http:\/\/[^/]+):80$/, "$1$2")
 
@@ -70,49 +61,74 @@ const makeOriginCheck = Effect.gen(function*() {
       return yield* new Forbidden({ detail: `Cross-site write refused (Sec-Fetch-Site: ${site})` })
     }
     const normalised = withoutDefaultPort(origin.trim().toLowerCase())
-    if (allowed.has(normalised) || normalised === ownOrigin(request, config.cookieSecure)) return
+    if (allowed.has(normalised) || normalised === ownOrigin(request, config.cookieSecure === true)) return
     return yield* new Forbidden({
       detail: "Cookie-authenticated writes are only accepted from this service's own origin or ALLOWED_ORIGINS"
     })
   })
 })
 
+/** Retry-After on whatever response this request gets, when `effect` fails with TooManyAttempts. */
+export const retryAfterOnTooMany = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.tapError(effect, (error) =>
+    error instanceof TooManyAttempts
+      ? HttpEffect.appendPreResponseHandler((_request, response) =>
+        Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(error.retryAfter)))
+      )
+      : Effect.void)
+
+// The caller's address, for the guard's limit of failed credentials.
+const makeClient = Effect.map(AppConfig, (config) =>
+  Effect.map(HttpServerRequest.HttpServerRequest, (request) => clientAddress(request, config.trustedProxyHops)))
+
 export const SessionAuthLayer = Layer.effect(
   SessionAuth,
   Effect.gen(function*() {
     const accounts = yield* Accounts
     const originCheck = yield* makeOriginCheck
-    const check = <A, E, R>(httpEffect: Effect.Effect<A, E, R>, credential: Redacted.Redacted) =>
+    const client = yield* makeClient
+    const check = <A, E, R>(httpEffect: Effect.Effect<A, E, R>, token: string) =>
       Effect.gen(function*() {
-        const token = Redacted.value(credential)
         if (token === "") return yield* missingSession
-        const principal = yield* accounts.authenticate(token)
+        const principal = yield* retryAfterOnTooMany(accounts.authenticate(token, yield* client))
         if (Option.isNone(principal)) return yield* invalidSession
         yield* Effect.annotateCurrentSpan("tenant.id", principal.value.tenantId)
         return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal.value)
       })
+    // Why the cookie was refused, for the bearer check that runs next.
+    const cookieRefusals = new WeakMap<HttpServerRequest.HttpServerRequest, Unauthorized | Forbidden | TooManyAttempts>()
     return SessionAuth.of({
-      // Checked before the session is looked up. A refusal here lets the bearer
+      // `__Host-session`, else `session` (Cookie.ts). The origin is checked
+      // before the session is looked up. A refusal here lets the bearer
       // token, tried next, still authenticate the request.
       sessionCookie: (httpEffect, { credential }) =>
-        Redacted.value(credential) === ""
-          ? missingSession
-          : Effect.andThen(originCheck, check(httpEffect, credential)),
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const token = Redacted.value(credential) || sessionCookieValue(request)
+          if (token === "") return yield* missingSession
+          return yield* Effect.andThen(originCheck, check(httpEffect, token)).pipe(
+            Effect.tapError((refusal) =>
+              Effect.sync(() => {
+                if (refusal instanceof Unauthorized || refusal instanceof Forbidden || refusal instanceof TooManyAttempts) {
+                  cookieRefusals.set(request, refusal)
+                }
+              })
+            )
+          )
+        }),
       sessionToken: (httpEffect, { credential }) =>
         Effect.gen(function*() {
-          // No bearer token: the cookie was the only credential, so its origin
-          // refusal is the answer rather than "missing session".
-          if (Redacted.value(credential) === "" && (yield* hasSessionCookie)) yield* originCheck
-          return yield* check(httpEffect, credential)
+          // No bearer token: the cookie was the only credential, so its
+          // refusal (foreign origin, invalid session, too many failures) is
+          // the answer rather than "missing session".
+          const token = Redacted.value(credential)
+          const cookieRefusal = cookieRefusals.get(yield* HttpServerRequest.HttpServerRequest)
+          if (token === "" && cookieRefusal !== undefined) return yield* Effect.fail(cookieRefusal)
+          return yield* check(httpEffect, token)
         })
     })
   })
 ).pipe(Layer.provide(Accounts.layer))
-
-const hasSessionCookie = Effect.map(
-  HttpServerRequest.HttpServerRequest,
-  (request) => (request.cookies[sessionCookieName] ?? "") !== ""
-)
 
 /**
  * Counts a request against the tenant's daily limit (Quota), for key routes
@@ -139,6 +155,7 @@ const makeDailyCount = Effect.gen(function*() {
 const makeApiKeyCheck = Effect.gen(function*() {
   const keys = yield* ApiKeys
   const count = yield* makeDailyCount
+  const client = yield* makeClient
   return <A, E, R>(
     httpEffect: Effect.Effect<A, E, R>,
     credential: Redacted.Redacted,
@@ -147,7 +164,7 @@ const makeApiKeyCheck = Effect.gen(function*() {
     Effect.gen(function*() {
       const key = Redacted.value(credential)
       if (key === "") return yield* missingKey
-      const principal = yield* keys.authenticate(key)
+      const principal = yield* retryAfterOnTooMany(keys.authenticate(key, yield* client))
       if (Option.isNone(principal)) return yield* invalidKey
       yield* Effect.annotateCurrentSpan("tenant.id", principal.value.tenantId)
       const required = Context.get(endpoint.annotations, RequiredScope)

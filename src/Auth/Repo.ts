@@ -2,6 +2,7 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
@@ -10,6 +11,7 @@ import { forEachChunk } from "../Database/Chunks.ts"
 import { CounterSql } from "../Database/Sql.ts"
 import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
+import { normalizeEmail } from "./Email.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 const UserRow = Schema.Struct({
@@ -51,6 +53,16 @@ const keyColumns = "id, tenant_id, name, prefix, key_hash, scopes, created_at, r
 /** An e-mail that is already registered. */
 export class EmailTaken extends Data.TaggedError("EmailTaken")<{}> {}
 
+// Every lookup of a presented credential by its hash is one of these queries.
+const credentialLookups = (credential: "api_key" | "session") =>
+  Metric.counter("auth_credential_lookups_total", {
+    description: "Database lookups of presented API keys and session tokens, by credential",
+    incremental: true,
+    attributes: { credential }
+  })
+const keyLookups = credentialLookups("api_key")
+const sessionLookups = credentialLookups("session")
+
 
 /** All SQL of accounts, sessions and API keys. Every tenant-owned read and write takes the tenant. */
 export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo", {
@@ -68,8 +80,9 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       const [tenant] = yield* sql<{ plan: Plan; name: string }>`
         INSERT INTO tenants (id, name) VALUES (${tenantId}, ${input.tenantName}) RETURNING name, plan`
       yield* sql`
-        INSERT INTO users (id, tenant_id, email, name, password_hash, role)
-        VALUES (${userId}, ${tenantId}, ${input.email}, ${input.name}, ${input.passwordHash}, 'owner')`
+        INSERT INTO users (id, tenant_id, email, email_normalized, name, password_hash, role)
+        VALUES (${userId}, ${tenantId}, ${input.email}, ${normalizeEmail(input.email)}, ${input.name},
+                ${input.passwordHash}, 'owner')`
       return {
         user: { id: userId, email: input.email, name: input.name },
         tenant: { id: tenantId, name: tenant!.name, plan: tenant!.plan }
@@ -81,11 +94,15 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       )
     )
 
+    // By the normalised e-mail; a row left without one by migration 0024 (its
+    // normalised e-mail belongs to an older account) by its exact e-mail, first.
     const findUserByEmail = SqlSchema.findOneOption({
       Request: Schema.String,
       Result: UserRow,
       execute: (email) =>
-        sql`SELECT id, tenant_id, email, name, password_hash FROM users WHERE lower(email) = lower(${email})`
+        sql`SELECT id, tenant_id, email, name, password_hash FROM users
+            WHERE email_normalized = ${normalizeEmail(email)} OR (email_normalized IS NULL AND email = ${email.trim()})
+            ORDER BY email_normalized IS NULL DESC LIMIT 1`
     })
 
     const findAccount = SqlSchema.findOne({
@@ -119,9 +136,14 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
             WHERE token_hash = ${tokenHash} AND revoked_at IS NULL AND expires_at > now()`
     })
 
+    /** Revokes and returns the token's hash; every node hears of it at the commit (`session:<hash>`). */
     const revokeSession = (id: SessionId) =>
-      sql`UPDATE sessions SET revoked_at = now() WHERE id = ${id} AND revoked_at IS NULL`.pipe(
-        Effect.asVoid,
+      sql<{ tokenHash: string }>`
+        WITH revoked AS (
+          UPDATE sessions SET revoked_at = now() WHERE id = ${id} AND revoked_at IS NULL RETURNING token_hash
+        )
+        SELECT token_hash, pg_notify(${credentialChannel}, 'session:' || token_hash) FROM revoked`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0]?.tokenHash)),
         Effect.orDie,
         Traced.withSpan("AuthRepo.revokeSession")
       )
@@ -162,7 +184,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
           WHERE tenant_id = ${tenantId} AND id = ${id} AND revoked_at IS NULL
           RETURNING key_hash
         )
-        SELECT key_hash, pg_notify(${apiKeyRevokedChannel}, key_hash) FROM revoked`.pipe(
+        SELECT key_hash, pg_notify(${credentialChannel}, key_hash) FROM revoked`.pipe(
         Effect.map((rows) => Option.fromNullishOr(rows[0]?.keyHash)),
         Effect.orDie,
         Traced.withSpan("AuthRepo.revokeApiKey")
@@ -197,12 +219,14 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
       findUserByEmail: (email: string) => findUserByEmail(email).pipe(Effect.orDie),
       findAccount: (userId: UserId) => findAccount(userId).pipe(Effect.orDie),
       insertSession,
-      findLiveSession: (tokenHash: string) => findLiveSession(tokenHash).pipe(Effect.orDie),
+      findLiveSession: (tokenHash: string) =>
+        findLiveSession(tokenHash).pipe(Effect.orDie, Effect.tap(Metric.update(sessionLookups, 1))),
       revokeSession,
       insertApiKey,
       listApiKeys: (tenantId: TenantId) => listApiKeys(tenantId).pipe(Effect.orDie),
       revokeApiKey,
-      findApiKeyByHash: (keyHash: string) => findApiKeyByHash(keyHash).pipe(Effect.orDie),
+      findApiKeyByHash: (keyHash: string) =>
+        findApiKeyByHash(keyHash).pipe(Effect.orDie, Effect.tap(Metric.update(keyLookups, 1))),
       touchApiKeys
     } as const
   })
@@ -210,8 +234,12 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
   static readonly layer = Layer.effect(this, this.make)
 }
 
-/** Channel on which a revoked key's hash is announced to every node. */
-export const apiKeyRevokedChannel = "api_key_revoked"
+/**
+ * Channel on which every node hears of credential changes: a revoked key's
+ * hash, `session:<hash>` for a revoked session, `issued:<hash>` for a new key
+ * or session (CredentialGuard.ts). Named when it carried key revocations only.
+ */
+export const credentialChannel = "api_key_revoked"
 
 export const toApiKey = (row: ApiKeyRow): ApiKey => ({
   id: row.id,

@@ -9,6 +9,7 @@ import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as Crypto from "node:crypto"
 import { AppConfig } from "../Config.ts"
 import { TooManyAttempts } from "../Domain/Problems.ts"
+import { normalizeEmail } from "./Email.ts"
 import { ThrottleRepo } from "./Repo.ts"
 import * as Traced from "../Platform/Traced.ts"
 
@@ -49,7 +50,8 @@ export const clientAddress = (request: HttpServerRequest.HttpServerRequest, trus
 const bucketKey = (kind: "address" | "pair" | "failures", value: string) =>
   Crypto.createHash("sha256").update(`${kind}:${value}`).digest("base64url")
 
-const accountOf = (email: string) => email.trim().toLowerCase()
+// The account an e-mail names, as login finds it.
+const accountOf = normalizeEmail
 
 /**
  * Throttling of login and register, in leaky buckets in Postgres so the

@@ -5,7 +5,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as Redacted from "effect/Redacted"
+import * as Redacted from "effect/Redacted"
 import * as String from "effect/String"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import * as SqlClient from "effect/sql/SqlClient"
@@ -22,7 +22,7 @@ export class DatabaseUrl extends Context.Service<DatabaseUrl, Redacted.Redacted<
       if (Option.isSome(config.databaseUrl)) return config.databaseUrl.value
       const server = yield* Embedded.start({
         dataDir: Option.getOrUndefined(config.embeddedPostgresDataDir),
-        port: config.embeddedPostgresPort,
+        port: Option.getOrUndefined(config.embeddedPostgresPort),
         osUser: config.embeddedPostgresUser
       })
       return server.url
@@ -40,6 +40,59 @@ const clientOptions = {
 }
 
 /**
+ * The host, port and database a connection URL names, read as the client
+ * reads them (the URL's authority and path, then its `host`, `port` and
+ * `dbname` parameters; no database means the user's, as PostgreSQL has
+ * it), and passed to the client beside the URL: it connects to the same
+ * place either way, but names its SQL spans' `db.namespace`,
+ * `server.address` and `server.port` from these options only, and without
+ * them every span says `postgres` on `localhost`. A URL it cannot read gives
+ * nothing: the client reports it.
+ */
+export const connectionTarget = (
+  url: string
+): { readonly host?: string; readonly port?: number; readonly database?: string } => {
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return {}
+  }
+  const decode = (value: string) => {
+    try {
+      return decodeURIComponent(value)
+    } catch {
+      return undefined
+    }
+  }
+  const portOf = (value: string) => {
+    const port = Number(value)
+    return Number.isInteger(port) && port >= 1 && port <= 65535 ? port : undefined
+  }
+  let host = parsed.hostname === ""
+    ? undefined
+    : parsed.hostname.startsWith("[")
+    ? parsed.hostname.slice(1, -1)
+    : decode(parsed.hostname)
+  let port = parsed.port === "" ? undefined : portOf(parsed.port)
+  let database = decode(parsed.pathname.replace(/^\//, "")) || undefined
+  let user = parsed.username === "" ? undefined : decode(parsed.username)
+  for (const [key, value] of parsed.searchParams) {
+    if (key === "host") host = value
+    else if (key === "port") port = portOf(value)
+    else if (key === "dbname") database = value
+    else if (key === "user") user = value
+  }
+  // PostgreSQL's own default, with the client's default user.
+  database ??= user ?? process.env.USER ?? process.env.USERNAME
+  return {
+    ...(host === undefined ? {} : { host }),
+    ...(port === undefined ? {} : { port }),
+    ...(database === undefined ? {} : { database })
+  }
+}
+
+/**
  * Bounds shared by every connection: a connection attempt gives up after
  * DATABASE_CONNECT_TIMEOUT, and TCP keepalive (probes after 10 s idle, then
  * Node's 10 probes a second apart) finds a silently dead socket, such as the
@@ -48,7 +101,13 @@ const clientOptions = {
 const connectionOptions = Effect.gen(function*() {
   const url = yield* DatabaseUrl
   const config = yield* AppConfig
-  return { url, connectTimeout: config.databaseConnectTimeout, keepAlive: Duration.seconds(10), ...clientOptions }
+  return {
+    url,
+    ...connectionTarget(Redacted.value(url)),
+    connectTimeout: config.databaseConnectTimeout,
+    keepAlive: Duration.seconds(10),
+    ...clientOptions
+  }
 })
 
 // A statement never runs longer than DATABASE_STATEMENT_TIMEOUT, so a request
@@ -151,100 +210,4 @@ export const layer = MigratorLayer.pipe(
   Layer.provideMerge(CounterSql.layer),
   Layer.provideMerge(ListenerSql.layer),
   Layer.provide(DatabaseUrl.layer)
-)
-
-/**
- * Indexes on the cluster's own message table, made once the cluster has made
- * its tables rather than as migrations (see Platform/Cluster.ts):
- * - `cluster_messages_shard_idx` is effect's name, but ours is a partial index
- *   of the messages still waiting, by shard and age: every query of effect's
- *   that names shards also asks for unprocessed messages. Effect's own index
- *   of that name (shard, processed, last_read, deliver_at) held every message
- *   ever stored, and named `last_read`, which each poll sets on the messages
- *   it reads: no such update could be heap-only. Effect makes its index only
- *   if none of that name exists, so ours takes its place: built beside it,
- *   then swapped in one short transaction.
- * - pruning a finished execution's messages finds them by entity id.
- * - the table's pages are filled to 70%, leaving room on a message's page for
- *   the poll's update of it.
- * - `shard_id` keeps statistics of 10 values rather than PostgreSQL's 100:
- *   effect's poll names every shard of the node (300 on one node) as
- *   literals, and planning it compared each with every common value kept,
- *   as long as the poll itself ran (2.5 against 0.9 ms a poll).
- * Built without blocking writes by whichever node takes the try-lock; an
- * invalid leftover of a build cut short is rebuilt. Failures are logged: the
- * next start tries again.
- */
-const waitingIndex = "ON cluster_messages (shard_id, rowid) WHERE NOT processed"
-const clusterMessageIndexes = [
-  ["cluster_messages_waiting_idx", waitingIndex],
-  ["cluster_messages_entity_idx", "ON cluster_messages (entity_id)"]
-] as const
-/** How many common values of `shard_id` PostgreSQL keeps (see above). */
-const shardStatisticsTarget = 10
-/** Our index before it took effect's name; no longer needed beside it. */
-const replacedIndex = "cluster_messages_unprocessed_idx"
-
-/** Whether `definition` (pg_get_indexdef) is our index of waiting messages. */
-export const isWaitingIndex = (definition: string | undefined) =>
-  definition !== undefined && /\(shard_id, rowid\) WHERE \(NOT processed\)$/.test(definition)
-
-export const indexClusterMessages = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const connection = yield* sql.reserve
-  // Any fixed pair of numbers: the lock only keeps two nodes from building the indexes at once.
-  const [locked] = yield* connection.executeValues("SELECT pg_try_advisory_lock(4242, 1)", [])
-  if (locked?.[0] !== true) return
-  // Building an index on a large table may take longer than the statement
-  // timeout; the connection goes back to the pool with its defaults restored.
-  yield* connection.executeRaw("SET statement_timeout = 0", [])
-  yield* Effect.addFinalizer(() => Effect.ignore(connection.executeRaw("RESET statement_timeout", [])))
-  const definition = (name: string) =>
-    Effect.map(
-      connection.executeValues(
-        `SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = '${name}'`,
-        []
-      ),
-      ([row]) => row === undefined ? undefined : { text: row[0] as string, valid: row[1] === true }
-    )
-  yield* Effect.gen(function*() {
-    const [fill] = yield* connection.executeValues(
-      "SELECT coalesce('fillfactor=70' = ANY (reloptions), false) FROM pg_class WHERE relname = 'cluster_messages'",
-      []
-    )
-    if (fill?.[0] !== true) yield* connection.executeRaw("ALTER TABLE cluster_messages SET (fillfactor = 70)", [])
-    const [target] = yield* connection.executeValues(
-      "SELECT attstattarget FROM pg_attribute WHERE attrelid = 'cluster_messages'::regclass AND attname = 'shard_id'",
-      []
-    )
-    if (Number(target?.[0]) !== shardStatisticsTarget) {
-      yield* connection.executeRaw(`ALTER TABLE cluster_messages ALTER COLUMN shard_id SET STATISTICS ${shardStatisticsTarget}`, [])
-    }
-    const swapped = isWaitingIndex((yield* definition("cluster_messages_shard_idx"))?.text)
-    yield* Effect.forEach(clusterMessageIndexes, ([name, index]) =>
-      Effect.gen(function*() {
-        if (name === "cluster_messages_waiting_idx" && swapped) return
-        const existing = yield* definition(name)
-        if (existing?.valid === true) return
-        if (existing !== undefined) yield* connection.executeRaw(`DROP INDEX CONCURRENTLY IF EXISTS ${name}`, [])
-        yield* connection.executeRaw(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${name} ${index}`, [])
-      }))
-    if (!swapped) {
-      // Dropping effect's index takes the table's lock for a moment: at most
-      // 5 s of waiting for it, or the next start tries again.
-      yield* connection.executeRaw("BEGIN", [])
-      yield* Effect.gen(function*() {
-        yield* connection.executeRaw("SET LOCAL lock_timeout = '5s'", [])
-        yield* connection.executeRaw("DROP INDEX IF EXISTS cluster_messages_shard_idx", [])
-        yield* connection.executeRaw("ALTER INDEX cluster_messages_waiting_idx RENAME TO cluster_messages_shard_idx", [])
-        yield* connection.executeRaw("COMMIT", [])
-      }).pipe(Effect.onError(() => Effect.ignore(connection.executeRaw("ROLLBACK", []))))
-    }
-    // What a start cut short between the build and the swap may have left.
-    if (swapped) yield* connection.executeRaw("DROP INDEX CONCURRENTLY IF EXISTS cluster_messages_waiting_idx", [])
-    yield* connection.executeRaw(`DROP INDEX CONCURRENTLY IF EXISTS ${replacedIndex}`, [])
-  }).pipe(Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock(4242, 1)", []))))
-}).pipe(
-  Effect.scoped,
-  Effect.catchCause((cause) => Effect.logWarning("Could not build the indexes of cluster messages", cause))
 )

@@ -101,7 +101,7 @@ export class ModelNotAllowed extends HttpApiError.Problem<ModelNotAllowed>()("Mo
   model: Schema.String
 }) {}
 
-/** Too many login or register attempts from one client address or for one e-mail. */
+/** Too many login or register attempts from one client address or for one e-mail, or too many failed credentials from one address. */
 export class TooManyAttempts extends HttpApiError.Problem<TooManyAttempts>()("TooManyAttempts", {
   type: problemType("too-many-attempts"),
   status: 429,

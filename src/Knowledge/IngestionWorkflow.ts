@@ -54,8 +54,10 @@ const ingest = (documentId: string) =>
     const sandbox = yield* ExtractionSandbox
     const found = yield* retryTransient(repo.ingestSource(documentId))
     // Deleted, or finished already (a replay after the write).
-    if (Option.isNone(found) || found.value.status !== "processing") return
+    if (Option.isNone(found)) return
     const source = found.value
+    yield* Effect.annotateCurrentSpan({ "knowledge_base.id": source.knowledgeId, "tenant.id": source.tenantId })
+    if (source.status !== "processing") return
     const fail = (code: string, message: string) => retryTransient(repo.finishFailed(documentId, code, storable(message)))
     if (source.content === null) return yield* fail("parse_error", "The upload's bytes are missing.")
     // What the reaper would do, done before anything else: whoever resumes this ingestion (the sweep, or the
@@ -126,7 +128,7 @@ const ingest = (documentId: string) =>
       layout: { kind: document.kind, headings: document.headings, ...(document.pages === undefined ? {} : { pages: document.pages }) },
       chunks: result.chunks
     }))
-  }).pipe(Traced.withSpan("Knowledge.ingest", { attributes: { documentId } }))
+  }).pipe(Traced.withSpan("Knowledge.ingest", { attributes: { "document.id": documentId } }))
 
 export const layer = IngestionWorkflow.toLayer(({ documentId }) =>
   Activity.make({ name: "ingest", execute: Effect.orDie(ingest(documentId)) }).pipe(

@@ -1,6 +1,5 @@
 import * as Cache from "effect/Cache"
 import * as Context from "effect/Context"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { AppConfig } from "../Config.ts"
@@ -40,11 +39,13 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
   make: Effect.gen(function*() {
     const repo = yield* SearchRepo
     const config = yield* AppConfig
-    // Words in over 1% of all chunks, once the table holds 20,000 chunks; read again every minute.
+    // Per tenant: words in over 1% of the tenant's chunks, once it has
+    // 20,000 (counted on a sample of 5,000); read again after
+    // KNOWLEDGE_SEARCH_STATS_TTL. The tenants searched most recently are kept.
     const common = yield* Cache.make({
-      lookup: (_: "common") => repo.commonLexemes(0.01, 20_000),
-      capacity: 1,
-      timeToLive: Duration.minutes(1)
+      lookup: (tenantId: TenantId) => repo.commonLexemes(tenantId, { share: 0.01, minChunks: 20_000, sample: 5_000, limit: 1_000 }),
+      capacity: 1_000,
+      timeToLive: config.knowledgeSearchStatsTtl
     })
 
     /** The best `topK` chunks of the given bases (those that exist and are the tenant's) for `query`, best first. */
@@ -61,7 +62,7 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
         knowledgeIds: [...new Set(input.knowledgeIds)],
         query,
         topK: input.topK ?? config.knowledgeTopK,
-        common: yield* Cache.get(common, "common")
+        common: yield* Cache.get(common, input.tenantId)
       })
     })
 

@@ -47,7 +47,7 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
     // operators into ORs and casting back parses exactly what it produced.
     //
     // Candidates are found with the query's uncommon words only: a word in a
-    // large share of all chunks (`common`, from the planner's statistics)
+    // large share of the tenant's chunks (`common`, see commonLexemes)
     // would make nearly every chunk a candidate to rank, and says little
     // about which is best. A query of common words only needs every one of
     // them (AND), and ranks at most `commonOnlyCandidates` of the chunks that
@@ -129,22 +129,49 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
       })
 
     /**
-     * Lexemes in more than `share` of all chunks, from the planner's
-     * statistics of the search vectors; none while the table holds fewer than
-     * `minChunks` (a small table is ranked whole, and its statistics are too
-     * coarse to judge by).
+     * Lexemes in more than `share` of the tenant's chunks (of its ready
+     * documents), at most `limit` of them, commonest first; none while the
+     * tenant has fewer than `minChunks` (a small tenant's bases are ranked
+     * whole). Counted on a sample of `sample` chunks: whole documents in the
+     * order of their ids, which are random, until they hold that many; the
+     * same documents give the same words every time. Only the tenant's rows
+     * are read: another tenant's documents cannot change which words are
+     * common here, and so which chunks a search of this tenant considers.
      */
-    const commonLexemes = (share: number, minChunks: number) =>
-      sql<{ elems: ReadonlyArray<string> | null; freqs: ReadonlyArray<number> | null; rows: number }>`
-        SELECT s.most_common_elems::text::text[] AS elems, s.most_common_elem_freqs AS freqs, c.reltuples::float8 AS rows
-        FROM pg_class c LEFT JOIN pg_stats s
-          ON s.schemaname = current_schema() AND s.tablename = 'knowledge_chunks' AND s.attname = 'search_vector'
-        WHERE c.oid = 'knowledge_chunks'::regclass`.pipe(
-        Effect.map((rows): ReadonlyArray<string> => {
-          const row = rows[0]
-          if (row === undefined || row.rows < minChunks || row.elems === null || row.freqs === null) return []
-          return row.elems.filter((_, i) => (row.freqs![i] ?? 0) > share)
-        }),
+    const commonLexemes = (tenantId: TenantId, options: {
+      readonly share: number
+      readonly minChunks: number
+      readonly sample: number
+      readonly limit: number
+    }) =>
+      Effect.gen(function*() {
+        const [total] = yield* sql<{ chunks: number }>`
+          SELECT COALESCE(sum(chunk_count), 0)::float8 AS chunks FROM knowledge_documents
+          WHERE tenant_id = ${tenantId} AND status = 'ready'`
+        if (total === undefined || total.chunks < options.minChunks) return [] as ReadonlyArray<string>
+        const rows = yield* sql<{ lexeme: string }>`
+          WITH drawn AS (
+            SELECT knowledge_id, id, sum(chunk_count) OVER (ORDER BY id) - chunk_count AS before
+            FROM knowledge_documents
+            WHERE tenant_id = ${tenantId} AND status = 'ready' AND chunk_count > 0
+          ), sample AS MATERIALIZED (
+            SELECT c.search_vector
+            FROM (SELECT knowledge_id, id FROM drawn WHERE before < ${options.sample} ORDER BY id) d
+            CROSS JOIN LATERAL (
+              SELECT search_vector FROM knowledge_chunks
+              WHERE tenant_id = ${tenantId} AND knowledge_id = d.knowledge_id AND document_id = d.id
+              ORDER BY index
+            ) c
+            LIMIT ${options.sample}
+          )
+          SELECT l AS lexeme
+          FROM sample, unnest(tsvector_to_array(sample.search_vector)) AS l
+          GROUP BY l
+          HAVING count(*) > ${options.share}::float8 * (SELECT count(*) FROM sample)
+          ORDER BY count(*) DESC, l
+          LIMIT ${options.limit}`
+        return rows.map((row) => row.lexeme)
+      }).pipe(
         Effect.orDie,
         Traced.withSpan("SearchRepo.commonLexemes")
       )

@@ -144,7 +144,12 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
       const text = textOf(message.content)
       const parts: Array<Response.PartEncoded> = [{ type: "response-metadata", id: message.id, modelId: message.model }]
       if (text !== "") parts.push({ type: "text", text })
-      parts.push({ type: "finish", reason: finishReason(message.stop_reason), usage: toUsage(message.usage ?? {}) })
+      parts.push({
+        type: "finish",
+        reason: finishReason(message.stop_reason),
+        usage: toUsage(message.usage ?? {}),
+        ...Language.finishMetadata(message.stop_reason)
+      })
       return parts
     }),
 
@@ -212,7 +217,7 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
               stopped
                 ? Stream.fromIterable<Response.StreamPartEncoded>([
                   ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
-                  { type: "finish", reason: finishReason(reason), usage: toUsage(usage) }
+                  { type: "finish", reason: finishReason(reason), usage: toUsage(usage), ...Language.finishMetadata(reason) }
                 ])
                 : Stream.fail(
                   ProviderHttp.streamCut(moduleName, "streamText", url)

@@ -18,6 +18,23 @@ type Params = Parameters<typeof LanguageModel.make>[0]
  */
 export const MaxOutputTokens = Context.Reference<number>("agent-host/MaxOutputTokens", { defaultValue: () => 4096 })
 
+// The metadata key of a finish part under which an adapter keeps the
+// provider's own finish reason (`stop`, `end_turn`): effect's `reason` is a
+// normalised one, and the model call's span reports the provider's.
+const providerFinishKey = "providerFinishReason"
+
+/** A finish part's metadata carrying the provider's finish reason, when it sent one. */
+export const finishMetadata = (reason: string | null | undefined): { readonly metadata?: Response.ProviderMetadata } =>
+  typeof reason === "string" && reason !== "" ? { metadata: { [providerFinishKey]: reason } } : {}
+
+/** The finish reason the provider sent (see `finishMetadata`), else effect's normalised one. */
+export const providerFinishReason = (
+  part: { readonly reason: string; readonly metadata?: Response.ProviderMetadata | undefined }
+): string => {
+  const raw = part.metadata?.[providerFinishKey]
+  return typeof raw === "string" ? raw : part.reason
+}
+
 // A reply's parts when no toolkit is given, as effect's `generateText`
 // decodes them; made once.
 const decodeContent = Schema.decodeEffect(Schema.mutable(Schema.Array(Response.Part(Toolkit.empty))))

@@ -1,3 +1,4 @@
+import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
@@ -17,7 +18,7 @@ import { AppConfig } from "../Config.ts"
 import * as OutgoingHttp from "../Platform/OutgoingHttp.ts"
 import { Metrics } from "../Platform/Observability.ts"
 import * as Anthropic from "./Anthropic.ts"
-import { MaxOutputTokens } from "./Language.ts"
+import * as Language from "./Language.ts"
 import * as Local from "./Local.ts"
 import * as OpenAi from "./OpenAi.ts"
 import { providerMessage, retryAfterOf } from "./ProviderHttp.ts"
@@ -136,17 +137,62 @@ const toReply = (target: Target, text: string, modelId: string | undefined, usag
 })
 
 /**
- * A model call's span attributes, after the OpenTelemetry gen_ai semantic
- * conventions (prompts and replies are never recorded).
+ * `gen_ai.provider.name` of the built-in `local` model: it is none of the
+ * conventions' well-known providers, but this service itself.
  */
-const requestAttributes = (model: string) => {
-  const { name, provider } = splitModel(model)
-  return {
-    "gen_ai.operation.name": "chat",
-    "gen_ai.system": provider,
-    "gen_ai.provider.name": provider,
-    "gen_ai.request.model": name === "" ? model : name
+const localProviderName = "agent_host"
+
+/** Where a provider's API is, for `server.address` and `server.port`. */
+interface ServerOf {
+  readonly address: string
+  readonly port: number
+}
+
+const serverOf = (baseUrl: string): ServerOf | undefined => {
+  try {
+    const url = new URL(baseUrl)
+    const address = url.hostname.replace(/^\[|\]$/g, "")
+    return { address, port: url.port !== "" ? Number(url.port) : url.protocol === "https:" ? 443 : 80 }
+  } catch {
+    return undefined
   }
+}
+
+/**
+ * A model call's span, after the OpenTelemetry GenAI conventions: named
+ * `chat <model>` with the model as the provider is asked for it (no
+ * `openai/` prefix), the provider in `gen_ai.provider.name`, a client span
+ * with the provider's address, or an internal one for the built-in model
+ * (it runs in this process). Prompts and replies are never recorded.
+ */
+const spanOf = (
+  request: ModelRequest,
+  streaming: boolean,
+  servers: { readonly openai: ServerOf | undefined; readonly anthropic: ServerOf | undefined }
+) => {
+  const local = request.model === Local.modelId
+  const { name, provider } = splitModel(request.model)
+  const requested = local || name === "" ? request.model : name
+  const attributes: Record<string, unknown> = {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.provider.name": local ? localProviderName : provider,
+    "gen_ai.request.model": requested,
+    "gen_ai.request.max_tokens": request.maxOutputTokens
+  }
+  if (streaming) attributes["gen_ai.request.stream"] = true
+  const server = provider === "openai" ? servers.openai : provider === "anthropic" ? servers.anthropic : undefined
+  if (server !== undefined) {
+    attributes["server.address"] = server.address
+    attributes["server.port"] = server.port
+  }
+  return { name: `chat ${requested}`, options: { kind: local ? "internal" as const : "client" as const, attributes } }
+}
+
+/** What the provider said of its answer, exactly as it said it, for the span. */
+interface ResponseDetails {
+  readonly id: string | undefined
+  readonly model: string | undefined
+  readonly finishReason: string | undefined
 }
 
 /** `provider/name` as its parts; a bare word is a provider with no name. */
@@ -166,20 +212,36 @@ export const metricLabel = (known: ReadonlySet<string>) => (model: string): stri
   return provider === "openai" || provider === "anthropic" ? `${provider}/other` : "other"
 }
 
-/** Usage on the current span and in the token metric, labelled with `label`. */
-const recordUsage = (label: string, reply: ModelReply) =>
+/** The response's attributes and usage on the current span, and usage in the token metric, labelled with `label`. */
+const recordUsage = (label: string, reply: ModelReply, details: ResponseDetails) =>
   Effect.gen(function*() {
-    yield* Effect.annotateCurrentSpan({
-      "gen_ai.response.model": reply.model,
+    const attributes: Record<string, unknown> = {
       "gen_ai.usage.input_tokens": reply.inputTokens,
       "gen_ai.usage.output_tokens": reply.outputTokens
-    })
+    }
+    if (details.model !== undefined) attributes["gen_ai.response.model"] = details.model
+    if (details.id !== undefined) attributes["gen_ai.response.id"] = details.id
+    if (details.finishReason !== undefined) attributes["gen_ai.response.finish_reasons"] = [details.finishReason]
+    yield* Effect.annotateCurrentSpan(attributes)
     yield* Metric.update(Metrics.modelTokens(label, "input"), reply.inputTokens)
     yield* Metric.update(Metrics.modelTokens(label, "output"), reply.outputTokens)
   })
 
-/** A client span named after the operation and model, with usage, and the call's duration by outcome. */
-const observed = (model: string, label: string) => <E, R>(call: Effect.Effect<ModelReply, E, R>) =>
+/**
+ * `error.type` of a failed call: the provider's HTTP status when it answered
+ * one, else the kind of failure. The generation it asked for ended in an error.
+ */
+const recordFailure = (error: ModelError) =>
+  Effect.annotateCurrentSpan({
+    "error.type": error.status !== undefined
+      ? String(error.status)
+      : error.reason.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase(),
+    "gen_ai.response.finish_reasons": ["error"]
+  })
+
+/** The call's span, with the response's details and usage, and the call's duration by outcome. */
+const observed = (span: ReturnType<typeof spanOf>, label: string) =>
+<R>(call: Effect.Effect<{ readonly reply: ModelReply; readonly details: ResponseDetails }, ModelError, R>) =>
   Effect.gen(function*() {
     const startedAt = performance.now()
     const exit = yield* Effect.exit(call)
@@ -188,14 +250,20 @@ const observed = (model: string, label: string) => <E, R>(call: Effect.Effect<Mo
       Metrics.modelDuration(label, outcome),
       (performance.now() - startedAt) / 1000
     )
-    if (exit._tag === "Success") yield* recordUsage(label, exit.value)
-    return yield* exit
-  }).pipe(Traced.withSpan(`chat ${model}`, { kind: "client", attributes: requestAttributes(model) }))
+    if (exit._tag === "Success") {
+      yield* recordUsage(label, exit.value.reply, exit.value.details)
+      return exit.value.reply
+    }
+    const failure = Cause.findErrorOption(exit.cause)
+    if (Option.isSome(failure)) yield* recordFailure(failure.value)
+    return yield* Effect.failCause(exit.cause)
+  }).pipe(Traced.withSpan(span.name, span.options))
 
 export const make = Effect.gen(function*() {
   const config = yield* AppConfig
   const client = yield* HttpClient.HttpClient
   const labelOf = metricLabel(new Set(config.metricsModels))
+  const servers = { openai: serverOf(config.openaiBaseUrl), anthropic: serverOf(config.anthropicBaseUrl) }
 
   const secrets = [config.openaiApiKey, config.anthropicApiKey].flatMap((key) =>
     Option.isSome(key) && Redacted.value(key.value).length >= 8 ? [Redacted.value(key.value)] : []
@@ -374,7 +442,7 @@ export const make = Effect.gen(function*() {
   const generateWithRetries = (target: Target, prompt: Prompt.Prompt, maxOutputTokens: number) => {
     const attempt = LanguageModel.generateText({ prompt }).pipe(
       Effect.provideService(LanguageModel.LanguageModel, target.languageModel),
-      Effect.provideService(MaxOutputTokens, maxOutputTokens),
+      Effect.provideService(Language.MaxOutputTokens, maxOutputTokens),
       Effect.catch((error) => Effect.flatMap(toFailure(target)(error), Effect.fail)),
       Effect.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Effect.fail(timedOut(target)) })
     )
@@ -393,7 +461,7 @@ export const make = Effect.gen(function*() {
   const streamWithRetries = (target: Target, prompt: Prompt.Prompt, maxOutputTokens: number) => {
     const attempt = LanguageModel.streamText({ prompt }).pipe(
       Stream.provideService(LanguageModel.LanguageModel, target.languageModel),
-      Stream.provideService(MaxOutputTokens, maxOutputTokens),
+      Stream.provideService(Language.MaxOutputTokens, maxOutputTokens),
       Stream.catch((error) => Stream.fromEffect(Effect.flatMap(toFailure(target)(error), Effect.fail))),
       Stream.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Stream.fail(timedOut(target)) })
     )
@@ -424,14 +492,25 @@ export const make = Effect.gen(function*() {
       const target = yield* resolve(request.model)
       const response = yield* generateWithRetries(target, toPrompt(request), request.maxOutputTokens)
       const metadata = response.content.find((part) => part.type === "response-metadata")
-      return toReply(target, response.text, metadata?.modelId, response.usage)
-    }).pipe(observed(request.model, labelOf(request.model)))
+      const finish = response.content.find((part) => part.type === "finish")
+      return {
+        reply: toReply(target, response.text, metadata?.modelId, response.usage),
+        details: {
+          id: metadata?.id,
+          model: metadata?.modelId,
+          finishReason: finish === undefined ? undefined : Language.providerFinishReason(finish)
+        }
+      }
+    }).pipe(observed(spanOf(request, false, servers), labelOf(request.model)))
 
-  const stream = (request: ModelRequest): Stream.Stream<ModelEvent, ModelError> =>
-    Stream.unwrap(Effect.map(resolve(request.model), (target) =>
+  const stream = (request: ModelRequest): Stream.Stream<ModelEvent, ModelError> => {
+    const span = spanOf(request, true, servers)
+    return Stream.unwrap(Effect.map(resolve(request.model), (target) =>
       Stream.suspend(() => {
         let text = ""
         let modelId: string | undefined
+        let responseId: string | undefined
+        let finishReason: string | undefined
         let usage: Response.Usage | undefined
         const toEvents = (part: Response.StreamPart<{}>): Array<ModelEvent> => {
           switch (part.type) {
@@ -440,9 +519,11 @@ export const make = Effect.gen(function*() {
               return part.delta === "" ? [] : [{ _tag: "Delta", text: part.delta }]
             case "response-metadata":
               modelId = part.modelId ?? modelId
+              responseId = part.id ?? responseId
               return []
             case "finish":
               usage = part.usage
+              finishReason = Language.providerFinishReason(part)
               return []
             default:
               return []
@@ -455,14 +536,19 @@ export const make = Effect.gen(function*() {
             inputTokens: usage?.inputTokens.total ?? 0,
             outputTokens: usage?.outputTokens.total ?? 0
           }
-          return Effect.as(recordUsage(labelOf(request.model), reply), { _tag: "Done", reply } as ModelEvent)
+          const details = { id: responseId, model: modelId, finishReason }
+          return Effect.as(recordUsage(labelOf(request.model), reply, details), { _tag: "Done", reply } as ModelEvent)
         }))
         return streamWithRetries(target, toPrompt(request), request.maxOutputTokens).pipe(
           Stream.map(toEvents),
           Stream.flattenIterable,
           Stream.concat(done)
         )
-      }))).pipe(Stream.withSpan(`chat ${request.model}`, { kind: "client", attributes: requestAttributes(request.model) }))
+      }))).pipe(
+      Stream.tapError(recordFailure),
+      Stream.withSpan(span.name, span.options)
+    )
+  }
 
   const contextBudget = (_model: string) => config.modelContextTokens
 

@@ -171,7 +171,12 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
       const parts: Array<Response.PartEncoded> = [metadata(completion)]
       const text = choice?.message.content ?? choice?.message.refusal ?? ""
       if (text !== "") parts.push({ type: "text", text })
-      parts.push({ type: "finish", reason: finishReason(choice?.finish_reason), usage: toUsage(completion.usage) })
+      parts.push({
+        type: "finish",
+        reason: finishReason(choice?.finish_reason),
+        usage: toUsage(completion.usage),
+        ...Language.finishMetadata(choice?.finish_reason)
+      })
       return parts
     }),
 
@@ -237,7 +242,7 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
               }
               return Stream.fromIterable<Response.StreamPartEncoded>([
                 ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
-                { type: "finish", reason: finishReason(reason), usage: toUsage(usage) }
+                { type: "finish", reason: finishReason(reason), usage: toUsage(usage), ...Language.finishMetadata(reason) }
               ])
             })
 

@@ -77,7 +77,11 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const knowledge = yield* KnowledgeSearch
   const signals = yield* RunSignals
 
+  // The ids an operator finds the run by, on its span and on each step's.
+  yield* Effect.annotateCurrentSpan("execution.id", executionId)
   const row = yield* retryTransient(executions.begin(executionId))
+  const runAttributes = { "execution.id": executionId, "orchestration.id": row.orchestrationId, "tenant.id": row.tenantId }
+  yield* Effect.annotateCurrentSpan(runAttributes)
   if (row.status !== "running") return
   const snapshot = { ...row, createdAtMs: row.createdAt.getTime() }
 
@@ -178,7 +182,9 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
       }
       yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
       return result
-    })
+    }).pipe(Traced.withSpan("ExecutionWorkflow.step", {
+      attributes: { ...runAttributes, "execution.step.id": step.id, "agent.id": step.agentId }
+    }))
 
   // The step of a one-step run is not an activity: its result is stored with
   // the run's final status (the transition below), in one statement, and a

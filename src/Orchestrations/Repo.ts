@@ -17,6 +17,7 @@ import { tenantPage } from "../Database/Page.ts"
 import { type AgentId, isId, newId, type OrchestrationId, TenantId } from "../Domain/Ids.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { Execution, ExecutionStatus, Orchestration, type OrchestrationStatus, Step } from "./Api.ts"
+import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 const columns = "id, name, description, status, steps, timeout_ms, created_at, updated_at"
@@ -189,6 +190,7 @@ const executionColumns = `id, orchestration_id, status, output, error, tokens_us
 
 const Snapshot = Schema.Struct({
   tenantId: TenantId,
+  orchestrationId: Schema.String,
   status: ExecutionStatus,
   input: Schema.String,
   variables: Schema.Record(Schema.String, Schema.String),
@@ -233,8 +235,8 @@ interface NewExecution {
   readonly timeoutMs: number
   readonly idempotencyKey: string | null
   readonly requestHash: string | null
-  /** The workflow's start request (DurableRuns.localStart), stored with the row when given. */
-  readonly startRequest?: Record<string, unknown> | undefined
+  /** The workflow's start request (ClusterTables.startMessage), stored with the row when given. */
+  readonly startRequest?: ClusterStorage.StartMessage | undefined
 }
 
 export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-host/ExecutionsRepo", {
@@ -273,9 +275,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       }
       const stored = sql`${insertInto} VALUES ${sql.csv(inputs.map(executionValues))}
               RETURNING ${sql.literal(claimedColumns)}, true AS fresh`
-      return (starts.length === 0 ? stored : sql`WITH stored AS (${stored}),
-              started AS (INSERT INTO cluster_messages ${sql.insert(starts as [Record<string, unknown>, ...Array<Record<string, unknown>>])})
-              SELECT * FROM stored`).pipe(
+      return ClusterStorage.storedWithStarts(sql, stored, starts).pipe(
           Effect.flatMap(decodeClaimed),
           Effect.map((rows) => {
             const byId = new Map(rows.map((row) => [row.id, row]))
@@ -333,7 +333,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
               WHERE id = ${id} AND status = 'pending'
               RETURNING id, status, output, error, tokens_used, steps
             ), event AS (${startEvents})
-            SELECT tenant_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
+            SELECT tenant_id, orchestration_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
                    input, variables, steps, timeout_ms, created_at
             FROM executions WHERE id = ${id}`
     })
@@ -360,7 +360,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                 WHERE e.id IN ${sql.in(distinct)} AND e.status = 'pending'
                 RETURNING e.id, e.status, e.output, e.error, e.tokens_used, e.steps
               ), event AS (${startEvents})
-              SELECT e.id, e.tenant_id, CASE WHEN e.id IN (SELECT id FROM started) THEN 'running' ELSE e.status END AS status,
+              SELECT e.id, e.tenant_id, e.orchestration_id, CASE WHEN e.id IN (SELECT id FROM started) THEN 'running' ELSE e.status END AS status,
                      e.input, e.variables, e.steps, e.timeout_ms, e.created_at
               FROM executions e
               WHERE e.id IN ${sql.in(distinct)}`.pipe(
@@ -636,21 +636,19 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       )
 
     /**
-     * Deletes the cluster's stored messages (and their replies) of these
-     * finished executions' workflows, given the workflows' entity ids, and
-     * marks the executions as pruned; in one transaction.
+     * Marks these finished executions as pruned, in the transaction that
+     * deletes their workflows' stored messages (ClusterTables.pruneMessages).
      */
-    const pruneMessages = (ids: ReadonlyArray<string>, entityType: string, entityIds: ReadonlyArray<string>) =>
-      Effect.gen(function*() {
-        yield* sql`DELETE FROM cluster_replies WHERE request_id IN (
-                     SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
-        yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
-        yield* sql`UPDATE executions SET messages_pruned = true WHERE id IN ${sql.in(ids)}`
-      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("ExecutionsRepo.pruneMessages"))
+    const markPruned = (ids: ReadonlyArray<string>) =>
+      sql`UPDATE executions SET messages_pruned = true WHERE id IN ${sql.in(ids)}`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Traced.withSpan("ExecutionsRepo.markPruned")
+      )
 
     return {
       unpruned,
-      pruneMessages,
+      markPruned,
       notStarted,
       insert,
       claimedBy: (tenantId: TenantId, idempotencyKey: string) =>

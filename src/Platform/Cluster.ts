@@ -1,10 +1,8 @@
-import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as MessageStorage from "effect/cluster/MessageStorage"
 import * as RunnerAddress from "effect/cluster/RunnerAddress"
 import * as RunnerHealth from "effect/cluster/RunnerHealth"
 import * as Runners from "effect/cluster/Runners"
@@ -12,9 +10,9 @@ import * as Sharding from "effect/cluster/Sharding"
 import * as ShardingConfig from "effect/cluster/ShardingConfig"
 import * as SocketRunner from "effect/cluster/SocketRunner"
 import * as RpcSerialization from "effect/rpc/RpcSerialization"
-import { AppConfig, type AppSettings } from "../Config.ts"
-import * as Sql from "../Database/Sql.ts"
+import { AppConfig, type AppSettings, type RunnerCredential } from "../Config.ts"
 import * as ClusterStorage from "./ClusterStorage.ts"
+import * as RunnerTransport from "./RunnerTransport.ts"
 
 /**
  * The sharding settings, always given explicitly: the cluster's own
@@ -59,27 +57,22 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
 }
 
 /**
- * The cluster's message storage, plus the indexes our use of it needs
- * (Sql.indexClusterMessages): without them every poll for unprocessed
- * messages (each node, every second) reads the whole message table, so it
- * costs more the longer the service has run. Built in the background once the
- * cluster has made its tables. The storage is effect's, with fewer statements
- * per message (ClusterStorage.ts).
+ * The cluster's message storage: effect's, with fewer statements per message
+ * and indexes of ours, or effect's own unchanged when the installed effect is
+ * not the one ours was verified with (ClusterStorage.ts).
  */
-const MessageStorageLayer = Layer.effectDiscard(Effect.gen(function*() {
-  yield* MessageStorage.MessageStorage
-  yield* Effect.forkScoped(Sql.indexClusterMessages)
-})).pipe(Layer.provideMerge(ClusterStorage.messageStorageLayer), Layer.orDie)
+const messageStorage = (storage: ClusterStorage.StorageChoice) =>
+  Layer.orDie(ClusterStorage.messageStorageLayer(storage))
 
 /**
  * One node: entities run in this process, with message and runner storage in
  * our Postgres.
  */
-const singleNode = (config: AppSettings) =>
+const singleNode = (config: AppSettings, storage: ClusterStorage.StorageChoice) =>
   Sharding.layer.pipe(
     Layer.provideMerge(Runners.layerNoop),
-    Layer.provideMerge(MessageStorageLayer),
-    Layer.provide([Layer.orDie(ClusterStorage.runnerStorageLayer), RunnerHealth.layerNoop]),
+    Layer.provideMerge(messageStorage(storage)),
+    Layer.provide([Layer.orDie(ClusterStorage.runnerStorageLayer(storage)), RunnerHealth.layerNoop]),
     // The runner address only names this node in storage: nothing listens on it.
     Layer.provide(ShardingConfig.layer({
       ...shardingSettings(config),
@@ -94,22 +87,28 @@ const singleNode = (config: AppSettings) =>
  * socket (RUNNER_LISTEN, else RUNNER_ADDRESS) and is reached by the others at
  * RUNNER_ADDRESS. Shards are spread over the healthy runners; their locks,
  * the runner table and every persisted message live in the shared database.
+ * Runners speak to each other only over TLS with the cluster's credential
+ * (RunnerTransport.ts).
  */
-const multiNode = (config: AppSettings) =>
-  SocketRunner.layer.pipe(
+const multiNode = (config: AppSettings, credential: RunnerCredential, storage: ClusterStorage.StorageChoice) => {
+  const tls = RunnerTransport.tlsSettings(credential)
+  const listen = Option.getOrElse(config.runnerListen, () => Option.getOrThrow(config.runnerAddress))
+  const clientProtocol = RunnerTransport.layerClientProtocol(tls)
+  return SocketRunner.layer.pipe(
     Layer.provide(
       RunnerHealth.layerPing.pipe(
         Layer.provide(Runners.layerRpc),
-        Layer.provide(NodeClusterSocket.layerClientProtocol)
+        Layer.provide(clientProtocol)
       )
     ),
-    Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
-    Layer.provideMerge(MessageStorageLayer),
-    Layer.provide(Layer.orDie(ClusterStorage.runnerStorageLayer)),
+    Layer.provide([RunnerTransport.layerServer(listen, tls), clientProtocol]),
+    Layer.provideMerge(messageStorage(storage)),
+    Layer.provide(Layer.orDie(ClusterStorage.runnerStorageLayer(storage))),
     Layer.provide(ShardingConfig.layer(shardingSettings(config))),
     Layer.provide(RpcSerialization.layerSchemaBinary()),
     Layer.provide(NodeCrypto.layerDigest)
   )
+}
 
 /**
  * effect's workflow engine registers each workflow's entity with an idle time
@@ -140,10 +139,21 @@ export const entityIdleTime = (types: ReadonlySet<string>, maxIdleTime: Duration
       }))
   )
 
-/** The cluster this node takes part in: a single node unless RUNNER_ADDRESS is set. */
+/**
+ * The cluster this node takes part in: a single node unless RUNNER_ADDRESS is
+ * set; on our storage of its tables, or effect's own (CLUSTER_STORAGE, and
+ * the version check of ClusterStorage.choose); with what features do with
+ * those tables (ClusterTables).
+ */
 export const layer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   const settings = shardingSettings(config)
-  const cluster = Option.isSome(config.runnerAddress) ? multiNode(config) : singleNode(config)
-  return entityIdleTime(shortLived, Duration.fromInputUnsafe(settings.entityMaxIdleTime!)).pipe(Layer.provideMerge(cluster))
+  const storage = yield* ClusterStorage.choose(config.clusterStorage)
+  const cluster = Option.isSome(config.runnerAddress) && Option.isSome(config.runnerCredential)
+    ? multiNode(config, config.runnerCredential.value, storage)
+    : singleNode(config, storage)
+  return ClusterStorage.ClusterTables.layer(storage).pipe(
+    Layer.provideMerge(entityIdleTime(shortLived, Duration.fromInputUnsafe(settings.entityMaxIdleTime!))),
+    Layer.provideMerge(cluster)
+  )
 }))

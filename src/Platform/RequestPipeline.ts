@@ -4,6 +4,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as FindMyWay from "effect/http/FindMyWay"
+import * as HttpMiddleware from "effect/http/HttpMiddleware"
 import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerError from "effect/http/HttpServerError"
@@ -49,8 +50,31 @@ const makeRouteMatcher = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [
   return {
     allowedMethods: (url: string): ReadonlyArray<string> =>
       methods.filter((method) => router.find(method, url) !== undefined),
-    template: (method: string, url: string): string => router.find(method, url)?.handler ?? "unmatched"
+    template: (method: string, url: string): string => router.find(method, url)?.handler ?? unmatched
   }
+}
+
+// The route label of a request no route matched.
+const unmatched = "unmatched"
+
+// The methods OpenTelemetry's HTTP conventions name a span after; any other is `HTTP`.
+const knownMethods = new Set(["CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY", "TRACE"])
+
+/**
+ * Names each request's server span `{method} {route template}`, as
+ * OpenTelemetry's HTTP conventions do (`POST /api/v1/orchestrations/:id/execute`),
+ * or the method alone when no route matches. effect's server makes that span
+ * before any route or middleware runs, from this reference in the server's
+ * own context; it names it by the method alone by default. Asked only while
+ * spans are recorded.
+ */
+export const spanNames = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]> = []) => {
+  const routes = makeRouteMatcher(api, extraRoutes)
+  return Layer.succeed(HttpMiddleware.SpanNameGenerator, (request) => {
+    if (!knownMethods.has(request.method)) return "HTTP"
+    const route = routes.template(request.method, request.url)
+    return route === unmatched ? request.method : `${request.method} ${route}`
+  })
 }
 
 const isRouteNotFound = (cause: Cause.Cause<unknown>) =>
@@ -118,7 +142,8 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
       const maxUploadBodyBytes = Math.max(maxBodyBytes, Math.ceil(config.maxUploadBytes * 4 / 3) + 64 * 1024)
       const uploadRoute = "/api/knowledge/:id/upload"
       const routes = makeRouteMatcher(api, extraRoutes)
-      const securityHeaders = securityHeadersFor(config.cookieSecure)
+      // HSTS only when the operator says it is all HTTPS; the automatic cookie rule also serves plain HTTP.
+      const securityHeaders = securityHeadersFor(config.cookieSecure === true)
       // The request metrics of each route, method and status, found by the
       // route's and the method's own strings and the status as a number.
       type Series = { readonly requests: Metric.Counter<number>; readonly duration: Metric.Histogram<number> }
@@ -206,7 +231,9 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
           const series = seriesOf(request.method, route, response.status)
           yield* Metric.update(series.requests, 1)
           yield* Metric.update(series.duration, seconds)
-          yield* Effect.annotateCurrentSpan({ "http.route": route, "request.id": requestId })
+          yield* Effect.annotateCurrentSpan(
+            route === unmatched ? { "request.id": requestId } : { "http.route": route, "request.id": requestId }
+          )
           yield* Effect.logInfo("request").pipe(
             Effect.annotateLogs({
               requestId,

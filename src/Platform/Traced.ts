@@ -13,6 +13,9 @@ export const startExporting = () => {
   }
 }
 
+/** Whether spans are exported now: code that makes its own spans asks before making them. */
+export const isExporting = () => exporting
+
 const generatorFunction = Object.getPrototypeOf(function*() {}).constructor
 
 // `Effect.fnUntraced` takes only generator functions; another body keeps `Effect.fn`.

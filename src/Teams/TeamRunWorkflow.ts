@@ -157,7 +157,11 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
   const knowledge = yield* KnowledgeSearch
   const signals = yield* RunSignals
 
+  // The ids an operator finds the run by, on its span and on each turn's.
+  yield* Effect.annotateCurrentSpan("team_run.id", runId)
   const begun = yield* retryTransient(repo.begin(runId))
+  const runAttributes = { "team_run.id": runId, "team.id": begun.teamId, "tenant.id": begun.tenantId }
+  yield* Effect.annotateCurrentSpan(runAttributes)
   if (begun.status !== "running") return
   const tenantId = begun.tenantId as TenantId
   const snapshot = begun.snapshot
@@ -294,7 +298,14 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
         })).pipe(Effect.mapError(databaseFailed))
         yield* Effect.logInfo("Team turn completed").pipe(Effect.annotateLogs({ runId, turn: index }))
         return { stop: null, agentId: speaker, content, tokens, final } satisfies TurnOutcome
-      }))
+      }).pipe(Traced.withSpan("TeamRunWorkflow.turn", {
+        attributes: {
+          ...runAttributes,
+          "team_run.turn.index": index,
+          "team_run.turn.closing": closing !== undefined,
+          "agent.id": speaker
+        }
+      })))
     })
 
   const conversation = Effect.gen(function*() {

@@ -91,11 +91,13 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
       return "retry" as const
     })
 
-  const secret = box.open(event.secret)
+  const owner = { tenantId: event.tenantId, kind: event.ownerKind, id: event.ownerId }
+  const secret = box.open(event.secret, owner)
   if (secret === undefined) {
     return yield* failure({
       httpStatus: null,
-      error: "The signing secret cannot be decrypted: WEBHOOK_SECRET_KEY changed since it was stored; rotate the secret",
+      error: "The signing secret cannot be decrypted: WEBHOOK_SECRET_KEY changed since it was stored, or it was not " +
+        "stored for this webhook; rotate the secret",
       response: null
     })
   }
@@ -106,7 +108,7 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
     return yield* failure({ httpStatus: null, error: target.failure, response: null })
   }
   const timestamp = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-  const previous = event.previousSecret === null ? undefined : box.open(event.previousSecret)
+  const previous = event.previousSecret === null ? undefined : box.open(event.previousSecret, owner)
   const signatures = [secret, ...(previous === undefined ? [] : [previous])].map((key) =>
     sign(key, eventId, timestamp, event.body)
   )

@@ -1,15 +1,21 @@
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Semaphore from "effect/Semaphore"
+import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import ipaddr from "ipaddr.js"
 import * as Dns from "node:dns/promises"
 import * as Http from "node:http"
 import * as Https from "node:https"
 import * as Net from "node:net"
 import { AppConfig } from "../Config.ts"
+import * as Traced from "../Platform/Traced.ts"
 
 /**
  * The guard against server-side request forgery for outbound webhooks. A URL
@@ -233,7 +239,9 @@ export interface Answer {
  * POSTs `body` to `url`, connecting to `address` (already checked) rather than
  * resolving the host again. Redirects are not followed. At most `maxBody`
  * bytes of the answer are read, then the connection is dropped. Fails with a
- * message on a connection error or when `timeout` passes.
+ * message on a connection error or when `timeout` passes. While spans are
+ * exported the POST is a client span of its own (see `traced`) and carries
+ * its W3C `traceparent`, as every other outgoing request does.
  */
 export const post = (options: {
   readonly url: URL
@@ -245,7 +253,8 @@ export const post = (options: {
 }): Effect.Effect<Answer, string> => {
   const { url } = options
   const timeoutMs = Duration.toMillis(options.timeout)
-  const attempt = Effect.callback<Answer, string>((resume) => {
+  const noAnswer = `No answer within ${timeoutMs} ms (WEBHOOK_TIMEOUT)`
+  const send = (headers: Readonly<Record<string, string>>) => Effect.callback<Answer, string>((resume) => {
     const host = hostOf(url)
     const transport = url.protocol === "https:" ? Https : Http
     let settled = false
@@ -261,7 +270,7 @@ export const post = (options: {
       method: "POST",
       // The name the certificate must match, not the address connected to.
       ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
-      headers: { ...options.headers, host: url.host, "content-length": String(Buffer.byteLength(options.body)) },
+      headers: { ...headers, host: url.host, "content-length": String(Buffer.byteLength(options.body)) },
       agent: false
     }, (response) => {
       const chunks: Array<Buffer> = []
@@ -288,11 +297,73 @@ export const post = (options: {
     )
     request.end(options.body)
     return Effect.sync(() => request.destroy())
-  })
-  return attempt.pipe(
+  }).pipe(
     Effect.timeoutOrElse({
       duration: options.timeout,
-      orElse: () => Effect.fail(`No answer within ${timeoutMs} ms (WEBHOOK_TIMEOUT)`)
+      orElse: () => Effect.fail(noAnswer)
     })
   )
+  return Effect.suspend(() =>
+    Traced.isExporting() ? traced({ url, address: options.address, noAnswer }, options.headers, send) : send(options.headers)
+  )
 }
+
+/**
+ * The URL as a span may show it: every query value replaced by `REDACTED`
+ * (receivers put tokens there), as OpenTelemetry's HTTP conventions ask of
+ * `url.full`. Webhook URLs carry no user name or password (parseUrl).
+ */
+export const spanUrl = (url: URL): string => {
+  if (url.search === "") return url.href
+  const shown = new URL(url.href)
+  const params = new URLSearchParams()
+  for (const name of url.searchParams.keys()) params.append(name, "REDACTED")
+  shown.search = params.toString()
+  return shown.href
+}
+
+/**
+ * The POST as an OpenTelemetry HTTP client span, `POST`, under the current
+ * span (the delivery attempt's), with the W3C `traceparent` (and `b3`)
+ * headers of that span on the request. A status of 400 or more, no answer
+ * in time or a failed connection makes it a failed span with `error.type`.
+ */
+const traced = (
+  { address, noAnswer, url }: { readonly url: URL; readonly address: string; readonly noAnswer: string },
+  headers: Readonly<Record<string, string>>,
+  send: (headers: Readonly<Record<string, string>>) => Effect.Effect<Answer, string>
+): Effect.Effect<Answer, string> =>
+  Effect.flatMap(
+    Effect.makeSpan("POST", {
+      kind: "client",
+      attributes: {
+        "http.request.method": "POST",
+        "url.full": spanUrl(url),
+        "url.scheme": url.protocol.slice(0, -1),
+        "server.address": hostOf(url),
+        "server.port": defaultPort(url),
+        "network.peer.address": address
+      }
+    }),
+    (span) => {
+      const end = (exit: Exit.Exit<unknown, unknown>) =>
+        Effect.flatMap(Clock.currentTimeNanos, (now) => Effect.sync(() => span.end(now, exit)))
+      return send({ ...headers, ...HttpTraceContext.toHeaders(span) }).pipe(
+        Effect.onExit((exit) => {
+          if (exit._tag === "Failure") {
+            const error = Cause.findErrorOption(exit.cause)
+            span.attribute(
+              "error.type",
+              Option.isNone(error) ? "cancelled" : error.value === noAnswer ? "timeout" : "connection"
+            )
+            return end(exit)
+          }
+          const status = exit.value.status
+          span.attribute("http.response.status_code", status)
+          if (status < 400) return end(exit)
+          span.attribute("error.type", String(status))
+          return end(Exit.fail(`HTTP ${status}`))
+        })
+      )
+    }
+  )

@@ -19,6 +19,8 @@ export interface EndpointRow {
 export interface DeliveryRow {
   readonly id: string
   readonly tenantId: string
+  readonly ownerKind: string
+  readonly ownerId: string
   readonly endpointId: string
   readonly type: string
   readonly body: string
@@ -45,6 +47,16 @@ export interface AttemptRow {
   readonly error: string | null
   readonly durationMs: number
   readonly response: string | null
+}
+
+/** An endpoint's stored secrets, as the re-seal of the v1 format reads them. */
+export interface SealedSecretsRow {
+  readonly id: string
+  readonly tenantId: string
+  readonly ownerKind: string
+  readonly ownerId: string
+  readonly secret: string
+  readonly previousSecret: string | null
 }
 
 /** Where a walk through the events due for pruning has got to. */
@@ -132,7 +144,7 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
         RETURNING id`.pipe(Effect.map((rows) => rows[0]?.id ?? null))
 
     const forDelivery = (eventId: string) =>
-      sql<DeliveryRow>`SELECT e.id, e.tenant_id, e.endpoint_id, e.type, e.body, e.status, e.redelivery,
+      sql<DeliveryRow>`SELECT e.id, e.tenant_id, w.owner_kind, w.owner_id, e.endpoint_id, e.type, e.body, e.status, e.redelivery,
                w.url, w.enabled, w.disabled_reason, w.secret,
                CASE WHEN w.previous_expires_at > now() THEN w.previous_secret END AS previous_secret
         FROM webhook_events e JOIN webhook_endpoints w ON w.id = e.endpoint_id
@@ -312,7 +324,33 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
         WHERE e.id IN ${sql.in(eventIds)} AND e.status <> 'pending'
           AND NOT EXISTS (SELECT 1 FROM webhook_redeliveries d WHERE d.event_id = e.id)`.pipe(Effect.asVoid)
 
+    /** Whether every stored secret has been re-sealed in the v2 format (and v1 is refused). */
+    const secretsUpgraded = sql<{ done: boolean }>`
+      SELECT EXISTS (SELECT 1 FROM webhook_secret_upgrades WHERE version = 'v2') AS done`.pipe(
+      Effect.map((rows) => rows[0]?.done === true)
+    )
+
+    /** Up to `limit` endpoints after `after` (by id) holding a v1 value. */
+    const legacySecrets = (after: string, limit: number) =>
+      sql<SealedSecretsRow>`SELECT id, tenant_id, owner_kind, owner_id, secret, previous_secret FROM webhook_endpoints
+        WHERE id > ${after} AND (secret LIKE 'v1.%' OR previous_secret LIKE 'v1.%')
+        ORDER BY id LIMIT ${limit}`
+
+    /** Writes re-sealed secrets into the row if it still holds what was read; whether it did. */
+    const resealSecrets = (read: SealedSecretsRow, sealed: { readonly secret: string; readonly previousSecret: string | null }) =>
+      sql<{ id: string }>`UPDATE webhook_endpoints SET secret = ${sealed.secret}, previous_secret = ${sealed.previousSecret}
+        WHERE id = ${read.id} AND secret = ${read.secret} AND previous_secret IS NOT DISTINCT FROM ${read.previousSecret}
+        RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
+
+    const markSecretsUpgraded = sql`INSERT INTO webhook_secret_upgrades (version) VALUES ('v2') ON CONFLICT DO NOTHING`.pipe(
+      Effect.asVoid
+    )
+
     return {
+      secretsUpgraded,
+      legacySecrets,
+      resealSecrets,
+      markSecretsUpgraded,
       unpruned,
       storedRedeliveries,
       forgetRedeliveries,

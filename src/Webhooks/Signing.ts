@@ -4,10 +4,13 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import { AppConfig } from "../Config.ts"
+import * as Traced from "../Platform/Traced.ts"
+import { WebhooksRepo } from "./Repo.ts"
 
 /**
  * Standard Webhooks signing (symmetric scheme): the secret is `whsec_` + the
@@ -25,48 +28,157 @@ export const sign = (secret: string, id: string, timestamp: number, body: string
 export const newEventId = (): string => `msg_${Crypto.randomBytes(18).toString("base64url")}`
 
 /**
+ * Whose secret a sealed value is: the tenant and the owner (a team's room or
+ * an orchestration) of the one endpoint row that holds it. Sealed values are
+ * bound to it, so a value copied into another row does not open there.
+ */
+export interface SecretOwner {
+  readonly tenantId: string
+  readonly kind: string
+  readonly id: string
+}
+
+// The additional data of a v2 value: a JSON array, so no two owners give the same bytes.
+const aadOf = (owner: SecretOwner) =>
+  Buffer.from(JSON.stringify(["agent-host/webhook-secret", owner.tenantId, owner.kind, owner.id]), "utf8")
+
+const sealWith = (key: Buffer, version: "v2", secret: string, aad: Buffer): string => {
+  const iv = Crypto.randomBytes(12)
+  const cipher = Crypto.createCipheriv("aes-256-gcm", key, iv)
+  cipher.setAAD(aad)
+  const sealed = Buffer.concat([cipher.update(secret, "utf8"), cipher.final()])
+  return [version, iv.toString("base64"), cipher.getAuthTag().toString("base64"), sealed.toString("base64")].join(".")
+}
+
+const openWith = (key: Buffer, sealed: string, version: "v1" | "v2", aad: Buffer | undefined): string | undefined => {
+  const [found, iv, tag, data, extra] = sealed.split(".")
+  if (found !== version || iv === undefined || tag === undefined || data === undefined || extra !== undefined) return undefined
+  try {
+    const decipher = Crypto.createDecipheriv("aes-256-gcm", key, Buffer.from(iv, "base64"))
+    if (aad !== undefined) decipher.setAAD(aad)
+    decipher.setAuthTag(Buffer.from(tag, "base64"))
+    return Buffer.concat([decipher.update(Buffer.from(data, "base64")), decipher.final()]).toString("utf8")
+  } catch {
+    return undefined
+  }
+}
+
+/** A stored value in the format before v2 (sealed without its owner). */
+export const isLegacy = (sealed: string | null): sealed is string => sealed !== null && sealed.startsWith("v1.")
+
+/**
  * Encrypts signing secrets at rest (AES-256-GCM) with WEBHOOK_SECRET_KEY, or,
  * when that is unset (one node only: Config.ts refuses several without it), a
  * key generated once and kept in a file beside the embedded database's data.
- * A stored secret is `v1.<iv>.<tag>.<ciphertext>`.
+ * A stored secret is `v2.<iv>.<tag>.<ciphertext>`, sealed with its owner
+ * (`SecretOwner`) as additional data.
+ *
+ * Values of the earlier format (`v1`, no additional data) are re-sealed as v2
+ * by a pass each node starts in the background (`resealLegacy`); the pass that
+ * finds none left records it (`webhook_secret_upgrades`), and from then on v1
+ * is refused: a v1 value copied into a row later does not open. Until this
+ * node's pass has finished, v1 still opens, so deliveries go on meanwhile.
  */
 export class SecretBox extends Context.Service<SecretBox, {
-  readonly seal: (secret: string) => string
-  /** The secret, or undefined when it cannot be opened (the key changed). */
-  readonly open: (sealed: string) => string | undefined
+  readonly seal: (secret: string, owner: SecretOwner) => string
+  /**
+   * The secret, or undefined when it cannot be opened: the key changed, it
+   * was sealed for another owner, or it is a v1 value once v1 is refused.
+   */
+  readonly open: (sealed: string, owner: SecretOwner) => string | undefined
 }>()("agent-host/Webhooks/SecretBox") {
   static readonly layer = Layer.effect(
     SecretBox,
     Effect.gen(function*() {
       const config = yield* AppConfig
+      const repo = yield* WebhooksRepo
       const key = Option.isSome(config.webhookSecretKey)
         ? Buffer.from(Redacted.value(config.webhookSecretKey.value).trim(), "base64")
         : yield* keyFile(Option.match(config.embeddedPostgresDataDir, {
           onNone: () => Path.resolve(".data", "webhook-secret.key"),
           onSome: (dir) => Path.join(Path.dirname(dir), "webhook-secret.key")
         }))
+      // v1 opens only while the re-seal has not finished: false once the
+      // record says it has (or this node's pass finished).
+      let legacyOpens = !(yield* repo.secretsUpgraded.pipe(Effect.retry(startRetry), Effect.orDie))
+      const seal = (secret: string, owner: SecretOwner) => sealWith(key, "v2", secret, aadOf(owner))
+      if (legacyOpens) {
+        yield* resealLegacy(repo, (sealed, owner) => {
+          const secret = openWith(key, sealed, "v1", undefined)
+          return secret === undefined ? undefined : seal(secret, owner)
+        }).pipe(
+          Effect.tap(() => Effect.sync(() => { legacyOpens = false })),
+          Effect.tapError((error) => Effect.logWarning("Re-sealing webhook signing secrets failed; trying again", error)),
+          Effect.retry(Schedule.spaced("10 seconds")),
+          Effect.forkScoped
+        )
+      }
       return SecretBox.of({
-        seal: (secret) => {
-          const iv = Crypto.randomBytes(12)
-          const cipher = Crypto.createCipheriv("aes-256-gcm", key, iv)
-          const sealed = Buffer.concat([cipher.update(secret, "utf8"), cipher.final()])
-          return ["v1", iv.toString("base64"), cipher.getAuthTag().toString("base64"), sealed.toString("base64")].join(".")
-        },
-        open: (sealed) => {
-          const [version, iv, tag, data] = sealed.split(".")
-          if (version !== "v1" || iv === undefined || tag === undefined || data === undefined) return undefined
-          try {
-            const decipher = Crypto.createDecipheriv("aes-256-gcm", key, Buffer.from(iv, "base64"))
-            decipher.setAuthTag(Buffer.from(tag, "base64"))
-            return Buffer.concat([decipher.update(Buffer.from(data, "base64")), decipher.final()]).toString("utf8")
-          } catch {
-            return undefined
-          }
-        }
+        seal,
+        open: (sealed, owner) =>
+          sealed.startsWith("v2.")
+            ? openWith(key, sealed, "v2", aadOf(owner))
+            : legacyOpens
+            ? openWith(key, sealed, "v1", undefined)
+            : undefined
       })
     })
-  )
+  ).pipe(Layer.provide(WebhooksRepo.layer))
 }
+
+// Reading the record at start: a database that is briefly out is waited for.
+const startRetry = { schedule: Schedule.exponential("200 millis"), times: 6 }
+
+const resealBatch = 100
+
+/**
+ * Re-seals every v1 value (a row's secret and previous secret) as v2, `resealBatch`
+ * rows at a time, each row written only if it still holds what was read: a
+ * rotation or another node's pass meanwhile leaves it, and the walk is made
+ * again until one meets no such row. Values the key cannot open are left as
+ * they are (they could not sign anyway). Then the upgrade is recorded.
+ * Idempotent, and safe on several nodes at once.
+ */
+const resealLegacy = (
+  repo: WebhooksRepo["Service"],
+  reseal: (sealed: string, owner: SecretOwner) => string | undefined
+) =>
+  Effect.gen(function*() {
+    let resealed = 0
+    let unreadable = 0
+    for (let round = 1;; round++) {
+      // Rows that keep changing under the pass: it fails, and is started again later.
+      if (round > 5) return yield* Effect.fail(new Error("Webhook endpoints kept changing while their secrets were re-sealed"))
+      let after = ""
+      let changedMeanwhile = 0
+      while (true) {
+        const rows = yield* repo.legacySecrets(after, resealBatch)
+        for (const row of rows) {
+          const owner = { tenantId: row.tenantId, kind: row.ownerKind, id: row.ownerId }
+          const secret = isLegacy(row.secret) ? reseal(row.secret, owner) ?? row.secret : row.secret
+          const previous = isLegacy(row.previousSecret)
+            ? reseal(row.previousSecret, owner) ?? row.previousSecret
+            : row.previousSecret
+          unreadable += (isLegacy(secret) ? 1 : 0) + (isLegacy(previous) ? 1 : 0)
+          if (secret === row.secret && previous === row.previousSecret) continue
+          const written = yield* repo.resealSecrets(row, { secret, previousSecret: previous })
+          if (written) resealed++
+          else changedMeanwhile++
+        }
+        if (rows.length < resealBatch) break
+        after = rows[rows.length - 1]!.id
+      }
+      if (changedMeanwhile === 0) break
+      unreadable = 0
+    }
+    yield* repo.markSecretsUpgraded
+    if (resealed > 0 || unreadable > 0) {
+      yield* Effect.logInfo(
+        `Re-sealed ${resealed} webhook endpoints' signing secrets bound to their owners` +
+          (unreadable === 0 ? "" : `; ${unreadable} stored secrets could not be opened with this key and stay unreadable`)
+      )
+    }
+  }).pipe(Traced.withSpan("SecretBox.resealLegacy"))
 
 /** The key file exists but cannot be used: the start stops rather than replace it. */
 export class SecretKeyFileError extends Data.TaggedError("SecretKeyFileError")<{ readonly message: string }> {}

@@ -8,7 +8,6 @@ import * as Schedule from "effect/Schedule"
 import * as Singleton from "effect/cluster/Singleton"
 import * as HttpEffect from "effect/http/HttpEffect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as SqlClient from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import { Limits } from "../Billing/Limits.ts"
@@ -163,7 +162,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
           owner,
           url,
           enabled: change.enabled ?? true,
-          secret: box.seal(secret)
+          secret: box.seal(secret, { tenantId, ...owner })
         }))
         // Another request set it at the same moment: this one changes it, with the secret already made.
         if (Option.isSome(inserted)) return { state: stateOf(inserted.value), signingSecret: secret }
@@ -186,7 +185,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
 
     const rotateSecret: WebhooksShape["rotateSecret"] = Traced.fn("Webhooks.rotateSecret")(function*(tenantId, owner) {
       const secret = newSecret()
-      const expires = yield* repo.rotate(tenantId, owner, box.seal(secret), Duration.toMillis(config.webhookRotationOverlap))
+      const expires = yield* repo.rotate(tenantId, owner, box.seal(secret, { tenantId, ...owner }), Duration.toMillis(config.webhookRotationOverlap))
       if (Option.isNone(expires)) return yield* new Conflict({ detail: "There is no webhook URL to sign for" })
       return { signingSecret: secret, previousSecretExpiresAt: expires.value }
     })
@@ -306,8 +305,7 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         const ids = yield* repo.unstarted(500)
         yield* Effect.forEach(ids, (eventId) => Effect.ignore(startDelivery(eventId)), { discard: true, concurrency: 10 })
       })
-      const sql = yield* SqlClient.SqlClient
-      const entityType = `Workflow/${DeliveryWorkflow._tag}`
+      const tables = yield* ClusterStorage.ClusterTables
       const batchSize = 200
 
       /**
@@ -319,12 +317,12 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
       const pruneEvents = (eventIds: ReadonlyArray<string>) =>
         Effect.gen(function*() {
           const firsts = yield* Effect.forEach(eventIds, (eventId) => DeliveryWorkflow.executionId({ eventId, redelivery: 0 }))
-          yield* ClusterStorage.deleteEntityMessages(sql, entityType, firsts)
+          yield* tables.deleteMessages(DeliveryWorkflow, firsts)
           while (true) {
             const stored = yield* repo.storedRedeliveries(eventIds, maxIdsPerStatement)
             if (stored.length === 0) break
             const entityIds = stored.map((row) => row.entityId)
-            yield* ClusterStorage.deleteEntityMessages(sql, entityType, entityIds)
+            yield* tables.deleteMessages(DeliveryWorkflow, entityIds)
             // Rows that could not be forgotten would be read again: stop.
             if ((yield* repo.forgetRedeliveries(eventIds, entityIds)) === 0) break
           }

@@ -146,13 +146,14 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
 })
 
 layer(TestServer.layer({ cookieSecure: true }), { excludeTestServices: true })("behind HTTPS", (it) => {
-  it.effect("COOKIE_SECURE marks the session cookie Secure", () =>
+  it.effect("COOKIE_SECURE names the session cookie __Host-session and marks it Secure", () =>
     Effect.gen(function*() {
       const account = yield* TestServer.signUp()
       const client = yield* TestClient
       const login = yield* client.request("POST", "/api/auth/login", {
         body: { email: account.email, password: account.password }
       })
+      assert.match(login.headers.get("set-cookie") ?? "", /^__Host-session=st_/)
       assert.match(login.headers.get("set-cookie") ?? "", /;\s*Secure/i)
     }))
 })

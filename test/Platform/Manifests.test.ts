@@ -197,7 +197,8 @@ const renderedEnv = (secret: Record<string, string>): Record<string, string> => 
 // What the Secret holds in a working deployment (envFrom gives the pod all of it).
 const secretValues = {
   DATABASE_URL: "postgres://user:password@db.example:5432/agent_host",
-  WEBHOOK_SECRET_KEY: "dGVzdC1vbmx5LXdlYmhvb2stc2VjcmV0LWtleS0zMmI="
+  WEBHOOK_SECRET_KEY: "dGVzdC1vbmx5LXdlYmhvb2stc2VjcmV0LWtleS0zMmI=",
+  RUNNER_SECRET: "dGVzdC1vbmx5LXJ1bm5lci1zZWNyZXQta2V5LTMyYnk="
 }
 
 const podSettings = (): AppSettings => {
@@ -260,6 +261,19 @@ describe("the Kubernetes manifests", () => {
     assert.containsAllKeys(example.stringData, ["DATABASE_URL", "WEBHOOK_SECRET_KEY"])
     const withPlaceholder = Effect.runSync(Effect.result(
       settingsConfig.parse(ConfigProvider.fromEnv({ env: { WEBHOOK_SECRET_KEY: example.stringData.WEBHOOK_SECRET_KEY } }))
+    ))
+    assert.isTrue(Result.isFailure(withPlaceholder))
+  })
+
+  it("RUNNER_SECRET comes from the Secret and is required; the example's placeholder is refused", () => {
+    const secretName = container.envFrom.find((source: Node) => source.secretRef !== undefined).secretRef.name
+    const runnerSecret = envNamed("RUNNER_SECRET")
+    assert.deepStrictEqual(runnerSecret?.valueFrom, { secretKeyRef: { name: secretName, key: "RUNNER_SECRET" } })
+    assert.isTrue(Option.isSome(podSettings().runnerCredential))
+    const example = read("secret.example.yaml")
+    assert.containsAllKeys(example.stringData, ["RUNNER_SECRET"])
+    const withPlaceholder = Effect.runSync(Effect.result(
+      settingsConfig.parse(ConfigProvider.fromEnv({ env: { RUNNER_SECRET: example.stringData.RUNNER_SECRET } }))
     ))
     assert.isTrue(Result.isFailure(withPlaceholder))
   })
@@ -339,6 +353,7 @@ describe("the Compose file", () => {
     assert.include(published, "3000")
     assert.notInclude(published, "34431")
     assert.match(compose, /^  WEBHOOK_SECRET_KEY: \S+$/m)
+    assert.match(compose, /^  RUNNER_SECRET: \S+$/m)
     assert.match(compose, /^  METRICS_TOKEN: &metrics-token \S+$/m)
     const collector = Fs.readFileSync(Path.join(import.meta.dirname, "../../infra/otel-collector.yaml"), "utf8")
     assert.match(collector, /credentials: \$\{env:METRICS_TOKEN\}/)

@@ -81,6 +81,7 @@ describe("OpenTelemetry traces across nodes", () => {
       const server = spans.find((span) => span.kind === SERVER && span.resource["service.instance.id"] === a.runnerAddress)!
       assert.isDefined(server)
       assert.strictEqual(server.parentSpanId, chosen.callerSpanId)
+      assert.strictEqual(server.name, "POST /api/v1/orchestrations/:id/execute")
       assert.strictEqual(server.attributes["http.route"], "/api/v1/orchestrations/:id/execute")
       assert.strictEqual(server.attributes["http.response.status_code"], 202)
       assert.strictEqual(server.attributes["tenant.id"], setup.tenantId)
@@ -98,12 +99,17 @@ describe("OpenTelemetry traces across nodes", () => {
         )
       }
 
+      // The run's span on B is found by the id the API returned.
+      const run = spans.find((span) => span.name === "ExecutionWorkflow.run")
+      assert.strictEqual(run?.attributes["execution.id"], chosen.executionId)
+      assert.strictEqual(run?.resource["service.instance.id"], b.runnerAddress)
+
       // The model call ran on B, as a client span with the gen_ai attributes.
       const model = spans.find(isModelCall)!
       assert.strictEqual(model.resource["service.instance.id"], b.runnerAddress)
       assert.strictEqual(model.kind, CLIENT)
-      assert.strictEqual(model.name, "chat openai/gpt-4o-mini")
-      assert.strictEqual(model.attributes["gen_ai.system"], "openai")
+      assert.strictEqual(model.name, "chat gpt-4o-mini")
+      assert.strictEqual(model.attributes["gen_ai.provider.name"], "openai")
       assert.strictEqual(model.attributes["gen_ai.operation.name"], "chat")
       assert.strictEqual(model.attributes["gen_ai.request.model"], "gpt-4o-mini")
       assert.isAbove(model.attributes["gen_ai.usage.input_tokens"] as number, 0)

@@ -83,7 +83,8 @@ describe("the key of webhook secrets at rest", () => {
       const service = yield* spawnService({
         DATABASE_URL: databaseUrl,
         EMBEDDED_POSTGRES_DATA_DIR: NodePath.join(dir, "pg"),
-        RUNNER_ADDRESS: `127.0.0.1:${yield* freePort}`
+        RUNNER_ADDRESS: `127.0.0.1:${yield* freePort}`,
+        RUNNER_SECRET: Crypto.randomBytes(32).toString("base64")
       })
       const code = yield* exitCode(service)
 
@@ -97,8 +98,9 @@ describe("the key of webhook secrets at rest", () => {
   it("settings: several nodes need WEBHOOK_SECRET_KEY; one node does not", () => {
     const parse = (env: Record<string, string>) => Effect.runSync(Effect.result(settingsConfig.parse(ConfigProvider.fromEnv({ env }))))
     const key = Crypto.randomBytes(32).toString("base64")
-    assert.isTrue(Result.isFailure(parse({ RUNNER_ADDRESS: "10.0.0.1:34431" })))
-    assert.isTrue(Result.isSuccess(parse({ RUNNER_ADDRESS: "10.0.0.1:34431", WEBHOOK_SECRET_KEY: key })))
+    const runnerSecret = Crypto.randomBytes(32).toString("base64")
+    assert.isTrue(Result.isFailure(parse({ RUNNER_ADDRESS: "10.0.0.1:34431", RUNNER_SECRET: runnerSecret })))
+    assert.isTrue(Result.isSuccess(parse({ RUNNER_ADDRESS: "10.0.0.1:34431", RUNNER_SECRET: runnerSecret, WEBHOOK_SECRET_KEY: key })))
     assert.isTrue(Result.isSuccess(parse({})))
   })
 })

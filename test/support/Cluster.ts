@@ -15,11 +15,18 @@ export interface ClusterNode extends ServiceProcess {
 export const startNodes = (count: number, env: Record<string, string>) =>
   Effect.gen(function*() {
     const nodes: Array<ClusterNode> = []
-    // Several nodes refuse to start without one shared key for webhook secrets.
+    // Several nodes refuse to start without one shared key for webhook secrets
+    // and one credential for the runner port.
     const webhookSecretKey = Crypto.randomBytes(32).toString("base64")
+    const runnerSecret = Crypto.randomBytes(32).toString("base64")
     for (let i = 0; i < count; i++) {
       const runnerAddress = `127.0.0.1:${yield* freePort}`
-      const service = yield* spawnService({ WEBHOOK_SECRET_KEY: webhookSecretKey, ...env, RUNNER_ADDRESS: runnerAddress })
+      const service = yield* spawnService({
+        WEBHOOK_SECRET_KEY: webhookSecretKey,
+        RUNNER_SECRET: runnerSecret,
+        ...env,
+        RUNNER_ADDRESS: runnerAddress
+      })
       nodes.push({ ...service, runnerAddress })
     }
     yield* Effect.forEach(nodes, (node) => waitReady(node), { concurrency: "unbounded" })

@@ -11,6 +11,8 @@ export interface ReceivedSpan {
   readonly kind: number
   readonly attributes: Record<string, unknown>
   readonly resource: Record<string, unknown>
+  /** OTLP status code: 0 unset, 1 ok, 2 error. */
+  readonly status: number
 }
 
 export interface FakeOtlp {
@@ -66,7 +68,8 @@ export const FakeOtlp = {
                       name: span.name,
                       kind: span.kind,
                       attributes: attributesOf(span.attributes),
-                      resource
+                      resource,
+                      status: Number(span.status?.code ?? 0)
                     })
                   }
                 }

@@ -50,7 +50,8 @@ export const ApiCall = ({ title = "The same with the API", call }: {
       <CopyButton text={text} label="Copy the command" />
       {(call.credential ?? "session") === "session" && (
         <p className="hint">
-          <code>$SESSION_TOKEN</code> is the <code>token</code> of <code>POST /api/auth/login</code>.
+          <code>$SESSION_TOKEN</code> is the <code>token</code> that <code>POST /api/auth/login</code> returns to API
+          clients such as curl; this page keeps its session only in an HttpOnly cookie.
         </p>
       )}
     </details>

@@ -22,6 +22,8 @@ import tenantQuotas from "./0020_tenant_quotas.ts"
 import webhookRedelivery from "./0021_webhook_redelivery.ts"
 import runSlots from "./0022_run_slots.ts"
 import eventStreamSlots from "./0023_event_stream_slots.ts"
+import emailNormalized from "./0024_email_normalized.ts"
+import webhookSecretUpgrades from "./0025_webhook_secret_upgrades.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -47,5 +49,7 @@ export const migrations = Migrator.fromRecord({
   "0020_tenant_quotas": tenantQuotas,
   "0021_webhook_redelivery": webhookRedelivery,
   "0022_run_slots": runSlots,
-  "0023_event_stream_slots": eventStreamSlots
+  "0023_event_stream_slots": eventStreamSlots,
+  "0024_email_normalized": emailNormalized,
+  "0025_webhook_secret_upgrades": webhookSecretUpgrades
 })

@@ -19,6 +19,7 @@ import {
   RechunkRateLimited,
   UnsupportedMediaType
 } from "../Domain/Problems.ts"
+import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as DurableRuns from "../Platform/DurableRuns.ts"
 import { defaultPageSize } from "../Agents/Api.ts"
 import { type ChunkingInput, type CreateKnowledge, type Document, isChunkKey, type KnowledgeBase, type UpdateKnowledge } from "./Api.ts"
@@ -83,6 +84,7 @@ export interface UploadFile {
 export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledge", {
   make: Effect.gen(function*() {
     const repo = yield* KnowledgeRepo
+    const tables = yield* ClusterStorage.ClusterTables
     const sandbox = yield* ExtractionSandbox
     const config = yield* AppConfig
     const engine = yield* WorkflowEngine.WorkflowEngine
@@ -305,7 +307,6 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
 
     // --- sweeps --------------------------------------------------------------
 
-    const entityType = `Workflow/${IngestionWorkflow._tag}`
     const sweeps: DurableRuns.Sweeps = {
       unfinished: repo.processing,
       notStarted: repo.processingSince,
@@ -321,7 +322,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       prune: (ids) =>
         Effect.flatMap(
           Effect.forEach(ids, (documentId) => IngestionWorkflow.executionId({ documentId })),
-          (entityIds) => repo.pruneMessages(ids, entityType, entityIds)
+          (entityIds) => Effect.orDie(tables.pruneMessages(IngestionWorkflow, entityIds, repo.markPruned(ids)))
         )
     }
 

@@ -529,13 +529,13 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       sql<{ id: string }>`SELECT id FROM knowledge_documents
         WHERE NOT messages_pruned AND status <> 'processing' AND updated_at < now() - make_interval(secs => ${seconds})
         ORDER BY updated_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
-    const pruneMessages = (documentIds: ReadonlyArray<string>, entityType: string, entityIds: ReadonlyArray<string>) =>
-      Effect.gen(function*() {
-        yield* sql`DELETE FROM cluster_replies WHERE request_id IN (
-                     SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
-        yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
-        yield* sql`UPDATE knowledge_documents SET messages_pruned = true WHERE id IN ${sql.in(documentIds)}`
-      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("KnowledgeRepo.pruneMessages"))
+    // In the transaction that deletes their ingestions' stored messages (ClusterTables.pruneMessages).
+    const markPruned = (documentIds: ReadonlyArray<string>) =>
+      sql`UPDATE knowledge_documents SET messages_pruned = true WHERE id IN ${sql.in(documentIds)}`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Traced.withSpan("KnowledgeRepo.markPruned")
+      )
 
     return {
       listBases,
@@ -564,7 +564,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       processingSince,
       failStuck,
       unpruned,
-      pruneMessages
+      markPruned
     } as const
   })
 }) {

@@ -10,6 +10,7 @@ import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
+import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as DurableRuns from "../Platform/DurableRuns.ts"
 import { EventStreams } from "../Platform/EventStreams.ts"
 import { Metrics } from "../Platform/Observability.ts"
@@ -67,7 +68,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const budget = yield* TokenBudget
     const streams = yield* EventStreams
     const sharding = yield* Sharding.Sharding
-    const localStart = DurableRuns.localStart(sharding, ExecutionWorkflow)
+    const tables = yield* ClusterStorage.ClusterTables
+    const localStart = tables.startMessage(ExecutionWorkflow)
     const runSlots = yield* RunSlots
     const signals = yield* RunSignals
 
@@ -303,7 +305,6 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
 
     // The cluster's stored messages of executions finished over
     // EXECUTION_MESSAGES_RETENTION ago are deleted by the sweeps.
-    const entityType = `Workflow/${ExecutionWorkflow._tag}`
     const sweeps = (reap: Effect.Effect<void>): DurableRuns.Sweeps => ({
       unfinished: repo.unfinished,
       // Runs waiting for a slot have started their workflows: not to be nudged.
@@ -316,7 +317,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       prune: (ids) =>
         Effect.flatMap(
           Effect.forEach(ids, (executionId) => ExecutionWorkflow.executionId({ executionId })),
-          (entityIds) => repo.pruneMessages(ids, entityType, entityIds)
+          (entityIds) => Effect.orDie(tables.pruneMessages(ExecutionWorkflow, entityIds, repo.markPruned(ids)))
         )
     })
 

@@ -1,17 +1,10 @@
 import * as Cause from "effect/Cause"
-import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Schedule from "effect/Schedule"
-import * as ClusterSchema from "effect/cluster/ClusterSchema"
-import * as EntityId from "effect/cluster/EntityId"
-import type * as Sharding from "effect/cluster/Sharding"
 import * as Singleton from "effect/cluster/Singleton"
-import * as Schema from "effect/Schema"
-import type * as Workflow from "effect/workflow/Workflow"
-import { requestRow } from "./ClusterStorage.ts"
 import { Metrics } from "./Observability.ts"
 
 // The machinery every durable run shares (executions, team runs): a run is a
@@ -21,48 +14,6 @@ import { Metrics } from "./Observability.ts"
 // behind once finished.
 
 const startTakenWithin = Duration.minutes(1)
-
-/**
- * The start request of a workflow whose shard this node holds, as the row of
- * `cluster_messages` the cluster's client would have stored for it (effect's
- * `envelopeToRow`), for the run's own insert to store with the run's row in
- * one statement. `undefined` when another node holds the shard (or none
- * does yet): the cluster's client then stores the request and tells that
- * node, as before. Once the row is committed, `sharding.pollStorage` has
- * this node read it, as the client's local send does.
- */
-export const localStart = <W extends Workflow.Any>(sharding: Sharding.Sharding["Service"], workflow: W) => {
-  const entityType = `Workflow/${workflow._tag}`
-  const shardGroup = Context.get(workflow.annotations, ClusterSchema.ShardGroup)
-  const encode = Schema.encodeSync(Schema.toCodecJson(workflow.payloadSchema) as unknown as Schema.Codec<unknown, unknown>)
-  return (payload: W["payloadSchema"]["Type"]): Effect.Effect<Record<string, unknown> | undefined> =>
-    Effect.gen(function*() {
-      const entityId = EntityId.make(yield* workflow.executionId(payload))
-      const shardId = sharding.getShardId(entityId, shardGroup(entityId))
-      if (!sharding.hasShardId(shardId)) return undefined
-      const requestId = String(yield* sharding.getSnowflake)
-      // The span the client would open for the request: the run continues its trace.
-      const span = yield* Effect.useSpan(`${entityType}.client.run`, {
-        kind: "client",
-        attributes: { "rpc.system.name": "effect_rpc", "rpc.method": "run" }
-      }, Effect.succeed)
-      return requestRow({
-        envelope: {
-          _tag: "Request",
-          requestId,
-          address: { shardId, entityType, entityId },
-          tag: "run",
-          payload: encode(payload),
-          headers: {},
-          traceId: span.traceId,
-          spanId: span.spanId,
-          sampled: span.sampled
-        },
-        primaryKey: `${entityType}/${entityId}/run/`,
-        deliverAt: null
-      })
-    })
-}
 
 /**
  * Stores a run with `insert` and, when the row is new, starts its workflow on
@@ -79,7 +30,7 @@ export const localStart = <W extends Workflow.Any>(sharding: Sharding.Sharding["
 export const startStored = <C extends { readonly id: string; readonly fresh: boolean; readonly started?: boolean }, E, R, N>(options: {
   readonly insert: Effect.Effect<C, E, R>
   readonly start: (id: string) => Effect.Effect<void, unknown>
-  /** Has this node read the start requests stored with their rows (`started`, localStart). */
+  /** Has this node read the start requests stored with their rows (`started`, ClusterTables.startMessage). */
   readonly poll?: Effect.Effect<void> | undefined
   readonly timeout: Duration.Input
   readonly notStarted: (id: string) => N

@@ -10,6 +10,7 @@ import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { isId, newId, TenantId } from "../Domain/Ids.ts"
 import { Member, RunStatus, type StopReason, TeamMode, TeamRun, TeamStatus, TranscriptEntry, TurnTaking } from "./Api.ts"
+import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 const teamColumns =
@@ -91,8 +92,8 @@ interface NewRun {
   readonly snapshot: RunSnapshot
   readonly idempotencyKey: string | null
   readonly requestHash: string | null
-  /** The workflow's start request (DurableRuns.localStart), stored with the row when given. */
-  readonly startRequest?: Record<string, unknown> | undefined
+  /** The workflow's start request (ClusterTables.startMessage), stored with the row when given. */
+  readonly startRequest?: ClusterStorage.StartMessage | undefined
 }
 
 const decodeRuns = Schema.decodeUnknownEffect(Schema.Array(TeamRun))
@@ -188,14 +189,16 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
     /**
      * Stores a new run, or finds the one its idempotency key already names.
      * A run without a key whose workflow this node runs is stored with its
-     * workflow's start request (DurableRuns.localStart), in one statement:
+     * workflow's start request (ClusterTables.startMessage), in one statement:
      * `started` tells it went with the row.
      */
     const insertRun = (input: NewRun): Effect.Effect<Claimed & { readonly started?: boolean }> =>
       (input.startRequest !== undefined && input.idempotencyKey === null
-        ? sql`WITH stored AS (${insertRunValues(input)} RETURNING ${sql.literal(claimedColumns)}, true AS fresh),
-                   started AS (INSERT INTO cluster_messages ${sql.insert(input.startRequest)})
-              SELECT * FROM stored`.pipe(
+        ? ClusterStorage.storedWithStarts(
+          sql,
+          sql`${insertRunValues(input)} RETURNING ${sql.literal(claimedColumns)}, true AS fresh`,
+          [input.startRequest]
+        ).pipe(
             Effect.flatMap((rows) => decodeClaimed(rows[0])),
             Effect.map((claimed) => ({ ...claimed, started: true }))
           )
@@ -401,14 +404,13 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
           AND completed_at < now() - make_interval(secs => ${seconds})
         ORDER BY completed_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
 
-    /** Deletes the cluster's stored messages of these finished runs' workflows and marks the runs pruned, in one transaction. */
-    const pruneMessages = (runIds: ReadonlyArray<string>, entityType: string, entityIds: ReadonlyArray<string>) =>
-      Effect.gen(function*() {
-        yield* sql`DELETE FROM cluster_replies WHERE request_id IN (
-                     SELECT id FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
-        yield* sql`DELETE FROM cluster_messages WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)}`
-        yield* sql`UPDATE team_runs SET messages_pruned = true WHERE id IN ${sql.in(runIds)}`
-      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("TeamsRepo.pruneMessages"))
+    /** Marks these finished runs pruned, in the transaction that deletes their workflows' stored messages (ClusterTables.pruneMessages). */
+    const markPruned = (runIds: ReadonlyArray<string>) =>
+      sql`UPDATE team_runs SET messages_pruned = true WHERE id IN ${sql.in(runIds)}`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Traced.withSpan("TeamsRepo.markPruned")
+      )
 
     return {
       list,
@@ -452,7 +454,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       unfinishedOf,
       notStarted,
       unpruned,
-      pruneMessages,
+      markPruned,
       /** Runs `effect` in one transaction (a final status with its webhook event). */
       withTransaction: sql.withTransaction
     } as const

@@ -13,6 +13,7 @@ import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { Conflict, invalidField, NotFound } from "../Domain/Problems.ts"
+import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as DurableRuns from "../Platform/DurableRuns.ts"
 import { EventStreams } from "../Platform/EventStreams.ts"
 import { RunSignals } from "../Platform/RunSignals.ts"
@@ -55,7 +56,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const budget = yield* TokenBudget
     const streams = yield* EventStreams
     const sharding = yield* Sharding.Sharding
-    const localStart = DurableRuns.localStart(sharding, TeamRunWorkflow)
+    const tables = yield* ClusterStorage.ClusterTables
+    const localStart = tables.startMessage(TeamRunWorkflow)
     const runSlots = yield* RunSlots
     const signals = yield* RunSignals
     // What finishing a run needs (its read model and the room's webhook outbox).
@@ -244,7 +246,6 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       })
     })
 
-    const entityType = `Workflow/${TeamRunWorkflow._tag}`
     const sweeps: DurableRuns.Sweeps = {
       unfinished: repo.unfinished,
       // Runs waiting for a slot have started their workflows: not to be nudged.
@@ -273,7 +274,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       prune: (ids) =>
         Effect.flatMap(
           Effect.forEach(ids, (runId) => TeamRunWorkflow.executionId({ runId })),
-          (entityIds) => repo.pruneMessages(ids, entityType, entityIds)
+          (entityIds) => Effect.orDie(tables.pruneMessages(TeamRunWorkflow, entityIds, repo.markPruned(ids)))
         )
     }
 

@@ -1,7 +1,8 @@
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import { assert, describe, it } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
-import { Deferred, Duration, Effect, Fiber, Layer, Option, Redacted } from "effect"
+import { Context, Deferred, Duration, Effect, Fiber, Layer, Option, Redacted } from "effect"
+import { TestClock } from "effect/testing"
 import {
   MessageStorage,
   Runner,
@@ -13,7 +14,6 @@ import {
   SqlRunnerStorage
 } from "effect/cluster"
 import { SqlClient } from "effect/sql"
-import * as Sql from "../../src/Database/Sql.ts"
 import * as ClusterStorage from "../../src/Platform/ClusterStorage.ts"
 import { TestDatabaseUrl, waitFor } from "../support/TestServer.ts"
 
@@ -327,6 +327,93 @@ describe("cluster storage", () => {
       yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:10'`
     }).pipe(Effect.provide(StorageLayer)))
 
+  it.live("a read whose interrupt prefetch fails still gives what it claimed; the starts' lookups go to the database", () =>
+    Effect.gen(function*() {
+      const client = yield* SqlClient.SqlClient
+      const sql = client.withoutTransforms()
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:11'`
+      yield* sql`
+        INSERT INTO cluster_messages (id, message_id, shard_id, entity_type, entity_id, kind, tag, payload, headers, request_id)
+        VALUES ('11001', 'Workflow/Execution/run-c/run/', 'default:11', 'Workflow/Execution', 'run-c', 0, 'run', '{}', '{}', '11001')
+      `
+      // The prefetch's statement fails for real: its client's database has no cluster tables.
+      const broken = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(yield* TestDatabaseUrl) })), SqlClient.SqlClient)
+      const base = yield* SqlMessageStorage.makeEncoded()
+      const asked: Array<string> = []
+      const counted: MessageStorage.Encoded = {
+        ...base,
+        requestIdForPrimaryKey: (primaryKey) => {
+          asked.push(primaryKey)
+          return base.requestIdForPrimaryKey(primaryKey)
+        }
+      }
+      const storage = ClusterStorage.prefetchStartLookups(counted, broken)
+      const keyC = ClusterStorage.interruptKey("Workflow/Execution", "run-c")
+
+      const read = yield* storage.unprocessedMessages(["default:11"], Date.now())
+      assert.deepStrictEqual(read.map((message) => message.envelope._tag === "Request" ? message.envelope.tag : ""), ["run"])
+      assert.deepStrictEqual(yield* storage.requestIdForPrimaryKey(keyC), Option.none())
+      assert.deepStrictEqual(asked, [keyC], "answered by the database")
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:11'`
+    }).pipe(Effect.provide([StorageLayer, NodeCrypto.layerDigest])))
+
+  it.live("an interrupt saved after its workflow's start was read is seen by the start's lookup: at once when saved here, once read when saved elsewhere", () =>
+    Effect.gen(function*() {
+      const client = yield* SqlClient.SqlClient
+      const sql = client.withoutTransforms()
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:12'`
+      const insert = (id: number, messageId: string, entityId: string, tag: string, payload: unknown = {}) =>
+        sql`
+          INSERT INTO cluster_messages (id, message_id, shard_id, entity_type, entity_id, kind, tag, payload, headers, request_id)
+          VALUES (${String(id)}, ${messageId}, 'default:12', 'Workflow/Execution', ${entityId}, 0, ${tag}, ${JSON.stringify(payload)}, '{}', ${String(id)})
+        `
+      yield* insert(12001, "Workflow/Execution/run-d/run/", "run-d", "run")
+      yield* insert(12002, "Workflow/Execution/run-e/run/", "run-e", "run")
+      const storage = ClusterStorage.prefetchStartLookups(yield* SqlMessageStorage.makeEncoded(), client)
+      const keyD = ClusterStorage.interruptKey("Workflow/Execution", "run-d")
+      const keyE = ClusterStorage.interruptKey("Workflow/Execution", "run-e")
+      assert.strictEqual((yield* storage.unprocessedMessages(["default:12"], Date.now())).length, 2)
+
+      // This node interrupts run-d (the engine's deferredDone saves the signal under its key).
+      const saved = yield* storage.saveEnvelope({
+        envelope: {
+          _tag: "Request",
+          requestId: "12003",
+          address: { shardId: { group: "default", id: 12 }, entityType: "Workflow/Execution", entityId: "run-d" },
+          tag: "deferred",
+          payload: { name: "Workflow/InterruptSignal", exit: { _tag: "Success", value: null } },
+          headers: {}
+        },
+        primaryKey: keyD,
+        deliverAt: null
+      })
+      assert.strictEqual(saved._tag, "Success")
+      assert.deepStrictEqual(Option.map(yield* storage.requestIdForPrimaryKey(keyD), String), Option.some("12003"))
+
+      // Another node interrupts run-e: this node learns of it by reading the signal.
+      yield* insert(12004, keyE, "run-e", "deferred", { name: "Workflow/InterruptSignal", exit: { _tag: "Success", value: null } })
+      const signals = yield* storage.unprocessedMessages(["default:12"], Date.now())
+      assert.deepStrictEqual(signals.map((message) => message.envelope._tag === "Request" ? message.envelope.requestId : "").sort(), ["12003", "12004"])
+      assert.deepStrictEqual(Option.map(yield* storage.requestIdForPrimaryKey(keyE), String), Option.some("12004"))
+      yield* sql`DELETE FROM cluster_messages WHERE shard_id = 'default:12'`
+    }).pipe(Effect.provide([StorageLayer, NodeCrypto.layerDigest])))
+
+  it.live("a coalesced lock confirmation returns under a test clock", () =>
+    Effect.gen(function*() {
+      const base = yield* RunnerStorage.RunnerStorage
+      yield* base.register(Runner.make({ address, groups: ["default"], weight: 1 }), true)
+      assert.strictEqual((yield* base.acquire(address, shards.slice(0, 2))).length, 2)
+      const storage = yield* ClusterStorage.coalesceRefreshes(base)
+      // Bounded on the wall clock: the test clock never moves by itself.
+      const wallClockBound = Effect.callback<never, Error>((resume) => {
+        const timer = setTimeout(() => resume(Effect.fail(new Error("the refresh did not return within 5 s"))), 5_000)
+        return Effect.sync(() => clearTimeout(timer))
+      })
+      const held = yield* Effect.raceFirst(storage.refresh(address, [shards[0]!]).pipe(Effect.provide(TestClock.layer())), wallClockBound)
+      assert.deepStrictEqual(held, [shards[0]])
+      yield* base.releaseAll(address)
+    }).pipe(Effect.provide(StorageLayer)))
+
   it.live("the index of waiting messages takes the place of effect's shard index, and stays when effect starts again; shard statistics are short", () =>
     Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
@@ -345,11 +432,11 @@ describe("cluster storage", () => {
       yield* sql`CREATE INDEX IF NOT EXISTS cluster_messages_unprocessed_idx ON cluster_messages (rowid) WHERE NOT processed`
       const before = yield* indexes
       assert.match(before.get("cluster_messages_shard_idx")!, /\(shard_id, processed, last_read, deliver_at\)$/)
-      assert.isFalse(Sql.isWaitingIndex(before.get("cluster_messages_shard_idx")))
+      assert.isFalse(ClusterStorage.isWaitingIndex(before.get("cluster_messages_shard_idx")))
 
-      yield* Sql.indexClusterMessages
+      yield* ClusterStorage.indexClusterMessages
       const after = yield* indexes
-      assert.isTrue(Sql.isWaitingIndex(after.get("cluster_messages_shard_idx")), after.get("cluster_messages_shard_idx"))
+      assert.isTrue(ClusterStorage.isWaitingIndex(after.get("cluster_messages_shard_idx")), after.get("cluster_messages_shard_idx"))
       assert.isFalse(after.has("cluster_messages_unprocessed_idx"))
       assert.isFalse(after.has("cluster_messages_waiting_idx"))
       assert.match(after.get("cluster_messages_entity_idx")!, /\(entity_id\)$/)
@@ -360,15 +447,15 @@ describe("cluster storage", () => {
 
       // effect makes its index at each start only if none of that name exists.
       yield* SqlMessageStorage.makeEncoded()
-      yield* Sql.indexClusterMessages
+      yield* ClusterStorage.indexClusterMessages
       assert.deepStrictEqual(yield* indexes, after)
 
       // A start cut short after the build, before the swap, is finished by the next.
       yield* sql`DROP INDEX cluster_messages_shard_idx`
       yield* SqlMessageStorage.makeEncoded()
       yield* sql`CREATE INDEX cluster_messages_waiting_idx ON cluster_messages (shard_id, rowid) WHERE NOT processed`
-      assert.isFalse(Sql.isWaitingIndex((yield* indexes).get("cluster_messages_shard_idx")))
-      yield* Sql.indexClusterMessages
+      assert.isFalse(ClusterStorage.isWaitingIndex((yield* indexes).get("cluster_messages_shard_idx")))
+      yield* ClusterStorage.indexClusterMessages
       assert.deepStrictEqual(yield* indexes, after)
 
       // The poll of waiting messages still finds them by shard.

@@ -5,7 +5,7 @@ import { SqlClient } from "effect/sql"
 import { newId, TenantId } from "../../src/Domain/Ids.ts"
 import { ExecutionWorkflow } from "../../src/Orchestrations/ExecutionWorkflow.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/Repo.ts"
-import * as DurableRuns from "../../src/Platform/DurableRuns.ts"
+import * as ClusterStorage from "../../src/Platform/ClusterStorage.ts"
 import * as ClusterStarts from "../support/ClusterStarts.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -18,7 +18,7 @@ const unkeyed = (
   input: string,
   variables: Record<string, string> = {},
   id: string = newId(),
-  startRequest?: Record<string, unknown>
+  startRequest?: ClusterStorage.StartMessage
 ) =>
   Effect.flatMap(ExecutionsRepo, (repo) =>
     repo.insert({
@@ -106,7 +106,7 @@ describe("executions accepted and begun together", () => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const sharding = yield* Sharding.Sharding
-        const localStart = DurableRuns.localStart(sharding, ExecutionWorkflow)
+        const localStart = ClusterStorage.startMessage(sharding, ExecutionWorkflow)
         const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
         // This single node holds every shard once it has taken their locks.
         const startFor = (id: string) =>
@@ -143,7 +143,7 @@ describe("executions accepted and begun together", () => {
         const taken = starts.get(ids[0]!)!
         const mixedIds = [newId(), newId(), newId()]
         const mixedStarts = yield* Effect.forEach(mixedIds, (id, i) =>
-          Effect.map(startFor(id), (start) => i === 1 ? { ...start, message_id: taken.message_id } : start))
+          Effect.map(startFor(id), (start) => i === 1 ? { row: { ...start.row, message_id: taken.message_id } } : start))
         // Submitted in one tick, the three go in one batch.
         const mixed = yield* Effect.forEach(
           mixedIds,

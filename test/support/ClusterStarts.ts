@@ -8,7 +8,7 @@ import { TestClient } from "./TestServer.ts"
 
 // The start requests of durable runs (executions, team runs) as the cluster
 // stores them in `cluster_messages`: those stored with their runs' rows
-// (DurableRuns.localStart) are compared with those the cluster's client
+// (ClusterStorage.startMessage) are compared with those the cluster's client
 // stores.
 
 /** Waits until this single node holds every shard (bounded). */

@@ -19,6 +19,12 @@ import * as Traced from "../Platform/Traced.ts"
  * directly so that every failure is a tagged error with the server's own words,
  * a server orphaned by a killed parent is adopted instead of fought, and the
  * service can run as root (PostgreSQL refuses to, so it runs as `osUser`).
+ *
+ * Beside PostgreSQL's own files the data directory holds three of ours: the
+ * superuser's password, the port chosen when none was configured, and the
+ * owner record (which process started or adopted the running server), from
+ * which a later start tells a server left behind by a killed run from one
+ * whose starter still runs.
  */
 export class EmbeddedPostgresError extends Data.TaggedError("EmbeddedPostgresError")<{
   readonly message: string
@@ -33,8 +39,15 @@ export interface EmbeddedOptions {
   readonly dataDir?: string | undefined
   /** The directory the default data directory is derived from; the working directory by default. */
   readonly projectDir?: string | undefined
-  /** TCP port on 127.0.0.1. */
-  readonly port: number
+  /**
+   * TCP port on 127.0.0.1, as configured: a port held by another program stops the start.
+   * Absent: the port remembered in the data directory, else {@link defaultPort}; when
+   * that one is taken (say, by another checkout's embedded server), a free port is
+   * chosen and remembered, so the next start uses it again.
+   */
+  readonly port?: number | undefined
+  /** The port tried first when `port` is absent and none is remembered; {@link defaultPort} by default. */
+  readonly preferredPort?: number | undefined
   /** OS user that runs PostgreSQL when this process runs as root; created if missing. */
   readonly osUser: string
   /** Sink for the server's output; by default it goes to `<dataDir>.log`. */
@@ -50,8 +63,15 @@ export interface EmbeddedServer {
   readonly dataDir: string
 }
 
+/** The port tried first when none is configured (EMBEDDED_POSTGRES_PORT). */
+export const defaultPort = 54329
+
 const superuser = "postgres"
 const passwordFileName = "embedded-password"
+/** The port chosen when none was configured, so every start of this data directory uses the same. */
+export const portFileName = "embedded-port"
+/** Who started (or adopted) the running server: see {@link OwnerRecord}. */
+export const ownerFileName = "embedded-owner"
 const readyTimeout = Duration.seconds(30)
 const initdbTimeout = Duration.minutes(2)
 const stopTimeout = Duration.seconds(20)
@@ -599,19 +619,73 @@ const adoptRunning = (dataDir: string) =>
     }
   })
 
-const ensurePortFree = (port: number) =>
-  Effect.callback<void, EmbeddedPostgresError>((resume) => {
+/** Whether nothing listens on `port` on 127.0.0.1; the error when something does, or it cannot be bound. */
+const tryListen = (port: number) =>
+  Effect.callback<unknown>((resume) => {
     const server = Net.createServer()
-    server.once("error", (cause) =>
-      resume(fail(
-        errnoCode(cause) === "EADDRINUSE"
-          ? `Port ${port} on 127.0.0.1 is already in use, so the embedded PostgreSQL cannot start. ` +
-            `Set EMBEDDED_POSTGRES_PORT to a free port, or DATABASE_URL to use an existing PostgreSQL server.`
-          : `Cannot listen on port ${port} on 127.0.0.1 (${describe(cause)}), so the embedded PostgreSQL cannot start. ` +
-            `Set EMBEDDED_POSTGRES_PORT to another port, or DATABASE_URL to use an existing PostgreSQL server.`,
-        cause
-      )))
-    server.listen({ host: "127.0.0.1", port, exclusive: true }, () => server.close(() => resume(Effect.void)))
+    server.once("error", (cause) => resume(Effect.succeed(cause)))
+    server.listen({ host: "127.0.0.1", port, exclusive: true }, () => server.close(() => resume(Effect.succeed(undefined))))
+  })
+
+/** A configured port must be free: it is never swapped for another behind the user's back. */
+const ensurePortFree = (port: number) =>
+  Effect.gen(function*() {
+    const cause = yield* tryListen(port)
+    if (cause === undefined) return
+    return yield* fail(
+      errnoCode(cause) === "EADDRINUSE"
+        ? `Port ${port} on 127.0.0.1 (EMBEDDED_POSTGRES_PORT) is already in use, so the embedded PostgreSQL cannot start. ` +
+          `Set EMBEDDED_POSTGRES_PORT to a free port, unset it to let a free port be chosen, ` +
+          `or set DATABASE_URL to use an existing PostgreSQL server.`
+        : `Cannot listen on port ${port} on 127.0.0.1 (EMBEDDED_POSTGRES_PORT: ${describe(cause)}), so the embedded PostgreSQL cannot start. ` +
+          `Set EMBEDDED_POSTGRES_PORT to another port, or DATABASE_URL to use an existing PostgreSQL server.`,
+      cause
+    )
+  })
+
+const isPort = (port: number) => Number.isInteger(port) && port > 0 && port < 65536
+
+const readRememberedPort = (dataDir: string) =>
+  Effect.map(readOptional(Path.join(dataDir, portFileName)), (text) => {
+    const port = Number(text?.trim())
+    return text !== undefined && isPort(port) ? port : undefined
+  })
+
+const rememberPort = (dataDir: string, port: number) =>
+  io(`Could not write ${Path.join(dataDir, portFileName)}`, () =>
+    Fs.writeFile(Path.join(dataDir, portFileName), `${port}\n`, { mode: 0o644 }))
+
+const anyFreePort = Effect.callback<number, EmbeddedPostgresError>((resume) => {
+  const server = Net.createServer()
+  server.once("error", (cause) => resume(fail(`Could not find a free port on 127.0.0.1: ${describe(cause)}`, cause)))
+  server.listen({ host: "127.0.0.1", port: 0, exclusive: true }, () => {
+    const address = server.address()
+    server.close(() => resume(Effect.succeed(typeof address === "object" && address !== null ? address.port : 0)))
+  })
+})
+
+/**
+ * The port when none is configured: the one remembered for this data directory, else
+ * `preferred`. When that is taken, the first free port above `preferred` (a stable
+ * neighbour is easier to recognise than a random one), else any free port.
+ */
+const choosePort = (dataDir: string, preferred: number) =>
+  Effect.gen(function*() {
+    const remembered = yield* readRememberedPort(dataDir)
+    const wanted = remembered ?? preferred
+    if ((yield* tryListen(wanted)) === undefined) return wanted
+    let chosen: number | undefined
+    for (let port = preferred + 1; port <= Math.min(preferred + 100, 65535) && chosen === undefined; port++) {
+      if (port !== wanted && (yield* tryListen(port)) === undefined) chosen = port
+    }
+    if (chosen === undefined) chosen = yield* anyFreePort
+    yield* Effect.logInfo(
+      `Port ${wanted} on 127.0.0.1${
+        remembered === undefined ? "" : ` (remembered in ${Path.join(dataDir, portFileName)})`
+      } is in use by another program, so the embedded PostgreSQL uses port ${chosen} and keeps using it for this data directory. ` +
+        `EMBEDDED_POSTGRES_PORT sets a port explicitly.`
+    )
+    return chosen
   })
 
 // --- the server process ---------------------------------------------------
@@ -764,14 +838,87 @@ const stop = (server: ServerProcess) =>
     yield* waitForExit(server, Duration.seconds(5))
   })
 
-/** Whether a server's starter is gone: it was re-parented to init. Linux only; elsewhere it is never assumed. */
-const isOrphan = (pid: number) =>
+// --- the owner record -----------------------------------------------------
+
+/**
+ * Which process answers for the running server: the service that started it, or
+ * that adopted it after its starter was killed. A process is named by its pid and
+ * its start time, so a pid later reused by another process is not taken for it.
+ * Whether the server's parent is init (pid 1) says nothing: orphans go to the
+ * nearest subreaper (a systemd user session, tini, a process supervisor) instead.
+ */
+export interface OwnerRecord {
+  /** The postmaster the record is about. */
+  readonly postmaster: number
+  readonly pid: number
+  /** Undefined where a start time cannot be read; the pid alone then has to do. */
+  readonly started?: string | undefined
+}
+
+/**
+ * When a process started: on Linux field 22 of /proc/<pid>/stat (clock ticks since
+ * boot), elsewhere what `ps` says. Undefined when the process is gone or it cannot be told.
+ */
+export const processStart = (pid: number): Effect.Effect<string | undefined> =>
+  process.platform === "linux"
+    ? Effect.promise(async () => {
+      const stat = await Fs.readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined)
+      // Fields after the parenthesised command name (which may hold spaces) start at field 3.
+      return stat === undefined ? undefined : stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]
+    })
+    : exec("ps", ["-o", "lstart=", "-p", String(pid)]).pipe(
+      Effect.map((result) => succeeded(result) && result.output.trim() !== "" ? result.output.trim() : undefined),
+      Effect.catch(() => Effect.succeed(undefined))
+    )
+
+const ownerFile = (dataDir: string) => Path.join(dataDir, ownerFileName)
+
+const readOwner = (dataDir: string) =>
+  Effect.map(readOptional(ownerFile(dataDir)), (text): OwnerRecord | undefined => {
+    if (text === undefined) return undefined
+    try {
+      const record = JSON.parse(text)
+      return Number.isInteger(record?.postmaster) && Number.isInteger(record?.pid)
+        ? { postmaster: record.postmaster, pid: record.pid, started: typeof record.started === "string" ? record.started : undefined }
+        : undefined
+    } catch {
+      return undefined
+    }
+  })
+
+/** Records this process as the owner of `postmaster`; written whole, then renamed, so a crash leaves no half record. */
+const recordOwner = (dataDir: string, postmaster: number) =>
+  Effect.gen(function*() {
+    const record: OwnerRecord = { postmaster, pid: process.pid, started: yield* processStart(process.pid) }
+    const file = ownerFile(dataDir)
+    yield* io(`Could not write ${file}`, async () => {
+      await Fs.writeFile(`${file}.tmp`, `${JSON.stringify(record)}\n`, { mode: 0o644 })
+      await Fs.rename(`${file}.tmp`, file)
+    })
+  })
+
+/**
+ * Whether the server `postmaster` was left behind: no live process answers for it.
+ * A server without a record of its own (started before records were kept, or by
+ * hand) is unclaimed, hence left behind too.
+ */
+const isLeftBehind = (dataDir: string, postmaster: number) =>
+  Effect.gen(function*() {
+    const owner = yield* readOwner(dataDir)
+    if (owner === undefined || owner.postmaster !== postmaster) return true
+    if (owner.pid === process.pid) return false
+    if (!(yield* isRunning(owner.pid))) return true
+    if (owner.started === undefined) return false
+    return (yield* processStart(owner.pid)) !== owner.started
+  })
+
+/** Alive and not a zombie: an owner that exited but was not yet reaped by its parent is gone. */
+const isRunning = (pid: number) =>
   Effect.promise(async () => {
-    if (process.platform !== "linux") return false
+    if (!isAlive(pid)) return false
+    if (process.platform !== "linux") return true
     const stat = await Fs.readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined)
-    // Field 4 (after the parenthesised command name) is the parent pid.
-    const ppid = stat === undefined ? undefined : Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
-    return ppid === 1
+    return stat !== undefined && stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] !== "Z"
   })
 
 /** Stops a server we adopted but did not spawn: fast shutdown, then a kill if it lingers. */
@@ -819,9 +966,9 @@ const launchUntilReady = (
   runAs: RunAs | undefined,
   output: Output,
   attempt = 1
-): Effect.Effect<void, EmbeddedPostgresError, Scope.Scope> =>
+): Effect.Effect<number, EmbeddedPostgresError, Scope.Scope> =>
   launch(binaries, dataDir, port, runAs, output).pipe(
-    Effect.flatMap((server) => waitUntilReady(server, dataDir, port, output)),
+    Effect.flatMap((server) => Effect.as(waitUntilReady(server, dataDir, port, output), server.child.pid!)),
     Effect.catch((error) =>
       attempt < 20 && error.message.includes("pre-existing shared memory block")
         ? Effect.sleep(Duration.millis(500)).pipe(
@@ -845,7 +992,7 @@ export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, 
     const dataDir = options.dataDir === undefined
       ? yield* defaultDataDir(options.projectDir ?? process.cwd(), runAs)
       : Path.resolve(options.dataDir)
-    yield* Effect.annotateCurrentSpan({ dataDir, port: options.port })
+    yield* Effect.annotateCurrentSpan({ dataDir, port: options.port ?? "auto" })
 
     const running = yield* adoptRunning(dataDir)
     if (running !== undefined) {
@@ -858,19 +1005,24 @@ export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, 
         )
       }
       yield* Effect.annotateCurrentSpan({ reused: true })
-      // An orphan (its starter was killed) becomes ours: we stop it when we stop,
-      // as if we had started it. A server whose starter still runs stays its.
-      const orphan = yield* isOrphan(running.pid)
-      if (orphan) yield* Effect.addFinalizer(() => stopAdopted(running.pid))
+      // A server left behind (its owner was killed) becomes ours: we stop it when
+      // we stop, as if we had started it. One whose owner still runs stays its.
+      const leftBehind = yield* isLeftBehind(dataDir, running.pid)
+      if (leftBehind) {
+        yield* recordOwner(dataDir, running.pid)
+        yield* Effect.addFinalizer(() => stopAdopted(running.pid))
+      }
       yield* Effect.logInfo(
         `Adopted the embedded PostgreSQL already running on 127.0.0.1:${running.port} (pid ${running.pid}${
-          orphan ? ", left behind by a killed run" : ""
+          leftBehind ? ", left behind by a killed run" : ", started by a run that is still running"
         }; data in ${dataDir})`
       )
       return { url: makeUrl(password, running.port), port: running.port, reused: true, dataDir } satisfies EmbeddedServer
     }
 
-    yield* ensurePortFree(options.port)
+    const port = options.port === undefined
+      ? yield* choosePort(dataDir, options.preferredPort ?? defaultPort)
+      : yield* Effect.as(ensurePortFree(options.port), options.port)
     const binaries = yield* resolveBinaries(runAs)
     yield* prepareParent(dataDir, runAs)
     const output = options.log ? sinkOutput(options.log) : fileOutput(`${dataDir}.log`)
@@ -879,9 +1031,11 @@ export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, 
     if (state !== "initialised") yield* initialise(dataDir, state, binaries, runAs, output)
     yield* fixOwnership(dataDir, runAs)
     const password = yield* passwordFor(dataDir, binaries, runAs)
+    if (options.port === undefined) yield* rememberPort(dataDir, port)
 
-    yield* launchUntilReady(binaries, dataDir, options.port, runAs, output)
-    yield* Effect.annotateCurrentSpan({ reused: false })
-    yield* Effect.logInfo(`Started the embedded PostgreSQL on 127.0.0.1:${options.port} (data in ${dataDir})`)
-    return { url: makeUrl(password, options.port), port: options.port, reused: false, dataDir } satisfies EmbeddedServer
+    const postmaster = yield* launchUntilReady(binaries, dataDir, port, runAs, output)
+    yield* recordOwner(dataDir, postmaster)
+    yield* Effect.annotateCurrentSpan({ reused: false, port })
+    yield* Effect.logInfo(`Started the embedded PostgreSQL on 127.0.0.1:${port} (data in ${dataDir})`)
+    return { url: makeUrl(password, port), port, reused: false, dataDir } satisfies EmbeddedServer
   })

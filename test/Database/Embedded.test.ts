@@ -85,6 +85,34 @@ const writePidFile = (dataDir: string, pid: number, port: number) =>
 
 const osUser = "postgres"
 
+const readPostmasterPid = (dataDir: string) =>
+  Effect.promise(async () => Number((await Fs.readFile(Path.join(dataDir, "postmaster.pid"), "utf8")).split("\n")[0]))
+
+const readOwner = (dataDir: string) =>
+  Effect.promise(async (): Promise<Embedded.OwnerRecord> =>
+    JSON.parse(await Fs.readFile(Path.join(dataDir, Embedded.ownerFileName), "utf8"))
+  )
+
+const writeOwner = (dataDir: string, record: Embedded.OwnerRecord) =>
+  Effect.promise(() => Fs.writeFile(Path.join(dataDir, Embedded.ownerFileName), JSON.stringify(record)))
+
+const readPortFile = (dataDir: string) =>
+  Effect.promise(() => Fs.readFile(Path.join(dataDir, Embedded.portFileName), "utf8"))
+
+/** Listens on `port` until the returned effect (or the test's end) releases it. */
+const holdPort = (port: number) =>
+  Effect.gen(function*() {
+    const blocker = Net.createServer()
+    const close = Effect.promise(() =>
+      new Promise<void>((resolve) => blocker.listening ? blocker.close(() => resolve()) : resolve())
+    )
+    yield* Effect.acquireRelease(
+      Effect.promise(() => new Promise<void>((resolve) => blocker.listen({ host: "127.0.0.1", port }, resolve))),
+      () => close
+    )
+    return close
+  })
+
 // initdb and server starts are slow when the whole suite runs in parallel on a small machine.
 describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
   it.live("initialises a fresh cluster that answers queries, and stops it when the scope closes", () =>
@@ -152,6 +180,73 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
 
       yield* orphan.close
       expect(yield* isPortFree(port)).toBe(true)
+    }))
+
+  it.live("decides from the owner record whether an adopted server is left behind, not from its parent", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDataDir
+      const port = yield* freePort
+      // Started in this scope, which stays open: the server lives on as if its starter had gone.
+      yield* startIn({ dataDir, port, osUser })
+      const record = yield* readOwner(dataDir)
+      expect(record.pid).toBe(process.pid)
+      expect(record.postmaster).toBe((yield* readPostmasterPid(dataDir)))
+
+      // The owner is another live process, with its own start time: not left behind.
+      const other = ChildProcess.spawn("sleep", ["60"])
+      yield* Effect.addFinalizer(() => Effect.sync(() => other.kill("SIGKILL")))
+      const started = yield* Embedded.processStart(other.pid!)
+      expect(started).toBeDefined()
+      yield* writeOwner(dataDir, { ...record, pid: other.pid!, started })
+      const guest = yield* startIn({ dataDir, port: yield* freePort, osUser })
+      expect(guest.server.reused).toBe(true)
+      yield* guest.close
+      expect(yield* selectOne(guest.server.url)).toBe(1)
+      expect(yield* readOwner(dataDir)).toEqual({ ...record, pid: other.pid!, started })
+
+      // The same pid with another start time is a reused pid: the owner is gone.
+      yield* writeOwner(dataDir, { ...record, pid: other.pid!, started: `${started}0` })
+      const heir = yield* startIn({ dataDir, port: yield* freePort, osUser })
+      expect(heir.server.reused).toBe(true)
+      expect((yield* readOwner(dataDir)).pid).toBe(process.pid)
+      yield* heir.close
+      expect(yield* isPortFree(port)).toBe(true)
+
+      // A dead owner: the next start adopts the server and stops it when it stops.
+      const again = yield* startIn({ dataDir, port, osUser })
+      expect(again.server.reused).toBe(false)
+      yield* writeOwner(dataDir, { ...(yield* readOwner(dataDir)), pid: yield* deadPid })
+      const adopter = yield* startIn({ dataDir, port: yield* freePort, osUser })
+      expect(adopter.server.reused).toBe(true)
+      yield* adopter.close
+      expect(yield* isPortFree(port)).toBe(true)
+    }))
+
+  it.live("with no port configured, moves off a taken preferred port and keeps the chosen one for its data directory", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDataDir
+      const preferred = yield* freePort
+      const release = yield* holdPort(preferred)
+
+      const first = yield* startIn({ dataDir, preferredPort: preferred, osUser })
+      expect(first.server.port).not.toBe(preferred)
+      expect(yield* selectOne(first.server.url)).toBe(1)
+      expect(yield* readPortFile(dataDir)).toBe(`${first.server.port}\n`)
+      yield* first.close
+
+      // The preferred port is free again, but this data directory keeps its port.
+      yield* release
+      const second = yield* startIn({ dataDir, preferredPort: preferred, osUser })
+      expect(second.server.reused).toBe(false)
+      expect(second.server.port).toBe(first.server.port)
+      yield* second.close
+
+      // Once the remembered port is taken, another is chosen and remembered.
+      yield* holdPort(first.server.port)
+      const third = yield* startIn({ dataDir, preferredPort: preferred, osUser })
+      expect(third.server.port).not.toBe(first.server.port)
+      expect(yield* readPortFile(dataDir)).toBe(`${third.server.port}\n`)
+      expect(yield* selectOne(third.server.url)).toBe(1)
     }))
 
   it.live("fails with an EmbeddedPostgresError naming the port when it is taken", () =>

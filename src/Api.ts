@@ -48,6 +48,10 @@ export class Api extends HttpApi.make("agent-host")
       "past the plan's daily requests (`RateLimit-*` and `Retry-After` headers). A resource of another tenant is " +
       "a 404, as if it did not exist.",
     // Relative: the document describes the service that serves it, wherever that is.
-    servers: [{ url: "/", description: "This service" }]
+    servers: [{ url: "/", description: "This service" }],
+    // The project has no public home yet (package.json names no repository or
+    // homepage), so the contact is this deployment's own reference, relative like
+    // `servers`. OpenApi.annotations has no `contact`, hence the transform.
+    transform: (spec) => ({ ...spec, info: { ...spec.info, contact: { name: "Agent Host", url: "/docs" } } })
   }))
 {}

@@ -35,6 +35,43 @@ export type WebhookReceipt = typeof WebhookReceipt.Type
 // bytes; parsing and re-serialising JSON would break it.
 export const StripeEventBody = Schema.Uint8Array.pipe(HttpApiSchema.asUint8Array({ contentType: "application/json" }))
 
+/**
+ * What Stripe sends: an event object. Other fields (object, livemode,
+ * api_version, request...) are allowed and not described. Only the OpenAPI
+ * document uses it (see {@link documentAsEvent}): the handler verifies the
+ * signature over the raw bytes of {@link StripeEventBody} before it parses them.
+ */
+export const StripeEvent = Schema.Struct({
+  id: Schema.String.annotate({ description: "The event's id (`evt_...`); an id received before is not applied again." }),
+  type: Schema.String.annotate({
+    description: "The event type, such as `checkout.session.completed` or `customer.subscription.updated`."
+  }),
+  created: Schema.Int.annotate({ description: "When the event was created, in Unix seconds." }),
+  data: Schema.Struct({
+    object: Schema.Record(Schema.String, Schema.Unknown).annotate({
+      description: "The object the event is about: a Checkout Session or a Subscription for the types applied here."
+    })
+  }).annotate({ description: "The event's payload." })
+}).annotate({ title: "StripeEvent", description: "A Stripe event, exactly as Stripe sends it." })
+
+const stripeEventJsonSchema = Schema.toJsonSchemaDocument(StripeEvent).schema
+
+/**
+ * Declares the request body as the event object it is. A binary payload is
+ * documented as a string, which a validating client or proxy would hold a real
+ * event (a JSON object) against and refuse.
+ */
+const documentAsEvent = (operation: Record<string, any>) => ({
+  ...operation,
+  requestBody: {
+    ...operation.requestBody,
+    content: {
+      ...operation.requestBody?.content,
+      "application/json": { ...operation.requestBody?.content?.["application/json"], schema: stripeEventJsonSchema }
+    }
+  }
+})
+
 /** Stripe's event deliveries. No auth middleware: the signature is the authentication. */
 export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
   .add(
@@ -47,7 +84,7 @@ export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
       payload: StripeEventBody,
       success: WebhookReceipt,
       error: [InvalidWebhook, ServiceUnavailable]
-    }).annotateMerge(operation({
+    }).annotateMerge(OpenApi.annotations({ transform: documentAsEvent })).annotateMerge(operation({
       summary: "Receive a Stripe event",
       description: "Stripe event deliveries (checkout.session.completed, customer.subscription.created/updated/deleted) " +
         "keep the tenant's plan in step with its subscription; other event types are acknowledged and ignored. Each event id is applied at most once.",

@@ -115,4 +115,30 @@ layer(TestServer.layer(), { excludeTestServices: true })("the API reference", (i
         assert.isFalse(blank(scheme.description), `security scheme ${name} has no description`)
       }
     }))
+
+  it.effect("the document names a contact", () =>
+    Effect.gen(function*() {
+      const { document } = yield* openApiDocument
+      assert.deepStrictEqual(document.info.contact, { name: "Agent Host", url: "/docs" })
+    }))
+
+  it.effect("the Stripe webhook's body is declared as the event object Stripe sends, not as a string", () =>
+    Effect.gen(function*() {
+      const { document } = yield* openApiDocument
+      const body = document.paths["/api/webhooks/stripe"].post.requestBody
+      assert.deepStrictEqual(Object.keys(body.content), ["application/json"])
+      const schema = body.content["application/json"].schema
+      assert.strictEqual(schema.type, "object")
+      assert.isUndefined(schema.format)
+      for (const field of ["id", "type", "created", "data"]) {
+        assert.isFalse(blank(schema.properties?.[field]?.description), `${field} is not described`)
+      }
+      assert.includeMembers(schema.required, ["id", "type", "data"])
+      assert.strictEqual(schema.properties.id.type, "string")
+      assert.strictEqual(schema.properties.type.type, "string")
+      assert.strictEqual(schema.properties.data.type, "object")
+      assert.strictEqual(schema.properties.data.properties.object.type, "object")
+      // A real event carries more fields than are described; a validator must not refuse them.
+      assert.notStrictEqual(schema.additionalProperties, false)
+    }))
 })

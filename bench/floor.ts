@@ -1,6 +1,6 @@
 // Floors: what the frameworks under the service cost by themselves, side by
 // side with the service in one run, to show where a request's and a run's
-// time goes (see the README's Benchmarks).
+// time goes (see docs/performance.md).
 //
 //   npm run bench:floor                      embedded PostgreSQL in a temp directory
 //   BENCH_DATABASE_URL=... npm run bench:floor   an existing server (a database is created there)

@@ -12,8 +12,8 @@ import * as NodePath from "node:path"
 
 /**
  * Every setting the service reads, in one place. Defaults make `npm start`
- * work offline with nothing installed; the README's configuration table lists
- * each variable.
+ * work offline with nothing installed; docs/configuration.md lists each
+ * variable (test/Platform/ConfigurationDoc.test.ts keeps the two in step).
  */
 export interface AppSettings {
   /** HTTP port of the API. */

@@ -17,9 +17,8 @@ const plainText = { disallowedSpecial: new Set<string>() }
  * the o200k pre-tokenizer keeps a run of CJK characters, letters, punctuation
  * or whitespace as one piece: 32,000 CJK characters took seconds of blocked
  * event loop. Runs of at least this many UTF-16 units are counted in pieces
- * of this size, which costs at most one token per cut (measured by
- * `npm run bench:tokens`: 0.0% on CJK, 0.2% on letters and punctuation, 2.3%
- * on whitespace); ordinary text, whose runs are words, is counted exactly.
+ * of this size, which costs at most one token per cut (`npm run bench:tokens`
+ * measures the error); ordinary text, whose runs are words, is counted exactly.
  */
 export const maxRunChars = 128
 

@@ -47,10 +47,8 @@ export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.Sh
     // seconds rather than the default minute. A run that has ended is read
     // from the read model, never from its entity, and one that waits (a
     // durable sleep or deferred) is started again by its next message. Under
-    // a burst the node holds fewer finished runs: with the entities' release
-    // counted (16 s after the burst), 2.6 to 3.2 ms of node CPU per one-step
-    // run against 2.7 to 4.3 ms at effect's 10 s, and 181 to 184 MB of RSS
-    // 16 s after the burst against 194 to 244 MB (four A/B pairs).
+    // a burst the node holds fewer finished runs, for less CPU and memory
+    // (docs/performance.md).
     entityMaxIdleTime: Duration.seconds(2),
     entityTerminationTimeout: Duration.min(config.shutdownGrace, Duration.seconds(15))
   }

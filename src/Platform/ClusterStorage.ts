@@ -309,8 +309,7 @@ export const prefetchStartLookups = (
   // Not prepared: a prepared statement is planned for its parameters five
   // times and may then keep a generic plan, chosen while the table was small
   // (a new database): a sequential scan of every message, run again for each
-  // read (about 9 ms per read of 50 starts at 20,000 messages, against 0.2 ms
-  // by the `message_id` index, which a plan for the actual keys uses).
+  // read, where a plan for the actual keys uses the `message_id` index.
   // A read brings up to the cluster's batch size (1,024 by default) of
   // starts: their keys are looked up a chunk at a time.
   const prefetch = (keys: ReadonlyArray<string>) =>
@@ -619,7 +618,7 @@ const deleteChunk = (client: SqlClient.SqlClient, entityType: string, entityIds:
  * - `shard_id` keeps statistics of 10 values rather than PostgreSQL's 100:
  *   effect's poll names every shard of the node (300 on one node) as
  *   literals, and planning it compared each with every common value kept,
- *   as long as the poll itself ran (2.5 against 0.9 ms a poll).
+ *   which took as long as the poll itself.
  * Built without blocking writes by whichever node takes the try-lock; an
  * invalid leftover of a build cut short is rebuilt. Failures are logged: the
  * next start tries again. Without them every poll for unprocessed messages

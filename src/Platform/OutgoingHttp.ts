@@ -6,10 +6,8 @@ import * as HttpClient from "effect/http/HttpClient"
  * The HTTP client for model providers and the trace exporter: effect's
  * client on node:http, with keep-alive agents.
  *
- * - Not on the platform's fetch: a chat through an instant provider at 200
- *   req/s cost about 3.2 ms of CPU with fetch and 2.2 ms on node:http, with
- *   half the p99 latency and some 70 MB less RSS (fetch's WHATWG streams and
- *   request objects, per call).
+ * - Not on the platform's fetch: its WHATWG streams and request objects per
+ *   call cost more CPU, latency and memory (docs/performance.md).
  * - Made with `makeNodeHttp` itself rather than `layerNodeHttp`: that layer
  *   merges the context it was built in into every response, which, built
  *   where our services are, copied a map of every service of the node per

@@ -10,8 +10,7 @@ const algorithms: Record<string, string> = { "SHA-1": "sha1", "SHA-256": "sha256
  * The platform's Web Crypto, whose `subtle.digest` of the usual hashes is
  * computed at once with node:crypto. effect's workflows hash every
  * workflow's and activity's id with `subtle.digest`, which Node runs as a job
- * on its thread pool: a round trip through the pool for 32 bytes, about 4%
- * of the CPU time of accepting an execution. Everything else is the
+ * on its thread pool: a round trip through the pool for 32 bytes, per id. Everything else is the
  * platform's own.
  */
 export const make = (platform: Crypto = NodeCrypto.webcrypto): Crypto => {

@@ -4,7 +4,7 @@ import * as Fs from "node:fs"
 import * as Path from "node:path"
 
 // `npm start` and the image start the node with the same V8 flags (the
-// README's Caches and memory says what each does), and node accepts them:
+// docs/performance.md, "Memory and V8's flags", says what each does), and node accepts them:
 // it refuses to start on a flag it does not know.
 
 const root = Path.resolve(import.meta.dirname, "..", "..")

@@ -1,17 +1,19 @@
 import { useEffect, useRef } from "react"
-import { call } from "./api.ts"
-import { ProblemMessage, useLoad } from "./components.tsx"
+import { AgentsScreen } from "./agents/AgentsScreen.tsx"
+import { AuthScreen } from "./auth/AuthScreen.tsx"
+import { useSession } from "./auth/hooks.ts"
+import { ChatScreen } from "./chat/ChatScreen.tsx"
+import { KeysScreen } from "./keys/KeysScreen.tsx"
+import { KnowledgeScreen } from "./knowledge/KnowledgeScreen.tsx"
+import { OrchestrationsScreen } from "./orchestrations/OrchestrationsScreen.tsx"
+import { OverviewScreen } from "./overview/OverviewScreen.tsx"
 import { Link, navigate, type Route, useRoute } from "./router.tsx"
-import { AgentsScreen } from "./screens/Agents.tsx"
-import { AuthScreen } from "./screens/Auth.tsx"
-import { ChatScreen } from "./screens/Chat.tsx"
-import { KeysScreen } from "./screens/Keys.tsx"
-import { KnowledgeScreen } from "./screens/Knowledge.tsx"
-import { OrchestrationsScreen } from "./screens/Orchestrations.tsx"
-import { OverviewScreen } from "./screens/Overview.tsx"
-import { TeamsScreen } from "./screens/Teams.tsx"
-import { UsageScreen } from "./screens/Usage.tsx"
+import { ProblemMessage } from "./shared/components.tsx"
+import { TeamsScreen } from "./teams/TeamsScreen.tsx"
+import { UsageScreen } from "./usage/UsageScreen.tsx"
 
+// Each feature's folder holds its data hooks (the only code that calls the
+// API) and its screens (layout only); this shell picks a screen by the path.
 const screens: ReadonlyArray<{ readonly path: string; readonly title: string; readonly render: (route: Route) => React.ReactNode }> = [
   { path: "/", title: "Getting started", render: () => <OverviewScreen /> },
   { path: "/keys", title: "API keys", render: () => <KeysScreen /> },
@@ -25,10 +27,7 @@ const screens: ReadonlyArray<{ readonly path: string; readonly title: string; re
 
 export const App = () => {
   const route = useRoute()
-  const me = useLoad(() => call((c) => c.auth.me()).then((account) => account, (error: unknown) => {
-    if (typeof error === "object" && error !== null && "status" in error && error.status === 401) return null
-    throw error
-  }), [])
+  const session = useSession()
   const main = useRef<HTMLElement>(null)
   const screen = screens.find((s) => s.path === route.path)
 
@@ -38,20 +37,14 @@ export const App = () => {
     main.current?.focus()
   }, [route.path])
 
-  if (me.loading && me.data === undefined) return <p className="loading" role="status">Loading…</p>
-  if (me.error !== undefined) return <main id="main"><ProblemMessage problem={me.error} /></main>
-  if (me.data === null || me.data === undefined) {
-    return <AuthScreen mode={route.path === "/register" ? "register" : "login"} onSignedIn={me.reload} />
+  if (session.loading && session.account === undefined) return <p className="loading" role="status">Loading…</p>
+  if (session.error !== undefined) return <main id="main"><ProblemMessage problem={session.error} /></main>
+  if (session.account === null || session.account === undefined) {
+    return <AuthScreen mode={route.path === "/register" ? "register" : "login"} onSignedIn={session.reload} />
   }
   if (route.path === "/login" || route.path === "/register") {
     queueMicrotask(() => navigate("/", { replace: true }))
     return null
-  }
-
-  const logout = async () => {
-    await call((c) => c.auth.logout()).catch(() => undefined)
-    navigate("/login", { replace: true })
-    me.reload()
   }
 
   return (
@@ -68,8 +61,8 @@ export const App = () => {
           </ul>
         </nav>
         <div className="account">
-          <span>{me.data.user.email}</span>
-          <button type="button" className="secondary" onClick={logout}>Log out</button>
+          <span>{session.account.user.email}</span>
+          <button type="button" className="secondary" onClick={session.logout}>Log out</button>
         </div>
       </header>
       <main id="main" ref={main} tabIndex={-1}>

@@ -1,7 +1,7 @@
 import { Cause, Effect, Exit, ManagedRuntime, Schema, SchemaIssue } from "effect"
 import { FetchHttpClient, HttpClient } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
-import { Api } from "../../src/Api.ts"
+import { Api } from "../../../src/Api.ts"
 
 // The dashboard's only way to the service: the typed client of the API
 // declaration (src/Api.ts), so no request or response shape is written twice.
@@ -40,22 +40,24 @@ export class ApiProblem extends Error {
 
 // Every answer of 400 and over becomes an ApiProblem carrying the body as sent,
 // before the client decodes it: the screens show the service's own words.
-const problems = HttpClient.transformResponse((effect) =>
-  Effect.flatMap(effect, (response) =>
+const withProblems = (client: HttpClient.HttpClient) =>
+  HttpClient.transformResponse(client, (effect) =>
+    Effect.flatMap(effect, (response) =>
     response.status < 400
-      ? Effect.succeed(response)
-      : Effect.flatMap(
-        Effect.orElseSucceed(response.json, () => ({})),
-        (body) =>
-          Effect.fail(new ApiProblem(response.status, typeof body === "object" && body !== null ? body as Record<string, unknown> : {}))
-      ) as never)) as (client: HttpClient.HttpClient) => HttpClient.HttpClient
+        ? Effect.succeed(response)
+        : Effect.flatMap(
+          Effect.orElseSucceed(response.json, () => ({})),
+          (body) =>
+            Effect.fail(new ApiProblem(response.status, typeof body === "object" && body !== null ? body as Record<string, unknown> : {}))
+        )))
 
 const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
 const runtime = ManagedRuntime.make(FetchHttpClient.layer)
-const client = runtime.runPromise(HttpApiClient.make(Api, { transformClient: problems }))
+const makeClient = Effect.flatMap(HttpClient.HttpClient, (httpClient) => HttpApiClient.makeWith(Api, { httpClient: withProblems(httpClient) }))
+const client = runtime.runPromise(makeClient)
 
-export type Client = HttpApiClient.ForApi<typeof Api>
+export type Client = Effect.Success<typeof makeClient>
 
 /** Paths of the API's routes, built from the same declaration (for event streams and uploads with progress). */
 export const urls = HttpApiClient.urlBuilder(Api)

@@ -1,34 +1,11 @@
-import { type FormEvent, useState } from "react"
-import { ApiProblem, call } from "../api.ts"
-import { ApiCall, Field, ProblemMessage } from "../components.tsx"
-import { Link, navigate } from "../router.tsx"
+import { Link } from "../router.tsx"
+import { ApiCall, Field, ProblemMessage } from "../shared/components.tsx"
+import { useSignIn } from "./hooks.ts"
 
 /** Log in or register: the two screens a signed-out visitor sees. */
 export const AuthScreen = ({ mode, onSignedIn }: { readonly mode: "login" | "register"; readonly onSignedIn: () => void }) => {
-  const [email, setEmail] = useState("")
-  const [password, setPassword] = useState("")
-  const [problem, setProblem] = useState<unknown>()
-  const [busy, setBusy] = useState(false)
+  const { email, setEmail, password, setPassword, problem, busy, submit, fieldError } = useSignIn(mode, onSignedIn)
   const register = mode === "register"
-  const fieldError = (field: string) => problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
-
-  const submit = async (event: FormEvent) => {
-    event.preventDefault()
-    setBusy(true)
-    setProblem(undefined)
-    try {
-      if (register) await call((c) => c.auth.register({ payload: { email, password } }))
-      // The session is the HttpOnly cookie this sets; the page keeps nothing.
-      await call((c) => c.auth.login({ payload: { email, password } }))
-      onSignedIn()
-      navigate("/", { replace: true })
-    } catch (error) {
-      setProblem(error)
-    } finally {
-      setBusy(false)
-    }
-  }
-
   return (
     <main id="main" className="auth">
       <h1>{register ? "Create your account" : "Log in to Agent Host"}</h1>

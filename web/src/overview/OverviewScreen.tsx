@@ -1,23 +1,9 @@
-import { call } from "../api.ts"
-import { useLoad } from "../components.tsx"
 import { Link } from "../router.tsx"
+import { useProgress } from "./hooks.ts"
 
 /** The first-run checklist, each step read from the account's own data. */
 export const OverviewScreen = () => {
-  const progress = useLoad(async () => {
-    const [keys, agents, executions] = await Promise.all([
-      call((c) => c.keys.list()),
-      call((c) => c.agents.list({ query: { limit: 20 } })),
-      call((c) => c.executions.list({ query: { limit: 1 } }))
-    ])
-    // A chat leaves a conversation with an agent that remembers, and spends model tokens with one that does not.
-    const [conversations, usage] = await Promise.all([
-      Promise.all(agents.data.map((agent) => call((c) => c.agents.conversations({ params: { id: agent.id }, query: { limit: 1 } })))),
-      call((c) => c.billing.usage({ query: { days: 90 } }))
-    ])
-    const chatted = conversations.some((page) => page.total > 0) || usage.days.some((day) => day.tokens > 0)
-    return { keys: keys.total > 0, agents: agents.data.length > 0, chatted, orchestrations: executions.total > 0 }
-  }, [])
+  const progress = useProgress()
   const done = progress.data
   const steps = [
     { key: "keys", done: done?.keys, title: "Make an API key", body: <><Link to="/keys">API keys</Link>: programs call the API with one.</> },

@@ -1,5 +1,6 @@
 import { type ReactNode, useEffect, useId, useRef, useState } from "react"
 import { ApiProblem } from "./api.ts"
+import type { Paged } from "./data.ts"
 
 /** The curl command of an API call, to copy: what the screen just did, done by hand. */
 export const curlOf = (call: {
@@ -128,20 +129,11 @@ export const formatDate = (date: Date | null | undefined, empty = "never") =>
     ? empty
     : date.toLocaleString("en-GB", { dateStyle: "medium", timeStyle: "short", timeZone: "UTC" }) + " UTC"
 
-/** Loads with `load` when `deps` change; `reload` loads again. */
-export const useLoad = <A,>(load: () => Promise<A>, deps: ReadonlyArray<unknown>) => {
-  const [state, setState] = useState<{ data?: A; error?: unknown; loading: boolean }>({ loading: true })
-  const [version, setVersion] = useState(0)
-  useEffect(() => {
-    let live = true
-    setState((previous) => ({ ...previous, loading: true }))
-    load().then(
-      (data) => live && setState({ data, loading: false }),
-      (error: unknown) => live && setState({ error, loading: false })
-    )
-    return () => {
-      live = false
-    }
-  }, [...deps, version])
-  return { ...state, reload: () => setVersion((v) => v + 1) }
-}
+/** Under a list with pages still unread: a button that adds the next page, and how much of the list is shown. */
+export const LoadMore = ({ list, label = "Load more" }: { readonly list: Paged<unknown>; readonly label?: string }) =>
+  !list.hasMore ? null : (
+    <div className="toolbar">
+      <button type="button" className="secondary" onClick={list.loadMore} disabled={list.loadingMore}>{label}</button>
+      <span className="muted" role="status">{list.loadingMore ? "Loading…" : `${list.items?.length ?? 0} of ${list.total ?? 0} shown`}</span>
+    </div>
+  )

@@ -1,27 +1,10 @@
-import { type DragEvent, type FormEvent, useEffect, useRef, useState } from "react"
+import { type DragEvent, useRef, useState } from "react"
+import { DocumentId, KnowledgeId } from "../../../src/Domain/Ids.ts"
 import type { Document } from "../../../src/Knowledge/Api.ts"
-import { ApiProblem, call, urls } from "../api.ts"
-import { ApiCall, Field, formatDate, ProblemMessage, useLoad } from "../components.tsx"
 import { navigate, type Route, withQuery } from "../router.tsx"
-
-/** Sends files as multipart/form-data, reporting the share sent (XMLHttpRequest: fetch reports no upload progress). */
-const upload = (path: string, files: ReadonlyArray<File>, onProgress: (share: number) => void) =>
-  new Promise<Array<Document>>((resolve, reject) => {
-    const form = new FormData()
-    for (const file of files) form.append("files", file, file.name)
-    const request = new XMLHttpRequest()
-    request.open("POST", path)
-    request.responseType = "json"
-    request.upload.onprogress = (event) => event.lengthComputable && onProgress(event.loaded / event.total)
-    request.onload = () => {
-      const body = request.response as Record<string, unknown> | null
-      if (request.status === 201) resolve([body as unknown as Document])
-      else if (request.status === 202) resolve((body as { data: Array<Document> }).data)
-      else reject(new ApiProblem(request.status, body ?? {}))
-    }
-    request.onerror = () => reject(new ApiProblem(0, { title: "No answer", detail: "The upload could not reach the service" }))
-    request.send(form)
-  })
+import { ApiCall, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
+import { queryId } from "../shared/ids.ts"
+import { useKnowledge } from "./hooks.ts"
 
 const DocumentStatus = ({ document }: { readonly document: Document }) => (
   <span className={`status status-${document.status}`} title={document.error?.message}>
@@ -31,71 +14,12 @@ const DocumentStatus = ({ document }: { readonly document: Document }) => (
 
 /** Knowledge: bases, drag-and-drop uploads with progress and status, a chunk preview and a search box, picked in the URL. */
 export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
-  const baseId = route.query.get("base")
-  const documentId = route.query.get("document")
-  const bases = useLoad(() => call((c) => c.knowledge.list({ query: { limit: 100 } })), [])
-  const base = bases.data?.data.find((b) => b.id === baseId)
-  const documents = useLoad(
-    () => baseId ? call((c) => c.knowledge.documents({ params: { id: baseId as never }, query: { limit: 100 } })) : Promise.resolve(undefined),
-    [baseId]
-  )
-  const chunks = useLoad(
-    () => baseId && documentId
-      ? call((c) => c.knowledge.chunks({ params: { id: baseId as never }, query: { documentId: documentId as never, limit: 20 } }))
-      : Promise.resolve(undefined),
-    [baseId, documentId]
-  )
-  const [name, setName] = useState("")
-  const [problem, setProblem] = useState<unknown>()
-  const [progress, setProgress] = useState<number>()
+  const baseId = queryId(route, "base", KnowledgeId)
+  const documentId = queryId(route, "document", DocumentId)
+  const { bases, base, documents, chunks, hits, name, setName, nameError, create, send, progress, problem } = useKnowledge(route, baseId, documentId)
   const [dragging, setDragging] = useState(false)
   const [query, setQuery] = useState(route.query.get("q") ?? "")
-  const hits = useLoad(
-    () => baseId && route.query.get("q")
-      ? call((c) => c.knowledgeSearch.search({ params: { id: baseId }, payload: { query: route.query.get("q")!, topK: 5 } }))
-      : Promise.resolve(undefined),
-    [baseId, route.query.get("q")]
-  )
   const fileInput = useRef<HTMLInputElement>(null)
-
-  // Documents still processing are read again until they are ready or failed.
-  const processing = documents.data?.data.some((d) => d.status === "processing") ?? false
-  useEffect(() => {
-    if (!processing) return
-    const timer = setTimeout(() => {
-      documents.reload()
-      bases.reload()
-    }, 1000)
-    return () => clearTimeout(timer)
-  }, [processing, documents.data])
-
-  const create = async (event: FormEvent) => {
-    event.preventDefault()
-    setProblem(undefined)
-    try {
-      const made = await call((c) => c.knowledge.create({ payload: { name } }))
-      setName("")
-      bases.reload()
-      navigate(withQuery(route, { base: made.id, document: null, q: null }))
-    } catch (error) {
-      setProblem(error)
-    }
-  }
-
-  const send = async (files: ReadonlyArray<File>) => {
-    if (!baseId || files.length === 0) return
-    setProblem(undefined)
-    setProgress(0)
-    try {
-      await upload(urls.knowledge.upload({ params: { id: baseId as never }, query: {} }), files, setProgress)
-    } catch (error) {
-      setProblem(error)
-    } finally {
-      setProgress(undefined)
-      documents.reload()
-      bases.reload()
-    }
-  }
 
   const onDrop = (event: DragEvent) => {
     event.preventDefault()
@@ -110,7 +34,7 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
         <section aria-labelledby="bases-title">
           <h2 id="bases-title">Knowledge bases</h2>
           <ul className="list">
-            {bases.data?.data.map((b) => (
+            {bases.items?.map((b) => (
               <li key={b.id}>
                 <a
                   href={`/app/knowledge?base=${b.id}`}
@@ -125,8 +49,9 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
               </li>
             ))}
           </ul>
+          <LoadMore list={bases} label="Load more bases" />
           <form onSubmit={create} noValidate>
-            <Field label="New base name" error={problem instanceof ApiProblem ? problem.messagesFor("payload.name")[0] : undefined}>
+            <Field label="New base name" error={nameError}>
               {(props) => <input {...props} value={name} onChange={(e) => setName(e.target.value)} />}
             </Field>
             <button type="submit">Create base</button>
@@ -175,13 +100,13 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
               <ApiCall call={{ method: "POST", path: `/api/knowledge/${base.id}/upload`, body: { filename: "notes.txt", content: "..." } }} />
 
               <h3>Documents</h3>
-              {documents.data && documents.data.data.length === 0 && <p>No documents yet.</p>}
-              {documents.data && documents.data.data.length > 0 && (
+              {documents.items && documents.items.length === 0 && <p>No documents yet.</p>}
+              {documents.items && documents.items.length > 0 && (
                 <table data-testid="documents">
                   <caption className="visually-hidden">Documents</caption>
                   <thead><tr><th scope="col">File</th><th scope="col">Status</th><th scope="col">Chunks</th><th scope="col">Tokens</th><th scope="col">Uploaded</th></tr></thead>
                   <tbody>
-                    {documents.data.data.map((d) => (
+                    {documents.items.map((d) => (
                       <tr key={d.id} aria-selected={d.id === documentId}>
                         <th scope="row">
                           <a
@@ -203,12 +128,13 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
                   </tbody>
                 </table>
               )}
+              <LoadMore list={documents} label="Load more documents" />
 
               {documentId && (
                 <>
                   <h3>Chunks</h3>
                   <ol className="chunks" data-testid="chunks">
-                    {chunks.data?.data.map((chunk) => (
+                    {chunks.items?.map((chunk) => (
                       <li key={chunk.id}>
                         <p className="muted">
                           #{chunk.index} · {chunk.tokenCount} tokens · characters {chunk.startOffset}–{chunk.endOffset}
@@ -219,7 +145,7 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
                       </li>
                     ))}
                   </ol>
-                  {chunks.data && chunks.data.total > chunks.data.data.length && <p className="muted">The first {chunks.data.data.length} of {chunks.data.total} chunks.</p>}
+                  <LoadMore list={chunks} label="Load more chunks" />
                 </>
               )}
 

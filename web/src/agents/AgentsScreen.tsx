@@ -1,79 +1,19 @@
-import { type FormEvent, useEffect, useState } from "react"
+import { useState } from "react"
 import type { Agent } from "../../../src/Agents/Api.ts"
-import { ApiProblem, call } from "../api.ts"
-import { ApiCall, Confirm, Field, formatDate, ProblemMessage, useLoad } from "../components.tsx"
+import { AgentId } from "../../../src/Domain/Ids.ts"
 import { navigate, type Route, withQuery } from "../router.tsx"
-
-interface Draft {
-  name: string
-  description: string
-  model: string
-  instructions: string
-  memoryEnabled: boolean
-  status: "active" | "inactive"
-}
-
-const emptyDraft: Draft = { name: "", description: "", model: "local", instructions: "", memoryEnabled: true, status: "active" }
-
-const draftOf = (agent: Agent): Draft => ({
-  name: agent.name,
-  description: agent.description,
-  model: agent.model,
-  instructions: agent.instructions,
-  memoryEnabled: agent.memoryEnabled,
-  status: agent.status
-})
+import { ApiCall, Confirm, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
+import { queryId } from "../shared/ids.ts"
+import { type AgentDraft, useAgents } from "./hooks.ts"
 
 /** Agents: the list (filtered by status in the URL), and the one selected (`?agent=`) to edit, or a new one. */
 export const AgentsScreen = ({ route }: { readonly route: Route }) => {
   const status = route.query.get("status") ?? "all"
-  const selected = route.query.get("agent")
-  const agents = useLoad(() => call((c) => c.agents.list({ query: { limit: 100 } })), [])
-  const [draft, setDraft] = useState<Draft>(emptyDraft)
-  const [problem, setProblem] = useState<unknown>()
-  const [saved, setSaved] = useState("")
+  const selected = queryId(route, "agent", AgentId)
+  const { list, agent, draft, set, save, remove, problem, saved, fieldError } = useAgents(route, selected)
   const [deleting, setDeleting] = useState<Agent>()
-  const agent = agents.data?.data.find((a) => a.id === selected)
-
-  useEffect(() => {
-    setDraft(agent ? draftOf(agent) : emptyDraft)
-    setProblem(undefined)
-  }, [agent?.id, agent?.updatedAt.getTime()])
-
-  const shown = (agents.data?.data ?? []).filter((a) => status === "all" || a.status === status)
-
-  const save = async (event: FormEvent) => {
-    event.preventDefault()
-    setProblem(undefined)
-    setSaved("")
-    try {
-      if (agent) {
-        await call((c) => c.agents.update({ params: { id: agent.id }, payload: draft }))
-        setSaved(`Saved ${draft.name}.`)
-      } else {
-        const made = await call((c) => c.agents.create({ payload: draft }))
-        setSaved(`Created ${made.name}.`)
-        navigate(withQuery(route, { agent: made.id }), { replace: true })
-      }
-      agents.reload()
-    } catch (error) {
-      setProblem(error)
-    }
-  }
-
-  const remove = async (target: Agent) => {
-    setDeleting(undefined)
-    try {
-      await call((c) => c.agents.remove({ params: { id: target.id } }))
-      navigate(withQuery(route, { agent: null }), { replace: true })
-      agents.reload()
-    } catch (error) {
-      setProblem(error)
-    }
-  }
-
-  const fieldError = (field: string) => problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
-  const set = <K extends keyof Draft>(key: K) => (value: Draft[K]) => setDraft((d) => ({ ...d, [key]: value }))
+  // The filter applies to the pages loaded; "Load more" reads on.
+  const shown = (list.items ?? []).filter((a) => status === "all" || a.status === status)
 
   return (
     <>
@@ -90,8 +30,8 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
             </select>
             <button type="button" className="secondary" onClick={() => navigate(withQuery(route, { agent: null }))}>New agent</button>
           </div>
-          {agents.error !== undefined && <ProblemMessage problem={agents.error} />}
-          {agents.data && shown.length === 0 && <p>No agents{status === "all" ? " yet" : ` ${status}`}.</p>}
+          {list.error !== undefined && <ProblemMessage problem={list.error} />}
+          {list.items && shown.length === 0 && !list.hasMore && <p>No agents{status === "all" ? " yet" : ` ${status}`}.</p>}
           <ul className="list">
             {shown.map((a) => (
               <li key={a.id}>
@@ -108,6 +48,7 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
               </li>
             ))}
           </ul>
+          <LoadMore list={list} label="Load more agents" />
           <ApiCall call={{ method: "GET", path: "/api/agents" }} />
         </section>
 
@@ -133,7 +74,7 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
             </label>
             <Field label="Status" error={fieldError("status")}>
               {(props) => (
-                <select {...props} value={draft.status} onChange={(e) => set("status")(e.target.value as Draft["status"])}>
+                <select {...props} value={draft.status} onChange={(e) => set("status")(e.target.value as AgentDraft["status"])}>
                   <option value="active">Active</option>
                   <option value="inactive">Inactive</option>
                 </select>
@@ -160,7 +101,11 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
         title={`Delete “${deleting?.name ?? ""}”?`}
         confirmLabel="Delete agent"
         onCancel={() => setDeleting(undefined)}
-        onConfirm={() => deleting && remove(deleting)}
+        onConfirm={() => {
+          if (deleting === undefined) return
+          setDeleting(undefined)
+          void remove(deleting)
+        }}
       >
         <p>Its conversations go with it. This cannot be undone.</p>
       </Confirm>

@@ -1,8 +1,6 @@
-import { call } from "../api.ts"
-import { ApiCall, formatDate, ProblemMessage, useLoad } from "../components.tsx"
 import { navigate, type Route, withQuery } from "../router.tsx"
-
-const ranges = ["7", "30", "90"] as const
+import { ApiCall, formatDate, ProblemMessage } from "../shared/components.tsx"
+import { ranges, useUsage } from "./hooks.ts"
 
 /** Bars of one series per day, with the plan's daily limit as a line; the table below holds the same numbers. */
 const Chart = ({ title, days, values, limit }: {
@@ -43,8 +41,7 @@ const Chart = ({ title, days, values, limit }: {
 /** Usage and plan: requests and tokens per day against the plan's limits. */
 export const UsageScreen = ({ route }: { readonly route: Route }) => {
   const days = ranges.find((r) => r === route.query.get("days")) ?? "30"
-  const usage = useLoad(() => call((c) => c.billing.usage({ query: { days: Number(days) } })), [days])
-  const status = useLoad(() => call((c) => c.billing.status()), [])
+  const { usage, status } = useUsage(days)
   const data = usage.data
   return (
     <>

@@ -1,7 +1,7 @@
-import { type FormEvent, useState } from "react"
+import { useState } from "react"
 import { allScopes, type ApiKey, type Scope } from "../../../src/Auth/Api.ts"
-import { ApiProblem, call } from "../api.ts"
-import { ApiCall, Confirm, CopyButton, Field, formatDate, ProblemMessage, useLoad } from "../components.tsx"
+import { ApiCall, Confirm, CopyButton, Field, formatDate, ProblemMessage } from "../shared/components.tsx"
+import { expiryPresets, useKeys } from "./hooks.ts"
 
 const scopeHelp: Record<Scope, string> = {
   read: "list agents",
@@ -10,53 +10,10 @@ const scopeHelp: Record<Scope, string> = {
   teams: "list and run teams"
 }
 
-// Expiry presets, in days; the form shows the date each one gives.
-const presets = [
-  { value: "30", label: "30 days" },
-  { value: "90", label: "90 days" },
-  { value: "365", label: "1 year" },
-  { value: "never", label: "Never" }
-] as const
-
-const expiryOf = (preset: string, now = Date.now()): Date | null =>
-  preset === "never" ? null : new Date(now + Number(preset) * 86_400_000)
-
 /** API keys: make one (its secret shown once), see them with their use, revoke. */
 export const KeysScreen = () => {
-  const keys = useLoad(() => call((c) => c.keys.list()), [])
-  const [name, setName] = useState("")
-  const [scopes, setScopes] = useState<ReadonlyArray<Scope>>(allScopes)
-  const [preset, setPreset] = useState<string>("90")
-  const [problem, setProblem] = useState<unknown>()
-  const [created, setCreated] = useState<{ key: string; name: string }>()
+  const { keys, error, form, create, created, dismissCreated, revoke, problem, fieldError } = useKeys()
   const [revoking, setRevoking] = useState<ApiKey>()
-  const expiry = expiryOf(preset)
-  const request = { name: name || "my key", scopes, expiresAt: expiry === null ? null : expiry.toISOString() }
-
-  const create = async (event: FormEvent) => {
-    event.preventDefault()
-    setProblem(undefined)
-    try {
-      const key = await call((c) => c.keys.create({ payload: { ...request, name } }))
-      setCreated({ key: key.key, name: key.name })
-      setName("")
-      keys.reload()
-    } catch (error) {
-      setProblem(error)
-    }
-  }
-
-  const revoke = async (key: ApiKey) => {
-    setRevoking(undefined)
-    try {
-      await call((c) => c.keys.revoke({ params: { id: key.id } }))
-    } catch (error) {
-      setProblem(error)
-    }
-    keys.reload()
-  }
-
-  const fieldError = (path: string) => problem instanceof ApiProblem ? problem.messagesFor(path)[0] : undefined
 
   return (
     <>
@@ -70,7 +27,7 @@ export const KeysScreen = () => {
           <p><output className="secret" data-testid="new-key">{created.key}</output></p>
           <CopyButton text={created.key} label="Copy the key" />
           <pre tabIndex={0}><code>{`curl -s '${location.origin}/api/v1/agents' -H "authorization: Bearer ${created.key}"`}</code></pre>
-          <button type="button" className="secondary" onClick={() => setCreated(undefined)}>I have stored it</button>
+          <button type="button" className="secondary" onClick={dismissCreated}>I have stored it</button>
         </section>
       )}
 
@@ -78,47 +35,43 @@ export const KeysScreen = () => {
         <h2 id="create-title">Create a key</h2>
         <form onSubmit={create} noValidate>
           <Field label="Name" hint="What uses it, to tell keys apart." error={fieldError("payload.name")}>
-            {(props) => <input {...props} required maxLength={200} value={name} onChange={(e) => setName(e.target.value)} />}
+            {(props) => <input {...props} required maxLength={200} value={form.name} onChange={(e) => form.setName(e.target.value)} />}
           </Field>
           <fieldset>
             <legend>Scopes</legend>
             {allScopes.map((scope) => (
               <label key={scope} className="check">
-                <input
-                  type="checkbox"
-                  checked={scopes.includes(scope)}
-                  onChange={(e) => setScopes(e.target.checked ? allScopes.filter((s) => s === scope || scopes.includes(s)) : scopes.filter((s) => s !== scope))}
-                />
+                <input type="checkbox" checked={form.scopes.includes(scope)} onChange={(e) => form.toggleScope(scope, e.target.checked)} />
                 <code>{scope}</code>: {scopeHelp[scope]}
               </label>
             ))}
             {fieldError("payload.scopes") && <p className="field-error">{fieldError("payload.scopes")}</p>}
           </fieldset>
-          <Field label="Expires" hint={expiry === null ? "The key works until it is revoked." : `On ${formatDate(expiry)}.`} error={fieldError("payload.expiresAt")}>
+          <Field label="Expires" hint={form.expiry === null ? "The key works until it is revoked." : `On ${formatDate(form.expiry)}.`} error={fieldError("payload.expiresAt")}>
             {(props) => (
-              <select {...props} value={preset} onChange={(e) => setPreset(e.target.value)}>
-                {presets.map((p) => <option key={p.value} value={p.value}>{p.label}</option>)}
+              <select {...props} value={form.preset} onChange={(e) => form.setPreset(e.target.value)}>
+                {expiryPresets.map((p) => <option key={p.value} value={p.value}>{p.label}</option>)}
               </select>
             )}
           </Field>
           <ProblemMessage problem={problem} />
           <button type="submit">Create key</button>
         </form>
-        <ApiCall call={{ method: "POST", path: "/api/keys", body: request }} />
+        <ApiCall call={{ method: "POST", path: "/api/keys", body: form.request }} />
       </section>
 
       <section aria-labelledby="list-title">
         <h2 id="list-title">Your keys</h2>
-        {keys.error !== undefined && <ProblemMessage problem={keys.error} />}
-        {keys.data && keys.data.data.length === 0 && <p>No keys yet.</p>}
-        {keys.data && keys.data.data.length > 0 && (
+        {error !== undefined && <ProblemMessage problem={error} />}
+        {keys && keys.length === 0 && <p>No keys yet.</p>}
+        {keys && keys.length > 0 && (
           <table>
             <caption className="visually-hidden">API keys</caption>
             <thead>
               <tr><th scope="col">Name</th><th scope="col">Prefix</th><th scope="col">Scopes</th><th scope="col">Created</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col"><span className="visually-hidden">Actions</span></th></tr>
             </thead>
             <tbody>
-              {keys.data.data.map((key) => (
+              {keys.map((key) => (
                 <tr key={key.id}>
                   <th scope="row">{key.name}</th>
                   <td><code>{key.prefix}</code></td>
@@ -140,7 +93,11 @@ export const KeysScreen = () => {
         title={`Revoke “${revoking?.name ?? ""}”?`}
         confirmLabel="Revoke key"
         onCancel={() => setRevoking(undefined)}
-        onConfirm={() => revoking && revoke(revoking)}
+        onConfirm={() => {
+          if (revoking === undefined) return
+          setRevoking(undefined)
+          void revoke(revoking)
+        }}
       >
         <p>Programs using this key get 401 from now on. This cannot be undone.</p>
       </Confirm>

@@ -1,16 +1,10 @@
-import { type FormEvent, useEffect, useRef, useState } from "react"
 import type { ChatResponse, Turn } from "../../../src/Agents/Api.ts"
-import { call, urls } from "../api.ts"
-import { ApiCall, formatDate, ProblemMessage, useLoad } from "../components.tsx"
+import { ConversationId } from "../../../src/Agents/Api.ts"
+import { AgentId } from "../../../src/Domain/Ids.ts"
 import { navigate, type Route, withQuery } from "../router.tsx"
-import { postEventStream } from "../sse.ts"
-
-interface LiveTurn {
-  readonly message: string
-  readonly reply: string
-  readonly done?: ChatResponse
-  readonly stopped?: boolean
-}
+import { ApiCall, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
+import { queryId } from "../shared/ids.ts"
+import { useChat } from "./hooks.ts"
 
 const Sources = ({ sources }: { readonly sources: ChatResponse["sources"] }) =>
   sources === undefined ? null : sources.length === 0 ? <p className="muted">No knowledge matched this message.</p> : (
@@ -24,66 +18,9 @@ const Sources = ({ sources }: { readonly sources: ChatResponse["sources"] }) =>
 
 /** The chat playground: an agent and a conversation picked in the URL, replies streamed as they come, with a stop button. */
 export const ChatScreen = ({ route }: { readonly route: Route }) => {
-  const agentId = route.query.get("agent")
-  const conversationId = route.query.get("conversation")
-  const agents = useLoad(() => call((c) => c.agents.list({ query: { limit: 100 } })), [])
-  const conversations = useLoad(
-    () => agentId ? call((c) => c.agents.conversations({ params: { id: agentId as never }, query: { limit: 50 } })) : Promise.resolve(undefined),
-    [agentId]
-  )
-  const turns = useLoad(
-    () => agentId && conversationId
-      ? call((c) => c.agents.turns({ params: { id: agentId as never, conversationId }, query: { limit: 100 } }))
-      : Promise.resolve(undefined),
-    [agentId, conversationId]
-  )
-  const [message, setMessage] = useState("")
-  const [live, setLive] = useState<LiveTurn>()
-  const [problem, setProblem] = useState<unknown>()
-  const abort = useRef<AbortController>(undefined)
-  const agent = agents.data?.data.find((a) => a.id === agentId)
-
-  useEffect(() => () => abort.current?.abort(), [])
-
-  const streaming = live !== undefined && live.done === undefined && !live.stopped && problem === undefined
-
-  const send = async (event: FormEvent) => {
-    event.preventDefault()
-    if (!agentId || message.trim() === "" || streaming) return
-    const sent = message
-    setMessage("")
-    setProblem(undefined)
-    setLive({ message: sent, reply: "" })
-    const controller = new AbortController()
-    abort.current = controller
-    try {
-      await postEventStream(
-        urls.agents.chat({ params: { id: agentId as never } }),
-        { message: sent, ...(conversationId ? { conversationId } : {}) },
-        (e) => {
-          if (e.event === "delta") setLive((t) => t && { ...t, reply: t.reply + (e.data as { text: string }).text })
-          else if (e.event === "done") setLive((t) => t && { ...t, done: e.data as ChatResponse })
-          else if (e.event === "error") setProblem(e.data)
-        },
-        controller.signal
-      )
-    } catch (error) {
-      if (controller.signal.aborted) setLive((t) => t && { ...t, stopped: true })
-      else setProblem(error)
-    }
-  }
-
-  // Once a reply is done it is part of the stored conversation: show that.
-  useEffect(() => {
-    const done = live?.done
-    if (done === undefined) return
-    if (done.conversationId !== conversationId) navigate(withQuery(route, { conversation: done.conversationId }), { replace: true })
-    else turns.reload()
-    conversations.reload()
-  }, [live?.done])
-  useEffect(() => {
-    if (live?.done && turns.data?.data.some((t) => t.reply === live.done!.reply)) setLive(undefined)
-  }, [turns.data])
+  const agentId = queryId(route, "agent", AgentId)
+  const conversationId = queryId(route, "conversation", ConversationId)
+  const { agents, agentsError, agent, conversations, turns, message, setMessage, live, streaming, problem, send, stop } = useChat(route, agentId, conversationId)
 
   return (
     <>
@@ -92,10 +29,10 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
         <label htmlFor="chat-agent">Agent</label>
         <select id="chat-agent" value={agentId ?? ""} onChange={(e) => navigate(withQuery(route, { agent: e.target.value, conversation: null }))}>
           <option value="">Choose an agent…</option>
-          {agents.data?.data.filter((a) => a.status === "active").map((a) => <option key={a.id} value={a.id}>{a.name} ({a.model})</option>)}
+          {agents?.filter((a) => a.status === "active").map((a) => <option key={a.id} value={a.id}>{a.name} ({a.model})</option>)}
         </select>
       </div>
-      {agents.error !== undefined && <ProblemMessage problem={agents.error} />}
+      {agentsError !== undefined && <ProblemMessage problem={agentsError} />}
       {agentId && (
         <div className="split">
           <section aria-labelledby="conversations-title">
@@ -103,7 +40,7 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
             <button type="button" className="secondary" onClick={() => navigate(withQuery(route, { conversation: null }))}>New conversation</button>
             {agent && !agent.memoryEnabled && <p className="muted">This agent does not remember conversations: each message stands alone.</p>}
             <ul className="list">
-              {conversations.data?.data.map((c) => (
+              {conversations.items?.map((c) => (
                 <li key={c.id}>
                   <a
                     href={`/app${withQuery(route, { conversation: c.id })}`}
@@ -118,18 +55,19 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
                 </li>
               ))}
             </ul>
+            <LoadMore list={conversations} label="Load more conversations" />
           </section>
           <section aria-labelledby="messages-title">
             <h2 id="messages-title">{conversationId ? "Conversation" : "New conversation"}</h2>
             <ol className="messages" aria-live="polite" data-testid="messages">
-              {turns.data?.data.map((t: Turn) => (
+              {turns.items?.map((t: Turn) => (
                 <li key={t.index}>
                   <p className="you"><span className="who">You</span> {t.message}</p>
                   <p className="agent"><span className="who">{agent?.name ?? "Agent"}</span> {t.reply}</p>
                   <p className="muted meta">{t.model} · {t.tokens} tokens</p>
                 </li>
               ))}
-              {live && !(live.done && turns.data?.data.some((t) => t.reply === live.done!.reply)) && (
+              {live && (
                 <li data-testid="live-turn">
                   <p className="you"><span className="who">You</span> {live.message}</p>
                   <p className="agent"><span className="who">{agent?.name ?? "Agent"}</span> {live.reply}{streaming && <span className="muted"> …</span>}</p>
@@ -139,13 +77,14 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
                 </li>
               )}
             </ol>
+            <LoadMore list={turns} label="Load later messages" />
             <ProblemMessage problem={problem} />
             <form onSubmit={send} className="chat-form">
               <label htmlFor="chat-message">Message</label>
               <textarea id="chat-message" rows={3} value={message} onChange={(e) => setMessage(e.target.value)} />
               <div className="actions">
                 <button type="submit" disabled={streaming}>Send</button>
-                {streaming && <button type="button" className="danger" onClick={() => abort.current?.abort()}>Stop</button>}
+                {streaming && <button type="button" className="danger" onClick={stop}>Stop</button>}
               </div>
             </form>
             <ApiCall

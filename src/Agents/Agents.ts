@@ -5,11 +5,11 @@ import * as Option from "effect/Option"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
-import { type AgentId, isId, type TenantId } from "../Domain/Ids.ts"
-import { decodeCursor } from "../Domain/Cursor.ts"
+import type { AgentId, TenantId } from "../Domain/Ids.ts"
+import type { PageRequest } from "../Domain/Page.ts"
 import { invalidField, NotFound } from "../Domain/Problems.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
-import { type CreateAgent, defaultPageSize, type UpdateAgent } from "./Api.ts"
+import type { Agent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
 import * as Traced from "../Platform/Traced.ts"
 
@@ -34,32 +34,15 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       return unique
     })
 
-    const list = Traced.fn("Agents.list")(function*(tenantId: TenantId, options: {
-      readonly activeOnly: boolean
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
-      const after = yield* decodeCursor(options.cursor, isId)
-      return yield* repo.list(tenantId, {
-        activeOnly: options.activeOnly,
-        after,
-        limit: options.limit ?? defaultPageSize
-      })
-    })
+    /** A page of the tenant's agents; the key-authenticated list shows the active ones only. */
+    const list = (tenantId: TenantId, page: PageRequest, options?: { readonly activeOnly: boolean }) =>
+      repo.list(tenantId, page, options?.activeOnly ? "active" : undefined)
 
-    const create = Traced.fn("Agents.create")(function*(tenantId: TenantId, input: CreateAgent) {
+    const create = Traced.fn("Agents.create")(function*(tenantId: TenantId, input: typeof Agent.jsonCreate.Type) {
       const model = input.model ?? config.defaultModel
       yield* budget.checkModel(tenantId, model)
       const knowledgeIds = yield* checkKnowledge(tenantId, input.knowledgeIds ?? [])
-      return yield* limits.admit(tenantId, "agents", repo.insert(tenantId, {
-        knowledgeIds,
-        name: input.name,
-        description: input.description ?? "",
-        model,
-        instructions: input.instructions ?? "",
-        status: input.status ?? "active",
-        memoryEnabled: input.memoryEnabled ?? true
-      }))
+      return yield* limits.admit(tenantId, "agents", repo.insert(tenantId, { ...input, model, knowledgeIds }))
     })
 
     const get = Traced.fn("Agents.get")(function*(tenantId: TenantId, id: AgentId) {
@@ -68,7 +51,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       return agent.value
     })
 
-    const update = Traced.fn("Agents.update")(function*(tenantId: TenantId, id: AgentId, input: UpdateAgent) {
+    const update = Traced.fn("Agents.update")(function*(tenantId: TenantId, id: AgentId, input: typeof Agent.jsonUpdate.Type) {
       if (input.model !== undefined) yield* budget.checkModel(tenantId, input.model)
       const knowledgeIds = input.knowledgeIds === undefined ? undefined : yield* checkKnowledge(tenantId, input.knowledgeIds)
       const agent = yield* repo.update(tenantId, id, knowledgeIds === undefined ? input : { ...input, knowledgeIds })

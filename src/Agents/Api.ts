@@ -1,4 +1,5 @@
 import * as Schema from "effect/Schema"
+import * as Model from "effect/schema/Model"
 import * as Struct from "effect/Struct"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
@@ -6,10 +7,12 @@ import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import * as Entity from "../Domain/Entity.ts"
 import { eventStream } from "../Domain/EventStream.ts"
-import { cursorParam } from "../Domain/Cursor.ts"
-import { AgentId, isId } from "../Domain/Ids.ts"
+import { AgentId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
+import { managementEndpoints } from "../Domain/Management.ts"
+import { maxPageSize, PageOf, pageQuery, PageQuery } from "../Domain/Page.ts"
 import {
   BadGateway,
   BadRequest,
@@ -49,23 +52,6 @@ const Name = text(
 const Description = text(Schema.isMaxLength(2000))
 const Instructions = text(Schema.isMaxLength(32_000))
 
-export const Agent = Schema.Struct({
-  id: AgentId,
-  name: Schema.String,
-  description: Schema.String,
-  model: Schema.String,
-  instructions: Schema.String,
-  status: AgentStatus,
-  memoryEnabled: Schema.Boolean,
-  knowledgeIds: Schema.Array(Schema.String).annotate({
-    description: "The knowledge bases the agent is grounded on: its chats, orchestration steps and team turns " +
-      "retrieve from them."
-  }),
-  createdAt: Schema.Date,
-  updatedAt: Schema.Date
-})
-export type Agent = typeof Agent.Type
-
 export const maxAgentKnowledgeBases = 10
 
 const KnowledgeIds = boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength(64)), {
@@ -74,64 +60,43 @@ const KnowledgeIds = boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength
   description: "Ids of the tenant's knowledge bases the agent is grounded on ([] for none)."
 })
 
+/** An agent: its row, its JSON, and what a client sends to create (`Agent.jsonCreate`) or update it (`Agent.jsonUpdate`). */
+export class Agent extends Model.Class<Agent>("Agent")({
+  id: Entity.id(AgentId),
+  name: Entity.required(Schema.String, Name),
+  description: Entity.withDefault(Schema.String, "", Description),
+  // DEFAULT_MODEL when omitted.
+  model: Entity.optional(Schema.String, ModelId),
+  instructions: Entity.withDefault(Schema.String, "", Instructions),
+  status: Entity.withDefault(AgentStatus, "active"),
+  memoryEnabled: Entity.withDefault(Schema.Boolean, true),
+  knowledgeIds: Entity.withDefault(
+    Schema.Array(Schema.String).annotate({
+      description: "The knowledge bases the agent is grounded on: its chats, orchestration steps and team turns " +
+        "retrieve from them."
+    }),
+    [],
+    KnowledgeIds
+  ),
+  createdAt: Entity.generated(Schema.Date),
+  updatedAt: Entity.generated(Schema.Date)
+}) {}
+
 /**
  * An agent as the key-authenticated API shows it: the reference's fields only.
  * Its instructions (the tenant's system prompt) stay on the management routes,
  * out of reach of a key that is often embedded in a less trusted client.
  */
-export const V1Agent = Agent.mapFields(
+export const V1Agent = Agent.json.mapFields(
   Struct.pick(["id", "name", "description", "model", "status", "memoryEnabled", "createdAt"])
 )
 
-export const CreateAgent = Schema.Struct({
-  name: Name,
-  description: Schema.optionalKey(Description),
-  model: Schema.optionalKey(ModelId),
-  instructions: Schema.optionalKey(Instructions),
-  memoryEnabled: Schema.optionalKey(Schema.Boolean),
-  status: Schema.optionalKey(AgentStatus),
-  knowledgeIds: Schema.optionalKey(KnowledgeIds)
-})
-export type CreateAgent = typeof CreateAgent.Type
+// The dashboard reads the page size bound from here.
+export { maxPageSize }
 
-export const UpdateAgent = Schema.Struct({
-  name: Schema.optionalKey(Name),
-  description: Schema.optionalKey(Description),
-  model: Schema.optionalKey(ModelId),
-  instructions: Schema.optionalKey(Instructions),
-  memoryEnabled: Schema.optionalKey(Schema.Boolean),
-  status: Schema.optionalKey(AgentStatus),
-  knowledgeIds: Schema.optionalKey(KnowledgeIds)
-})
-export type UpdateAgent = typeof UpdateAgent.Type
+export const AgentList = PageOf(Agent.json)
 
-export const defaultPageSize = 50
-export const maxPageSize = 200
-
-/** `limit` and `cursor` of a list whose keys (and so whose cursors' contents) are what `isKey` accepts. */
-export const pageQuery = (isKey: (key: string) => boolean) => ({
-  limit: Schema.optionalKey(
-    Schema.NumberFromString.pipe(
-      Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxPageSize })))
-    ).annotate({ description: `Page size, 1 to ${maxPageSize} (default ${defaultPageSize}).` })
-  ),
-  cursor: Schema.optionalKey(cursorParam(isKey))
-})
-
-/** The page query of the lists keyed by our ids. */
-export const PageQuery = pageQuery(isId)
-
-export const AgentList = Schema.Struct({
-  data: Schema.Array(Agent),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
-
-export const V1AgentList = Schema.Struct({
-  data: Schema.Array(V1Agent),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const V1AgentList = PageOf(V1Agent)
 
 // ---------------------------------------------------------------------------
 // Chat and conversations
@@ -180,11 +145,7 @@ export const Conversation = Schema.Struct({
   updatedAt: Schema.Date
 })
 
-export const ConversationList = Schema.Struct({
-  data: Schema.Array(Conversation),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const ConversationList = PageOf(Conversation)
 
 export const Turn = Schema.Struct({
   index: Schema.Int,
@@ -199,11 +160,7 @@ export const Turn = Schema.Struct({
 })
 export type Turn = typeof Turn.Type
 
-export const TurnList = Schema.Struct({
-  data: Schema.Array(Turn),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const TurnList = PageOf(Turn)
 
 const conversationParams = { id: AgentId, conversationId: ConversationId }
 
@@ -252,59 +209,26 @@ const chatDoc = {
 
 export class AgentsApi extends HttpApiGroup.make("agents")
   .add(
-    HttpApiEndpoint.get("list", "/", {
-      query: PageQuery,
-      success: AgentList,
-      error: BadRequest
-    }).annotateMerge(operation({
-      summary: "List agents",
-      description: "The tenant's agents, active and inactive, a page at a time (`limit`, `cursor`).",
+    ...managementEndpoints({
+      name: "agent",
+      model: Agent,
       credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`."
-    })),
-    HttpApiEndpoint.post("create", "/", {
-      payload: CreateAgent,
-      success: Agent.pipe(HttpApiSchema.status(201)),
-      error: [ModelNotAllowed, QuotaReached]
-    }).annotateMerge(operation({
-      summary: "Create an agent",
-      description: "Creates an agent: a model (DEFAULT_MODEL when omitted), instructions and whether it remembers " +
-        "conversations.",
-      credential: sessionCredential,
-      errors: "400 on invalid fields, 403 when the plan may not use the model, 429 when the tenant has as many " +
-        "agents as its plan allows (MAX_AGENTS)."
-    })),
-    HttpApiEndpoint.get("get", "/:id", {
-      params: { id: AgentId },
-      success: Agent,
-      error: NotFound
-    }).annotateMerge(operation({
-      summary: "Get an agent",
-      description: "The agent, with its instructions.",
-      credential: sessionCredential,
-      errors: "404 when the agent is not the tenant's."
-    })),
-    HttpApiEndpoint.put("update", "/:id", {
-      params: { id: AgentId },
-      payload: UpdateAgent,
-      success: Agent,
-      error: [NotFound, ModelNotAllowed]
-    }).annotateMerge(operation({
-      summary: "Update an agent",
-      description: "Changes the fields sent and leaves the others as they are.",
-      credential: sessionCredential,
-      errors: "400 on invalid fields, 403 when the plan may not use the new model, 404 when the agent is not the tenant's."
-    })),
-    HttpApiEndpoint.delete("remove", "/:id", {
-      params: { id: AgentId },
-      success: HttpApiSchema.NoContent,
-      error: NotFound
-    }).annotateMerge(operation({
-      summary: "Delete an agent",
-      description: "Deletes the agent.",
-      credential: sessionCredential,
-      errors: "404 when the agent is not the tenant's."
-    })),
+      errors: { create: [ModelNotAllowed, QuotaReached], update: [NotFound, ModelNotAllowed] },
+      docs: {
+        list: { description: "The tenant's agents, active and inactive, a page at a time (`limit`, `cursor`)." },
+        create: {
+          description: "Creates an agent: a model (DEFAULT_MODEL when omitted), instructions and whether it " +
+            "remembers conversations.",
+          errors: "400 on invalid fields, 403 when the plan may not use the model, 429 when the tenant has as many " +
+            "agents as its plan allows (MAX_AGENTS)."
+        },
+        get: { description: "The agent, with its instructions." },
+        update: {
+          errors: "400 on invalid fields, 403 when the plan may not use the new model, 404 when the agent is not " +
+            "the tenant's."
+        }
+      }
+    }),
     HttpApiEndpoint.get("conversations", "/:id/conversations", {
       params: { id: AgentId },
       query: ConversationPageQuery,

@@ -22,7 +22,8 @@ import {
 import { toSource } from "../Knowledge/Grounding.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Agents } from "./Agents.ts"
-import { type ChatRequest, defaultPageSize, isConversationId, isTurnIndex } from "./Api.ts"
+import { type ChatRequest, isConversationId, isTurnIndex } from "./Api.ts"
+import { defaultPageSize } from "../Domain/Page.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns, type ReplyEvent } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
 import * as Traced from "../Platform/Traced.ts"
@@ -175,7 +176,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       const limit = page.limit ?? defaultPageSize
       // One extra row tells whether another page follows.
       const rows = yield* repo.turnPage(tenantId, agentId, conversationId, {
-        after: cursor === null ? null : Number(cursor),
+        bound: cursor === null ? null : Number(cursor),
         limit: limit + 1
       })
       const data = rows.slice(0, limit)

@@ -157,7 +157,7 @@ export const makeTurns = Effect.gen(function*() {
   const loadBatch = 32
   const newestBefore = (input: TurnInput, before: number | null): Effect.Effect<ReadonlyArray<StoredRow>, ChatFailed> =>
     withDatabase(repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
-      before,
+      bound: before,
       limit: loadBatch
     }))
   const loadHistory = (input: TurnInput) =>

@@ -1,5 +1,5 @@
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
@@ -8,30 +8,13 @@ import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { AgentId } from "../Domain/Ids.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
+import { forTenant, jsonPages, managementHandlers } from "../Http/Management.ts"
 import { EventStreams } from "../Platform/EventStreams.ts"
 import { Agents } from "./Agents.ts"
 import { AgentList, type ChatRequest, V1AgentList } from "./Api.ts"
 import { Chat } from "./Chat.ts"
 import type { ReplyEvent } from "./Conversation.ts"
 import * as Traced from "../Platform/Traced.ts"
-
-/**
- * A list page as its JSON response. A page the node has kept (AgentsRepo)
- * is the same object on every read, so its JSON is made once per page and
- * endpoint, as the endpoint's success schema encodes it.
- */
-const jsonPages = <S extends Schema.Encoder<unknown>>(schema: S) => {
-  const encode = Schema.encodeSync(schema)
-  const made = new WeakMap<object, string>()
-  return (page: S["Type"] & object) => {
-    let json = made.get(page)
-    if (json === undefined) {
-      json = JSON.stringify(encode(page))
-      made.set(page, json)
-    }
-    return HttpServerResponse.text(json, { contentType: "application/json" })
-  }
-}
 
 const encoder = new TextEncoder()
 const sse = (event: string, data: unknown) => encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
@@ -75,38 +58,11 @@ export const AgentsHttp = HttpApiBuilder.group(
     const streams = yield* EventStreams
     const listJson = jsonPages(AgentList)
     return handlers.handleAll({
-      list: Traced.fn(function*({ query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return listJson(yield* agents.list(tenantId, { activeOnly: false, ...query }))
-      }),
-      create: Traced.fn(function*({ payload }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* agents.create(tenantId, payload)
-      }),
-      get: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* agents.get(tenantId, params.id)
-      }),
-      update: Traced.fn(function*({ params, payload }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* agents.update(tenantId, params.id, payload)
-      }),
-      remove: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        yield* agents.remove(tenantId, params.id)
-      }),
-      conversations: Traced.fn(function*({ params, query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* chat.conversations(tenantId, params.id, query)
-      }),
-      turns: Traced.fn(function*({ params, query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* chat.turns(tenantId, params.id, params.conversationId, query)
-      }),
-      forget: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        yield* chat.forget(tenantId, params.id, params.conversationId)
-      }),
+      ...managementHandlers(agents),
+      list: forTenant((tenantId, { query }) => Effect.map(agents.list(tenantId, query), listJson)),
+      conversations: forTenant((tenantId, { params, query }) => chat.conversations(tenantId, params.id, query)),
+      turns: forTenant((tenantId, { params, query }) => chat.turns(tenantId, params.id, params.conversationId, query)),
+      forget: forTenant((tenantId, { params }) => chat.forget(tenantId, params.id, params.conversationId)),
       chat: chatHandler(chat, streams)
     })
   })
@@ -121,10 +77,7 @@ export const AgentsV1Http = HttpApiBuilder.group(
     const streams = yield* EventStreams
     const listJson = jsonPages(V1AgentList)
     return handlers.handleAll({
-      list: Traced.fn(function*({ query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return listJson(yield* agents.list(tenantId, { activeOnly: true, ...query }))
-      }),
+      list: forTenant((tenantId, { query }) => Effect.map(agents.list(tenantId, query, { activeOnly: true }), listJson)),
       chat: chatHandler(chat, streams)
     })
   })

@@ -2,7 +2,7 @@ import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Base64Url from "effect/encoding/Base64Url"
-import { invalidField } from "./Problems.ts"
+import { type BadRequest, invalidField } from "./Problems.ts"
 import { text } from "./Input.ts"
 
 // Page cursors are opaque to clients: the last key of the page (an id, or a
@@ -30,7 +30,10 @@ export const cursorParam = (isKey: (key: string) => boolean) =>
   })
 
 /** The key a `cursor` stands for (null when absent), or a 400 naming it. */
-export const decodeCursor = (cursor: string | undefined, isKey: (key: string) => boolean) => {
+export const decodeCursor = (
+  cursor: string | undefined,
+  isKey: (key: string) => boolean
+): Effect.Effect<string | null, BadRequest> => {
   if (cursor === undefined) return Effect.succeed(null)
   const key = keyOf(cursor, isKey)
   return key !== undefined ? Effect.succeed(key) : Effect.fail(invalidField("cursor", cursorMessage, "query"))
@@ -40,18 +43,4 @@ export interface Page<A> {
   readonly data: ReadonlyArray<A>
   readonly total: number
   readonly nextCursor: string | null
-}
-
-/**
- * A page from the rows of a query asked for `limit + 1` rows: the extra row
- * only says that another page follows. A `total` column inlined in the rows
- * (to count in the same statement) is dropped from the data.
- */
-export const pageOf = <A extends { readonly id: string; readonly total?: number }>(
-  rows: ReadonlyArray<A>,
-  limit: number,
-  total: number
-): Page<Omit<A, "total">> => {
-  const data = rows.slice(0, limit).map(({ total: _, ...row }) => row)
-  return { data, total, nextCursor: rows.length > limit ? encodeCursor(data[data.length - 1]!.id) : null }
 }

@@ -1,12 +1,15 @@
 import * as Schema from "effect/Schema"
+import * as Model from "effect/schema/Model"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import * as Multipart from "effect/http/Multipart"
-import { pageQuery } from "../Agents/Api.ts"
 import { SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import * as Entity from "../Domain/Entity.ts"
+import { managementEndpoints } from "../Domain/Management.ts"
+import { PageOf, pageQuery, PageQuery } from "../Domain/Page.ts"
 import { DocumentId, isId, KnowledgeId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
 import { RunWaiting } from "../Domain/RunQueue.ts"
@@ -45,34 +48,30 @@ export const ChunkingInput = Schema.Struct({
 })
 export type ChunkingInput = typeof ChunkingInput.Type
 
-export const KnowledgeBase = Schema.Struct({
-  id: KnowledgeId,
-  name: Schema.String,
-  description: Schema.String,
-  language: Schema.String,
-  chunking: Chunking.annotate({ description: "The chunking of new uploads (each upload may give its own)." }),
-  documentCount: Schema.Int,
-  chunkCount: Schema.Int,
-  tokenCount: Schema.Int,
-  createdAt: Schema.Date,
-  updatedAt: Schema.Date
-})
-export type KnowledgeBase = typeof KnowledgeBase.Type
-
-export const CreateKnowledge = Schema.Struct({
-  name: Name,
-  description: Schema.optionalKey(Description),
-  language: Schema.optionalKey(Language),
-  chunking: Schema.optionalKey(ChunkingInput)
-})
-export type CreateKnowledge = typeof CreateKnowledge.Type
-
-export const UpdateKnowledge = Schema.Struct({
-  name: Schema.optionalKey(Name),
-  description: Schema.optionalKey(Description),
-  chunking: Schema.optionalKey(ChunkingInput)
-})
-export type UpdateKnowledge = typeof UpdateKnowledge.Type
+/**
+ * A knowledge base: its row, its JSON, and what a client sends to create
+ * (`KnowledgeBase.jsonCreate`) or update it (`KnowledgeBase.jsonUpdate`).
+ * The counts are those of its ready documents, read with it.
+ */
+export class KnowledgeBase extends Model.Class<KnowledgeBase>("KnowledgeBase")({
+  id: Entity.id(KnowledgeId),
+  name: Entity.required(Schema.String, Name),
+  description: Entity.withDefault(Schema.String, "", Description),
+  // `simple` when omitted.
+  language: Entity.createOnly(Schema.String, Language),
+  chunking: Entity.composite(
+    Chunking.annotate({ description: "The chunking of new uploads (each upload may give its own)." }),
+    ChunkingInput
+  ),
+  chunkStrategy: Entity.stored(ChunkingStrategy),
+  chunkSize: Entity.stored(Schema.Int),
+  chunkOverlap: Entity.stored(Schema.Int),
+  documentCount: Entity.generated(Schema.Int),
+  chunkCount: Entity.generated(Schema.Int),
+  tokenCount: Entity.generated(Schema.Int),
+  createdAt: Entity.generated(Schema.Date),
+  updatedAt: Entity.generated(Schema.Date)
+}) {}
 
 export const DocumentStatus = Schema.Literals(["processing", "ready", "failed"])
 export type DocumentStatus = typeof DocumentStatus.Type
@@ -150,9 +149,8 @@ export const Uploaded = Schema.Struct({ data: Schema.Array(Document) })
 
 export const RechunkRequest = ChunkingInput
 
-export const KnowledgeList = Schema.Struct({ data: Schema.Array(KnowledgeBase), total: Schema.Int, nextCursor: Schema.NullOr(Schema.String) })
-export const DocumentList = Schema.Struct({ data: Schema.Array(Document), total: Schema.Int, nextCursor: Schema.NullOr(Schema.String) })
-export const ChunkList = Schema.Struct({ data: Schema.Array(Chunk), total: Schema.Int, nextCursor: Schema.NullOr(Schema.String) })
+export const DocumentList = PageOf(Document)
+export const ChunkList = PageOf(Chunk)
 
 /** A chunk list's cursor holds `<documentId>/<index>`. */
 export const isChunkKey = (key: string) => {
@@ -166,49 +164,28 @@ const notTheTenants = "404 when the knowledge base is not the tenant's."
 
 export class KnowledgeApi extends HttpApiGroup.make("knowledge")
   .add(
-    HttpApiEndpoint.get("list", "/", { query: pageQuery(isId), success: KnowledgeList }).annotateMerge(operation({
-      summary: "List knowledge bases",
-      description: "The tenant's knowledge bases, oldest first, a page at a time (`limit`, `cursor`).",
+    ...managementEndpoints({
+      name: "knowledge base",
+      model: KnowledgeBase,
       credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`."
-    })),
-    HttpApiEndpoint.post("create", "/", {
-      payload: CreateKnowledge,
-      success: KnowledgeBase.pipe(HttpApiSchema.status(201)),
-      error: [BadRequest, QuotaReached]
-    }).annotateMerge(operation({
-      summary: "Create a knowledge base",
-      description: "A knowledge base with its text-search `language` (default `simple`) and the chunking of its " +
-        "uploads (default `auto`, 512 tokens, 64 of overlap).",
-      credential: sessionCredential,
-      errors: "400 on invalid fields, naming each. 429 when the tenant has as many knowledge bases as its plan " +
-        "allows (MAX_KNOWLEDGE_BASES)."
-    })),
-    HttpApiEndpoint.get("get", "/:id", { params: byId, success: KnowledgeBase, error: NotFound }).annotateMerge(operation({
-      summary: "Get a knowledge base",
-      description: "The knowledge base with its counts of documents, chunks and tokens.",
-      credential: sessionCredential,
-      errors: notTheTenants
-    })),
-    HttpApiEndpoint.put("update", "/:id", {
-      params: byId,
-      payload: UpdateKnowledge,
-      success: KnowledgeBase,
-      error: [NotFound, BadRequest]
-    }).annotateMerge(operation({
-      summary: "Update a knowledge base",
-      description: "Changes the given fields. New chunking settings apply to later uploads; rechunk a document to " +
-        "apply them to it.",
-      credential: sessionCredential,
-      errors: `400 on invalid fields. ${notTheTenants}`
-    })),
-    HttpApiEndpoint.delete("remove", "/:id", { params: byId, success: HttpApiSchema.NoContent, error: NotFound })
-      .annotateMerge(operation({
-        summary: "Delete a knowledge base",
-        description: "Deletes the base with its documents and chunks; agents grounded on it stop retrieving from it.",
-        credential: sessionCredential,
-        errors: notTheTenants
-      })),
+      errors: { create: [BadRequest, QuotaReached], update: [NotFound, BadRequest] },
+      docs: {
+        list: { description: "The tenant's knowledge bases, oldest first, a page at a time (`limit`, `cursor`)." },
+        create: {
+          description: "A knowledge base with its text-search `language` (default `simple`) and the chunking of its " +
+            "uploads (default `auto`, 512 tokens, 64 of overlap).",
+          errors: "400 on invalid fields, naming each. 429 when the tenant has as many knowledge bases as its plan " +
+            "allows (MAX_KNOWLEDGE_BASES)."
+        },
+        get: { description: "The knowledge base with its counts of documents, chunks and tokens." },
+        update: {
+          description: "Changes the given fields. New chunking settings apply to later uploads; rechunk a document to " +
+            "apply them to it.",
+          errors: `400 on invalid fields. ${notTheTenants}`
+        },
+        remove: { description: "Deletes the base with its documents and chunks; agents grounded on it stop retrieving from it." }
+      }
+    }),
     HttpApiEndpoint.post("upload", "/:id/upload", {
       params: byId,
       query: UploadQuery,
@@ -230,7 +207,7 @@ export class KnowledgeApi extends HttpApiGroup.make("knowledge")
         "when the upload would pass the plan's MAX_DOCUMENTS, or its ready documents hold MAX_CHUNKS chunks " +
         "already. Counted against the plan's daily requests: 429 past them."
     })),
-    HttpApiEndpoint.get("documents", "/:id/documents", { params: byId, query: pageQuery(isId), success: DocumentList, error: NotFound })
+    HttpApiEndpoint.get("documents", "/:id/documents", { params: byId, query: PageQuery, success: DocumentList, error: NotFound })
       .annotateMerge(operation({
         summary: "List a base's documents",
         description: "The documents of the base, oldest first, a page at a time, with their status and counts.",

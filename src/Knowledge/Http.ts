@@ -5,8 +5,8 @@ import * as HttpEffect from "effect/http/HttpEffect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
-import { CurrentPrincipal } from "../Auth/Api.ts"
 import { invalidField, RechunkRateLimited } from "../Domain/Problems.ts"
+import { forTenant, managementHandlers } from "../Http/Management.ts"
 import type { ChunkingInput, UploadForm, UploadJson } from "./Api.ts"
 import { Knowledge, type UploadFile } from "./Knowledge.ts"
 import * as Traced from "../Platform/Traced.ts"
@@ -55,15 +55,9 @@ export const KnowledgeHttp = HttpApiBuilder.group(
   "knowledge",
   Traced.fn(function*(handlers) {
     const knowledge = yield* Knowledge
-    const tenant = Effect.map(CurrentPrincipal, (principal) => principal.tenantId)
-    return handlers
-      .handle("list", ({ query }) => Effect.flatMap(tenant, (tenantId) => knowledge.list(tenantId, query)))
-      .handle("create", ({ payload }) => Effect.flatMap(tenant, (tenantId) => knowledge.create(tenantId, payload)))
-      .handle("get", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.get(tenantId, params.id)))
-      .handle("update", ({ params, payload }) => Effect.flatMap(tenant, (tenantId) => knowledge.update(tenantId, params.id, payload)))
-      .handle("remove", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.remove(tenantId, params.id)))
-      .handle("upload", Traced.fn(function*({ params, payload, query }) {
-        const tenantId = yield* tenant
+    return handlers.handleAll({
+      ...managementHandlers(knowledge),
+      upload: forTenant(Traced.fn(function*(tenantId, { params, payload, query }) {
         const isForm = "files" in payload
         const form = isForm ? yield* fromForm(payload as UploadForm).pipe(Effect.orDie) : undefined
         const files = form?.files ?? (yield* fromJson(payload as UploadJson))
@@ -77,14 +71,15 @@ export const KnowledgeHttp = HttpApiBuilder.group(
         return uploaded.final
           ? HttpServerResponse.jsonUnsafe(uploaded.documents[0], { status: 201 })
           : HttpServerResponse.jsonUnsafe({ data: uploaded.documents }, { status: 202 })
-      }))
-      .handle("documents", ({ params, query }) => Effect.flatMap(tenant, (tenantId) => knowledge.documents(tenantId, params.id, query)))
-      .handle("document", ({ params }) => Effect.flatMap(tenant, (tenantId) => knowledge.document(tenantId, params.id, params.documentId)))
-      .handle("removeDocument", ({ params }) =>
-        Effect.flatMap(tenant, (tenantId) => knowledge.removeDocument(tenantId, params.id, params.documentId)))
-      .handle("rechunk", ({ params, payload }) =>
-        Effect.flatMap(tenant, (tenantId) => withRetryAfter(knowledge.rechunk(tenantId, params.id, params.documentId, payload))))
-      .handle("chunks", ({ params, query }) => Effect.flatMap(tenant, (tenantId) => knowledge.chunks(tenantId, params.id, query)))
+      })),
+      documents: forTenant((tenantId, { params, query }) => knowledge.documents(tenantId, params.id, query)),
+      document: forTenant((tenantId, { params }) => knowledge.document(tenantId, params.id, params.documentId)),
+      removeDocument: forTenant((tenantId, { params }) => knowledge.removeDocument(tenantId, params.id, params.documentId)),
+      rechunk: forTenant((tenantId, { params, payload }) =>
+        withRetryAfter(knowledge.rechunk(tenantId, params.id, params.documentId, payload))
+      ),
+      chunks: forTenant((tenantId, { params, query }) => knowledge.chunks(tenantId, params.id, query))
+    })
   })
 )
 

@@ -21,27 +21,14 @@ import {
 } from "../Domain/Problems.ts"
 import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as DurableRuns from "../Platform/DurableRuns.ts"
-import { defaultPageSize } from "../Agents/Api.ts"
-import { type ChunkingInput, type CreateKnowledge, type Document, isChunkKey, type KnowledgeBase, type UpdateKnowledge } from "./Api.ts"
+import { defaultPageSize, type PageRequest } from "../Domain/Page.ts"
+import { type ChunkingInput, type Document, isChunkKey, type KnowledgeBase } from "./Api.ts"
 import { detect } from "./Extract.ts"
 import { IngestionWorkflow } from "./IngestionWorkflow.ts"
-import { type BaseRow, type DocumentRow, KnowledgeRepo } from "./Repo.ts"
+import { type DocumentRow, KnowledgeRepo } from "./Repo.ts"
 import { type Chunking, chunkingProblems, type ChunkingStrategy, defaultChunking } from "./Chunking.ts"
 import { ExtractionSandbox } from "./Sandbox.ts"
 import * as Traced from "../Platform/Traced.ts"
-
-const toBase = (row: BaseRow): KnowledgeBase => ({
-  id: row.id,
-  name: row.name,
-  description: row.description,
-  language: row.language,
-  chunking: { strategy: row.chunkStrategy as ChunkingStrategy, chunkSize: row.chunkSize, chunkOverlap: row.chunkOverlap },
-  documentCount: row.documentCount,
-  chunkCount: row.chunkCount,
-  tokenCount: row.tokenCount,
-  createdAt: row.createdAt,
-  updatedAt: row.updatedAt
-})
 
 export const toDocument = (row: DocumentRow): Document => ({
   id: row.id,
@@ -59,6 +46,8 @@ export const toDocument = (row: DocumentRow): Document => ({
   updatedAt: row.updatedAt,
   ...(row.waiting === null ? {} : { waiting: row.waiting })
 })
+
+const notFound = (id: string) => new NotFound({ detail: `No knowledge base ${id}` })
 
 /** Settings over `base`: the given ones, checked together; a 400 names each bad one under `path`. */
 const chunkingOver = (base: Chunking, input: ChunkingInput | undefined, path: ReadonlyArray<string>) => {
@@ -94,51 +83,47 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
 
     const findBase = Traced.fn("Knowledge.findBase")(function*(tenantId: TenantId, id: string) {
-      const base = yield* repo.findBase(tenantId, id)
-      if (Option.isNone(base)) return yield* new NotFound({ detail: `No knowledge base ${id}` })
+      const base = yield* repo.bases.findById(tenantId, id)
+      if (Option.isNone(base)) return yield* notFound(id)
       return base.value
     })
-    const baseChunking = (base: BaseRow): Chunking => ({
-      strategy: base.chunkStrategy as ChunkingStrategy,
-      chunkSize: base.chunkSize,
-      chunkOverlap: base.chunkOverlap
+
+    /** The chunking's columns. */
+    const stored = (chunking: Chunking) => ({
+      chunkStrategy: chunking.strategy,
+      chunkSize: chunking.chunkSize,
+      chunkOverlap: chunking.chunkOverlap
     })
 
-    const list = Traced.fn("Knowledge.list")(function*(tenantId: TenantId, page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) {
-      const after = yield* decodeCursor(page.cursor, isId)
-      const rows = yield* repo.listBases(tenantId, { after, limit: page.limit ?? defaultPageSize })
-      return { ...rows, data: rows.data.map(toBase) }
-    })
+    const list = (tenantId: TenantId, page: PageRequest) => repo.bases.list(tenantId, page)
 
-    const create = Traced.fn("Knowledge.create")(function*(tenantId: TenantId, input: CreateKnowledge) {
+    const create = Traced.fn("Knowledge.create")(function*(tenantId: TenantId, input: typeof KnowledgeBase.jsonCreate.Type) {
       const chunking = yield* chunkingOver(defaultChunking, input.chunking, ["payload", "chunking"])
       const language = input.language ?? "simple"
       if (!(yield* repo.languageExists(language))) {
         return yield* invalidField("language", `No text-search configuration ${JSON.stringify(language)} (try simple, english, french, german...)`)
       }
-      const id = yield* limits.admit(
+      const { chunking: _, ...fields } = input
+      return yield* limits.admit(
         tenantId,
         "knowledgeBases",
-        repo.insertBase(tenantId, { name: input.name, description: input.description ?? "", language, chunking })
+        repo.bases.insert(tenantId, { ...fields, language, ...stored(chunking) })
       )
-      return toBase(yield* findBase(tenantId, id).pipe(Effect.orDie))
     })
 
-    const get = Traced.fn("Knowledge.get")(function*(tenantId: TenantId, id: string) {
-      return toBase(yield* findBase(tenantId, id))
-    })
-
-    const update = Traced.fn("Knowledge.update")(function*(tenantId: TenantId, id: string, input: UpdateKnowledge) {
+    const update = Traced.fn("Knowledge.update")(function*(tenantId: TenantId, id: string, input: typeof KnowledgeBase.jsonUpdate.Type) {
       const base = yield* findBase(tenantId, id)
-      const chunking = input.chunking === undefined
-        ? undefined
-        : yield* chunkingOver(baseChunking(base), input.chunking, ["payload", "chunking"])
-      yield* repo.updateBase(tenantId, id, { name: input.name, description: input.description, chunking })
-      return toBase(yield* findBase(tenantId, id))
+      const { chunking, ...fields } = input
+      const changes = chunking === undefined
+        ? fields
+        : { ...fields, ...stored(yield* chunkingOver(base.chunking, chunking, ["payload", "chunking"])) }
+      const updated = yield* repo.bases.update(tenantId, id, changes)
+      if (Option.isNone(updated)) return yield* notFound(id)
+      return updated.value
     })
 
     const remove = Traced.fn("Knowledge.remove")(function*(tenantId: TenantId, id: string) {
-      if (!(yield* repo.removeBase(tenantId, id))) return yield* new NotFound({ detail: `No knowledge base ${id}` })
+      if (!(yield* repo.bases.remove(tenantId, id))) return yield* notFound(id)
     })
 
     // --- uploads -------------------------------------------------------------
@@ -155,7 +140,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       readonly duplicates: "reject" | "allow"
     }) {
       const base = yield* findBase(tenantId, knowledgeId)
-      const chunking = yield* chunkingOver(baseChunking(base), input.chunking, input.chunkingPath)
+      const chunking = yield* chunkingOver(base.chunking, input.chunking, input.chunkingPath)
       if (input.files.length === 0) return yield* invalidField("files", "Expected at least one file")
       if (input.files.length > config.maxUploadFiles) {
         return yield* invalidField("files", `Expected at most ${config.maxUploadFiles} files (MAX_UPLOAD_FILES)`)
@@ -263,7 +248,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       if (row.status !== "ready") {
         return yield* new Conflict({ detail: `Document ${id} is ${row.status}; only a ready document can be rechunked` })
       }
-      const chunking = yield* chunkingOver(baseChunking(base), input, ["payload"])
+      const chunking = yield* chunkingOver(base.chunking, input, ["payload"])
       // Each rechunk rewrites every chunk of the document: RECHUNK_BURST at once, then one per RECHUNK_INTERVAL.
       const wait = yield* repo.takeRechunkSlot(tenantId, id, Duration.toSeconds(config.rechunkInterval), config.rechunkBurst)
       if (wait > 0) {
@@ -326,7 +311,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
         )
     }
 
-    return { list, create, get, update, remove, upload, documents, document, removeDocument, rechunk, chunks, sweeps } as const
+    return { list, create, get: findBase, update, remove, upload, documents, document, removeDocument, rechunk, chunks, sweeps } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(

@@ -9,39 +9,15 @@ import { chunksOfTenant, lockTenantPlan } from "../Billing/Repo.ts"
 import { AppConfig } from "../Config.ts"
 import { forEachChunk } from "../Database/Chunks.ts"
 import { tenantPage } from "../Database/Page.ts"
+import * as TenantRepo from "../Database/TenantRepo.ts"
 import { encodeCursor } from "../Domain/Cursor.ts"
 import { DocumentId, isId, KnowledgeId, newId, type TenantId } from "../Domain/Ids.ts"
 import { RunWaiting } from "../Domain/RunQueue.ts"
-import { Chunk, DocumentStatus } from "./Api.ts"
+import { Chunk, DocumentStatus, KnowledgeBase } from "./Api.ts"
 import { searchText } from "./Segment.ts"
 import type { Chunking } from "./Chunking.ts"
 import type { Chunk as SplitChunk, Heading } from "./Splitter.ts"
 import * as Traced from "../Platform/Traced.ts"
-
-export const BaseRow = Schema.Struct({
-  id: KnowledgeId,
-  name: Schema.String,
-  description: Schema.String,
-  language: Schema.String,
-  chunkStrategy: Schema.String,
-  chunkSize: Schema.Int,
-  chunkOverlap: Schema.Int,
-  documentCount: Schema.Int,
-  chunkCount: Schema.Int,
-  tokenCount: Schema.Int,
-  createdAt: Schema.Date,
-  updatedAt: Schema.Date
-})
-export type BaseRow = typeof BaseRow.Type
-
-// The counts are those of the base's ready documents, read with the base.
-const baseColumns = `id, name, description, language::text AS language, chunk_strategy, chunk_size, chunk_overlap,
-  (SELECT count(*)::int FROM knowledge_documents d WHERE d.knowledge_id = knowledge_bases.id) AS document_count,
-  (SELECT COALESCE(sum(chunk_count), 0)::int FROM knowledge_documents d
-     WHERE d.knowledge_id = knowledge_bases.id AND d.status = 'ready') AS chunk_count,
-  (SELECT COALESCE(sum(token_count), 0)::int FROM knowledge_documents d
-     WHERE d.knowledge_id = knowledge_bases.id AND d.status = 'ready') AS token_count,
-  created_at, updated_at`
 
 export const DocumentRow = Schema.Struct({
   id: DocumentId,
@@ -145,61 +121,25 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
         return used + adding > limit ? { plan, limit, used } : undefined
       })
 
-    const listBases = (tenantId: TenantId, page: { readonly after: string | null; readonly limit: number }) =>
-      tenantPage({ table: "knowledge_bases", columns: baseColumns, row: BaseRow, tenantId, after: page.after, limit: page.limit }).pipe(
-        Effect.orDie,
-        Traced.withSpan("KnowledgeRepo.listBases")
-      )
-
-    const decodeBase = Schema.decodeUnknownEffect(BaseRow)
-    const findBase = (tenantId: TenantId, id: string) =>
-      !isId(id)
-        ? Effect.succeed(Option.none<BaseRow>())
-        : sql`SELECT ${sql.literal(baseColumns)} FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
-          Effect.flatMap((rows) => rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeBase(rows[0]), Option.some)),
-          Effect.orDie,
-          Traced.withSpan("KnowledgeRepo.findBase")
-        )
+    // The counts are those of the base's ready documents, read with the base.
+    const bases = yield* TenantRepo.make(KnowledgeBase, {
+      table: "knowledge_bases",
+      spanPrefix: "KnowledgeRepo.bases",
+      expressions: {
+        language: "language::text",
+        chunking: "json_build_object('strategy', chunk_strategy, 'chunkSize', chunk_size, 'chunkOverlap', chunk_overlap)",
+        documentCount: "(SELECT count(*)::int FROM knowledge_documents d WHERE d.knowledge_id = knowledge_bases.id)",
+        chunkCount: `(SELECT COALESCE(sum(chunk_count), 0)::int FROM knowledge_documents d
+          WHERE d.knowledge_id = knowledge_bases.id AND d.status = 'ready')`,
+        tokenCount: `(SELECT COALESCE(sum(token_count), 0)::int FROM knowledge_documents d
+          WHERE d.knowledge_id = knowledge_bases.id AND d.status = 'ready')`
+      }
+    })
 
     const languageExists = (language: string) =>
       sql<{ found: boolean }>`SELECT EXISTS (SELECT 1 FROM pg_ts_config WHERE cfgname = ${language}) AS found`.pipe(
         Effect.map((rows) => rows[0]?.found === true),
         Effect.orDie
-      )
-
-    const insertBase = (tenantId: TenantId, input: {
-      readonly name: string
-      readonly description: string
-      readonly language: string
-      readonly chunking: Chunking
-    }) =>
-      Effect.gen(function*() {
-        const id = newId()
-        yield* sql`INSERT INTO knowledge_bases (id, tenant_id, name, description, language, chunk_strategy, chunk_size, chunk_overlap)
-          VALUES (${id}, ${tenantId}, ${input.name}, ${input.description}, ${input.language}::regconfig,
-                  ${input.chunking.strategy}, ${input.chunking.chunkSize}, ${input.chunking.chunkOverlap})`
-        return id
-      }).pipe(Effect.orDie, Traced.withSpan("KnowledgeRepo.insertBase"))
-
-    const updateBase = (tenantId: TenantId, id: string, input: {
-      readonly name?: string | undefined
-      readonly description?: string | undefined
-      readonly chunking?: Chunking | undefined
-    }) =>
-      sql`UPDATE knowledge_bases SET
-            name = COALESCE(${input.name ?? null}, name),
-            description = COALESCE(${input.description ?? null}, description),
-            chunk_strategy = COALESCE(${input.chunking?.strategy ?? null}, chunk_strategy),
-            chunk_size = COALESCE(${input.chunking?.chunkSize ?? null}::int, chunk_size),
-            chunk_overlap = COALESCE(${input.chunking?.chunkOverlap ?? null}::int, chunk_overlap),
-            updated_at = now()
-          WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("KnowledgeRepo.updateBase"))
-
-    const removeBase = (tenantId: TenantId, id: string) =>
-      !isId(id) ? Effect.succeed(false) : sql`DELETE FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
-        Effect.map((rows) => rows.length > 0),
-        Effect.orDie,
-        Traced.withSpan("KnowledgeRepo.removeBase")
       )
 
     // --- documents -----------------------------------------------------------
@@ -538,12 +478,8 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       )
 
     return {
-      listBases,
-      findBase,
+      bases,
       languageExists,
-      insertBase,
-      updateBase,
-      removeBase,
       listDocuments,
       findDocument,
       findDuplicate,

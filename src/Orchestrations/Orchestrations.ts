@@ -8,7 +8,7 @@ import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
 import { isId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
-import { defaultPageSize } from "../Agents/Api.ts"
+import { defaultPageSize } from "../Domain/Page.ts"
 import type { WebhookState } from "../Webhooks/Api.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import {

@@ -83,5 +83,20 @@ export const stored = <S extends Schema.Top>(schema: S) =>
     update: Schema.optionalKey(schema)
   })
 
+/**
+ * A field of the JSON that is no column of the entity's table (its webhook's
+ * state, say): the service adds it to what it answers, and acts on `input`
+ * when a client sends it on create or update.
+ */
+export const attached = <Read extends Schema.Top, Input extends Schema.Top>(read: Read, input: Input) =>
+  Model.Field({
+    json: read,
+    jsonCreate: Schema.optionalKey(input),
+    jsonUpdate: Schema.optionalKey(input)
+  })
+
+/** A field of the JSON only, which the service adds to what it answers; never a column, never sent by clients. */
+export const answered = <Read extends Schema.Top>(read: Read) => Model.Field({ json: read })
+
 /** A column the database sets (`created_at`, `updated_at`): read, never written by a client or the insert. */
 export const generated = Model.GeneratedByDb

@@ -1,5 +1,6 @@
 import type * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { TenantId } from "../Domain/Ids.ts"
@@ -60,3 +61,39 @@ export const jsonPages = <S extends Schema.Encoder<unknown>>(schema: S) => {
     return HttpServerResponse.text(json, { contentType: "application/json" })
   }
 }
+
+const encoder = new TextEncoder()
+
+interface LoggedEvent {
+  readonly id: string
+  readonly type: string
+  readonly data: unknown
+  readonly createdAt: Date
+}
+
+interface StreamEnd {
+  readonly type: string
+  readonly reason: string
+}
+
+/**
+ * A run's event log as a text/event-stream response (executions, team runs):
+ * each logged event with its id, which a client sends back as Last-Event-ID
+ * to resume, and its data with what it is `about` (a step, a turn) and when
+ * it was logged; a last event that ends the stream early has no id, so a
+ * client resuming goes on from the last logged one.
+ */
+export const runEventStream = <A extends LoggedEvent | StreamEnd>(
+  events: Stream.Stream<A>,
+  about: (event: Exclude<A, StreamEnd>) => object
+) =>
+  HttpServerResponse.stream(
+    Stream.map(events, (event) => {
+      if ("reason" in event) return encoder.encode(`event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`)
+      const logged = event as Exclude<A, StreamEnd>
+      return encoder.encode(`id: ${logged.id}\nevent: ${logged.type}\ndata: ${
+        JSON.stringify({ type: logged.type, ...about(logged), ...(logged.data as object), at: logged.createdAt })
+      }\n\n`)
+    }),
+    { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+  )

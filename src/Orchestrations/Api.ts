@@ -1,17 +1,20 @@
 import type * as Context from "effect/Context"
 import * as Schema from "effect/Schema"
+import * as Model from "effect/schema/Model"
 import * as Struct from "effect/Struct"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiError from "effect/http-api/HttpApiError"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
-import { PageQuery } from "../Domain/Page.ts"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
+import * as Entity from "../Domain/Entity.ts"
 import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
+import { managementEndpoints } from "../Domain/Management.ts"
+import { PageOf, PageQuery } from "../Domain/Page.ts"
 import {
   BadRequest,
   Conflict,
@@ -23,16 +26,7 @@ import {
   TooManyStreams
 } from "../Domain/Problems.ts"
 import { PreferHeader, RunWaiting } from "../Domain/RunQueue.ts"
-import {
-  DeliveryList,
-  DeliveryPageQuery,
-  Redelivery,
-  RedeliveryErrors,
-  redeliveryRefusals,
-  SigningSecret,
-  WebhookState,
-  WebhookUrl
-} from "../Webhooks/Api.ts"
+import { webhookEndpoints, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
 export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
 export type OrchestrationStatus = typeof OrchestrationStatus.Type
@@ -108,78 +102,52 @@ const TimeoutMs = Schema.Int.check(
   Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })
 ).annotate({ description: `Milliseconds an execution may run, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).` })
 
-export const Orchestration = Schema.Struct({
-  id: OrchestrationId,
-  name: Schema.String,
-  description: Schema.String,
-  status: OrchestrationStatus,
-  steps: Schema.Array(Step),
-  timeoutMs: Schema.Int,
-  createdAt: Schema.Date,
-  updatedAt: Schema.Date
-})
-export type Orchestration = typeof Orchestration.Type
-
 /**
- * An orchestration as the management routes show it: with its webhook, and,
- * in the one answer that made a new signing secret, that secret.
+ * An orchestration: its row, its JSON with its webhook, and what a client
+ * sends to create (`Orchestration.jsonCreate`) or update it
+ * (`Orchestration.jsonUpdate`). The webhook, where the events of finished
+ * executions go (`execution.completed`, `execution.failed`,
+ * `execution.cancelled`), is the Webhooks service's: its fields are no columns.
  */
-export const OrchestrationView = Schema.Struct({
-  ...Orchestration.fields,
-  ...WebhookState.fields,
-  signingSecret: Schema.optionalKey(Schema.String.annotate({
+export class Orchestration extends Model.Class<Orchestration>("Orchestration")({
+  id: Entity.id(OrchestrationId),
+  name: Entity.required(Schema.String, Name),
+  description: Entity.withDefault(Schema.String, "", Description),
+  status: Entity.withDefault(OrchestrationStatus, "active"),
+  steps: Entity.required(Schema.Array(Step), Steps),
+  timeoutMs: Entity.withDefault(Schema.Int, defaultTimeoutMs, TimeoutMs),
+  createdAt: Entity.generated(Schema.Date),
+  updatedAt: Entity.generated(Schema.Date),
+  outputWebhookUrl: Entity.attached(
+    WebhookState.fields.outputWebhookUrl,
+    Schema.NullOr(WebhookUrl).annotate({
+      description: "Where the signed events of finished executions are sent; null removes the webhook."
+    })
+  ),
+  webhookEnabled: Entity.attached(
+    WebhookState.fields.webhookEnabled,
+    Schema.Boolean.annotate({
+      description: "Turns the webhook on or off (on by default once a URL is set); turning it on again re-enables a disabled one."
+    })
+  ),
+  webhookDisabledReason: Entity.answered(WebhookState.fields.webhookDisabledReason),
+  signingSecret: Entity.answered(Schema.optionalKey(Schema.String.annotate({
     description: "The webhook's signing secret (`whsec_...`), only in the answer that set a first webhook URL."
-  }))
-})
-export type OrchestrationView = typeof OrchestrationView.Type
+  })))
+}) {}
 
-// Where executions' events go: `execution.completed`, `execution.failed`, `execution.cancelled`.
-const webhookFields = {
-  outputWebhookUrl: Schema.optionalKey(Schema.NullOr(WebhookUrl)).annotate({
-    description: "Where the signed events of finished executions are sent; null removes the webhook."
-  }),
-  webhookEnabled: Schema.optionalKey(Schema.Boolean).annotate({
-    description: "Turns the webhook on or off (on by default once a URL is set); turning it on again re-enables a disabled one."
-  })
-}
+/** An orchestration as the management routes show it: with its webhook, and, in the one answer that made a new signing secret, that secret. */
+export type OrchestrationView = typeof Orchestration.json.Type
+export type CreateOrchestration = typeof Orchestration.jsonCreate.Type
+export type UpdateOrchestration = typeof Orchestration.jsonUpdate.Type
 
 /**
  * An orchestration as the key-authenticated API shows it. The reference uses
  * only its id; its steps (prompts and agent ids) stay on the management routes.
  */
-export const V1Orchestration = Orchestration.mapFields(Struct.pick(["id", "name", "description", "status", "createdAt"]))
+export const V1Orchestration = Orchestration.json.mapFields(Struct.pick(["id", "name", "description", "status", "createdAt"]))
 
-export const CreateOrchestration = Schema.Struct({
-  name: Name,
-  description: Schema.optionalKey(Description),
-  status: Schema.optionalKey(OrchestrationStatus),
-  steps: Steps,
-  timeoutMs: Schema.optionalKey(TimeoutMs),
-  ...webhookFields
-})
-export type CreateOrchestration = typeof CreateOrchestration.Type
-
-export const UpdateOrchestration = Schema.Struct({
-  name: Schema.optionalKey(Name),
-  description: Schema.optionalKey(Description),
-  status: Schema.optionalKey(OrchestrationStatus),
-  steps: Schema.optionalKey(Steps),
-  timeoutMs: Schema.optionalKey(TimeoutMs),
-  ...webhookFields
-})
-export type UpdateOrchestration = typeof UpdateOrchestration.Type
-
-export const OrchestrationList = Schema.Struct({
-  data: Schema.Array(OrchestrationView),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
-
-export const V1OrchestrationList = Schema.Struct({
-  data: Schema.Array(V1Orchestration),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const V1OrchestrationList = PageOf(V1Orchestration)
 
 // ---------------------------------------------------------------------------
 // Executions
@@ -228,11 +196,7 @@ export const Execution = Schema.Struct({
 })
 export type Execution = typeof Execution.Type
 
-export const ExecutionList = Schema.Struct({
-  data: Schema.Array(Execution),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const ExecutionList = PageOf(Execution)
 
 /** The events of an execution's stream, in the order they can come. */
 export const executionEventNames = [
@@ -344,101 +308,60 @@ const executionRoutes = <const Name extends string>(
     }))
   )
 
-export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
-  .add(
-    HttpApiEndpoint.get("list", "/", {
-      query: PageQuery,
-      success: OrchestrationList,
-      error: BadRequest
-    }).annotateMerge(operation({
-      summary: "List orchestrations",
-      description: "The tenant's orchestrations, active and inactive, with their steps and webhooks, a page at a " +
-        "time (`limit`, `cursor`).",
-      credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`."
-    })),
-    HttpApiEndpoint.post("create", "/", {
-      payload: CreateOrchestration,
-      success: OrchestrationView.pipe(HttpApiSchema.status(201)),
-      error: [BadRequest, QuotaReached]
-    }).annotateMerge(operation({
-      summary: "Create an orchestration",
-      description: "Creates an orchestration: steps, each an agent and a prompt template, run in the order of their " +
-        "`dependsOn`, and an optional webhook for finished executions (the answer then carries its signing secret, " +
-        "once).",
-      credential: sessionCredential,
-      errors: "400 on invalid fields, naming each: duplicate step ids, unknown or cyclic dependencies, agents that " +
-        "are not the tenant's, prompts that can render past MAX_PROMPT_CHARS, a refused webhook URL. 429 when " +
-        "the tenant has as many orchestrations (MAX_ORCHESTRATIONS) or webhook URLs (MAX_WEBHOOK_ENDPOINTS) as " +
-        "its plan allows."
-    })),
-    HttpApiEndpoint.get("get", "/:id", {
-      params: { id: OrchestrationId },
-      success: OrchestrationView,
-      error: NotFound
-    }).annotateMerge(operation({
-      summary: "Get an orchestration",
-      description: "The orchestration, with its steps and webhook.",
-      credential: sessionCredential,
-      errors: "404 when the orchestration is not the tenant's."
-    })),
-    HttpApiEndpoint.put("update", "/:id", {
-      params: { id: OrchestrationId },
-      payload: UpdateOrchestration,
-      success: OrchestrationView,
-      error: [NotFound, BadRequest, QuotaReached]
-    }).annotateMerge(operation({
-      summary: "Update an orchestration",
-      description: "Changes the fields sent; new `steps` replace the old ones and are checked as a whole. Executions " +
-        "already started keep the steps they started with.",
-      credential: sessionCredential,
-      errors: "400 on invalid fields (as for create), 404 when the orchestration is not the tenant's, 429 when a " +
-        "first webhook URL would pass the plan's MAX_WEBHOOK_ENDPOINTS."
-    })),
-    HttpApiEndpoint.delete("remove", "/:id", {
-      params: { id: OrchestrationId },
-      success: HttpApiSchema.NoContent,
-      error: NotFound
-    }).annotateMerge(operation({
-      summary: "Delete an orchestration",
-      description: "Deletes the orchestration and its webhook.",
-      credential: sessionCredential,
-      errors: "404 when the orchestration is not the tenant's."
-    })),
-    HttpApiEndpoint.get("deliveries", "/:id/deliveries", {
-      params: { id: OrchestrationId },
-      query: DeliveryPageQuery,
-      success: DeliveryList,
-      error: [NotFound, BadRequest]
-    }).annotateMerge(operation({
+const webhook = webhookEndpoints({
+  name: "orchestration",
+  id: OrchestrationId,
+  secretPath: "/:id/webhook/secret",
+  credential: sessionCredential,
+  docs: {
+    deliveries: {
       summary: "List an orchestration's webhook deliveries",
       description: "Every attempt to deliver the orchestration's webhook events, newest first, a page at a time " +
-        "(`limit`, `cursor`).",
-      credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`, 404 when the orchestration is not the tenant's."
-    })),
-    HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
-      params: { id: OrchestrationId, eventId: Text },
-      success: Redelivery.pipe(HttpApiSchema.status(202)),
-      error: RedeliveryErrors
-    }).annotateMerge(operation({
-      summary: "Redeliver a webhook event",
-      description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
-        "schedule.",
-      credential: sessionCredential,
-      errors: "404 when the orchestration is not the tenant's or has no such event; " + redeliveryRefusals
-    })),
-    HttpApiEndpoint.post("rotateSecret", "/:id/webhook/secret", {
-      params: { id: OrchestrationId },
-      success: SigningSecret,
-      error: [NotFound, Conflict]
-    }).annotateMerge(operation({
+        "(`limit`, `cursor`)."
+    },
+    redeliver: { summary: "Redeliver a webhook event" },
+    rotateSecret: {
       summary: "Rotate the webhook signing secret",
       description: "A new signing secret, shown once. The previous one also signs deliveries until " +
-        "`previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP).",
+        "`previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP)."
+    }
+  }
+})
+
+export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
+  .add(
+    ...managementEndpoints({
+      name: "orchestration",
+      model: Orchestration,
       credential: sessionCredential,
-      errors: "404 when the orchestration is not the tenant's, 409 when it has no webhook URL."
-    })),
+      errors: { create: [BadRequest, QuotaReached], update: [NotFound, BadRequest, QuotaReached] },
+      docs: {
+        list: {
+          description: "The tenant's orchestrations, active and inactive, with their steps and webhooks, a page at a " +
+            "time (`limit`, `cursor`)."
+        },
+        create: {
+          description: "Creates an orchestration: steps, each an agent and a prompt template, run in the order of " +
+            "their `dependsOn`, and an optional webhook for finished executions (the answer then carries its " +
+            "signing secret, once).",
+          errors: "400 on invalid fields, naming each: duplicate step ids, unknown or cyclic dependencies, agents " +
+            "that are not the tenant's, prompts that can render past MAX_PROMPT_CHARS, a refused webhook URL. 429 " +
+            "when the tenant has as many orchestrations (MAX_ORCHESTRATIONS) or webhook URLs " +
+            "(MAX_WEBHOOK_ENDPOINTS) as its plan allows."
+        },
+        get: { description: "The orchestration, with its steps and webhook." },
+        update: {
+          description: "Changes the fields sent; new `steps` replace the old ones and are checked as a whole. " +
+            "Executions already started keep the steps they started with.",
+          errors: "400 on invalid fields (as for create), 404 when the orchestration is not the tenant's, 429 when a " +
+            "first webhook URL would pass the plan's MAX_WEBHOOK_ENDPOINTS."
+        },
+        remove: { description: "Deletes the orchestration and its webhook." }
+      }
+    }),
+    webhook.deliveries,
+    webhook.redeliver,
+    webhook.rotateSecret,
     HttpApiEndpoint.post("execute", "/:id/execute", executeSpec).middleware(SessionQuota)
       .annotateMerge(operation({
         ...executeDoc,

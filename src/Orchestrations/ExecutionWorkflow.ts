@@ -22,7 +22,7 @@ import { RunSignals } from "../Platform/RunSignals.ts"
 import { RunSlots } from "../Platform/RunSlots.ts"
 import type { Step } from "./Api.ts"
 import { plan, renderWithin } from "./Orchestrations.ts"
-import { ExecutionsRepo } from "./Repo.ts"
+import { ExecutionsRepo } from "./ExecutionsRepo.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 /**

@@ -23,7 +23,7 @@ import { defaultPageSize } from "../Domain/Page.ts"
 import { type ExecuteRequest, type Execution, ExecutionNotStarted, type ExecutionStatus } from "./Api.ts"
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
 import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
-import { ExecutionsRepo } from "./Repo.ts"
+import { ExecutionsRepo } from "./ExecutionsRepo.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 export interface ExecutionEvent {

@@ -1,10 +1,11 @@
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Stream from "effect/Stream"
-import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { OrchestrationId } from "../Domain/Ids.ts"
+import type { PageRequest } from "../Domain/Page.ts"
+import { forTenant, managementHandlers, runEventStream } from "../Http/Management.ts"
 import { asksNotToWait } from "../Domain/RunQueue.ts"
 import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
@@ -32,39 +33,12 @@ export const OrchestrationsHttp = HttpApiBuilder.group(
     const orchestrations = yield* Orchestrations
     const executions = yield* Executions
     return handlers.handleAll({
-      list: Traced.fn(function*({ query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.listViews(tenantId, query)
-      }),
+      // The routes show each orchestration with its webhook.
+      ...managementHandlers({ ...orchestrations, list: orchestrations.listViews, get: orchestrations.view }),
       execute: executeHandler(executions),
-      create: Traced.fn(function*({ payload }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.create(tenantId, payload)
-      }),
-      get: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.view(tenantId, params.id)
-      }),
-      update: Traced.fn(function*({ params, payload }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.update(tenantId, params.id, payload)
-      }),
-      remove: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        yield* orchestrations.remove(tenantId, params.id)
-      }),
-      deliveries: Traced.fn(function*({ params, query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.deliveries(tenantId, params.id, query)
-      }),
-      redeliver: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.redeliver(tenantId, params.id, params.eventId)
-      }),
-      rotateSecret: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.rotateSecret(tenantId, params.id)
-      })
+      deliveries: forTenant((tenantId, { params, query }) => orchestrations.deliveries(tenantId, params.id, query)),
+      redeliver: forTenant((tenantId, { params }) => orchestrations.redeliver(tenantId, params.id, params.eventId)),
+      rotateSecret: forTenant((tenantId, { params }) => orchestrations.rotateSecret(tenantId, params.id))
     })
   })
 )
@@ -76,57 +50,31 @@ export const OrchestrationsV1Http = HttpApiBuilder.group(
     const orchestrations = yield* Orchestrations
     const executions = yield* Executions
     return handlers.handleAll({
-      list: Traced.fn(function*({ query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* orchestrations.list(tenantId, { activeOnly: true, ...query })
-      }),
+      list: forTenant((tenantId, { query }) => orchestrations.list(tenantId, query, { activeOnly: true })),
       execute: executeHandler(executions)
     })
   })
 )
 
-const encoder = new TextEncoder()
+type ById = { readonly params: { readonly id: string } }
 
 /** The execution handlers, for a key or a session alike. */
 const executionHandlers = (executions: Executions["Service"]) => ({
-  list: Traced.fn(function*({ query }: {
-    readonly query: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
+  list: forTenant((tenantId, { query }: {
+    readonly query: PageRequest & {
       readonly orchestrationId?: string | undefined
       readonly status?: ExecutionStatus | undefined
     }
-  }) {
-    const { tenantId } = yield* CurrentPrincipal
-    return yield* executions.list(tenantId, query)
-  }),
-  get: Traced.fn(function*({ params }: { readonly params: { readonly id: string } }) {
-    const { tenantId } = yield* CurrentPrincipal
-    return yield* executions.get(tenantId, params.id)
-  }),
-  cancel: Traced.fn(function*({ params }: { readonly params: { readonly id: string } }) {
-    const { tenantId } = yield* CurrentPrincipal
-    return yield* executions.cancel(tenantId, params.id)
-  }),
-  events: Traced.fn(function*({ params, request }: {
-    readonly params: { readonly id: string }
+  }) => executions.list(tenantId, query)),
+  get: forTenant((tenantId, { params }: ById) => executions.get(tenantId, params.id)),
+  cancel: forTenant((tenantId, { params }: ById) => executions.cancel(tenantId, params.id)),
+  events: forTenant((tenantId, { params, request }: ById & {
     readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
-  }) {
-    const { tenantId } = yield* CurrentPrincipal
-    const events = yield* executions.events(tenantId, params.id, request.headers["last-event-id"] ?? "0")
-    return HttpServerResponse.stream(
-      Stream.map(events, (event) =>
-        encoder.encode(
-          "reason" in event
-            // No id: a client resuming with Last-Event-ID goes on from the last real event.
-            ? `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
-            : `id: ${event.id}\nevent: ${event.type}\ndata: ${
-              JSON.stringify({ type: event.type, stepId: event.stepId, ...(event.data as object), at: event.createdAt })
-            }\n\n`
-        )),
-      { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
-    )
-  })
+  }) =>
+    Effect.map(
+      executions.events(tenantId, params.id, request.headers["last-event-id"] ?? "0"),
+      (events) => runEventStream(events, (event) => ({ stepId: event.stepId }))
+    ))
 })
 
 export const ExecutionsHttp = HttpApiBuilder.group(

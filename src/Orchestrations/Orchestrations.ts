@@ -5,15 +5,13 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
-import { decodeCursor } from "../Domain/Cursor.ts"
-import { isId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
+import type { OrchestrationId, TenantId } from "../Domain/Ids.ts"
+import type { PageRequest } from "../Domain/Page.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
-import { defaultPageSize } from "../Domain/Page.ts"
 import type { WebhookState } from "../Webhooks/Api.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import {
   type CreateOrchestration,
-  defaultTimeoutMs,
   type Orchestration,
   type OrchestrationView,
   type Step,
@@ -423,18 +421,9 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       if (issues.length > 0) return yield* invalidSteps(issues)
     })
 
-    const list = Traced.fn("Orchestrations.list")(function*(tenantId: TenantId, options: {
-      readonly activeOnly: boolean
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
-      const after = yield* decodeCursor(options.cursor, isId)
-      return yield* repo.list(tenantId, {
-        activeOnly: options.activeOnly,
-        after,
-        limit: options.limit ?? defaultPageSize
-      })
-    })
+    /** A page of the tenant's orchestrations; the key-authenticated list shows the active ones only. */
+    const list = (tenantId: TenantId, page: PageRequest, options?: { readonly activeOnly: boolean }) =>
+      repo.list(tenantId, page, options?.activeOnly ? "active" : undefined)
 
     const ownerOf = (id: string) => ({ kind: "orchestration" as const, id })
 
@@ -453,11 +442,8 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
         : { url: input.outputWebhookUrl, enabled: input.webhookEnabled }
 
     /** The management routes' list: each orchestration with its webhook. */
-    const listViews = Traced.fn("Orchestrations.listViews")(function*(tenantId: TenantId, options: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
-      const page = yield* list(tenantId, { activeOnly: false, ...options })
+    const listViews = Traced.fn("Orchestrations.listViews")(function*(tenantId: TenantId, query: PageRequest) {
+      const page = yield* list(tenantId, query)
       const states = yield* webhooks.states(tenantId, "orchestration", page.data.map((orchestration) => orchestration.id))
       return {
         ...page,
@@ -470,14 +456,9 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
     // The webhook is set once the orchestration exists; a URL it refuses
     // (400) takes the new orchestration away again.
     const create = Traced.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {
+      const { outputWebhookUrl: _url, webhookEnabled: _enabled, ...fields } = input
       yield* checkSteps(tenantId, input.steps)
-      const orchestration = yield* quotas.admit(tenantId, "orchestrations", repo.insert(tenantId, {
-        name: input.name,
-        description: input.description ?? "",
-        status: input.status ?? "active",
-        steps: input.steps,
-        timeoutMs: input.timeoutMs ?? defaultTimeoutMs
-      }))
+      const orchestration = yield* quotas.admit(tenantId, "orchestrations", repo.insert(tenantId, fields))
       const change = webhookChange(input)
       if (change === undefined) return withWebhook(orchestration, { state: noWebhook, signingSecret: null })
       const webhook = yield* webhooks.configure(tenantId, ownerOf(orchestration.id), change, ["payload", "outputWebhookUrl"]).pipe(

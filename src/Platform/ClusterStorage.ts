@@ -203,7 +203,7 @@ export const makeSaveReply = (client: SqlClient.SqlClient): MessageStorage.Encod
   type Final = Reply.Encoded & { readonly _tag: "WithExit" }
   // The `IN` list keeps the requests' update on the request_id index even
   // before PostgreSQL has statistics for the table (see beginTogether in
-  // Orchestrations/Repo.ts).
+  // Orchestrations/ExecutionsRepo.ts).
   const saveTogether = (finals: ReadonlyArray<Final>) =>
     sql`
       WITH reply (id, request_id, payload) AS (

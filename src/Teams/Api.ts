@@ -1,15 +1,18 @@
 import * as Schema from "effect/Schema"
+import * as Model from "effect/schema/Model"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiError from "effect/http-api/HttpApiError"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
-import { PageQuery, pageQuery } from "../Domain/Page.ts"
+import { PageOf, PageQuery, pageQuery } from "../Domain/Page.ts"
 import { ApiKeyAuth, ApiKeyHeaderAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import * as Entity from "../Domain/Entity.ts"
 import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, TeamId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text } from "../Domain/Input.ts"
+import { managementEndpoints } from "../Domain/Management.ts"
 import {
   BadRequest,
   Conflict,
@@ -21,16 +24,7 @@ import {
   TooManyStreams
 } from "../Domain/Problems.ts"
 import { PreferHeader, RunWaiting } from "../Domain/RunQueue.ts"
-import {
-  DeliveryList,
-  DeliveryPageQuery,
-  Redelivery,
-  RedeliveryErrors,
-  redeliveryRefusals,
-  SigningSecret,
-  WebhookState,
-  WebhookUrl
-} from "../Webhooks/Api.ts"
+import { webhookEndpoints, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
 export const TeamStatus = Schema.Literals(["active", "inactive"])
 export type TeamStatus = typeof TeamStatus.Type
@@ -114,59 +108,36 @@ export const RoomInput = Schema.Struct({
 })
 export type RoomInput = typeof RoomInput.Type
 
-export const Team = Schema.Struct({
-  id: TeamId,
-  name: Schema.String,
-  description: Schema.String,
-  mode: TeamMode,
-  status: TeamStatus,
-  members: Schema.Array(Member),
-  turnTaking: TurnTaking,
-  leaderAgentId: Schema.NullOr(Schema.String),
-  maxTurns: Schema.Int,
-  tokenBudget: Schema.Int,
-  timeoutMs: Schema.Int,
-  room: Room,
-  createdAt: Schema.Date,
-  updatedAt: Schema.Date
-})
-export type Team = typeof Team.Type
+/**
+ * A team: its row, its JSON with its room, and what a client sends to create
+ * (`Team.jsonCreate`) or update it (`Team.jsonUpdate`). The room (its
+ * webhook) is the Webhooks service's: no column of the table. Left out on
+ * create, the limits are the defaults held to the plan's bounds, and the
+ * other fields as documented (the service decides them, Teams.ts).
+ */
+export class Team extends Model.Class<Team>("Team")({
+  id: Entity.id(TeamId),
+  name: Entity.required(Schema.String, Name),
+  description: Entity.optional(Schema.String, Description),
+  mode: Entity.optional(TeamMode),
+  status: Entity.optional(TeamStatus),
+  members: Entity.required(Schema.Array(Member), Members),
+  turnTaking: Entity.optional(TurnTaking),
+  leaderAgentId: Entity.optional(Schema.NullOr(Schema.String), LeaderAgentId),
+  maxTurns: Entity.optional(Schema.Int, MaxTurns),
+  tokenBudget: Entity.optional(Schema.Int, TokenBudgetLimit),
+  timeoutMs: Entity.optional(Schema.Int, TimeoutMs),
+  room: Entity.attached(Room, RoomInput),
+  createdAt: Entity.generated(Schema.Date),
+  updatedAt: Entity.generated(Schema.Date)
+}) {}
 
-export const CreateTeam = Schema.Struct({
-  name: Name,
-  description: Schema.optionalKey(Description),
-  mode: Schema.optionalKey(TeamMode),
-  status: Schema.optionalKey(TeamStatus),
-  members: Members,
-  turnTaking: Schema.optionalKey(TurnTaking),
-  leaderAgentId: Schema.optionalKey(LeaderAgentId),
-  maxTurns: Schema.optionalKey(MaxTurns),
-  tokenBudget: Schema.optionalKey(TokenBudgetLimit),
-  timeoutMs: Schema.optionalKey(TimeoutMs),
-  room: Schema.optionalKey(RoomInput)
-})
-export type CreateTeam = typeof CreateTeam.Type
+/** A team as the routes show it: with its room. */
+export type TeamView = typeof Team.json.Type
+export type CreateTeam = typeof Team.jsonCreate.Type
+export type UpdateTeam = typeof Team.jsonUpdate.Type
 
-export const UpdateTeam = Schema.Struct({
-  name: Schema.optionalKey(Name),
-  description: Schema.optionalKey(Description),
-  mode: Schema.optionalKey(TeamMode),
-  status: Schema.optionalKey(TeamStatus),
-  members: Schema.optionalKey(Members),
-  turnTaking: Schema.optionalKey(TurnTaking),
-  leaderAgentId: Schema.optionalKey(LeaderAgentId),
-  maxTurns: Schema.optionalKey(MaxTurns),
-  tokenBudget: Schema.optionalKey(TokenBudgetLimit),
-  timeoutMs: Schema.optionalKey(TimeoutMs),
-  room: Schema.optionalKey(RoomInput)
-})
-export type UpdateTeam = typeof UpdateTeam.Type
-
-export const TeamList = Schema.Struct({
-  data: Schema.Array(Team),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const TeamList = PageOf(Team.json)
 
 // ---------------------------------------------------------------------------
 // Runs
@@ -195,11 +166,7 @@ export const TranscriptEntry = Schema.Struct({
 })
 export type TranscriptEntry = typeof TranscriptEntry.Type
 
-export const Transcript = Schema.Struct({
-  data: Schema.Array(TranscriptEntry),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const Transcript = PageOf(TranscriptEntry)
 
 export const TeamRun = Schema.Struct({
   runId: Schema.String,
@@ -221,11 +188,7 @@ export type TeamRun = typeof TeamRun.Type
 
 export const TeamRunWithTranscript = Schema.Struct({ ...TeamRun.fields, transcript: Transcript })
 
-export const TeamRunList = Schema.Struct({
-  data: Schema.Array(TeamRun),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
-})
+export const TeamRunList = PageOf(TeamRun)
 
 /** Whether a string can be a transcript index: a transcript is paged by it. */
 export const isTranscriptIndex = (key: string) => /^(0|[1-9]\d{0,8})$/.test(key)
@@ -342,107 +305,62 @@ const runSpec = {
 /** `{ success: true, data }`: the bodies of the key-authenticated team routes. */
 export const envelope = <S extends Schema.Top>(schema: S) => Schema.Struct({ success: Schema.Literal(true), data: schema })
 
-const ListEnvelope = Schema.Struct({
-  success: Schema.Literal(true),
-  data: Schema.Array(Team),
-  total: Schema.Int,
-  nextCursor: Schema.NullOr(Schema.String)
+const ListEnvelope = Schema.Struct({ success: Schema.Literal(true), ...TeamList.fields })
+
+const room = webhookEndpoints({
+  name: "team",
+  id: TeamId,
+  secretPath: "/:id/room/secret",
+  credential: sessionCredential,
+  docs: {
+    deliveries: {
+      summary: "List the room's webhook deliveries",
+      description: "Every attempt to deliver the room's events, newest first, a page at a time (`limit`, `cursor`)."
+    },
+    redeliver: { summary: "Redeliver a room event" },
+    rotateSecret: {
+      summary: "Rotate the room's signing secret",
+      description: "A new signing secret for the room's webhook, shown once. The previous one also signs " +
+        "deliveries until `previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP).",
+      errors: "404 when the team is not the tenant's, 409 when its room has no webhook URL."
+    }
+  }
 })
 
 export class TeamsApi extends HttpApiGroup.make("teams")
   .add(
-    HttpApiEndpoint.get("list", "/", {
-      query: PageQuery,
-      success: TeamList,
-      error: BadRequest
-    }).annotateMerge(operation({
-      summary: "List teams",
-      description: "The tenant's teams, active and inactive, with their members and rooms, a page at a time " +
-        "(`limit`, `cursor`).",
+    ...managementEndpoints({
+      name: "team",
+      model: Team,
       credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`."
-    })),
-    HttpApiEndpoint.post("create", "/", {
-      payload: CreateTeam,
-      success: Team.pipe(HttpApiSchema.status(201)),
-      error: [BadRequest, QuotaReached]
-    }).annotateMerge(operation({
-      summary: "Create a team",
-      description: "Creates a team: member agents with roles, the turn-taking (`round_robin`, or `leader` with a " +
-        "leader among the members), the limits of a run, and optionally the room's webhook (the answer then " +
-        "carries its signing secret, once).",
-      credential: sessionCredential,
-      errors: "400 on invalid fields, naming each: members that are not distinct agents of the tenant, a leader " +
-        "missing, not a member or given for `round_robin`, a refused webhook URL, a `maxTurns`, `tokenBudget` or " +
-        "`timeoutMs` past the plan's bound (FREE_TEAM_MAX_TURNS...). 429 when the tenant has as " +
-        "many teams (MAX_TEAMS) or webhook URLs (MAX_WEBHOOK_ENDPOINTS) as its plan allows."
-    })),
-    HttpApiEndpoint.get("get", "/:id", {
-      params: { id: TeamId },
-      success: Team,
-      error: NotFound
-    }).annotateMerge(operation({
-      summary: "Get a team",
-      description: "The team, with its members and room.",
-      credential: sessionCredential,
-      errors: "404 when the team is not the tenant's."
-    })),
-    HttpApiEndpoint.put("update", "/:id", {
-      params: { id: TeamId },
-      payload: UpdateTeam,
-      success: Team,
-      error: [NotFound, BadRequest, QuotaReached]
-    }).annotateMerge(operation({
-      summary: "Update a team",
-      description: "Changes the fields sent and checks the team as a whole again. Runs already started keep the " +
-        "team they started with.",
-      credential: sessionCredential,
-      errors: "400 on invalid fields (as for create), 404 when the team is not the tenant's, 429 when a first " +
-        "webhook URL for the room would pass the plan's MAX_WEBHOOK_ENDPOINTS."
-    })),
-    HttpApiEndpoint.delete("remove", "/:id", {
-      params: { id: TeamId },
-      success: HttpApiSchema.NoContent,
-      error: NotFound
-    }).annotateMerge(operation({
-      summary: "Delete a team",
-      description: "Deletes the team and its room's webhook.",
-      credential: sessionCredential,
-      errors: "404 when the team is not the tenant's."
-    })),
-    HttpApiEndpoint.post("rotateSecret", "/:id/room/secret", {
-      params: { id: TeamId },
-      success: SigningSecret,
-      error: [NotFound, Conflict]
-    }).annotateMerge(operation({
-      summary: "Rotate the room's signing secret",
-      description: "A new signing secret for the room's webhook, shown once. The previous one also signs " +
-        "deliveries until `previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP).",
-      credential: sessionCredential,
-      errors: "404 when the team is not the tenant's, 409 when its room has no webhook URL."
-    })),
-    HttpApiEndpoint.get("deliveries", "/:id/deliveries", {
-      params: { id: TeamId },
-      query: DeliveryPageQuery,
-      success: DeliveryList,
-      error: [NotFound, BadRequest]
-    }).annotateMerge(operation({
-      summary: "List the room's webhook deliveries",
-      description: "Every attempt to deliver the room's events, newest first, a page at a time (`limit`, `cursor`).",
-      credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`, 404 when the team is not the tenant's."
-    })),
-    HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
-      params: { id: TeamId, eventId: Text },
-      success: Redelivery.pipe(HttpApiSchema.status(202)),
-      error: RedeliveryErrors
-    }).annotateMerge(operation({
-      summary: "Redeliver a room event",
-      description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
-        "schedule.",
-      credential: sessionCredential,
-      errors: "404 when the team is not the tenant's or has no such event; " + redeliveryRefusals
-    })),
+      errors: { create: [BadRequest, QuotaReached], update: [NotFound, BadRequest, QuotaReached] },
+      docs: {
+        list: {
+          description: "The tenant's teams, active and inactive, with their members and rooms, a page at a time " +
+            "(`limit`, `cursor`)."
+        },
+        create: {
+          description: "Creates a team: member agents with roles, the turn-taking (`round_robin`, or `leader` with a " +
+            "leader among the members), the limits of a run, and optionally the room's webhook (the answer then " +
+            "carries its signing secret, once).",
+          errors: "400 on invalid fields, naming each: members that are not distinct agents of the tenant, a leader " +
+            "missing, not a member or given for `round_robin`, a refused webhook URL, a `maxTurns`, `tokenBudget` or " +
+            "`timeoutMs` past the plan's bound (FREE_TEAM_MAX_TURNS...). 429 when the tenant has as " +
+            "many teams (MAX_TEAMS) or webhook URLs (MAX_WEBHOOK_ENDPOINTS) as its plan allows."
+        },
+        get: { description: "The team, with its members and room." },
+        update: {
+          description: "Changes the fields sent and checks the team as a whole again. Runs already started keep the " +
+            "team they started with.",
+          errors: "400 on invalid fields (as for create), 404 when the team is not the tenant's, 429 when a first " +
+            "webhook URL for the room would pass the plan's MAX_WEBHOOK_ENDPOINTS."
+        },
+        remove: { description: "Deletes the team and its room's webhook." }
+      }
+    }),
+    room.rotateSecret,
+    room.deliveries,
+    room.redeliver,
     HttpApiEndpoint.post("run", "/:id/run", { ...runSpec, success: RunHandle.pipe(HttpApiSchema.status(202)) })
       .middleware(SessionQuota)
       .annotateMerge(operation({

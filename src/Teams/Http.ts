@@ -1,33 +1,43 @@
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Stream from "effect/Stream"
-import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
-import { CurrentPrincipal } from "../Auth/Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
+import type { PageRequest } from "../Domain/Page.ts"
 import { asksNotToWait } from "../Domain/RunQueue.ts"
-import type { RunEvent, StreamEnd } from "./TeamRuns.ts"
+import { forTenant, managementHandlers, runEventStream } from "../Http/Management.ts"
 import { TeamRuns } from "./TeamRuns.ts"
 import { Teams } from "./Teams.ts"
 import * as Traced from "../Platform/Traced.ts"
 
-const encoder = new TextEncoder()
+type RunParams = { readonly params: { readonly id: string; readonly runId: string } }
 
-/** A run's events as a text/event-stream response. */
-const eventStream = (events: Stream.Stream<RunEvent | StreamEnd>) =>
-  HttpServerResponse.stream(
-    Stream.map(events, (event) =>
-      encoder.encode(
-        "reason" in event
-          // No id: a client resuming with Last-Event-ID goes on from the last real event.
-          ? `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
-          : `id: ${event.id}\nevent: ${event.type}\ndata: ${
-            JSON.stringify({ type: event.type, turn: event.turn, ...(event.data as object), at: event.createdAt })
-          }\n\n`
-      )),
-    { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
-  )
+/** The run routes' handlers, with a session or a key alike. */
+const runHandlers = (runs: TeamRuns["Service"]) => ({
+  run: forTenant((tenantId, { headers, params, payload }: {
+    readonly params: { readonly id: string }
+    readonly payload: { readonly mission: string }
+    readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
+  }) =>
+    withBudgetHeaders(
+      runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
+    )),
+  runs: forTenant((tenantId, { params, query }: { readonly params: { readonly id: string }; readonly query: PageRequest }) =>
+    runs.list(tenantId, params.id, query)
+  ),
+  getRun: forTenant((tenantId, { params }: RunParams) => runs.get(tenantId, params.id, params.runId)),
+  transcript: forTenant((tenantId, { params, query }: RunParams & { readonly query: PageRequest }) =>
+    runs.transcript(tenantId, params.id, params.runId, query)
+  ),
+  cancel: forTenant((tenantId, { params }: RunParams) => runs.cancel(tenantId, params.id, params.runId)),
+  events: forTenant((tenantId, { params, request }: RunParams & {
+    readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
+  }) =>
+    Effect.map(
+      runs.events(tenantId, params.id, params.runId, request.headers["last-event-id"] ?? "0"),
+      (events) => runEventStream(events, (event) => ({ turn: event.turn }))
+    ))
+})
 
 export const TeamsHttp = HttpApiBuilder.group(
   Api,
@@ -36,121 +46,37 @@ export const TeamsHttp = HttpApiBuilder.group(
     const teams = yield* Teams
     const runs = yield* TeamRuns
     return handlers.handleAll({
-      list: Traced.fn(function*({ query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* teams.list(tenantId, { activeOnly: false, ...query })
-      }),
-      create: Traced.fn(function*({ payload }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* teams.create(tenantId, payload)
-      }),
-      get: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* teams.get(tenantId, params.id)
-      }),
-      update: Traced.fn(function*({ params, payload }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* teams.update(tenantId, params.id, payload)
-      }),
-      remove: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
+      ...managementHandlers({
+        ...teams,
         // A deleted team's runs would go on unseen (they are read through the team): they stop.
-        yield* runs.cancelUnfinished(tenantId, params.id)
-        yield* teams.remove(tenantId, params.id)
+        remove: (tenantId, id) => Effect.andThen(runs.cancelUnfinished(tenantId, id), teams.remove(tenantId, id))
       }),
-      rotateSecret: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* teams.rotateSecret(tenantId, params.id)
-      }),
-      deliveries: Traced.fn(function*({ params, query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* teams.deliveries(tenantId, params.id, query)
-      }),
-      redeliver: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* teams.redeliver(tenantId, params.id, params.eventId)
-      }),
-      run: Traced.fn(function*({ params, payload, headers }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* withBudgetHeaders(
-          runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
-        )
-      }),
-      runs: Traced.fn(function*({ params, query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* runs.list(tenantId, params.id, query)
-      }),
-      getRun: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* runs.get(tenantId, params.id, params.runId)
-      }),
-      transcript: Traced.fn(function*({ params, query }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* runs.transcript(tenantId, params.id, params.runId, query)
-      }),
-      cancel: Traced.fn(function*({ params }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return yield* runs.cancel(tenantId, params.id, params.runId)
-      }),
-      events: Traced.fn(function*({ params, request }) {
-        const { tenantId } = yield* CurrentPrincipal
-        return eventStream(yield* runs.events(tenantId, params.id, params.runId, request.headers["last-event-id"] ?? "0"))
-      })
+      rotateSecret: forTenant((tenantId, { params }) => teams.rotateSecret(tenantId, params.id)),
+      deliveries: forTenant((tenantId, { params, query }) => teams.deliveries(tenantId, params.id, query)),
+      redeliver: forTenant((tenantId, { params }) => teams.redeliver(tenantId, params.id, params.eventId)),
+      ...runHandlers(runs)
     })
   })
 )
 
-const ok = <A>(data: A) => ({ success: true as const, data })
+/** `{ success: true, data }`: a body of the key-authenticated groups. */
+const enveloped = <Request, A, E, R>(handle: (request: Request) => Effect.Effect<A, E, R>) => (request: Request) =>
+  Effect.map(handle(request), (data) => ({ success: true as const, data }))
 
 /** The handlers of the key-authenticated groups: /api/v1/teams and /api/public/teams answer alike. */
 const keyHandlers = Effect.gen(function*() {
   const teams = yield* Teams
-  const runs = yield* TeamRuns
+  const { events, ...handlers } = runHandlers(yield* TeamRuns)
   return {
-    list: Traced.fn(function*({ query }: { readonly query: { readonly limit?: number | undefined; readonly cursor?: string | undefined } }) {
-      const { tenantId } = yield* CurrentPrincipal
-      const page = yield* teams.list(tenantId, { activeOnly: true, ...query })
-      return { success: true as const, ...page }
-    }),
-    run: Traced.fn(function*({ params, payload, headers }: {
-      readonly params: { readonly id: string }
-      readonly payload: { readonly mission: string }
-      readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
-    }) {
-      const { tenantId } = yield* CurrentPrincipal
-      return ok(yield* withBudgetHeaders(
-        runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
-      ))
-    }),
-    runs: Traced.fn(function*({ params, query }: {
-      readonly params: { readonly id: string }
-      readonly query: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
-    }) {
-      const { tenantId } = yield* CurrentPrincipal
-      return ok(yield* runs.list(tenantId, params.id, query))
-    }),
-    getRun: Traced.fn(function*({ params }: { readonly params: { readonly id: string; readonly runId: string } }) {
-      const { tenantId } = yield* CurrentPrincipal
-      return ok(yield* runs.get(tenantId, params.id, params.runId))
-    }),
-    transcript: Traced.fn(function*({ params, query }: {
-      readonly params: { readonly id: string; readonly runId: string }
-      readonly query: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
-    }) {
-      const { tenantId } = yield* CurrentPrincipal
-      return ok(yield* runs.transcript(tenantId, params.id, params.runId, query))
-    }),
-    cancel: Traced.fn(function*({ params }: { readonly params: { readonly id: string; readonly runId: string } }) {
-      const { tenantId } = yield* CurrentPrincipal
-      return ok(yield* runs.cancel(tenantId, params.id, params.runId))
-    }),
-    events: Traced.fn(function*({ params, request }: {
-      readonly params: { readonly id: string; readonly runId: string }
-      readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
-    }) {
-      const { tenantId } = yield* CurrentPrincipal
-      return eventStream(yield* runs.events(tenantId, params.id, params.runId, request.headers["last-event-id"] ?? "0"))
-    })
+    list: forTenant((tenantId, { query }: { readonly query: PageRequest }) =>
+      Effect.map(teams.list(tenantId, query, { activeOnly: true }), (page) => ({ success: true as const, ...page }))
+    ),
+    run: enveloped(handlers.run),
+    runs: enveloped(handlers.runs),
+    getRun: enveloped(handlers.getRun),
+    transcript: enveloped(handlers.transcript),
+    cancel: enveloped(handlers.cancel),
+    events
   }
 })
 

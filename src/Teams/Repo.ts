@@ -8,44 +8,14 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlSchema from "effect/sql/SqlSchema"
 import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
 import { tenantPage } from "../Database/Page.ts"
-import { isId, newId, TenantId } from "../Domain/Ids.ts"
-import { Member, RunStatus, type StopReason, TeamMode, TeamRun, TeamStatus, TranscriptEntry, TurnTaking } from "./Api.ts"
+import * as TenantRepo from "../Database/TenantRepo.ts"
+import { isId, TenantId } from "../Domain/Ids.ts"
+import { RunStatus, type StopReason, Team, TeamRun, TranscriptEntry, TurnTaking } from "./Api.ts"
 import * as ClusterStorage from "../Platform/ClusterStorage.ts"
 import * as Traced from "../Platform/Traced.ts"
 
-const teamColumns =
-  "id, name, description, mode, status, members, turn_taking, leader_agent_id, max_turns, token_budget, timeout_ms, created_at, updated_at"
-
-/** A team as stored; its room (webhook) is the Webhooks service's. */
-export const TeamRow = Schema.Struct({
-  id: Schema.String,
-  name: Schema.String,
-  description: Schema.String,
-  mode: TeamMode,
-  status: TeamStatus,
-  members: Schema.Array(Member),
-  turnTaking: TurnTaking,
-  leaderAgentId: Schema.NullOr(Schema.String),
-  maxTurns: Schema.Int,
-  tokenBudget: Schema.Int,
-  timeoutMs: Schema.Int,
-  createdAt: Schema.Date,
-  updatedAt: Schema.Date
-})
-export type TeamRow = typeof TeamRow.Type
-
-export interface TeamFields {
-  readonly name: string
-  readonly description: string
-  readonly mode: "chat"
-  readonly status: TeamStatus
-  readonly members: ReadonlyArray<Member>
-  readonly turnTaking: TurnTaking
-  readonly leaderAgentId: string | null
-  readonly maxTurns: number
-  readonly tokenBudget: number
-  readonly timeoutMs: number
-}
+/** A team's fields, as the service settles them before a write. */
+export type TeamFields = Omit<Team, "id" | "createdAt" | "updatedAt">
 
 /** What a run is given when it is accepted and keeps whatever becomes of the team. */
 export const RunSnapshot = Schema.Struct({
@@ -102,67 +72,13 @@ const decodeRuns = Schema.decodeUnknownEffect(Schema.Array(TeamRun))
 export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRepo", {
   make: Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
-    const cols = sql.literal(teamColumns)
     const runCols = sql.literal(runColumns)
-
-    // --- teams -------------------------------------------------------------
-
-    const list = (tenantId: TenantId, options: {
-      readonly activeOnly: boolean
-      readonly after: string | null
-      readonly limit: number
-    }) =>
-      tenantPage({
-        table: "teams",
-        columns: teamColumns,
-        row: TeamRow,
-        tenantId,
-        filters: options.activeOnly ? [sql`status = 'active'`] : [],
-        after: options.after,
-        limit: options.limit
-      }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.list"))
-
-    const insert = (tenantId: TenantId, team: TeamFields) =>
-      sql`INSERT INTO teams (id, tenant_id, name, description, mode, status, members, turn_taking, leader_agent_id,
-                             max_turns, token_budget, timeout_ms)
-          VALUES (${newId()}, ${tenantId}, ${team.name}, ${team.description}, ${team.mode}, ${team.status},
-                  ${sql.json(team.members)}, ${team.turnTaking}, ${team.leaderAgentId}, ${team.maxTurns},
-                  ${team.tokenBudget}, ${team.timeoutMs})
-          RETURNING ${cols}`.pipe(
-        Effect.flatMap((rows) => Schema.decodeUnknownEffect(TeamRow)(rows[0])),
-        Effect.orDie,
-        Traced.withSpan("TeamsRepo.insert")
-      )
-
-    const findById = SqlSchema.findOneOption({
-      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
-      Result: TeamRow,
-      execute: ({ tenantId, id }) => sql`SELECT ${cols} FROM teams WHERE tenant_id = ${tenantId} AND id = ${id}`
+    const teams = yield* TenantRepo.make(Team, {
+      table: "teams",
+      spanPrefix: "TeamsRepo",
+      jsonb: ["members"],
+      filters: { active: "status = 'active'" }
     })
-
-    /** Replaces the team's fields (the service merged and validated them). */
-    const update = (tenantId: TenantId, id: string, team: TeamFields) =>
-      sql`UPDATE teams SET name = ${team.name}, description = ${team.description}, mode = ${team.mode},
-            status = ${team.status}, members = ${sql.json(team.members)}, turn_taking = ${team.turnTaking},
-            leader_agent_id = ${team.leaderAgentId}, max_turns = ${team.maxTurns}, token_budget = ${team.tokenBudget},
-            timeout_ms = ${team.timeoutMs}, updated_at = now()
-          WHERE tenant_id = ${tenantId} AND id = ${id}
-          RETURNING ${cols}`.pipe(
-        Effect.flatMap((rows) =>
-          rows.length === 0
-            ? Effect.succeed(Option.none<TeamRow>())
-            : Effect.map(Schema.decodeUnknownEffect(TeamRow)(rows[0]), Option.some)
-        ),
-        Effect.orDie,
-        Traced.withSpan("TeamsRepo.update")
-      )
-
-    const remove = (tenantId: TenantId, id: string) =>
-      sql`DELETE FROM teams WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`.pipe(
-        Effect.map((rows) => rows.length > 0),
-        Effect.orDie,
-        Traced.withSpan("TeamsRepo.remove")
-      )
 
     // The one read of another feature's table: the tenant's agents among `ids`, in one statement.
     const agentsAmong = (tenantId: TenantId, ids: ReadonlyArray<string>) =>
@@ -413,15 +329,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       )
 
     return {
-      list,
-      insert,
-      findById: (tenantId: TenantId, id: string) =>
-        isId(id)
-          ? findById({ tenantId, id }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.findById"))
-          : Effect.succeed(Option.none<TeamRow>()),
-      update: (tenantId: TenantId, id: string, team: TeamFields) =>
-        isId(id) ? update(tenantId, id, team) : Effect.succeed(Option.none<TeamRow>()),
-      remove: (tenantId: TenantId, id: string) => isId(id) ? remove(tenantId, id) : Effect.succeed(false),
+      ...teams,
       agentsAmong: (tenantId: TenantId, ids: ReadonlyArray<string>) => {
         const candidates = ids.filter(isId)
         return candidates.length === 0

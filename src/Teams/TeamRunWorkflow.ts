@@ -319,23 +319,21 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
     return "max_turns" as const
   })
 
+  /** The run's final status, with the turns and tokens it took. */
+  const finish = (to: "completed" | "failed", fields: {
+    readonly result?: string
+    readonly error?: string
+    readonly stopReason: StopReason
+  }) =>
+    retryTransient(finishRun(runId, to, { ...fields, turns: turns.length, tokensUsed }))
+
   const outcome = yield* Effect.result(conversation)
   if (Result.isFailure(outcome)) {
-    yield* retryTransient(finishRun(runId, "failed", {
-      error: outcome.failure.message,
-      stopReason: "error",
-      turns: turns.length,
-      tokensUsed
-    }))
+    yield* finish("failed", { error: outcome.failure.message, stopReason: "error" })
     return
   }
   if (typeof outcome.success === "object") {
-    yield* retryTransient(finishRun(runId, "completed", {
-      result: outcome.success.done,
-      stopReason: "done",
-      turns: turns.length,
-      tokensUsed
-    }))
+    yield* finish("completed", { result: outcome.success.done, stopReason: "done" })
     return
   }
   // At a limit: one short closing turn writes the final answer.
@@ -350,7 +348,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
     tokensUsed += closing.success.tokens
     result = closing.success.final ?? closing.success.content
   }
-  yield* retryTransient(finishRun(runId, "completed", { result, stopReason, turns: turns.length, tokensUsed }))
+  yield* finish("completed", { result, stopReason })
 })
 
 /**

@@ -2,13 +2,12 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import { defaultPageSize } from "../Domain/Page.ts"
+import type { PageRequest } from "../Domain/Page.ts"
 import type { Plan } from "../Auth/Api.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { Limits } from "../Billing/Limits.ts"
 import { AppConfig, type TeamLimits } from "../Config.ts"
-import { decodeCursor } from "../Domain/Cursor.ts"
-import { isId, type TenantId } from "../Domain/Ids.ts"
+import type { TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
 import type { WebhookState } from "../Webhooks/Api.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
@@ -19,9 +18,10 @@ import {
   defaultTokenBudget,
   type RoomInput,
   type Team,
+  type TeamView,
   type UpdateTeam
 } from "./Api.ts"
-import { type TeamFields, type TeamRow, TeamsRepo } from "./Repo.ts"
+import { type TeamFields, TeamsRepo } from "./Repo.ts"
 import * as Traced from "../Platform/Traced.ts"
 
 const notFound = (id: string) => new NotFound({ detail: `No team ${id}` })
@@ -53,6 +53,44 @@ const badRequest = (issues: ReadonlyArray<Issue>) =>
     errors: issues.map((issue) => ({ path: [...issue.path], message: issue.message }))
   })
 
+/** What a create may leave out is as here (its name and members it always sends). */
+const defaults: TeamFields = {
+  name: "",
+  description: "",
+  mode: "chat",
+  status: "active",
+  members: [],
+  turnTaking: "round_robin",
+  leaderAgentId: null,
+  maxTurns: defaultMaxTurns,
+  tokenBudget: defaultTokenBudget,
+  timeoutMs: defaultTimeoutMs
+}
+
+/** The team a create or an update makes: the fields sent over `current` (the defaults, for a create). */
+const settle = (input: UpdateTeam, current: TeamFields): TeamFields => {
+  const turnTaking = input.turnTaking ?? current.turnTaking
+  return {
+    name: input.name ?? current.name,
+    description: input.description ?? current.description,
+    mode: input.mode ?? current.mode,
+    status: input.status ?? current.status,
+    members: input.members === undefined
+      ? current.members
+      : input.members.map((member) => ({ agentId: member.agentId, role: member.role ?? "" })),
+    turnTaking,
+    // Moving to round robin drops the leader unless one is given.
+    leaderAgentId: input.leaderAgentId !== undefined
+      ? input.leaderAgentId
+      : turnTaking === "leader"
+      ? current.leaderAgentId
+      : null,
+    maxTurns: input.maxTurns ?? current.maxTurns,
+    tokenBudget: input.tokenBudget ?? current.tokenBudget,
+    timeoutMs: input.timeoutMs ?? current.timeoutMs
+  }
+}
+
 /** Team definitions of a tenant, with their rooms' webhooks. */
 export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
   make: Effect.gen(function*() {
@@ -79,9 +117,8 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
         }]
       })
 
-    const withRoom = (row: TeamRow, room: WebhookState, signingSecret: string | null = null): Team => ({
+    const withRoom = (row: Team, room: WebhookState, signingSecret: string | null = null): TeamView => ({
       ...row,
-      id: row.id as Team["id"],
       room: signingSecret === null ? room : { ...room, signingSecret }
     })
 
@@ -127,13 +164,11 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
           ["payload", "room", "outputWebhookUrl"]
         )
 
-    const list = Traced.fn("Teams.list")(function*(tenantId: TenantId, options: {
+    /** A page of the tenant's teams with their rooms; the key-authenticated list shows the active ones only. */
+    const list = Traced.fn("Teams.list")(function*(tenantId: TenantId, query: PageRequest, options?: {
       readonly activeOnly: boolean
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
     }) {
-      const after = yield* decodeCursor(options.cursor, isId)
-      const page = yield* repo.list(tenantId, { activeOnly: options.activeOnly, after, limit: options.limit ?? defaultPageSize })
+      const page = yield* repo.list(tenantId, query, options?.activeOnly ? "active" : undefined)
       const rooms = page.data.length === 0
         ? new Map<string, WebhookState>()
         : yield* webhooks.states(tenantId, "team", page.data.map((team) => team.id))
@@ -141,19 +176,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
     })
 
     const create = Traced.fn("Teams.create")(function*(tenantId: TenantId, input: CreateTeam) {
-      const turnTaking = input.turnTaking ?? "round_robin"
-      const fields: TeamFields = {
-        name: input.name,
-        description: input.description ?? "",
-        mode: input.mode ?? "chat",
-        status: input.status ?? "active",
-        members: input.members.map((member) => ({ agentId: member.agentId, role: member.role ?? "" })),
-        turnTaking,
-        leaderAgentId: input.leaderAgentId ?? null,
-        maxTurns: input.maxTurns ?? defaultMaxTurns,
-        tokenBudget: input.tokenBudget ?? defaultTokenBudget,
-        timeoutMs: input.timeoutMs ?? defaultTimeoutMs
-      }
+      const fields = settle(input, defaults)
       // Limits past the plan's are refused; a default past them is the plan's bound.
       const { bounds, plan } = yield* boundsOf(tenantId)
       const over = overPlan(plan, bounds, input)
@@ -183,27 +206,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
     })
 
     const update = Traced.fn("Teams.update")(function*(tenantId: TenantId, id: string, input: UpdateTeam) {
-      const current = yield* find(tenantId, id)
-      const turnTaking = input.turnTaking ?? current.turnTaking
-      const fields: TeamFields = {
-        name: input.name ?? current.name,
-        description: input.description ?? current.description,
-        mode: input.mode ?? current.mode,
-        status: input.status ?? current.status,
-        members: input.members === undefined
-          ? current.members
-          : input.members.map((member) => ({ agentId: member.agentId, role: member.role ?? "" })),
-        turnTaking,
-        // Moving to round robin drops the leader unless one is given.
-        leaderAgentId: input.leaderAgentId !== undefined
-          ? input.leaderAgentId
-          : turnTaking === "leader"
-          ? current.leaderAgentId
-          : null,
-        maxTurns: input.maxTurns ?? current.maxTurns,
-        tokenBudget: input.tokenBudget ?? current.tokenBudget,
-        timeoutMs: input.timeoutMs ?? current.timeoutMs
-      }
+      const fields = settle(input, yield* find(tenantId, id))
       // Only the limits sent are checked: a team set under a larger plan keeps
       // its limits, and its runs are held to the plan's bounds (TeamRuns.start).
       if (input.maxTurns !== undefined || input.tokenBudget !== undefined || input.timeoutMs !== undefined) {

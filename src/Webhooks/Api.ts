@@ -1,11 +1,15 @@
 import * as Schema from "effect/Schema"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import { operation } from "../Domain/ApiDocs.ts"
 import { cursorParam } from "../Domain/Cursor.ts"
-import { text } from "../Domain/Input.ts"
-import { NotFound, RedeliveryLimitReached, RedeliveryRateLimited } from "../Domain/Problems.ts"
+import { Text, text } from "../Domain/Input.ts"
+import type { Doc } from "../Domain/Management.ts"
+import { BadRequest, Conflict, NotFound, RedeliveryLimitReached, RedeliveryRateLimited } from "../Domain/Problems.ts"
 
 // Schemas of outbound webhooks, shared by every feature whose runs send
-// events (team rooms, orchestrations). Declarations only: the delivery
-// routes live in those features' Api.ts, over these shapes.
+// events (team rooms, orchestrations), and the routes of an owner's webhook,
+// which those features add to their groups (`webhookEndpoints`).
 
 /** A webhook URL as a client sends it; the service checks it further (scheme, host, SSRF) when it is set. */
 export const WebhookUrl = text(
@@ -82,4 +86,51 @@ export const DeliveryPageQuery = {
     ).annotate({ description: `Page size, 1 to ${maxDeliveryPageSize} (default ${defaultDeliveryPageSize}).` })
   ),
   cursor: Schema.optionalKey(cursorParam(isAttemptKey))
+}
+
+/**
+ * The routes of an owner's webhook, under the owner's `/:id`: its delivery
+ * log, the redelivery of an event and the rotation of its signing secret (at
+ * `secretPath`), an owner of another tenant being a 404. Their documentation
+ * is the usual sentences about `name`, but where `docs` says more.
+ */
+export const webhookEndpoints = <Id extends Schema.Top, const SecretPath extends `/:id/${string}`>(owner: {
+  /** The owner in a sentence: "orchestration", "team". */
+  readonly name: string
+  readonly id: Id
+  readonly secretPath: SecretPath
+  /** Who may call them: one of the sentences of src/Auth/Api.ts. */
+  readonly credential: string
+  readonly docs: {
+    readonly deliveries: Doc & Pick<Required<Doc>, "summary" | "description">
+    readonly redeliver: Doc & Pick<Required<Doc>, "summary">
+    readonly rotateSecret: Doc & Pick<Required<Doc>, "summary" | "description">
+  }
+}) => {
+  const { credential, docs, name } = owner
+  const notFound = `404 when the ${name} is not the tenant's`
+  return {
+    deliveries: HttpApiEndpoint.get("deliveries", "/:id/deliveries", {
+      params: { id: owner.id },
+      query: DeliveryPageQuery,
+      success: DeliveryList,
+      error: [NotFound, BadRequest]
+    }).annotateMerge(operation({ errors: `400 on a bad \`limit\` or \`cursor\`, ${notFound}.`, ...docs.deliveries, credential })),
+    redeliver: HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
+      params: { id: owner.id, eventId: Text },
+      success: Redelivery.pipe(HttpApiSchema.status(202)),
+      error: RedeliveryErrors
+    }).annotateMerge(operation({
+      description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
+        "schedule.",
+      errors: `${notFound} or has no such event; ${redeliveryRefusals}`,
+      ...docs.redeliver,
+      credential
+    })),
+    rotateSecret: HttpApiEndpoint.post("rotateSecret", owner.secretPath, {
+      params: { id: owner.id },
+      success: SigningSecret,
+      error: [NotFound, Conflict]
+    }).annotateMerge(operation({ errors: `${notFound}, 409 when it has no webhook URL.`, ...docs.rotateSecret, credential }))
+  } as const
 }

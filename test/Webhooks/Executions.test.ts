@@ -4,8 +4,9 @@ import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import type { AppSettings } from "../../src/Config.ts"
 import { AgentId, newId, TenantId } from "../../src/Domain/Ids.ts"
-import { ExecutionsRepo } from "../../src/Orchestrations/Repo.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { ExecutionsRepo } from "../../src/Orchestrations/ExecutionsRepo.ts"
+import { defined, eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -22,21 +23,6 @@ const settings: Partial<AppSettings> = {
   webhookTimeout: Duration.millis(400),
   webhookSecretKey: Option.some(Redacted.make(Crypto.randomBytes(32).toString("base64")))
 }
-
-const openaiKey = "sk-webhooks-test"
-
-/** Polls `check` until it gives a value, for at most `timeoutMs`. */
-const waitFor = <A>(what: string, check: () => Effect.Effect<A | undefined> | A | undefined, timeoutMs = 15_000) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const result = check()
-      const value = Effect.isEffect(result) ? yield* result : result
-      if (value !== undefined) return value as A
-      yield* Effect.sleep("25 millis")
-    }
-    return yield* Effect.die(new Error(`Timed out waiting for ${what}`))
-  })
 
 const setUp = (options: { readonly model: string; readonly url: string | undefined }) =>
   Effect.gen(function*() {
@@ -89,8 +75,9 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         assert.isTrue(flow.created.webhookEnabled)
 
         const finished = (executionId: string) =>
-          waitFor("the execution's event", () =>
-            receiver.requests.find((request) => JSON.parse(request.body).data.id === executionId))
+          eventually(Effect.sync(() =>
+            defined("the execution's event", receiver.requests.find((request) => JSON.parse(request.body).data.id === executionId))
+          ))
 
         // Completed.
         const completedId = yield* flow.execute()
@@ -114,7 +101,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         // Cancelled while its step waits on the provider.
         fake.script({ delayMs: 5_000 })
         const cancelledId = yield* flow.execute()
-        yield* waitFor("the step to start", () => fake.requests.length >= 3 ? true : undefined)
+        yield* eventually(Effect.sync(() => assert.isAtLeast(fake.requests.length, 3, "the step started")))
         const cancel = yield* client.request("POST", `/api/v1/executions/${cancelledId}/cancel`, { headers: flow.auth })
         assert.strictEqual(cancel.status, 202, cancel.text)
         const cancelledEvent = verify(secret, yield* finished(cancelledId))
@@ -147,8 +134,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
           [null, false, null, false]
         )
         const executionId = yield* flow.execute()
-        yield* waitFor("the execution to finish", () =>
-          Effect.map(flow.execution(executionId), (execution) => execution.status === "completed" ? true : undefined))
+        yield* eventually(Effect.map(flow.execution(executionId), (execution) => assert.strictEqual(execution.status, "completed")))
         const log = yield* flow.deliveries()
         assert.deepStrictEqual(log.body, { data: [], total: 0, nextCursor: null })
         const v1 = yield* client.request("GET", "/api/v1/orchestrations", { headers: flow.auth })
@@ -170,8 +156,10 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         )
         const flow = yield* setUp({ model: "local", url: receiver.url() })
         const executionId = yield* flow.execute()
-        const log = yield* waitFor("five attempts", () =>
-          Effect.map(flow.deliveries(), (response) => response.body.total >= 5 ? response.body : undefined))
+        const log = yield* eventually(Effect.map(flow.deliveries(), (response) => {
+          assert.isAtLeast(response.body.total, 5, "five attempts")
+          return response.body
+        }))
         const attempts = [...log.data].reverse()
         assert.deepStrictEqual(attempts.map((attempt: any) => [attempt.attempt, attempt.httpStatus]), [
           [1, 500],
@@ -221,7 +209,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         receiver.script({ status: 503, times: 100 })
         const flow = yield* setUp({ model: "local", url: receiver.url() })
         yield* flow.execute()
-        yield* waitFor("every attempt", () => receiver.requests.length >= schedule.length + 1 ? true : undefined)
+        yield* eventually(Effect.sync(() => assert.isAtLeast(receiver.requests.length, schedule.length + 1, "every attempt")))
         yield* Effect.sleep(`${schedule[schedule.length - 1]! + 300} millis`)
         assert.strictEqual(receiver.requests.length, schedule.length + 1)
         const orchestration = yield* flow.orchestration()
@@ -236,8 +224,10 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         receiver.script({ status: 410 })
         const flow = yield* setUp({ model: "local", url: receiver.url() })
         yield* flow.execute()
-        const disabled = yield* waitFor("the webhook to be disabled", () =>
-          Effect.map(flow.orchestration(), (orchestration) => orchestration.webhookEnabled === false ? orchestration : undefined))
+        const disabled = yield* eventually(Effect.map(flow.orchestration(), (orchestration) => {
+          assert.isFalse(orchestration.webhookEnabled, "the webhook is disabled")
+          return orchestration
+        }))
         assert.match(disabled.webhookDisabledReason, /410/)
         assert.strictEqual(disabled.outputWebhookUrl, receiver.url())
         // No retry, and the next execution sends nothing.
@@ -253,7 +243,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         assert.deepStrictEqual([enabled.body.webhookEnabled, enabled.body.webhookDisabledReason], [true, null])
         assert.isFalse("signingSecret" in enabled.body)
         yield* flow.execute()
-        yield* waitFor("a delivery after re-enabling", () => receiver.requests.length >= 2 ? true : undefined)
+        yield* eventually(Effect.sync(() => assert.isAtLeast(receiver.requests.length, 2, "a delivery after re-enabling")))
       })))
   })
 
@@ -264,25 +254,27 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         const receiver = yield* FakeReceiver.make
         const flow = yield* setUp({ model: "local", url: receiver.url() })
         yield* flow.execute()
-        const first = yield* waitFor("the first delivery", () => receiver.requests[0])
+        const first = yield* eventually(Effect.sync(() => defined("the first delivery", receiver.requests[0])))
         const eventId = first.headers["webhook-id"]!
         // Wait for the next second, so the timestamp must differ.
         const firstTimestamp = Number(first.headers["webhook-timestamp"])
-        yield* waitFor("the next second", () => Math.floor(Date.now() / 1000) > firstTimestamp ? true : undefined, 2_000)
+        yield* eventually(Effect.sync(() => assert.isAbove(Math.floor(Date.now() / 1000), firstTimestamp)), { timeoutMs: 2_000 })
 
         const redelivered = yield* client.request("POST", `/api/orchestrations/${flow.id}/deliveries/${eventId}/redeliver`, {
           headers: flow.session
         })
         assert.strictEqual(redelivered.status, 202, redelivered.text)
         assert.deepStrictEqual(redelivered.body, { eventId, status: "pending" })
-        const second = yield* waitFor("the redelivery", () => receiver.requests[1])
+        const second = yield* eventually(Effect.sync(() => defined("the redelivery", receiver.requests[1])))
         assert.strictEqual(second.headers["webhook-id"], eventId)
         assert.strictEqual(second.body, first.body)
         assert.isAbove(Number(second.headers["webhook-timestamp"]), firstTimestamp)
         assert.notStrictEqual(second.headers["webhook-signature"], first.headers["webhook-signature"])
         verify(flow.created.signingSecret, second)
-        const log = yield* waitFor("the redelivery in the log", () =>
-          Effect.map(flow.deliveries(), (response) => response.body.total >= 2 ? response.body : undefined))
+        const log = yield* eventually(Effect.map(flow.deliveries(), (response) => {
+          assert.isAtLeast(response.body.total, 2, "the redelivery in the log")
+          return response.body
+        }))
         assert.deepStrictEqual(
           log.data.map((attempt: any) => [attempt.eventId, attempt.redelivery, attempt.attempt]),
           [[eventId, 1, 1], [eventId, 0, 1]]
@@ -335,7 +327,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         assert.isFalse(JSON.stringify(yield* flow.orchestration()).includes("whsec_"))
 
         yield* flow.execute()
-        const request = yield* waitFor("a delivery", () => receiver.requests[0])
+        const request = yield* eventually(Effect.sync(() => defined("a delivery", receiver.requests[0])))
         assert.strictEqual(request.path, "/other")
         const signatures = request.headers["webhook-signature"]!.split(" ")
         assert.strictEqual(signatures.length, 2)
@@ -377,8 +369,10 @@ layer(TestServer.layer({ ...settings, webhookDisableAfter: Duration.millis(1) })
         receiver.script({ status: 500, times: 100 })
         const flow = yield* setUp({ model: "local", url: receiver.url() })
         yield* flow.execute()
-        const disabled = yield* waitFor("the webhook to be disabled", () =>
-          Effect.map(flow.orchestration(), (orchestration) => orchestration.webhookEnabled === false ? orchestration : undefined))
+        const disabled = yield* eventually(Effect.map(flow.orchestration(), (orchestration) => {
+          assert.isFalse(orchestration.webhookEnabled, "the webhook is disabled")
+          return orchestration
+        }))
         assert.match(disabled.webhookDisabledReason, /WEBHOOK_DISABLE_AFTER/)
         // The first failure starts the clock, the next one finds it run out: no more attempts after that.
         yield* Effect.sleep("700 millis")
@@ -414,7 +408,7 @@ layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))),
         yield* Effect.sleep("1100 millis")
         const reaped = yield* repo.failTimedOut(0)
         assert.includeMembers([...reaped], [hookedId, bareId])
-        const request = yield* waitFor("the event", () => receiver.requests[0])
+        const request = yield* eventually(Effect.sync(() => defined("the event", receiver.requests[0])))
         const event = verify(hooked.created.signingSecret, request)
         assert.strictEqual(event.type, "execution.failed")
         assert.deepStrictEqual(event.data, yield* hooked.execution(hookedId))

@@ -1,6 +1,6 @@
 import { type FormEvent, useEffect, useRef, useState } from "react"
 import { AgentId, type TeamId } from "../../../src/Domain/Ids.ts"
-import { runEventNames, type Team, type TeamRunWithTranscript } from "../../../src/Teams/Api.ts"
+import { runEventNames, type TeamRunWithTranscript, type TeamView as Team } from "../../../src/Teams/Api.ts"
 import { useAllAgents } from "../agents/hooks.ts"
 import { navigate, type Route, withQuery } from "../router.tsx"
 import { ApiProblem, call, urls } from "../shared/api.ts"

@@ -2,6 +2,7 @@ import * as Schema from "effect/Schema"
 import { ChatSource } from "../Agents/Api.ts"
 import { countTokens } from "../Models/Tokens.ts"
 import type { ScoredChunk } from "./SearchRepo.ts"
+import { sourcesHeader } from "../Models/Conventions.ts"
 
 // Grounding: an agent with knowledge bases gets the chunks retrieved for what
 // it is asked as numbered sources at the end of its system prompt, and the
@@ -15,10 +16,6 @@ export const GroundingSource = Schema.Struct({
   content: Schema.String
 })
 export type GroundingSource = typeof GroundingSource.Type
-
-export const sourcesHeader =
-  "Knowledge sources (numbered, best first). Answer from them when they hold the answer, cite them as [n], " +
-  "and say so when they do not:"
 
 /** A retrieved chunk as a source: labelled by its document and headings (and page). */
 export const toSource = (chunk: ScoredChunk): GroundingSource => ({
@@ -62,21 +59,3 @@ export const withSources = (system: string, sources: ReadonlyArray<GroundingSour
       sources.map((source, i) => renderSource(i + 1, source)).join("\n\n")
     }`
 
-/** The sources of a system prompt built by `withSources`, in order: what the local model reads. */
-export const sourcesIn = (system: string): Array<{ readonly n: number; readonly label: string; readonly content: string }> => {
-  const at = system.lastIndexOf(sourcesHeader)
-  if (at === -1) return []
-  const block = system.slice(at + sourcesHeader.length)
-  const found: Array<{ n: number; label: string; content: string }> = []
-  const entry = /\n\[(\d+)\] \((.*)\)\n/g
-  let match = entry.exec(block)
-  while (match !== null) {
-    const start = match.index + match[0].length
-    const next = entry.exec(block)
-    // A chunk's own text may hold something shaped like an entry; only the next number in sequence starts one.
-    if (next !== null && Number(next[1]) !== found.length + 2) continue
-    found.push({ n: Number(match[1]), label: match[2]!, content: block.slice(start, next === null ? undefined : next.index).trim() })
-    match = next
-  }
-  return found
-}

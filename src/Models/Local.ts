@@ -4,8 +4,7 @@ import * as LanguageModel from "effect/ai/LanguageModel"
 import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
-import { sourcesHeader, sourcesIn } from "../Knowledge/Grounding.ts"
-import { localRoomTurn } from "../Teams/Room.ts"
+import { localRoomTurn, sourcesHeader, sourcesIn } from "./Conventions.ts"
 import { countTokens } from "./Tokens.ts"
 
 /**

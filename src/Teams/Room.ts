@@ -1,3 +1,4 @@
+import { finalAnswerMarker, nextMarker, roomHeader } from "../Models/Conventions.ts"
 import type { TurnTaking } from "./Api.ts"
 
 /**
@@ -15,10 +16,7 @@ import type { TurnTaking } from "./Api.ts"
  *   leader itself, falls back to round robin over the other members.
  */
 
-export const finalAnswerMarker = "FINAL ANSWER:"
-export const nextMarker = "NEXT:"
-/** The first line of every room prompt: how the local model knows a room turn from a chat. */
-export const roomHeader = "# Team room"
+export { finalAnswerMarker, nextMarker, roomHeader } from "../Models/Conventions.ts"
 
 export interface RoomMember {
   readonly agentId: string
@@ -199,42 +197,4 @@ export const trimTranscript = (
     first--
   }
   return { kept: lines.slice(first), omitted: first }
-}
-
-// ---------------------------------------------------------------------------
-// What the local model answers in a room
-// ---------------------------------------------------------------------------
-
-/**
- * The built-in `local` model's room turn, read back from the prompt above:
- * it says who it is and what it works on; as leader it picks the first member
- * who has not spoken yet; it declares the mission done once every member has
- * spoken (with `leader`, only the leader does). At a limit it closes.
- * Deterministic: the same prompt always gives the same turn.
- */
-export const localRoomTurn = (message: string): string | undefined => {
-  if (!message.startsWith(roomHeader)) return undefined
-  const section = (title: string) => {
-    const start = message.indexOf(`\n## ${title}\n`)
-    if (start === -1) return ""
-    const rest = message.slice(start + title.length + 5)
-    const end = rest.indexOf("\n## ")
-    return (end === -1 ? rest : rest.slice(0, end)).trim()
-  }
-  const mission = section("Mission").replace(/\s+/g, " ")
-  const turn = section("Your turn")
-  const me = /^You are: (.*?) \(agentId [^)]*\)( \[leader\])?$/m.exec(turn)
-  const name = me?.[1] ?? "A member"
-  const leader = me?.[2] !== undefined
-  const waiting = /^Members who have not spoken yet: (.*)$/m.exec(turn)?.[1] ?? "none"
-  const pending = waiting === "none" ? [] : waiting.split(", ")
-  const roundRobin = /^Turn-taking: round_robin$/m.test(message)
-  const short = mission.length <= 120 ? mission : `${mission.slice(0, 119)}…`
-  const said = `${name} here: my part of "${short}" is noted.`
-  if (/has reached its limit/.test(turn)) return `${said}\n${finalAnswerMarker} ${name} closes the mission "${short}".`
-  if (leader && pending.length > 0) return `${said}\n${nextMarker} ${pending[0]}`
-  if (pending.length === 0 && (roundRobin || leader)) {
-    return `${said}\n${finalAnswerMarker} Every member has spoken on "${short}".`
-  }
-  return said
 }

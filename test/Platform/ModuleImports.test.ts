@@ -32,4 +32,17 @@ describe("module imports", () => {
     // The check sees what it looks for.
     assert.isTrue(isGroupIndex("effect") && isGroupIndex("effect/http-api") && !isGroupIndex("effect/Effect"))
   })
+
+  it("src/Models imports no feature: features depend on the models, never the other way", () => {
+    const features = ["Agents", "Auth", "Billing", "Knowledge", "Orchestrations", "Teams", "Webhooks"]
+    const dir = Path.join(root, "src", "Models")
+    const offenders: Array<string> = []
+    for (const file of Fs.readdirSync(dir).filter((name) => name.endsWith(".ts"))) {
+      const text = Fs.readFileSync(Path.join(dir, file), "utf8")
+      for (const match of text.matchAll(/from\s*"\.\.\/([A-Za-z]+)\//g)) {
+        if (features.includes(match[1]!)) offenders.push(`src/Models/${file}: ${match[0]}`)
+      }
+    }
+    assert.deepStrictEqual(offenders, [])
+  })
 })

@@ -14,8 +14,8 @@ import * as Workflow from "effect/workflow/Workflow"
 import * as Crypto from "node:crypto"
 import { AppConfig } from "../src/Config.ts"
 import * as Sql from "../src/Database/Sql.ts"
-import * as Cluster from "../src/Platform/Cluster.ts"
-import * as SyncDigest from "../src/Platform/SyncDigest.ts"
+import * as Cluster from "../src/Runtime/Cluster.ts"
+import * as SyncDigest from "../src/Runtime/SyncDigest.ts"
 
 const seconds = Number(process.env.SECONDS ?? 8)
 const connections = Number(process.env.CONNECTIONS ?? 50)

@@ -18,7 +18,7 @@ const chatSettleSeconds = 20
 // How long the service is left quiet before its settled idle RSS is read,
 // after the executions before chat starts, and after the closed-loop chat
 // before the fixed-rate chat: longer than the memory reducer's
-// quiet period (src/Platform/MemoryReducer.ts), so what start-up or the burst
+// quiet period (src/Runtime/MemoryReducer.ts), so what start-up or the burst
 // left is given back first.
 const quietSeconds = 18
 

@@ -175,7 +175,7 @@ export interface AppSettings {
   /**
    * Which storage of effect cluster's tables the cluster runs on: `auto`,
    * ours when the installed effect is the one it was verified with, else
-   * effect's own; `effect`, effect's own always (Platform/ClusterStorage.ts).
+   * effect's own; `effect`, effect's own always (Runtime/ClusterStorage.ts).
    */
   readonly clusterStorage: "auto" | "effect"
   /** Event streams (executions, team runs, streamed chats) one tenant may hold open at once across the cluster; past it, 429. */
@@ -248,7 +248,7 @@ export interface AppSettings {
   readonly metricsEnabled: boolean
   /** Builds (when its sources changed) and serves the dashboard at /app. */
   readonly dashboardEnabled: boolean
-  /** Runs a full collection that gives memory back to the OS when the node goes quiet after a burst (Platform/MemoryReducer.ts). */
+  /** Runs a full collection that gives memory back to the OS when the node goes quiet after a burst (Runtime/MemoryReducer.ts). */
   readonly memoryReducer: boolean
   /**
    * When set, GET /metrics needs `Authorization: Bearer <token>`; unset, it

@@ -4,7 +4,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import { AppConfig } from "./Config.ts"
-import * as Observability from "./Platform/Observability.ts"
+import * as Observability from "./Observability/Observability.ts"
 import * as Server from "./Server.ts"
 
 // SIGTERM/SIGINT interrupt the launch, which closes the server (draining

@@ -1,5 +1,5 @@
 // Builds the dashboard into the directory given as the first argument. Run by
-// the service in a child process (src/Platform/Dashboard.ts) when the sources
+// the service in a child process (src/Http/Dashboard.ts) when the sources
 // changed, and by the Dockerfile's build stage.
 import * as Path from "node:path"
 import { build } from "vite"

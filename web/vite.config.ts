@@ -2,7 +2,7 @@ import react from "@vitejs/plugin-react"
 import { defineConfig } from "vite"
 
 // The dashboard, served by the service at /app. `npm start` builds it when its
-// sources change (src/Platform/Dashboard.ts); `npx vite --config web/vite.config.ts`
+// sources change (src/Http/Dashboard.ts); `npx vite --config web/vite.config.ts`
 // serves it with hot reload, proxying the API to a service on port 3000.
 export default defineConfig({
   root: import.meta.dirname,

@@ -11,7 +11,7 @@ import { invalidField, NotFound } from "../Domain/Problems.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import type { Agent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 const notFound = (id: string) => new NotFound({ detail: `No agent ${id}` })
 

@@ -26,7 +26,7 @@ import { type ChatRequest, isConversationId, isTurnIndex } from "./Api.ts"
 import { defaultPageSize } from "../Domain/Page.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns, type ReplyEvent } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
 

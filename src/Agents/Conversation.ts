@@ -18,7 +18,7 @@ import { citations, fitSources, GroundingSource, withSources } from "../Knowledg
 import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
 import { ChatResponse } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * One conversation (tenant, agent, conversationId) is one entity of effect's

@@ -9,12 +9,12 @@ import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { AgentId } from "../Domain/Ids.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { forTenant, jsonPages, managementHandlers } from "../Http/Management.ts"
-import { EventStreams } from "../Platform/EventStreams.ts"
+import { EventStreams } from "../Http/EventStreams.ts"
 import { Agents } from "./Agents.ts"
 import { AgentList, type ChatRequest, V1AgentList } from "./Api.ts"
 import { Chat } from "./Chat.ts"
 import type { ReplyEvent } from "./Conversation.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 const encoder = new TextEncoder()
 const sse = (event: string, data: unknown) => encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)

@@ -9,7 +9,7 @@ import { tenantPage } from "../Database/Page.ts"
 import * as TenantRepo from "../Database/TenantRepo.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import { Agent, Conversation, Turn } from "./Api.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** Notified with `tenantId/agentId` when an agent is made, changed or deleted, in the same transaction. */
 export const agentChangedChannel = "agent_changed"

@@ -14,7 +14,7 @@ import { CredentialGuard } from "./CredentialGuard.ts"
 import { AuthRepo } from "./Repo.ts"
 import { hashPassword, hashSecret, newSecret, PasswordHasher } from "./Secrets.ts"
 import { AuthThrottle } from "./Throttle.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 const invalidCredentials = new Unauthorized({ detail: "Invalid e-mail or password" })
 

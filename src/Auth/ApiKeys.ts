@@ -14,7 +14,7 @@ import type { Principal, Scope } from "./Api.ts"
 import { CredentialGuard } from "./CredentialGuard.ts"
 import { AuthRepo, toApiKey } from "./Repo.ts"
 import { constantTimeEqual, hashSecret, newSecret } from "./Secrets.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // `ak_` + 43 base64url characters (256 bits). Anything else cannot be a key,
 // so it is refused without touching the cache or the database.

@@ -14,7 +14,7 @@ import { ApiKeys } from "./ApiKeys.ts"
 import { expireSessionCookies, sessionCookieFor } from "./Cookie.ts"
 import { currentSession } from "./Middleware.ts"
 import { clientAddress } from "./Throttle.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** Retry-After on a throttled attempt, and on a 503 for too many password hashes at once. */
 const withRetryAfter = <A, E, R>(effect: Effect.Effect<A, E, R>) =>

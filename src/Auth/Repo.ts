@@ -12,7 +12,7 @@ import { CounterSql } from "../Database/Sql.ts"
 import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
 import { normalizeEmail } from "./Email.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 const UserRow = Schema.Struct({
   id: UserId,

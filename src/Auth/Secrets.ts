@@ -5,7 +5,7 @@ import * as Semaphore from "effect/Semaphore"
 import { AppConfig } from "../Config.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 import * as Crypto from "node:crypto"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // scrypt parameters: 32 MiB and ~50 ms per hash on a small machine. They are
 // stored with each hash, so they can be raised later without breaking logins.

@@ -11,7 +11,7 @@ import { AppConfig } from "../Config.ts"
 import { TooManyAttempts } from "../Domain/Problems.ts"
 import { normalizeEmail } from "./Email.ts"
 import { ThrottleRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // An IPv6 address as its /64: one host usually holds a whole /64, so one
 // bucket per address would give it billions.

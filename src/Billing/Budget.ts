@@ -12,7 +12,7 @@ import type { TenantId } from "../Domain/Ids.ts"
 import { ModelNotAllowed, TokenBudgetSpent } from "../Domain/Problems.ts"
 import { CountedToday, Quota, utcDay } from "./Quota.ts"
 import { BillingRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** Where a tenant stands today with model tokens. */
 export interface TokenStanding {

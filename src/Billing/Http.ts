@@ -8,7 +8,7 @@ import { CurrentPrincipal } from "../Auth/Api.ts"
 import { TokenBudget } from "./Budget.ts"
 import { Quota, utcDay } from "./Quota.ts"
 import { BillingRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 export const BillingHttp = HttpApiBuilder.group(
   Api,

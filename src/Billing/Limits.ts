@@ -8,7 +8,7 @@ import { AppConfig, type PlanQuotas, type PlanQuotasByPlan, quotaVariables } fro
 import type { TenantId } from "../Domain/Ids.ts"
 import { QuotaReached, StorageQuotaExceeded } from "../Domain/Problems.ts"
 import { type CountedQuota, LimitsRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 export type QuotaName = keyof PlanQuotas
 

@@ -15,7 +15,7 @@ import { ListenerSql } from "../Database/Sql.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { TooManyRequests } from "../Domain/Problems.ts"
 import { BillingRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** Where a tenant stands today, after the request being counted. */
 export interface Allowance {

@@ -9,8 +9,8 @@ import { Plan } from "../Auth/Api.ts"
 import { UsageDay } from "./Api.ts"
 import { CounterSql } from "../Database/Sql.ts"
 import { TenantId } from "../Domain/Ids.ts"
-import type { Applied, Envelope } from "./Webhook.ts"
-import * as Traced from "../Platform/Traced.ts"
+import type { Applied, Envelope } from "./Stripe.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 type StripeEvent = typeof Envelope.Type
 

@@ -3,7 +3,7 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import type { TenantId } from "../Domain/Ids.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // A start that takes an Idempotency-Key (execute, a team run) stores its row
 // with the key, unique per tenant; a key names its row for 24 hours. This is

@@ -4,7 +4,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import { encodeCursor, type Page } from "../Domain/Cursor.ts"
 import type { TenantId } from "../Domain/Ids.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * One page of a tenant's rows of `table`, in keyset order, with the total of

@@ -164,7 +164,7 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
 /**
  * A LISTEN holds its connection: one each for API key revocations, agent
  * changes, orchestration changes, plan changes, run events (the event streams)
- * and run signals (slots granted, runs cancelled: Platform/RunSignals.ts).
+ * and run signals (slots granted, runs cancelled: Runtime/RunSignals.ts).
  */
 export const listenerConnections = 6
 

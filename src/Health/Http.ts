@@ -3,7 +3,7 @@ import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as SqlClient from "effect/sql/SqlClient"
 import { Api } from "../Api.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 export const layer = HttpApiBuilder.group(
   Api,

@@ -2,7 +2,7 @@ import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { type DocumentKind, type Heading, markdownHeadings } from "./Splitter.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 import { checkArchive, defaultZipLimits, type ZipLimits } from "./Zip.ts"
 
 /**

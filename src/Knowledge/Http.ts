@@ -9,7 +9,7 @@ import { invalidField, RechunkRateLimited } from "../Domain/Problems.ts"
 import { forTenant, managementHandlers } from "../Http/Management.ts"
 import type { ChunkingInput, UploadForm, UploadJson } from "./Api.ts"
 import { Knowledge, type UploadFile } from "./Knowledge.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // A base64 payload is refused as a whole when it is not canonical base64, rather than decoded leniently.
 const base64 = /^[A-Za-z0-9+/]*={0,2}$/

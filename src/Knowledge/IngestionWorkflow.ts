@@ -13,7 +13,7 @@ import { storable } from "../Domain/Text.ts"
 import { type IngestSource, KnowledgeRepo } from "./Repo.ts"
 import { ExtractionSandbox } from "./Sandbox.ts"
 import { defaultZipLimits } from "./Zip.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * The ingestion of one uploaded document is a durable workflow of effect's

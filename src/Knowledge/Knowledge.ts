@@ -19,8 +19,8 @@ import {
   RechunkRateLimited,
   UnsupportedMediaType
 } from "../Domain/Problems.ts"
-import * as ClusterStorage from "../Platform/ClusterStorage.ts"
-import * as DurableRuns from "../Platform/DurableRuns.ts"
+import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
+import * as DurableRuns from "../Runtime/DurableRuns.ts"
 import { defaultPageSize, type PageRequest } from "../Domain/Page.ts"
 import { type ChunkingInput, type Document, isChunkKey, type KnowledgeBase } from "./Api.ts"
 import { detect } from "./Extract.ts"
@@ -28,7 +28,7 @@ import { IngestionWorkflow } from "./IngestionWorkflow.ts"
 import { type DocumentRow, KnowledgeRepo } from "./Repo.ts"
 import { type Chunking, chunkingProblems, type ChunkingStrategy, defaultChunking } from "./Chunking.ts"
 import { ExtractionSandbox } from "./Sandbox.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 export const toDocument = (row: DocumentRow): Document => ({
   id: row.id,

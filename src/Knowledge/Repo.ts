@@ -17,7 +17,7 @@ import { Chunk, DocumentStatus, KnowledgeBase } from "./Api.ts"
 import { searchText } from "./Segment.ts"
 import type { Chunking } from "./Chunking.ts"
 import type { Chunk as SplitChunk, Heading } from "./Splitter.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 export const DocumentRow = Schema.Struct({
   id: DocumentId,

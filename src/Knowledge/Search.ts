@@ -6,7 +6,7 @@ import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { fitSources, type GroundingSource, toSource, withSources } from "./Grounding.ts"
 import { type ScoredChunk, SearchRepo } from "./SearchRepo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // A query longer than this is cut (at a space when there is one): grounding
 // queries are whole prompts, and a few hundred words already match any chunk

@@ -4,7 +4,7 @@ import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import { NotFound } from "../Domain/Problems.ts"
 import { KnowledgeSearch } from "./Search.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 export const KnowledgeSearchHttp = HttpApiBuilder.group(
   Api,

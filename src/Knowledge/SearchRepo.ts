@@ -6,7 +6,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import { chunksOf, maxIdsPerStatement } from "../Database/Chunks.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { searchText } from "./Segment.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** A chunk found by a search, with its score (0 to 1, higher is better). */
 export const ScoredChunk = Schema.Struct({

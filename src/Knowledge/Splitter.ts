@@ -1,6 +1,6 @@
 import { countTokens, maxRunChars } from "../Models/Tokens.ts"
 import { type Chunking, type ChunkingInput, type ChunkingStrategy, validateChunking } from "./Chunking.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * The chunk splitter: text in, chunks out, each within a hard token bound,

@@ -17,13 +17,13 @@ import { retryTransient } from "../Database/Errors.ts"
 import { storable } from "../Domain/Text.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Models } from "../Models/Models.ts"
-import { Metrics } from "../Platform/Observability.ts"
-import { RunSignals } from "../Platform/RunSignals.ts"
-import { RunSlots } from "../Platform/RunSlots.ts"
+import { Metrics } from "../Observability/Observability.ts"
+import { RunSignals } from "../Runtime/RunSignals.ts"
+import { RunSlots } from "../Runtime/RunSlots.ts"
 import type { Step } from "./Api.ts"
 import { plan, renderWithin } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./ExecutionsRepo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * One execution is one durable workflow of effect's cluster. Each step of a

@@ -15,8 +15,8 @@ import { tenantPage } from "../Database/Page.ts"
 import { isId, TenantId } from "../Domain/Ids.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { Execution, ExecutionStatus, Step } from "./Api.ts"
-import * as ClusterStorage from "../Platform/ClusterStorage.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // Executions: the read model clients poll, written by the workflow. Every
 // statement is scoped by tenant or names one execution by id.

@@ -11,7 +11,7 @@ import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Executions } from "./Executions.ts"
 import { Orchestrations } from "./Orchestrations.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** Starting an execution, with a key or a session alike. */
 const executeHandler = (executions: Executions["Service"]) =>

@@ -18,7 +18,7 @@ import {
   type UpdateOrchestration
 } from "./Api.ts"
 import { OrchestrationsRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // ---------------------------------------------------------------------------
 // Templates

@@ -6,7 +6,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as TenantRepo from "../Database/TenantRepo.ts"
 import { type AgentId, isId, type TenantId } from "../Domain/Ids.ts"
 import { Orchestration } from "./Api.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** Notified with `tenantId/orchestrationId` when an orchestration is made, changed or deleted, by the changing statement. */
 export const orchestrationChangedChannel = "orchestration_changed"

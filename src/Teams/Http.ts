@@ -8,7 +8,7 @@ import { asksNotToWait } from "../Domain/RunQueue.ts"
 import { forTenant, managementHandlers, runEventStream } from "../Http/Management.ts"
 import { TeamRuns } from "./TeamRuns.ts"
 import { Teams } from "./Teams.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 type RunParams = { readonly params: { readonly id: string; readonly runId: string } }
 

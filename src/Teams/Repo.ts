@@ -11,8 +11,8 @@ import { tenantPage } from "../Database/Page.ts"
 import * as TenantRepo from "../Database/TenantRepo.ts"
 import { isId, TenantId } from "../Domain/Ids.ts"
 import { RunStatus, type StopReason, Team, TeamRun, TranscriptEntry, TurnTaking } from "./Api.ts"
-import * as ClusterStorage from "../Platform/ClusterStorage.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** A team's fields, as the service settles them before a write. */
 export type TeamFields = Omit<Team, "id" | "createdAt" | "updatedAt">

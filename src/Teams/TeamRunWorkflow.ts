@@ -17,14 +17,14 @@ import { AgentId, type TenantId } from "../Domain/Ids.ts"
 import { storable } from "../Domain/Text.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Models } from "../Models/Models.ts"
-import { Metrics } from "../Platform/Observability.ts"
-import { RunSignals } from "../Platform/RunSignals.ts"
-import { RunSlots } from "../Platform/RunSlots.ts"
+import { Metrics } from "../Observability/Observability.ts"
+import { RunSignals } from "../Runtime/RunSignals.ts"
+import { RunSlots } from "../Runtime/RunSlots.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { type StopReason, TeamRun } from "./Api.ts"
 import { TeamsRepo } from "./Repo.ts"
 import * as Room from "./Room.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * One team run is one durable workflow of effect's cluster, sharded like

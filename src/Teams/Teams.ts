@@ -22,7 +22,7 @@ import {
   type UpdateTeam
 } from "./Api.ts"
 import { type TeamFields, TeamsRepo } from "./Repo.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 const notFound = (id: string) => new NotFound({ detail: `No team ${id}` })
 

@@ -14,7 +14,7 @@ import { storable } from "../Domain/Text.ts"
 import * as Guard from "./Guard.ts"
 import { WebhooksRepo } from "./Repo.ts"
 import { SecretBox, sign } from "./Signing.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * One delivery of one event is one durable workflow of effect's cluster,

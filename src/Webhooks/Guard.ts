@@ -15,7 +15,7 @@ import * as Http from "node:http"
 import * as Https from "node:https"
 import * as Net from "node:net"
 import { AppConfig } from "../Config.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /**
  * The guard against server-side request forgery for outbound webhooks. A URL

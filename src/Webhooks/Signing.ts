@@ -9,7 +9,7 @@ import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import { AppConfig } from "../Config.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 import { WebhooksRepo } from "./Repo.ts"
 
 /**

@@ -21,8 +21,8 @@ import { DeliveryWorkflow } from "./Delivery.ts"
 import * as Guard from "./Guard.ts"
 import { type EndpointRow, type PruneKey, WebhooksRepo } from "./Repo.ts"
 import { newEventId, newSecret, SecretBox } from "./Signing.ts"
-import * as ClusterStorage from "../Platform/ClusterStorage.ts"
-import * as Traced from "../Platform/Traced.ts"
+import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** What sends events: a team (its room) or an orchestration (its executions). */
 export interface Owner {

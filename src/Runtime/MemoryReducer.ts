@@ -7,7 +7,7 @@ import { performance } from "node:perf_hooks"
 import * as V8 from "node:v8"
 import * as Vm from "node:vm"
 import { AppConfig } from "../Config.ts"
-import { Metrics } from "./Observability.ts"
+import { Metrics } from "../Observability/Observability.ts"
 
 // Gives memory back to the OS once the node goes quiet after a burst.
 //

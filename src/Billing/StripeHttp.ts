@@ -1,8 +1,8 @@
 import * as Layer from "effect/Layer"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
-import { StripeWebhook } from "./Webhook.ts"
-import * as Traced from "../Platform/Traced.ts"
+import { StripeWebhook } from "./Stripe.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 export const StripeWebhookHttp = HttpApiBuilder.group(
   Api,

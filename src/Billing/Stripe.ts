@@ -12,8 +12,8 @@ import { AppConfig } from "../Config.ts"
 import { TenantId } from "../Domain/Ids.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 import { StripeWebhookRepo } from "./Repo.ts"
-import { InvalidWebhook, type WebhookOutcome } from "./WebhookApi.ts"
-import * as Traced from "../Platform/Traced.ts"
+import { InvalidWebhook, type WebhookOutcome } from "./StripeApi.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 // ---------------------------------------------------------------------------
 // Signature (https://docs.stripe.com/webhooks#verify-manually)

@@ -32,7 +32,7 @@ import type * as Statement from "effect/sql/Statement"
 import type * as Workflow from "effect/workflow/Workflow"
 import * as Batcher from "../Database/Batcher.ts"
 import { forEachChunk } from "../Database/Chunks.ts"
-import { Metrics } from "./Observability.ts"
+import { Metrics } from "../Observability/Observability.ts"
 
 /**
  * The one module that touches effect cluster's tables (`cluster_messages`,

@@ -5,7 +5,7 @@ import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Schedule from "effect/Schedule"
 import * as Singleton from "effect/cluster/Singleton"
-import { Metrics } from "./Observability.ts"
+import { Metrics } from "../Observability/Observability.ts"
 
 // The machinery every durable run shares (executions, team runs): a run is a
 // row of its feature's read model plus a workflow of effect's cluster. The

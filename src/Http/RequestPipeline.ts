@@ -17,7 +17,7 @@ import { type Server, STATUS_CODES } from "node:http"
 import type { unhandled } from "effect/Types"
 import { AppConfig } from "../Config.ts"
 import { findSqlError, isDataException, isUnavailable } from "../Database/Errors.ts"
-import { Metrics } from "./Observability.ts"
+import { Metrics } from "../Observability/Observability.ts"
 
 const requestIdHeader = "x-request-id"
 const acceptedRequestId = /^[A-Za-z0-9._:-]{1,128}$/

@@ -10,7 +10,7 @@ import * as OtlpSerialization from "effect/observability/OtlpSerialization"
 import * as OtlpTracer from "effect/observability/OtlpTracer"
 import * as Os from "node:os"
 import { AppConfig, type AppSettings } from "../Config.ts"
-import * as OutgoingHttp from "./OutgoingHttp.ts"
+import * as OutgoingHttp from "../Http/OutgoingHttp.ts"
 import * as Traced from "./Traced.ts"
 
 /**

@@ -2,7 +2,7 @@ import { PgClient } from "@effect/sql-pg"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Traced from "./Traced.ts"
+import * as Traced from "../Observability/Traced.ts"
 
 /** What kind of run holds a slot: its row is in `executions` or in `team_runs`. */
 export type RunKind = "execution" | "team_run"

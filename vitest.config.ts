@@ -11,6 +11,14 @@ export default defineConfig({
     globalSetup: ["test/support/globalSetup.ts"],
     testTimeout: 30_000,
     hookTimeout: 60_000,
+    // Three files at a time, chosen on the 2-core machine the suite is timed
+    // on (vitest's default there is one: cores - 1). A file spends most of its
+    // time waiting (on the model fakes' delays, child processes, Postgres,
+    // bounded polls), so three overlap well; a fourth saves little and eats
+    // into what the timing-sensitive tests (multi-node hand-overs, listener
+    // latencies) have to spare, and into Postgres's connections (100 by
+    // default), which every file's pools and the three-node tests share.
+    maxWorkers: 3,
     projects: [
       {
         extends: true,

@@ -2,13 +2,11 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import type { AppSettings } from "../../src/Config.ts"
 import { countTokens } from "../../src/Models/Tokens.ts"
-import { FakeAnthropic } from "../support/FakeAnthropic.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { anthropicKey, FakeAnthropic } from "../support/FakeAnthropic.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
-const openaiKey = "sk-chat-test-openai"
-const anthropicKey = "sk-ant-chat-test"
 const instructions = "You are Scout, a terse helper."
 
 /** The service with both providers pointed at fakes on loopback. */

@@ -1,11 +1,10 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
-const openaiKey = "sk-history-test"
 const instructions = "You are Scout."
 
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey, {

@@ -1,5 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { ApiKeyId } from "../../src/Domain/Ids.ts"
+import { NotFound } from "../../src/Domain/Problems.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -7,34 +9,26 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
   describe("management", () => {
     it.effect("shows the plaintext once; the list has no key, only its prefix", () =>
       Effect.gen(function*() {
-        const client = yield* TestClient
         const account = yield* TestServer.signUp()
-        const created = yield* client.request("POST", "/api/keys", {
-          headers: TestServer.bearer(account.token),
-          body: { name: "ci", scopes: ["read", "chat"] }
-        })
-        assert.strictEqual(created.status, 201)
-        assert.match(created.body.key, /^ak_/)
-        assert.strictEqual(created.body.prefix, created.body.key.slice(0, 11))
-        assert.deepStrictEqual(created.body.scopes, ["read", "chat"])
+        const api = yield* TestServer.apiClient(account.token)
+        const created = yield* api.keys.create({ payload: { name: "ci", scopes: ["read", "chat"] } })
+        assert.match(created.key, /^ak_/)
+        assert.strictEqual(created.prefix, created.key.slice(0, 11))
+        assert.deepStrictEqual(created.scopes, ["read", "chat"])
 
-        const list = yield* client.request("GET", "/api/keys", { headers: TestServer.bearer(account.token) })
-        assert.strictEqual(list.status, 200)
-        assert.strictEqual(list.body.total, 1)
-        assert.notProperty(list.body.data[0], "key")
-        assert.notInclude(list.text, created.body.key)
-        assert.strictEqual(list.body.data[0].prefix, created.body.prefix)
+        // The bytes as sent, not only what the client decodes: the key is nowhere in them.
+        const [list, response] = yield* api.keys.list({ responseMode: "decoded-and-response" })
+        assert.strictEqual(list.total, 1)
+        assert.notInclude(yield* response.text, created.key)
+        assert.strictEqual(list.data[0]!.prefix, created.prefix)
       }))
 
     it.effect("gives a key without a scopes list every scope", () =>
       Effect.gen(function*() {
-        const client = yield* TestClient
         const account = yield* TestServer.signUp()
-        const created = yield* client.request("POST", "/api/keys", {
-          headers: TestServer.bearer(account.token),
-          body: { name: "all" }
-        })
-        assert.deepStrictEqual(created.body.scopes, ["read", "chat", "execute", "teams"])
+        const api = yield* TestServer.apiClient(account.token)
+        const created = yield* api.keys.create({ payload: { name: "all" } })
+        assert.deepStrictEqual(created.scopes, ["read", "chat", "execute", "teams"])
       }))
 
     it.effect("rejects unknown scopes, an empty scopes list and a missing name with 400", () =>
@@ -102,16 +96,13 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         const key = yield* TestServer.createKey(account)
         const warm = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
         assert.strictEqual(warm.status, 200)
-        const revoked = yield* client.request("DELETE", `/api/keys/${key.id}`, {
-          headers: TestServer.bearer(account.token)
-        })
-        assert.strictEqual(revoked.status, 204)
+        const api = yield* TestServer.apiClient(account.token)
+        yield* api.keys.revoke({ params: { id: ApiKeyId.make(key.id) } })
         const after = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
         assert.strictEqual(after.status, 401)
-        const list = yield* client.request("GET", "/api/keys", { headers: TestServer.bearer(account.token) })
-        assert.strictEqual(list.body.total, 0)
-        const again = yield* client.request("DELETE", `/api/keys/${key.id}`, { headers: TestServer.bearer(account.token) })
-        assert.strictEqual(again.status, 404)
+        assert.strictEqual((yield* api.keys.list()).total, 0)
+        const again = yield* Effect.flip(api.keys.revoke({ params: { id: ApiKeyId.make(key.id) } }))
+        assert.instanceOf(again, NotFound)
       }))
 
     it.effect("a key outside its scopes gets 403 naming the scope", () =>
@@ -131,8 +122,9 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         const mine = yield* TestServer.signUp()
         const theirs = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(mine)
-        const attempt = yield* client.request("DELETE", `/api/keys/${key.id}`, { headers: TestServer.bearer(theirs.token) })
-        assert.strictEqual(attempt.status, 404)
+        const theirApi = yield* TestServer.apiClient(theirs.token)
+        const attempt = yield* Effect.flip(theirApi.keys.revoke({ params: { id: ApiKeyId.make(key.id) } }))
+        assert.instanceOf(attempt, NotFound)
         const still = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
         assert.strictEqual(still.status, 200)
       }))

@@ -1,11 +1,10 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { SqlClient } from "effect/sql"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { type Account, TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-budget-test"
 
 // Free: 1,000 tokens a day and two models; pro: any OpenAI model.
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey, {
@@ -272,12 +271,11 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
 // --- helpers ------------------------------------------------------------------
 
 const waitFinal = (key: string, id: string) =>
-  Effect.gen(function*() {
-    const client = yield* TestClient
-    for (let i = 0; i < 300; i++) {
-      const response = yield* client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })
-      if (["completed", "failed", "cancelled"].includes(response.body.status)) return response.body
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.die(new Error("execution did not finish"))
-  })
+  Effect.flatMap(TestClient, (client) =>
+    eventually(
+      Effect.map(client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) }), (response) => {
+        assert.include(["completed", "failed", "cancelled"], response.body.status, "the execution finished")
+        return response.body
+      }),
+      { timeoutMs: 15_000 }
+    ))

@@ -4,6 +4,7 @@ import { SqlClient } from "effect/sql"
 import type { PlanQuotas } from "../../src/Config.ts"
 import type { Chunking } from "../../src/Knowledge/Chunking.ts"
 import { split } from "../../src/Knowledge/Splitter.ts"
+import { eventually } from "../support/Eventually.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { type Account, TestClient, type TestResponse } from "../support/TestServer.ts"
 
@@ -107,16 +108,14 @@ const upload = (account: Account, knowledgeId: string, filename: string, content
 
 /** Polls the document until it is no longer processing (bounded). */
 const settled = (account: Account, knowledgeId: string, documentId: string) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + 30_000
-    while (Date.now() < deadline) {
-      const got = yield* request(account, "GET", `/api/knowledge/${knowledgeId}/documents/${documentId}`)
+  eventually(
+    Effect.map(request(account, "GET", `/api/knowledge/${knowledgeId}/documents/${documentId}`), (got) => {
       assert.strictEqual(got.status, 200, got.text)
-      if (got.body.status !== "processing") return got.body
-      yield* Effect.sleep("50 millis")
-    }
-    return assert.fail(`document ${documentId} still processing`)
-  })
+      assert.notStrictEqual(got.body.status, "processing", `document ${documentId} still processing`)
+      return got.body
+    }),
+    { timeoutMs: 30_000 }
+  )
 
 const documentsOf = (response: TestResponse): ReadonlyArray<any> =>
   response.status === 201 ? [response.body] : response.body.data

@@ -26,9 +26,7 @@ const setUp = Effect.gen(function*() {
 const listAgents = (key: string) =>
   Effect.flatMap(TestClient, (client) => client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key) }))
 
-const billing = (account: Account) =>
-  Effect.flatMap(TestClient, (client) =>
-    client.request("GET", "/api/billing", { headers: TestServer.bearer(account.token) }))
+const billing = (account: Account) => Effect.flatMap(TestServer.apiClient(account.token), (api) => api.billing.status())
 
 const secondsToUtcMidnight = () => {
   const now = Date.now() + offsetMs
@@ -52,7 +50,7 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           const remaining = responses.filter((r) => r.status === 200).map((r) => Number(r.headers.get("ratelimit-remaining")))
           assert.deepStrictEqual([...remaining].sort((a, b) => a - b), Array.from({ length: 100 }, (_, i) => i))
           const status = yield* billing(account)
-          assert.deepInclude(status.body, { plan: "free", limit: 100, usedToday: 100, remainingToday: 0 })
+          assert.deepInclude(status, { plan: "free", limit: 100, usedToday: 100, remainingToday: 0 })
         }))
     })
 
@@ -98,9 +96,9 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.strictEqual(forbidden.status, 403)
           yield* client.request("GET", "/api/agents", { headers: TestServer.bearer(account.token) })
           yield* client.request("GET", "/health/ready")
-          assert.strictEqual((yield* billing(account)).body.usedToday, 0)
+          assert.strictEqual((yield* billing(account)).usedToday, 0)
           yield* listAgents(key)
-          assert.strictEqual((yield* billing(account)).body.usedToday, 1)
+          assert.strictEqual((yield* billing(account)).usedToday, 1)
         }))
 
       it.effect("all of a tenant's keys share one count; another tenant has its own", () =>
@@ -109,9 +107,9 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           const second = yield* TestServer.createKey(account)
           yield* listAgents(key)
           yield* listAgents(second.key)
-          assert.strictEqual((yield* billing(account)).body.usedToday, 2)
+          assert.strictEqual((yield* billing(account)).usedToday, 2)
           const other = yield* setUp
-          assert.strictEqual((yield* billing(other.account)).body.usedToday, 0)
+          assert.strictEqual((yield* billing(other.account)).usedToday, 0)
         }))
     })
 
@@ -132,7 +130,7 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.strictEqual(business.status, 200)
           assert.isNull(business.headers.get("ratelimit-limit"))
           const status = yield* billing(account)
-          assert.deepInclude(status.body, { plan: "business", limit: null, remainingToday: null, usedToday: 102 })
+          assert.deepInclude(status, { plan: "business", limit: null, remainingToday: null, usedToday: 102 })
         }))
 
       it.effect("business requests do not wait for their count, yet every one is counted; a downgrade is refused once announced", () =>
@@ -148,7 +146,7 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.deepStrictEqual(new Set(responses.map((r) => r.status)), new Set([200]))
           assert.isTrue(responses.every((r) => r.headers.get("ratelimit-limit") === null))
           // The standing waits for the counts still on their way.
-          assert.deepInclude((yield* billing(account)).body, { plan: "business", usedToday: 121 })
+          assert.deepInclude(yield* billing(account), { plan: "business", usedToday: 121 })
           // An operator's downgrade below what is used today: once the change is
           // announced, every request is refused again.
           yield* sql`UPDATE tenants SET plan = 'free' WHERE id = ${account.tenantId}`
@@ -163,7 +161,7 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.isTrue(refused, "a request was refused after the downgrade")
           for (let i = 0; i < 5; i++) assert.strictEqual((yield* listAgents(key)).status, 429)
           // What passed before the announcement was counted, past the free limit.
-          assert.deepInclude((yield* billing(account)).body, { plan: "free", usedToday: 121 + passed, limit: 100 })
+          assert.deepInclude(yield* billing(account), { plan: "free", usedToday: 121 + passed, limit: 100 })
         }))
     })
 
@@ -181,7 +179,7 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.deepStrictEqual(responses.map((r) => r.status), [200, 200, 200, 200, 200])
           const remaining = responses.map((r) => Number(r.headers.get("ratelimit-remaining")))
           assert.deepStrictEqual([...remaining].sort((a, b) => a - b), [95, 96, 97, 98, 99])
-          assert.strictEqual((yield* billing(account)).body.usedToday, 5)
+          assert.strictEqual((yield* billing(account)).usedToday, 5)
           yield* sql`DELETE FROM daily_usage WHERE tenant_id = ${account.tenantId}`
           assert.strictEqual((yield* listAgents(key)).headers.get("ratelimit-remaining"), "99")
         }))
@@ -193,27 +191,26 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           const client = yield* TestClient
           const { account, key } = yield* setUp
           const session = TestServer.bearer(account.token)
+          const api = yield* TestServer.apiClient(account.token)
           for (let i = 0; i < 3; i++) assert.strictEqual((yield* listAgents(key)).status, 200)
-          const first = yield* client.request("GET", "/api/billing/usage?days=3", { headers: session })
-          assert.strictEqual(first.status, 200, first.text)
+          const first = yield* api.billing.usage({ query: { days: 3 } })
           // Two days on: the day in between had no requests.
           offsetMs += 2 * 86_400_000
           for (let i = 0; i < 2; i++) assert.strictEqual((yield* listAgents(key)).status, 200)
-          const later = yield* client.request("GET", "/api/billing/usage?days=3", { headers: session })
-          assert.strictEqual(later.status, 200, later.text)
+          const later = yield* api.billing.usage({ query: { days: 3 } })
           const today = new Date(Date.now() + offsetMs).toISOString().slice(0, 10)
           const day = (back: number) => new Date(Date.now() + offsetMs - back * 86_400_000).toISOString().slice(0, 10)
-          assert.deepStrictEqual(later.body.days, [
+          assert.deepStrictEqual(later.days, [
             { day: day(2), requests: 3, tokens: 0 },
             { day: day(1), requests: 0, tokens: 0 },
             { day: today, requests: 2, tokens: 0 }
           ])
-          assert.deepStrictEqual([later.body.plan, later.body.limit], ["free", 100])
-          assert.strictEqual(first.body.days.at(-1).day, day(2))
+          assert.deepStrictEqual([later.plan, later.limit], ["free", 100])
+          assert.strictEqual(first.days.at(-1)!.day, day(2))
           // The default is 30 days; the bounds are 1 and 90.
-          const month = yield* client.request("GET", "/api/billing/usage", { headers: session })
-          assert.strictEqual(month.body.days.length, 30)
-          assert.strictEqual(month.body.days.at(-1).day, today)
+          const month = yield* api.billing.usage({ query: {} })
+          assert.strictEqual(month.days.length, 30)
+          assert.strictEqual(month.days.at(-1)!.day, today)
           for (const days of ["0", "91", "x", "1.5"]) {
             const bad = yield* client.request("GET", `/api/billing/usage?days=${days}`, { headers: session })
             assert.strictEqual(bad.status, 400, days)
@@ -222,8 +219,8 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           // Another tenant's requests are not in it.
           const other = yield* setUp
           yield* listAgents(other.key)
-          const again = yield* client.request("GET", "/api/billing/usage?days=1", { headers: session })
-          assert.deepStrictEqual(again.body.days, [{ day: today, requests: 2, tokens: 0 }])
+          const again = yield* api.billing.usage({ query: { days: 1 } })
+          assert.deepStrictEqual(again.days, [{ day: today, requests: 2, tokens: 0 }])
           // Tokens a chat charged show on today's entry, as the billing status counts them.
           const agent = yield* TestServer.createAgent(account, { model: "local" })
           const chat = yield* client.request("POST", `/api/v1/agents/${agent.id}/chat`, {
@@ -232,9 +229,9 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           })
           assert.strictEqual(chat.status, 200, chat.text)
           const status = yield* billing(account)
-          assert.isAbove(status.body.tokensUsedToday, 0)
-          const withTokens = yield* client.request("GET", "/api/billing/usage?days=1", { headers: session })
-          assert.deepStrictEqual(withTokens.body.days, [{ day: today, requests: 3, tokens: status.body.tokensUsedToday }])
+          assert.isAbove(status.tokensUsedToday, 0)
+          const withTokens = yield* api.billing.usage({ query: { days: 1 } })
+          assert.deepStrictEqual(withTokens.days, [{ day: today, requests: 3, tokens: status.tokensUsedToday }])
         }))
 
       it.effect("the count starts again at midnight UTC", () =>
@@ -244,13 +241,13 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.strictEqual((yield* listAgents(key)).status, 429)
           const before = yield* billing(account)
           // Move to one second after the reset.
-          offsetMs += new Date(before.body.resetAt).getTime() - (Date.now() + offsetMs) + 1000
+          offsetMs += before.resetAt.getTime() - (Date.now() + offsetMs) + 1000
           const after = yield* listAgents(key)
           assert.strictEqual(after.status, 200)
           assert.strictEqual(after.headers.get("ratelimit-remaining"), "99")
           const status = yield* billing(account)
-          assert.strictEqual(status.body.usedToday, 1)
-          assert.strictEqual(new Date(status.body.resetAt).getTime(), new Date(before.body.resetAt).getTime() + 86_400_000)
+          assert.strictEqual(status.usedToday, 1)
+          assert.strictEqual(status.resetAt.getTime(), before.resetAt.getTime() + 86_400_000)
         }))
     })
   }

@@ -3,14 +3,12 @@ import { Duration, Effect, Fiber, Layer, Option, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { promptEstimate } from "../../src/Models/Models.ts"
 import { countTokens } from "../../src/Models/Tokens.ts"
-import { FakeAnthropic } from "../support/FakeAnthropic.ts"
-import { ceilingOf, FakeOpenAi, type FakeServer, type RecordedRequest } from "../support/FakeOpenAi.ts"
+import { anthropicKey, FakeAnthropic } from "../support/FakeAnthropic.ts"
+import { ceilingOf, FakeOpenAi, type FakeServer, openaiKey, type RecordedRequest } from "../support/FakeOpenAi.ts"
 import { awaitRun, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { type Account, bearer, TestClient } from "../support/TestServer.ts"
 
-const openaiKey = "sk-reservation-test"
-const anthropicKey = "sk-ant-reservation-test"
 const openaiModel = "openai/gpt-4o-mini"
 const anthropicModel = "anthropic/claude-3-5-haiku-latest"
 
@@ -114,7 +112,7 @@ const expectWithinBudget = (account: Account, options: { readonly ceiling: numbe
     }
     const answered = new Set([...openai.reported, ...anthropic.reported].map((usage) => usage.request))
     const abandoned = requests.filter(({ request }) => !answered.has(request))
-    const settled = yield* until(
+    const settled = yield* TestServer.waitFor(
       "every reservation settled",
       Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined)
     )
@@ -133,18 +131,6 @@ const countWordsOf = (request: RecordedRequest) => {
   return words(request.body.system) +
     request.body.messages.reduce((total: number, message: { content: string }) => total + words(message.content), 0)
 }
-
-/** Polls `check` every 50 ms until it gives a value, for at most `timeoutMs`; fails the test after that. */
-const until = <A, R>(what: string, check: Effect.Effect<A | undefined, never, R>, timeoutMs = 15_000) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const value = yield* check
-      if (value !== undefined) return value
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.die(new Error(`Timed out waiting for ${what}`))
-  })
 
 // --- the service's routes ------------------------------------------------------
 
@@ -180,7 +166,7 @@ const execute = (key: string, orchestrationId: string, input: string) =>
     client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, { headers: bearer(key), body: { input } }))
 
 const waitExecution = (key: string, id: string) =>
-  until(
+  TestServer.waitFor(
     `execution ${id} final`,
     Effect.flatMap(TestClient, (client) =>
       Effect.map(
@@ -341,7 +327,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const agent = yield* TestServer.createAgent(account, { model: openaiModel, instructions: "You are Scout, a hiking guide." })
 
         const inFlight = yield* Effect.forkChild(chat(key, agent.id, { message: "Where should I hike this weekend?" }))
-        const held = yield* until(
+        const held = yield* TestServer.waitFor(
           "the reservation",
           Effect.map(usageOf(account.tenantId), (row) => row.reserved > 0 ? row : undefined)
         )
@@ -351,7 +337,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         assert.strictEqual(held.tokens, 0)
         const answered = yield* Fiber.join(inFlight)
         assert.strictEqual(answered.status, 200, answered.text)
-        const settled = yield* until(
+        const settled = yield* TestServer.waitFor(
           "the settlement",
           Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined)
         )
@@ -369,13 +355,13 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const before = yield* usageOf(account.tenantId)
         // The request's own count tells business apart: the chat reserves nothing.
         const business = yield* Effect.forkChild(chat(key, agent.id, { message: "And next month?" }))
-        yield* until("the business call", Effect.sync(() => openai.requests.length === 3 ? true : undefined))
+        yield* TestServer.waitFor("the business call", Effect.sync(() => openai.requests.length === 3 ? true : undefined))
         assert.strictEqual((yield* usageOf(account.tenantId)).reserved, 0)
         assert.strictEqual(ceilingOf(openai.requests[2]!), businessMaxOutput)
         const answer = yield* Fiber.join(business)
         assert.strictEqual(answer.status, 200, answer.text)
         // Its tokens still count.
-        yield* until(
+        yield* TestServer.waitFor(
           "the business tokens",
           Effect.map(usageOf(account.tenantId), (row) => row.tokens === before.tokens + answer.body.tokens ? true : undefined)
         )
@@ -389,7 +375,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         openai.setDefault({})
         const { account, key } = yield* setUp
         const agent = yield* TestServer.createAgent(account, { model: openaiModel, instructions: "You are brief." })
-        const settledRow = until(
+        const settledRow = TestServer.waitFor(
           "the settlement",
           Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined)
         )
@@ -429,7 +415,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const { account, key } = yield* setUp
         const agent = yield* TestServer.createAgent(account, { model: openaiModel })
         assert.strictEqual((yield* chat(key, agent.id, { message: "Hi" })).status, 200)
-        yield* until("the settlement", Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined))
+        yield* TestServer.waitFor("the settlement", Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined))
         // As a process killed in the middle of its calls leaves it.
         const sql = yield* SqlClient.SqlClient
         yield* sql`UPDATE daily_usage SET reserved = ${budget} WHERE tenant_id = ${account.tenantId}`
@@ -514,7 +500,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const remembering = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: true })
         const forgetting = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: false })
         assert.strictEqual((yield* chat(key, remembering.id, { message: "Hi", conversationId: "held" })).status, 200)
-        yield* until("the settlement", Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined))
+        yield* TestServer.waitFor("the settlement", Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined))
         // What is left of the day is held by calls in flight (as a killed process leaves it).
         const sql = yield* SqlClient.SqlClient
         yield* sql`UPDATE daily_usage SET reserved = ${budget} WHERE tenant_id = ${account.tenantId}`
@@ -530,7 +516,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         }
         assert.strictEqual(openai.requests.length, calls)
         // The places the refused streams took are given back.
-        yield* until("the places released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
+        yield* TestServer.waitFor("the places released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
 
         // With the budget free again, the same stream runs: its place is taken, then given back.
         yield* sql`UPDATE daily_usage SET reserved = 0 WHERE tenant_id = ${account.tenantId}`
@@ -540,7 +526,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const names = streamed.text.split("\n\n").filter((block) => block !== "").map((block) => block.split("\n")[0])
         assert.isAbove(names.length, 1)
         assert.deepStrictEqual(names, [...Array(names.length - 1).fill("event: delta"), "event: done"])
-        yield* until("the place released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
+        yield* TestServer.waitFor("the place released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
       }))
   })
 })
@@ -568,7 +554,7 @@ layer(unenforced, { excludeTestServices: true })("token reservations with ENFORC
       const { account, key } = yield* setUp
       const agent = yield* TestServer.createAgent(account, { model: openaiModel })
       const inFlight = yield* Effect.forkChild(chat(key, agent.id, { message: "One" }))
-      yield* until("the call", Effect.sync(() => openai.requests.length === 1 ? true : undefined))
+      yield* TestServer.waitFor("the call", Effect.sync(() => openai.requests.length === 1 ? true : undefined))
       assert.deepStrictEqual(yield* usageOf(account.tenantId), { tokens: 0, reserved: 0 })
       assert.strictEqual((yield* Fiber.join(inFlight)).status, 200)
       const again = yield* chat(key, agent.id, { message: "Two" })

@@ -11,20 +11,12 @@ import {
   startNodes,
   twoStepSetup
 } from "../support/Cluster.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
-const apiKey = "sk-failover"
 const count = 100
 const stepDelayMs = 2_000
-
-const until = async (condition: () => boolean, timeoutMs: number, what: string) => {
-  const deadline = Date.now() + timeoutMs
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}
 
 /**
  * 100 two-step executions (a, then b) with slow model calls, spread over
@@ -35,12 +27,12 @@ const until = async (condition: () => boolean, timeoutMs: number, what: string) 
 const scenario = (signal: "SIGKILL" | "SIGTERM") =>
   Effect.gen(function*() {
     const databaseUrl = yield* TestDatabaseUrl
-    const fake = yield* FakeOpenAi.make({ apiKey })
+    const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
     fake.setDefault({ delayMs: stepDelayMs, text: "step-done" })
     const nodes = yield* startNodes(3, {
       DATABASE_URL: databaseUrl,
       OPENAI_BASE_URL: fake.url,
-      OPENAI_API_KEY: apiKey,
+      OPENAI_API_KEY: openaiKey,
       ENFORCE_DAILY_LIMITS: "false",
       // Every b in flight at once: the tenant's cap on running runs is lifted.
       FREE_MAX_RUNNING_RUNS: "0"
@@ -58,7 +50,7 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
 
     const asked = (prefix: string) =>
       fake.requests.filter((r) => (r.body.messages.at(-1).content as string).startsWith(prefix))
-    yield* Effect.promise(() => until(() => asked("B ").length === count, 60_000, "every step b to be asked"))
+    yield* Effect.promise(() => eventually(() => assert.strictEqual(asked("B ").length, count, "every step b asked"), { timeoutMs: 60_000, intervalMs: 10 }))
     yield* Effect.sleep("100 millis") // the nodes' log batches
     // The executions the victim was running: it completed their step a.
     const victims = new Set(
@@ -75,7 +67,7 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
       headers: setup.bearer,
       body: { message: "in flight", conversationId: slowProbe.conversationId }
     }).then((reply) => ({ ...reply, after: Date.now() - inFlightAt }))
-    yield* Effect.promise(() => until(() => asked("in flight").length === 1, 10_000, "the chat turn to reach the model"))
+    yield* Effect.promise(() => eventually(() => assert.strictEqual(asked("in flight").length, 1, "the chat turn reached the model"), { timeoutMs: 10_000, intervalMs: 10 }))
 
     const signalledAt = Date.now()
     victim.child.kill(signal)
@@ -89,7 +81,7 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
     // is the moment the survivors answer for the victim's entities.
     const takeOver = signal === "SIGKILL"
       ? yield* Effect.promise(() =>
-        until(() => reasked() > 0, 30_000, "the survivors to take over").then(() => Date.now() - signalledAt)
+        eventually(() => assert.isAbove(reasked(), 0, "the survivors took over"), { timeoutMs: 30_000, intervalMs: 10 }).then(() => Date.now() - signalledAt)
       )
       : undefined
     // The time until a survivor answers the victim's conversation.

@@ -14,10 +14,10 @@ import {
   startNodes,
   twoStepSetup
 } from "../support/Cluster.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
-const apiKey = "sk-cluster"
 const webhookSecret = "whsec_cluster"
 // Webhook signatures come from Stripe's own library.
 const stripe = new Stripe("sk_test_x")
@@ -26,11 +26,11 @@ const stripe = new Stripe("sk_test_x")
 const threeNodes = (extraEnv: Record<string, string> = {}) =>
   Effect.gen(function*() {
     const databaseUrl = yield* TestDatabaseUrl
-    const fake = yield* FakeOpenAi.make({ apiKey })
+    const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
     const nodes = yield* startNodes(3, {
       DATABASE_URL: databaseUrl,
       OPENAI_BASE_URL: fake.url,
-      OPENAI_API_KEY: apiKey,
+      OPENAI_API_KEY: openaiKey,
       ...extraEnv
     })
     return { databaseUrl, fake, nodes, urls: nodes.map((node) => node.baseUrl) }
@@ -89,11 +89,8 @@ const listChangedOnASeenOnC = async (urls: ReadonlyArray<string>, session: Recor
     ((await requestJson(`${urls[2]}/api/agents?limit=100`, { headers: session })).data as Array<{ id: string }>).map((a) => a.id)
   const until = async (what: string, done: (listed: ReadonlyArray<string>) => boolean) => {
     const startedAt = Date.now()
-    while (Date.now() - startedAt < 5_000) {
-      if (done(await ids())) return Date.now() - startedAt
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    }
-    throw new Error(`node C's list still lacks ${what} after 5 s`)
+    await eventually(async () => assert.isTrue(done(await ids()), `node C's list shows ${what}`), { timeoutMs: 5_000, intervalMs: 10 })
+    return Date.now() - startedAt
   }
   await ids()
   const made = await requestJson(`${urls[0]}/api/agents`, { method: "POST", headers: session, body: { name } })

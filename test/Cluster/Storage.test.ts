@@ -14,8 +14,8 @@ import {
   SqlRunnerStorage
 } from "effect/cluster"
 import { SqlClient } from "effect/sql"
-import * as ClusterStorage from "../../src/Platform/ClusterStorage.ts"
-import { TestDatabaseUrl, waitFor } from "../support/TestServer.ts"
+import * as ClusterStorage from "../../src/Runtime/ClusterStorage.ts"
+import { EmptyDatabaseUrl, TestDatabaseUrl, waitFor } from "../support/TestServer.ts"
 
 // effect's SQL storages on a database of this file's own, as the service uses them.
 const StorageLayer = Layer.unwrap(Effect.gen(function*() {
@@ -337,7 +337,7 @@ describe("cluster storage", () => {
         VALUES ('11001', 'Workflow/Execution/run-c/run/', 'default:11', 'Workflow/Execution', 'run-c', 0, 'run', '{}', '{}', '11001')
       `
       // The prefetch's statement fails for real: its client's database has no cluster tables.
-      const broken = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(yield* TestDatabaseUrl) })), SqlClient.SqlClient)
+      const broken = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(yield* EmptyDatabaseUrl) })), SqlClient.SqlClient)
       const base = yield* SqlMessageStorage.makeEncoded()
       const asked: Array<string> = []
       const counted: MessageStorage.Encoded = {

@@ -15,7 +15,7 @@ import {
   SqlMessageStorage
 } from "effect/cluster"
 import { TestClock } from "effect/testing"
-import * as ClusterStorage from "../../src/Platform/ClusterStorage.ts"
+import * as ClusterStorage from "../../src/Runtime/ClusterStorage.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
 // What effect's own message and runner storage guarantee (effect's

@@ -1,8 +1,10 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Browser, Page } from "playwright-core"
+import { defaultPlanQuotas } from "../../src/Config.ts"
 import { launch, resetScreenshots, screenshot, seriousViolations, unreachableByKeyboard } from "../support/Browser.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -38,15 +40,6 @@ const withBrowser = <A>(run: (page: Page, requests: Array<string>) => Promise<A>
     (browser) => Effect.promise(() => browser.close())
   )
 
-/** Polls `check` every 50 ms until it holds, for at most 15 s. */
-const waitUntil = async (what: string, check: () => boolean) => {
-  const deadline = Date.now() + 15_000
-  while (!check()) {
-    if (Date.now() > deadline) assert.fail(`Timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-}
-
 const nav = async (page: Page, screen: string) => {
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: screen, exact: true }).click()
   await page.getByRole("heading", { name: screen, level: 1 }).waitFor()
@@ -60,7 +53,7 @@ const accessible = async (page: Page, screen: string) => {
   await screenshot(page, screen)
 }
 
-layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, webhookAllowPrivate: true }), {
+layer(TestServer.layerWithFakeOpenAi(openaiKey, { dashboardEnabled: true, webhookAllowPrivate: true }), {
   excludeTestServices: true
 })("the dashboard", (it) => {
   it.effect("serves the single page at /app with cached hashed assets, and / redirects there", () =>
@@ -232,11 +225,11 @@ layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, w
         assert.strictEqual(await page.getByLabel("Step 2 agent").inputValue(), "", "no agent to choose yet")
         releaseAgents()
         const stepAgents = () => Promise.all([1, 2].map((n) => page.getByLabel(`Step ${n} agent`).inputValue()))
-        for (const deadline = Date.now() + 15_000; (await stepAgents()).includes("");) {
-          if (Date.now() > deadline) assert.fail("Timed out waiting for the steps' default agent")
-          await new Promise((resolve) => setTimeout(resolve, 50))
-        }
-        const [firstAgent, secondAgent] = await stepAgents()
+        const [firstAgent, secondAgent] = await eventually(async () => {
+          const agents = await stepAgents()
+          assert.notInclude(agents, "", "the steps' default agent")
+          return agents
+        })
         assert.strictEqual(secondAgent, firstAgent, "both steps get the default agent")
         assert.strictEqual(await page.getByLabel("Name").inputValue(), "Summarise", "the name typed is kept")
         assert.strictEqual(await page.getByLabel("Step 2 prompt").inputValue(), "Shorten {{steps.step1.output}}")
@@ -298,7 +291,7 @@ layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, w
         await accessible(page, "10-teams")
         // Redelivered from the log: the same event id again, logged as a redelivery.
         await page.getByTestId("deliveries").getByRole("button", { name: /^Redeliver / }).click()
-        await waitUntil("the redelivery", () => receiver.requests.filter((r) => r.path === "/hook").length === 2)
+        await eventually(() => assert.strictEqual(receiver.requests.filter((r) => r.path === "/hook").length, 2, "the redelivery"))
         const [first, second] = receiver.requests.filter((r) => r.path === "/hook")
         assert.strictEqual(second!.headers["webhook-id"], first!.headers["webhook-id"])
         await page.getByRole("button", { name: "Refresh" }).click()
@@ -352,4 +345,54 @@ layer(TestServer.layerWithFakeOpenAi("sk-dashboard", { dashboardEnabled: true, w
         assert.deepStrictEqual(foreign, [])
       })
     }), { timeout: 240_000 })
+})
+
+// One agent more than the dashboard's page of 50 (the free plan keeps 50, so
+// this server lets it keep more).
+const pagedAgents = 51
+
+layer(TestServer.layer({
+  dashboardEnabled: true,
+  planQuotas: { ...defaultPlanQuotas, free: { ...defaultPlanQuotas.free, agents: pagedAgents } }
+}), { excludeTestServices: true })("the dashboard's lists", (it) => {
+  it.effect("a list longer than a page shows its later items after “Load more”, and an item on a later page opens from its link", () =>
+    Effect.gen(function*() {
+      const client = yield* TestClient
+      const base = client.baseUrl
+      const account = yield* TestServer.signUp()
+      const names = Array.from({ length: pagedAgents }, (_, i) => `Agent ${String(i + 1).padStart(2, "0")}`)
+      const ids = new Map<string, string>()
+      for (const name of names) ids.set(name, (yield* TestServer.createAgent(account, { name })).id)
+      yield* withBrowser(async (page) => {
+        await page.goto(`${base}/app/agents`)
+        await page.getByLabel("E-mail").fill(account.email)
+        await page.getByLabel("Password").fill(account.password)
+        await page.getByRole("button", { name: "Log in" }).click()
+        await page.getByRole("heading", { name: "Getting started" }).waitFor()
+        await nav(page, "Agents")
+        const list = page.getByRole("region", { name: "Your agents" }).getByRole("listitem")
+        const shown = async () => (await list.locator("strong").allTextContents()).sort()
+        const more = page.getByRole("button", { name: "Load more agents" })
+        await more.waitFor()
+        const firstPage = await shown()
+        assert.strictEqual(firstPage.length, 50, "one page of agents at first")
+        const later = names.filter((name) => !firstPage.includes(name))
+        assert.strictEqual(later.length, 1)
+        await page.getByText(`50 of ${pagedAgents} shown`).waitFor()
+        await accessible(page, "13-agents-paged")
+
+        await more.click()
+        await list.filter({ hasText: later[0]! }).waitFor()
+        assert.deepStrictEqual(await shown(), names, "every agent, once, after the next page")
+        assert.strictEqual(await more.count(), 0, "nothing left to load")
+
+        // A link to an agent of the second page opens it from the first page.
+        await page.goto(`${base}/app/agents?agent=${ids.get(later[0]!)}`)
+        await page.getByRole("heading", { name: `Edit ${later[0]}` }).waitFor()
+        assert.strictEqual(await list.count(), 50)
+        // A choice of agents offers every one of them.
+        await nav(page, "Chat")
+        await page.getByLabel("Agent").locator("option", { hasText: later[0]! }).waitFor({ state: "attached" })
+      })
+    }), { timeout: 180_000 })
 })

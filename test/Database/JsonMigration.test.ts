@@ -6,11 +6,10 @@ import { SqlClient } from "effect/sql"
 import migration0009 from "../../src/Database/migrations/0009_json_keys_as_given.ts"
 import { newId } from "../../src/Domain/Ids.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-migration-test"
 
 // Before migration 0009 the SQL client stored JSON keys renamed to
 // snake_case (and read them back camelCase). A deployment upgraded with such
@@ -72,12 +71,13 @@ describe("migration 0009: JSON stored with renamed keys", () => {
       yield* Effect.gen(function*() {
         const client = yield* TestClient
         const auth = TestServer.bearer(setUp.key)
-        let execution: any
-        for (let i = 0; i < 400; i++) {
-          execution = (yield* client.request("GET", `/api/v1/executions/${executionId}`, { headers: auth })).body
-          if (execution.status !== "pending" && execution.status !== "running") break
-          yield* Effect.sleep("200 millis")
-        }
+        const execution = yield* eventually(
+          Effect.map(client.request("GET", `/api/v1/executions/${executionId}`, { headers: auth }), (polled) => {
+            assert.notInclude(["pending", "running"], polled.body.status, "the execution ended")
+            return polled.body
+          }),
+          { timeoutMs: 80_000, intervalMs: 200 }
+        )
         assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
         assert.strictEqual(execution.output, "second")
         assert.deepStrictEqual(

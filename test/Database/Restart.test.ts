@@ -7,27 +7,22 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Embedded from "../../src/Database/Embedded.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { freePort } from "../support/Process.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-restart-test"
 
 /**
  * Waits for `condition` (checked every 100 ms), failing the test past `seconds`
  * with what `state` says of the requests so far.
  */
 const waitUntil = (what: string, seconds: number, condition: Effect.Effect<boolean>, state: () => unknown = () => "") =>
-  Effect.gen(function*() {
-    const until = Date.now() + seconds * 1000
-    while (!(yield* condition)) {
-      if (Date.now() > until) {
-        return yield* Effect.die(new Error(`Timed out after ${seconds} s waiting for ${what}: ${JSON.stringify(state())}`))
-      }
-      yield* Effect.sleep("100 millis")
-    }
-  })
+  eventually(
+    Effect.flatMap(condition, (holds) =>
+      holds ? Effect.void : Effect.die(new Error(`Timed out after ${seconds} s waiting for ${what}: ${JSON.stringify(state())}`))),
+    { timeoutMs: seconds * 1000, intervalMs: 100 }
+  )
 
 const isFinal = (status: string) => status === "completed" || status === "failed" || status === "cancelled"
 

@@ -2,18 +2,9 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import pg from "pg"
 import { request, requestJson, signUpTenant } from "../support/Cluster.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
-
-const poll = async <A>(what: string, check: () => Promise<A | undefined>, timeoutMs: number, everyMs = 200) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const value = await check()
-    if (value !== undefined) return value
-    await new Promise((resolve) => setTimeout(resolve, everyMs))
-  }
-  throw new Error(`Timed out waiting for ${what}`)
-}
 
 // Distinct texts (the same bytes twice would be a duplicate), each large enough that ingesting them all takes a while.
 const textOf = (n: number) =>
@@ -42,10 +33,10 @@ describe("ingestion across a crash", () => {
       const uploading = fetch(`${first.baseUrl}/api/knowledge/${base.id}/upload`, { method: "POST", headers: tenant.session, body: form })
         .catch(() => undefined)
       yield* Effect.promise(() =>
-        poll("a document being ingested", async () => {
+        eventually(async () => {
           const rows = await db.query("SELECT count(*)::int AS n FROM knowledge_documents WHERE knowledge_id = $1 AND status = 'processing'", [base.id])
-          return rows.rows[0].n > 0 ? true : undefined
-        }, 30_000, 5)
+          assert.isAbove(rows.rows[0].n, 0, "a document being ingested")
+        }, { timeoutMs: 30_000, intervalMs: 5 })
       )
       first.child.kill("SIGKILL")
       const killedAt = Date.now()
@@ -55,11 +46,14 @@ describe("ingestion across a crash", () => {
       const second = yield* spawnService(env)
       yield* waitReady(second)
       const documents = yield* Effect.promise(() =>
-        poll("every document to be ingested", async () => {
+        eventually(async () => {
           const listed = await request(`${second.baseUrl}/api/knowledge/${setup.knowledgeId}/documents`, { headers: setup.tenant.session })
           const data = listed.body?.data as Array<any> | undefined
-          return data !== undefined && data.length > 0 && data.every((d) => d.status !== "processing") ? data : undefined
-        }, 120_000)
+          return defined(
+            "every document to be ingested",
+            data !== undefined && data.length > 0 && data.every((d) => d.status !== "processing") ? data : undefined
+          )
+        }, { timeoutMs: 120_000, intervalMs: 200 })
       )
       for (const document of documents) {
         assert.strictEqual(document.status, "ready", JSON.stringify(document))

@@ -1,13 +1,12 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { sourcesHeader } from "../../src/Knowledge/Grounding.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { sourcesHeader } from "../../src/Models/Conventions.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { seedKnowledge } from "../support/Knowledge.ts"
 import { awaitRun, createTeam, startRun } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { type Account, TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-grounding"
 
 const handbook = [
   {
@@ -121,15 +120,16 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey), { excludeTestServices: true })(
           body: { input: "how should I water tomatoes" }
         })
         assert.strictEqual(started.status, 202, started.text)
-        const deadline = Date.now() + 20_000
-        let execution: any
-        do {
-          execution = (yield* client.request("GET", `/api/v1/executions/${started.body.executionId}`, {
-            headers: TestServer.bearer(key)
-          })).body
-          if (execution.status === "completed" || execution.status === "failed") break
-          yield* Effect.sleep("100 millis")
-        } while (Date.now() < deadline)
+        const execution = yield* eventually(
+          Effect.map(
+            client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers: TestServer.bearer(key) }),
+            (polled) => {
+              assert.include(["completed", "failed"], polled.body.status, "the execution finished")
+              return polled.body
+            }
+          ),
+          { timeoutMs: 20_000, intervalMs: 100 }
+        )
         assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
         assert.match(JSON.stringify(execution), /According to \[1\] \(garden\.txt\): \\"Tomatoes need full sun/)
       }))

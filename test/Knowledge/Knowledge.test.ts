@@ -3,6 +3,7 @@ import { Document as DocxDocument, HeadingLevel, Packer, Paragraph } from "docx"
 import { Effect } from "effect"
 import { PDFDocument, rgb, StandardFonts } from "pdf-lib"
 import { countTokens } from "../../src/Models/Tokens.ts"
+import { eventually } from "../support/Eventually.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { type Account, TestClient } from "../support/TestServer.ts"
 
@@ -39,17 +40,15 @@ const uploadForm = (account: Account, knowledgeId: string, files: ReadonlyArray<
 
 /** Polls the document until it is no longer processing. */
 const settled = (account: Account, knowledgeId: string, documentId: string) =>
-  Effect.gen(function*() {
-    const client = yield* TestClient
-    const deadline = Date.now() + 30_000
-    while (Date.now() < deadline) {
-      const got = yield* client.request("GET", `/api/knowledge/${knowledgeId}/documents/${documentId}`, { headers: session(account) })
-      assert.strictEqual(got.status, 200, got.text)
-      if (got.body.status !== "processing") return got.body
-      yield* Effect.sleep("50 millis")
-    }
-    return assert.fail(`document ${documentId} still processing`)
-  })
+  Effect.flatMap(TestClient, (client) =>
+    eventually(
+      Effect.map(client.request("GET", `/api/knowledge/${knowledgeId}/documents/${documentId}`, { headers: session(account) }), (got) => {
+        assert.strictEqual(got.status, 200, got.text)
+        assert.notStrictEqual(got.body.status, "processing", `document ${documentId} still processing`)
+        return got.body
+      }),
+      { timeoutMs: 30_000 }
+    ))
 
 const allChunks = (account: Account, knowledgeId: string, documentId?: string) =>
   Effect.gen(function*() {

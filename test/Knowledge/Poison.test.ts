@@ -5,6 +5,7 @@ import * as Fs from "node:fs"
 import * as Zlib from "node:zlib"
 import pg from "pg"
 import { request, requestJson, signUpTenant } from "../support/Cluster.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { type ServiceProcess, spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
@@ -261,16 +262,6 @@ const watch = (service: ServiceProcess) => {
   }
 }
 
-const poll = async <A>(what: string, check: () => Promise<A | undefined>, timeoutMs: number, everyMs = 100) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const value = await check()
-    if (value !== undefined) return value
-    await new Promise((resolve) => setTimeout(resolve, everyMs))
-  }
-  throw new Error(`Timed out waiting for ${what}`)
-}
-
 /** Uploads one file through the multipart route; the stored document's id. */
 const upload = async (baseUrl: string, session: Record<string, string>, knowledgeId: string, file: {
   readonly name: string
@@ -286,11 +277,11 @@ const upload = async (baseUrl: string, session: Record<string, string>, knowledg
 }
 
 const finalDocument = (baseUrl: string, session: Record<string, string>, knowledgeId: string, id: string, timeoutMs: number) =>
-  poll(`document ${id} to be final`, async () => {
+  eventually(async () => {
     const { body, status } = await request(`${baseUrl}/api/knowledge/${knowledgeId}/documents/${id}`, { headers: session })
     if (status !== 200) throw new Error(`GET document ${id}: ${status}`)
-    return body.status === "processing" ? undefined : body
-  }, timeoutMs)
+    return defined(`document ${id} to be final`, body.status === "processing" ? undefined : body)
+  }, { timeoutMs, intervalMs: 100 })
 
 const docxType = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
@@ -412,7 +403,7 @@ describe("poison documents", () => {
         upload(first.baseUrl, tenant.session, base.id, { name: "operators.pdf", type: "application/pdf", bytes: pdf })
       )
       yield* Effect.promise(() =>
-        poll("the extraction's strain to be recorded", async () => (await row(id))?.extraction_strain ?? undefined, 20_000, 50)
+        eventually(async () => defined("the extraction's strain to be recorded", (await row(id))?.extraction_strain ?? undefined), { timeoutMs: 20_000 })
       )
       first.child.kill("SIGKILL")
       yield* Effect.promise(() => first.exited)

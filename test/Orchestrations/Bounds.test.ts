@@ -1,10 +1,9 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-bounds-test"
 
 // Small bounds, so that each one is easy to cross: a prompt may render to 300
 // characters, an input is at most 100 and a variable value at most 50.
@@ -33,14 +32,13 @@ const setUp = Effect.gen(function*() {
       body
     })
   const waitFinal = (id: string) =>
-    Effect.gen(function*() {
-      for (let i = 0; i < 300; i++) {
-        const response = yield* client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key.key) })
-        if (["completed", "failed", "cancelled"].includes(response.body.status)) return response.body
-        yield* Effect.sleep("50 millis")
-      }
-      return yield* Effect.die(new Error("execution did not finish"))
-    })
+    eventually(
+      Effect.map(client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key.key) }), (response) => {
+        assert.include(["completed", "failed", "cancelled"], response.body.status, "the execution finished")
+        return response.body
+      }),
+      { timeoutMs: 15_000 }
+    )
   return { account, agentId: agent.id, define, execute, waitFinal }
 })
 

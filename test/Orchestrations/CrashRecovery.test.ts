@@ -1,7 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { awaitFinal, executeMany, orchestrationSetup, request, requestJson, twoStepSetup } from "../support/Cluster.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
@@ -11,8 +12,8 @@ describe("crash recovery", () => {
   it.live("executions killed with the process (kill -9) all complete after a restart; no completed step runs twice", () =>
     Effect.gen(function*() {
       const databaseUrl = yield* TestDatabaseUrl
-      const fake = yield* FakeOpenAi.make({ apiKey: "sk-crash" })
-      const env = { DATABASE_URL: databaseUrl, OPENAI_BASE_URL: fake.url, OPENAI_API_KEY: "sk-crash" }
+      const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
+      const env = { DATABASE_URL: databaseUrl, OPENAI_BASE_URL: fake.url, OPENAI_API_KEY: openaiKey }
       // Step `a` answers quickly, step `b` slowly: the kill lands while every `b` is in flight.
       fake.setDefault({ delayMs: 3_000, text: "b-done" })
       fake.script({ delayMs: 100, text: "a-done", times: count })
@@ -26,7 +27,7 @@ describe("crash recovery", () => {
 
       // Wait until every `b` has been asked, then kill the process outright.
       const asked = (prefix: string) => fake.requests.filter((r) => r.body.messages.at(-1).content.startsWith(prefix))
-      for (let i = 0; i < 200 && asked("B ").length < count; i++) yield* Effect.sleep("50 millis")
+      yield* eventually(Effect.sync(() => assert.isAtLeast(asked("B ").length, count, "every b asked")), { timeoutMs: 10_000 })
       assert.strictEqual(asked("A ").length, count)
       assert.strictEqual(asked("B ").length, count)
       first.child.kill("SIGKILL")
@@ -56,8 +57,8 @@ describe("crash recovery of one-step runs (their step is not an activity)", () =
   it.live("a one-step run finished before a kill -9 is never asked again; one in flight at the kill is asked again and completes", () =>
     Effect.gen(function*() {
       const databaseUrl = yield* TestDatabaseUrl
-      const fake = yield* FakeOpenAi.make({ apiKey: "sk-one-step" })
-      const env = { DATABASE_URL: databaseUrl, OPENAI_BASE_URL: fake.url, OPENAI_API_KEY: "sk-one-step" }
+      const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
+      const env = { DATABASE_URL: databaseUrl, OPENAI_BASE_URL: fake.url, OPENAI_API_KEY: openaiKey }
       fake.script({ delayMs: 50, text: "quick", times: count })
       fake.setDefault({ delayMs: 3_000, text: "slow" })
 
@@ -79,9 +80,10 @@ describe("crash recovery of one-step runs (their step is not an activity)", () =
       assert.deepStrictEqual(before.map((e) => e.output), Array(count).fill("quick"))
       const inFlight = yield* Effect.promise(() => Promise.all(inputs.slice(count).map(execute)))
       const asked = (input: string) => fake.requests.filter((r) => r.body.messages.at(-1).content === `S ${input}`)
-      for (let i = 0; i < 200 && inputs.slice(count).some((input) => asked(input).length === 0); i++) {
-        yield* Effect.sleep("50 millis")
-      }
+      yield* eventually(
+        Effect.sync(() => assert.isFalse(inputs.slice(count).some((input) => asked(input).length === 0), "every step in flight")),
+        { timeoutMs: 10_000 }
+      )
       for (const input of inputs.slice(count)) assert.strictEqual(asked(input).length, 1, `${input} in flight`)
       first.child.kill("SIGKILL")
       yield* Effect.promise(() => first.exited)

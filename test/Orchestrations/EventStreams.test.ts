@@ -3,11 +3,9 @@ import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import type { AppSettings } from "../../src/Config.ts"
 import { newId } from "../../src/Domain/Ids.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-streams-test"
 
 const withFake = (settings: Partial<AppSettings>) =>
   Layer.unwrap(Effect.gen(function*() {

@@ -1,10 +1,9 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-exec-test"
 
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey)
 
@@ -23,17 +22,17 @@ const setUp = (orchestration: (agentId: string) => Record<string, unknown>) =>
     const execute = (body: unknown, headers: Record<string, string> = {}) =>
       client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, { headers: { ...auth, ...headers }, body })
     const poll = (id: string) => client.request("GET", `/api/v1/executions/${id}`, { headers: auth })
-    const waitFinal = (id: string) =>
-      Effect.gen(function*() {
-        const seen = new Set<string>()
-        for (let i = 0; i < 200; i++) {
-          const response = yield* poll(id)
+    const waitFinal = (id: string) => {
+      const seen = new Set<string>()
+      return eventually(
+        Effect.map(poll(id), (response) => {
           seen.add(response.body.status)
-          if (["completed", "failed", "cancelled"].includes(response.body.status)) return { execution: response.body, seen }
-          yield* Effect.sleep("50 millis")
-        }
-        return yield* Effect.die(new Error("execution did not finish"))
-      })
+          assert.include(["completed", "failed", "cancelled"], response.body.status, "the execution finished")
+          return { execution: response.body, seen }
+        }),
+        { timeoutMs: 10_000 }
+      )
+    }
     return { account, key: key.key, agentId: agent.id, orchestrationId: created.body.id as string, execute, poll, waitFinal }
   })
 

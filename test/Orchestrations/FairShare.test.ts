@@ -1,7 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { awaitRun, startRun, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { bearer, TestClient, waitFor } from "../support/TestServer.ts"
@@ -11,7 +11,6 @@ import { bearer, TestClient, waitFor } from "../support/TestServer.ts"
 // the provider; the rest wait in order and all end; another tenant is not
 // held up; a cancel closes the provider connections of the runs it stops.
 
-const openaiKey = "sk-fair-share"
 const freeCap = 3
 const proCap = 60
 

@@ -4,11 +4,10 @@ import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { AppConfig } from "../../src/Config.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-faults-test"
 
 // The service with its sweeps, as `npm start` runs it, models on a fake OpenAI.
 const withSweeps = Layer.unwrap(Effect.gen(function*() {
@@ -49,15 +48,13 @@ const setUp = (model: string, timeoutMs?: number) =>
         body: { input }
       })
     const waitFinal = (id: string, seconds = 20) =>
-      Effect.gen(function*() {
-        const until = Date.now() + seconds * 1000
-        while (Date.now() < until) {
-          const polled = yield* client.request("GET", `/api/v1/executions/${id}`, { headers: auth })
-          if (["completed", "failed", "cancelled"].includes(polled.body.status)) return polled.body
-          yield* Effect.sleep("100 millis")
-        }
-        return yield* Effect.die(new Error(`execution ${id} did not finish within ${seconds} s`))
-      })
+      eventually(
+        Effect.map(client.request("GET", `/api/v1/executions/${id}`, { headers: auth }), (polled) => {
+          assert.include(["completed", "failed", "cancelled"], polled.body.status, `execution ${id} finished`)
+          return polled.body
+        }),
+        { timeoutMs: seconds * 1000, intervalMs: 100 }
+      )
     return { execute, waitFinal }
   })
 

@@ -3,11 +3,10 @@ import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Option } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { AppConfig } from "../../src/Config.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-json-test"
 
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey)
 
@@ -53,12 +52,13 @@ const roundTrip = (names: ReadonlyArray<string>, variablesJson: string, expected
       rawBody: `{"input":"go","variables":${variablesJson}}`
     })
     assert.strictEqual(started.status, 202, started.text)
-    let execution: any
-    for (let i = 0; i < 400; i++) {
-      execution = (yield* client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers: auth })).body
-      if (execution.status !== "pending" && execution.status !== "running") break
-      yield* Effect.sleep("50 millis")
-    }
+    const execution = yield* eventually(
+      Effect.map(client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers: auth }), (polled) => {
+        assert.notInclude(["pending", "running"], polled.body.status, "the execution ended")
+        return polled.body
+      }),
+      { timeoutMs: 20_000 }
+    )
     assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
     assert.strictEqual(execution.output, "second reply")
 

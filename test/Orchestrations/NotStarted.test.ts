@@ -4,7 +4,7 @@ import { SqlClient } from "effect/sql"
 import { newId, TenantId } from "../../src/Domain/Ids.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/ExecutionsRepo.ts"
-import * as DurableRuns from "../../src/Platform/DurableRuns.ts"
+import * as DurableRuns from "../../src/Runtime/DurableRuns.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 

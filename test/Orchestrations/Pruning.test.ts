@@ -3,11 +3,10 @@ import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
 import { ExecutionWorkflow } from "../../src/Orchestrations/ExecutionWorkflow.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
-
-const openaiKey = "sk-pruning-test"
 
 // Finished executions' workflow messages are due at once (retention zero).
 const withFake = Layer.unwrap(Effect.gen(function*() {
@@ -57,12 +56,13 @@ describe("pruning finished executions' workflow messages", () => {
 
         // One execution whose step hangs at the model, then one that completes.
         const unfinished = yield* execute("hang")
-        while (fake.requests.length === 0) yield* Effect.sleep("20 millis")
+        yield* eventually(Effect.sync(() => assert.isAbove(fake.requests.length, 0, "the hanging step reached the model")), {
+          intervalMs: 20
+        })
         const finished = yield* execute("finish")
-        for (let i = 0; i < 200 && (yield* poll(finished)).body.status !== "completed"; i++) {
-          yield* Effect.sleep("50 millis")
-        }
-        assert.strictEqual((yield* poll(finished)).body.status, "completed")
+        yield* eventually(Effect.map(poll(finished), (polled) => assert.strictEqual(polled.body.status, "completed")), {
+          timeoutMs: 10_000
+        })
         // The read model says completed a moment before the workflow's own reply is stored.
         const sql = yield* SqlClient.SqlClient
         const before = yield* TestServer.waitFor(

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Option } from "effect"
 import { AppConfig, type AppSettings } from "../../src/Config.ts"
-import { shardingSettings } from "../../src/Platform/Cluster.ts"
+import { shardingSettings } from "../../src/Runtime/Cluster.ts"
 
 const settings = (overrides: Partial<AppSettings>) =>
   Effect.provide(Effect.map(AppConfig, (config) => shardingSettings(config)), AppConfig.layerWith(overrides))

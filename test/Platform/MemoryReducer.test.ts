@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Option, Queue } from "effect"
-import * as MemoryReducer from "../../src/Platform/MemoryReducer.ts"
+import * as MemoryReducer from "../../src/Runtime/MemoryReducer.ts"
 
 // The reducer in this test's own process (each test file runs in a process of
 // its own): its RSS is what the reducer reads and gives back.

@@ -1,8 +1,8 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Metric, Option, Redacted } from "effect"
-import { isLocalScrape, isLoopback } from "../../src/Platform/MetricsHttp.ts"
-import { labelled } from "../../src/Platform/Observability.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { isLocalScrape, isLoopback } from "../../src/Http/MetricsHttp.ts"
+import { labelled } from "../../src/Observability/Observability.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { sample } from "../support/Prometheus.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -111,7 +111,6 @@ describe("GET /metrics", () => {
       }))
   })
 
-  const openaiKey = "sk-metrics-test-openai"
   const withFakeOpenAi = (settings: Parameters<typeof TestServer.layer>[0] = {}) =>
     Layer.unwrap(Effect.gen(function*() {
       const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })

@@ -1,12 +1,11 @@
 import { assert, layer } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
 import { type ClusterNode, request, requestJson, signUpTenant, startNodes } from "../support/Cluster.ts"
-import { FakeAnthropic } from "../support/FakeAnthropic.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { anthropicKey, FakeAnthropic } from "../support/FakeAnthropic.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
-const openaiKey = "sk-stream-slots"
-const anthropicKey = "sk-ant-stream-slots"
 const cap = 3
 
 /** Two nodes on one database: a cap of 3 streams per tenant, a fallback poll far longer than any wait below. */
@@ -40,17 +39,7 @@ const NodesLayer = Layer.effect(
   })
 )
 
-/** Waits for `check` to give a value, every 50 ms, at most `timeoutMs`. */
-const until = <A>(what: string, check: () => Promise<A | undefined>, timeoutMs = 10_000) =>
-  Effect.promise(async () => {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const value = await check()
-      if (value !== undefined) return value
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-    throw new Error(`timed out waiting for ${what}`)
-  })
+const within = { timeoutMs: 10_000 }
 
 /** A tenant with an agent on each fake and a one-step orchestration; `execute` starts a run that hangs. */
 const tenant = (node: ClusterNode, email: string) =>
@@ -159,7 +148,7 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
         assert.strictEqual(onB.status, 200)
         const chat = yield* chatStream(b, t.bearer, t.chatterId)
         assert.strictEqual(chat.status, 200, JSON.stringify(chat.problem))
-        yield* until("the chat's first delta", async () => chat.events().some((e) => e.event === "delta") || undefined)
+        yield* eventually(Effect.sync(() => assert.isTrue(chat.events().some((e) => e.event === "delta"), "the chat's first delta")), within)
 
         // Three open, on two nodes: a fourth is refused on either node, chat or events alike.
         assertTooMany(yield* executionStream(a, t.bearer, executionId))
@@ -179,12 +168,12 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
 
         // A client that hangs up gives its place back, whichever node it was on.
         chat.close()
-        const reopened = yield* until("a place after the chat closed", async () => {
+        const reopened = yield* eventually(Effect.promise(async () => {
           const opened = await Effect.runPromise(executionStream(a, t.bearer, executionId))
           if (opened.status === 200) return opened
           assertTooMany(opened)
-          return undefined
-        })
+          throw new Error("no place yet after the chat closed")
+        }), within)
 
         // Streams the server ends (the run finished) give theirs back too.
         const cancelled = yield* Effect.promise(() =>
@@ -195,18 +184,18 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
           yield* Effect.promise(() => stream.ended)
           assert.strictEqual(stream.events().at(-1)?.event, "execution.cancelled")
         }
-        const chats = yield* until("every place free again", async () => {
+        const chats = yield* eventually(Effect.promise(async () => {
           const opened: Array<Opened> = []
           for (const node of [a, b, a]) {
             const one = await Effect.runPromise(chatStream(node, t.bearer, t.chatterId))
             opened.push(one)
             if (one.status !== 200) {
               opened.forEach((o) => o.close())
-              return undefined
+              throw new Error(`not every place free again: ${one.status}`)
             }
           }
           return opened
-        })
+        }), within)
         assert.strictEqual(chats.length, cap)
         assertTooMany(yield* chatStream(b, t.bearer, t.chatterId))
         chats.forEach((c) => c.close())
@@ -221,7 +210,10 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
       // The stream is served by B; the run's events are written wherever its workflow runs.
       const stream = yield* executionStream(b, t.bearer, executionId)
       assert.strictEqual(stream.status, 200)
-      yield* until("the execution's first events", async () => stream.events().some((e) => e.event === "execution.running") || undefined)
+      yield* eventually(
+        Effect.sync(() => assert.isTrue(stream.events().some((e) => e.event === "execution.running"), "the execution's first events")),
+        within
+      )
 
       const cancelledAt = Date.now()
       const cancelled = yield* Effect.promise(() =>
@@ -229,8 +221,10 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
       )
       assert.strictEqual(cancelled.status, 202, cancelled.text)
       // The fallback poll is a minute: only a notification brings the event this soon.
-      yield* until("execution.cancelled on the stream", async () =>
-        stream.events().some((e) => e.event === "execution.cancelled") || undefined, 3_000)
+      yield* eventually(
+        Effect.sync(() => assert.isTrue(stream.events().some((e) => e.event === "execution.cancelled"), "execution.cancelled on the stream")),
+        { timeoutMs: 3_000 }
+      )
       const heardAfter = Date.now() - cancelledAt
       console.log(`execution.cancelled reached the stream on the other node ${heardAfter} ms after the cancel`)
       assert.isBelow(heardAfter, 3_000)
@@ -249,12 +243,12 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
       const killedAt = Date.now()
       // The dead node's places still count until their lease (3 s) runs out.
       assertTooMany(yield* executionStream(a, t.bearer, executionId))
-      const opened = yield* until("a place on the surviving node", async () => {
+      const opened = yield* eventually(Effect.promise(async () => {
         const one = await Effect.runPromise(executionStream(a, t.bearer, executionId))
         if (one.status === 200) return one
         assertTooMany(one)
-        return undefined
-      })
+        throw new Error("no place yet on the surviving node")
+      }), within)
       const after = Date.now() - killedAt
       console.log(`a place came back ${after} ms after its node was killed`)
       opened.close()

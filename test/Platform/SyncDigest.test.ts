@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as NodeCrypto from "node:crypto"
-import * as SyncDigest from "../../src/Platform/SyncDigest.ts"
+import * as SyncDigest from "../../src/Runtime/SyncDigest.ts"
 
 describe("SyncDigest", () => {
   const crypto = SyncDigest.make()

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import * as Traced from "../../src/Platform/Traced.ts"
+import * as Traced from "../../src/Observability/Traced.ts"
 
 describe("Traced.fn", () => {
   const spanName = Traced.fn("Traced.test")(function*(n: number) {

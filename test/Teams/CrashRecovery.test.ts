@@ -3,7 +3,8 @@ import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { request, requestJson, signUpTenant } from "../support/Cluster.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { defined, eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
@@ -14,26 +15,16 @@ const turnOf = (body: any): number => {
   return (prompt.match(/^\[\d+\] /gm) ?? []).length
 }
 
-const poll = async <A>(what: string, check: () => Promise<A | undefined> | A | undefined, timeoutMs: number) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const value = await check()
-    if (value !== undefined) return value
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-  throw new Error(`Timed out waiting for ${what}`)
-}
-
 describe("team run crash recovery", () => {
   it.live("a run killed with its process (kill -9) mid-turn completes after a restart; no completed turn is asked twice; one signed event", () =>
     Effect.gen(function*() {
       const databaseUrl = yield* TestDatabaseUrl
-      const fake = yield* FakeOpenAi.make({ apiKey: "sk-team-crash" })
+      const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
       const receiver = yield* FakeReceiver.make
       const env = {
         DATABASE_URL: databaseUrl,
         OPENAI_BASE_URL: fake.url,
-        OPENAI_API_KEY: "sk-team-crash",
+        OPENAI_API_KEY: openaiKey,
         WEBHOOK_ALLOW_PRIVATE: "true",
         WEBHOOK_SECRET_KEY: Crypto.randomBytes(32).toString("base64")
       }
@@ -72,7 +63,7 @@ describe("team run crash recovery", () => {
       })
 
       const asked = (turn: number) => fake.requests.filter((r) => turnOf(r.body) === turn).length
-      yield* Effect.promise(() => poll("turn 2 in flight", () => asked(2) > 0 ? true : undefined, 20_000))
+      yield* Effect.promise(() => eventually(() => assert.isAbove(asked(2), 0, "turn 2 in flight"), { timeoutMs: 20_000, intervalMs: 100 }))
       assert.strictEqual(asked(0), 1)
       assert.strictEqual(asked(1), 1)
       first.child.kill("SIGKILL")
@@ -82,12 +73,13 @@ describe("team run crash recovery", () => {
       const second = yield* spawnService(env)
       yield* waitReady(second)
       const run = yield* Effect.promise(() =>
-        poll("the run to finish", async () => {
+        eventually(async () => {
           const got = await request(`${second.baseUrl}/api/v1/teams/${setup.teamId}/runs/${setup.runId}`, {
             headers: { authorization: `Bearer ${setup.tenant.key}` }
           })
-          return got.status === 200 && ["completed", "failed", "cancelled"].includes(got.body.data.status) ? got.body.data : undefined
-        }, 90_000)
+          const final = got.status === 200 && ["completed", "failed", "cancelled"].includes(got.body.data.status)
+          return defined("the run to finish", final ? got.body.data : undefined)
+        }, { timeoutMs: 90_000, intervalMs: 100 })
       )
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "done")
@@ -104,7 +96,7 @@ describe("team run crash recovery", () => {
       assert.isAtLeast(asked(2), 2, "turn 2")
 
       // Exactly one event, signed with the room's secret, whose data is the run.
-      const delivered = yield* Effect.promise(() => poll("the event", () => receiver.requests[0], 30_000))
+      const delivered = yield* Effect.promise(() => eventually(() => defined("the event", receiver.requests[0]), { timeoutMs: 30_000, intervalMs: 100 }))
       yield* Effect.sleep("1 second")
       assert.strictEqual(receiver.requests.length, 1)
       const event = new Webhook(setup.secret).verify(delivered.body, delivered.headers) as any

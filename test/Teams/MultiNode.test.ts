@@ -3,22 +3,12 @@ import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { linesWith, request, requestJson, signUpTenant, startNodes } from "../support/Cluster.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { defined, eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
-const apiKey = "sk-team-nodes"
 const count = 20
-
-const until = async <A>(what: string, check: () => Promise<A | undefined> | A | undefined, timeoutMs: number) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const value = await check()
-    if (value !== undefined) return value
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  throw new Error(`timed out waiting for ${what}`)
-}
 
 /** The run a request to the fake is for (its mission) and its turn (the transcript lines its prompt shows). */
 const turnOf = (body: any) => {
@@ -30,7 +20,7 @@ describe("team runs on three nodes", () => {
   it.live("runs spread over the nodes; one killed mid-turn (kill -9), the survivors finish every run; each event delivered, once per webhook-id", () =>
     Effect.gen(function*() {
       const databaseUrl = yield* TestDatabaseUrl
-      const fake = yield* FakeOpenAi.make({ apiKey })
+      const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
       const receiver = yield* FakeReceiver.make
       // Turn 0 answers in 2 s (every run's turn 0 is asked by then); once all are asked, turn 1
       // answers slowly and ends the run: the kill lands while every turn 1 is in flight.
@@ -38,7 +28,7 @@ describe("team runs on three nodes", () => {
       const nodes = yield* startNodes(3, {
         DATABASE_URL: databaseUrl,
         OPENAI_BASE_URL: fake.url,
-        OPENAI_API_KEY: apiKey,
+        OPENAI_API_KEY: openaiKey,
         ENFORCE_DAILY_LIMITS: "false",
         // Every run's turn in flight at the kill: the tenant's cap on running runs is lifted.
         FREE_MAX_RUNNING_RUNS: "0",
@@ -80,9 +70,9 @@ describe("team runs on three nodes", () => {
 
       const asked = (turn: number) => fake.requests.filter((r) => turnOf(r.body).turn === turn)
       const progress = () => `turn 0 asked ${asked(0).length}, turn 1 asked ${asked(1).length} times`
-      yield* Effect.promise(() => until(`every turn 0 asked (${progress()})`, () => asked(0).length >= count ? true : undefined, 60_000))
+      yield* Effect.promise(() => eventually(() => assert.isAtLeast(asked(0).length, count, `every turn 0 asked (${progress()})`), { timeoutMs: 60_000 }))
       fake.setDefault({ delayMs: 4_000, text: "Second.\nFINAL ANSWER: finished" })
-      yield* Effect.promise(() => until(`every turn 1 in flight`, () => asked(1).length >= count ? true : undefined, 60_000)).pipe(
+      yield* Effect.promise(() => eventually(() => assert.isAtLeast(asked(1).length, count, "every turn 1 in flight"), { timeoutMs: 60_000 })).pipe(
         Effect.tapError(() => Effect.sync(() => console.log(progress())))
       )
       assert.strictEqual(asked(0).length, count, progress())
@@ -94,12 +84,12 @@ describe("team runs on three nodes", () => {
 
       const survivors = urls.slice(0, 2)
       const finals = yield* Effect.promise(() =>
-        until("every run to finish", async () => {
+        eventually(async () => {
           const page = await request(`${survivors[0]}/api/teams/${setup.teamId}/runs?limit=200`, { headers: setup.tenant.session })
-          if (page.status !== 200) return undefined
+          assert.strictEqual(page.status, 200)
           const runs = page.body.data as Array<any>
-          return runs.every((run) => ["completed", "failed", "cancelled"].includes(run.status)) ? runs : undefined
-        }, 120_000)
+          return defined("every run to finish", runs.every((run) => ["completed", "failed", "cancelled"].includes(run.status)) ? runs : undefined)
+        }, { timeoutMs: 120_000 })
       )
       assert.strictEqual(finals.length, count)
       assert.deepStrictEqual(finals.map((run) => [run.status, run.stopReason, run.result]), Array(count).fill(["completed", "done", "finished"]))
@@ -109,10 +99,11 @@ describe("team runs on three nodes", () => {
       }
 
       const ids = yield* Effect.promise(() =>
-        until("an event for every run", () => {
+        eventually(() => {
           const distinct = new Set(receiver.requests.map((r) => r.headers["webhook-id"]))
-          return distinct.size >= count ? distinct : undefined
-        }, 60_000)
+          assert.isAtLeast(distinct.size, count, "an event for every run")
+          return distinct
+        }, { timeoutMs: 60_000 })
       )
       yield* Effect.sleep("1 second")
       console.log(

@@ -1,11 +1,11 @@
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { awaitRun, startRun, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { bearer, createKey, signUp, TestClient } from "../support/TestServer.ts"
 
-const openaiKey = "sk-teams-runs"
 const model = "openai/gpt-4o-mini"
 
 /** The user prompt of every request the fake received, and the system prompt, oldest first. */
@@ -213,7 +213,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { team } = yield* teamOf(account, model, 2)
       fake.setDefault({ hang: true })
       const runId = yield* startRun(key, team.id, "Wait")
-      for (let i = 0; i < 100 && fake.requests.length === 0; i++) yield* Effect.sleep("50 millis")
+      yield* eventually(Effect.sync(() => assert.isAbove(fake.requests.length, 0, "the turn reached the model")), { timeoutMs: 5_000 })
       assert.strictEqual(fake.requests.length, 1)
       const cancelled = yield* client.request("POST", `/api/public/teams/${team.id}/runs/${runId}/cancel`, {
         headers: { "x-api-key": key }
@@ -241,7 +241,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { team } = yield* teamOf(account, model, 2)
       fake.setDefault({ hang: true })
       const runId = yield* startRun(key, team.id, "Wait")
-      for (let i = 0; i < 100 && fake.requests.length === 0; i++) yield* Effect.sleep("50 millis")
+      yield* eventually(Effect.sync(() => assert.isAbove(fake.requests.length, 0, "the turn reached the model")), { timeoutMs: 5_000 })
       assert.strictEqual(fake.requests.length, 1)
       const removed = yield* client.request("DELETE", `/api/teams/${team.id}`, { headers: bearer(account.token) })
       assert.strictEqual(removed.status, 204, removed.text)

@@ -4,13 +4,12 @@ import { SqlClient } from "effect/sql"
 import { Webhook } from "standardwebhooks"
 import { newId } from "../../src/Domain/Ids.ts"
 import { TeamRuns } from "../../src/Teams/TeamRuns.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { defined, eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { awaitRun, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { signUp } from "../support/TestServer.ts"
-
-const openaiKey = "sk-team-sweeps"
 
 // The service with the team runs' sweeps, as `npm start` runs it, models on a fake OpenAI.
 const withSweeps = Layer.unwrap(Effect.gen(function*() {
@@ -80,9 +79,8 @@ layer(withSweeps, { excludeTestServices: true })("team run sweeps", (it) => {
       assert.strictEqual(run.status, "failed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "timeout")
       assert.strictEqual(run.error, "The run did not finish within its timeout of 1000 ms")
-      const deadline = Date.now() + 15_000
-      while (receiver.requests.length === 0 && Date.now() < deadline) yield* Effect.sleep("50 millis")
-      const event = new Webhook(team.room.signingSecret).verify(receiver.requests[0]!.body, receiver.requests[0]!.headers) as any
+      const delivered = yield* eventually(Effect.sync(() => defined("the event", receiver.requests[0])))
+      const event = new Webhook(team.room.signingSecret).verify(delivered.body, delivered.headers) as any
       assert.strictEqual(event.type, "team.run.failed")
       assert.strictEqual(event.data.runId, runId)
       fake.setDefault({})

@@ -3,7 +3,8 @@ import { Duration, Effect, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import type { AppSettings } from "../../src/Config.ts"
-import { FakeOpenAi } from "../support/FakeOpenAi.ts"
+import { defined, eventually } from "../support/Eventually.ts"
+import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { awaitRun, createTeam, startRun } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
@@ -20,23 +21,12 @@ const settings: Partial<AppSettings> = {
   webhookSecretKey: Option.some(Redacted.make(Crypto.randomBytes(32).toString("base64")))
 }
 
-const waitFor = <A>(what: string, check: () => A | undefined, timeoutMs = 15_000) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const value = check()
-      if (value !== undefined) return value
-      yield* Effect.sleep("25 millis")
-    }
-    return yield* Effect.die(new Error(`Timed out waiting for ${what}`))
-  })
-
 const verify = (secret: string, request: FakeReceiver.ReceivedRequest) =>
   new Webhook(secret).verify(request.body, request.headers) as { type: string; timestamp: string; data: any }
 
 const withoutTranscript = ({ transcript: _, ...run }: any) => run
 
-layer(TestServer.layerWithFakeOpenAi("sk-team-hooks", settings), { excludeTestServices: true })("room webhooks", (it) => {
+layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices: true })("room webhooks", (it) => {
   it.effect("a run's final state sends one signed event whose data is the run as GET shows it, for completed, failed and cancelled", () =>
     Effect.scoped(Effect.gen(function*() {
       const client = yield* TestClient
@@ -67,7 +57,7 @@ layer(TestServer.layerWithFakeOpenAi("sk-team-hooks", settings), { excludeTestSe
 
       const completedId = yield* startRun(key, team.id, "Think")
       const completed = yield* awaitRun(account, team.id, completedId)
-      const first = yield* waitFor("the completed event", () => receiver.requests[0])
+      const first = yield* eventually(Effect.sync(() => defined("the completed event", receiver.requests[0])))
       const event = verify(secret, first)
       assert.strictEqual(event.type, "team.run.completed")
       assert.deepStrictEqual(event.data, withoutTranscript(completed))
@@ -84,17 +74,17 @@ layer(TestServer.layerWithFakeOpenAi("sk-team-hooks", settings), { excludeTestSe
       const failedId = yield* startRun(key, team.id, "Fail")
       const failed = yield* awaitRun(account, team.id, failedId)
       assert.strictEqual(failed.status, "failed")
-      const second = yield* waitFor("the failed event", () => receiver.requests[1])
+      const second = yield* eventually(Effect.sync(() => defined("the failed event", receiver.requests[1])))
       assert.strictEqual(verify(secret, second).type, "team.run.failed")
       assert.deepStrictEqual(verify(secret, second).data, withoutTranscript(failed))
 
       fake.setDefault({ hang: true })
       const cancelledId = yield* startRun(key, team.id, "Wait")
-      yield* waitFor("the hanging turn", () => fake.requests.length >= 2 ? true : undefined)
+      yield* eventually(Effect.sync(() => assert.isAtLeast(fake.requests.length, 2, "the hanging turn")))
       const cancel = yield* client.request("POST", `/api/teams/${team.id}/runs/${cancelledId}/cancel`, { headers: session })
       assert.strictEqual(cancel.status, 202, cancel.text)
       fake.setDefault({})
-      const third = yield* waitFor("the cancelled event", () => receiver.requests[2])
+      const third = yield* eventually(Effect.sync(() => defined("the cancelled event", receiver.requests[2])))
       const cancelled = verify(secret, third)
       assert.strictEqual(cancelled.type, "team.run.cancelled")
       assert.strictEqual(cancelled.data.runId, cancelledId)
@@ -114,7 +104,7 @@ layer(TestServer.layerWithFakeOpenAi("sk-team-hooks", settings), { excludeTestSe
       const eventId = first.headers["webhook-id"]!
       const again = yield* client.request("POST", `/api/teams/${team.id}/deliveries/${eventId}/redeliver`, { headers: session })
       assert.strictEqual(again.status, 202, again.text)
-      const redelivered = yield* waitFor("the redelivery", () => receiver.requests[3])
+      const redelivered = yield* eventually(Effect.sync(() => defined("the redelivery", receiver.requests[3])))
       assert.strictEqual(redelivered.headers["webhook-id"], eventId)
       assert.strictEqual(verify(secret, redelivered).type, "team.run.completed")
     })))
@@ -148,7 +138,7 @@ layer(TestServer.layerWithFakeOpenAi("sk-team-hooks", settings), { excludeTestSe
 
       const runId = yield* startRun(key, team.id, "Rotate")
       yield* awaitRun(account, team.id, runId)
-      const delivered = yield* waitFor("the event", () => receiver.requests[0])
+      const delivered = yield* eventually(Effect.sync(() => defined("the event", receiver.requests[0])))
       assert.strictEqual(verify(newSecret, delivered).data.runId, runId)
       assert.strictEqual(verify(oldSecret, delivered).data.runId, runId)
 

@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { orchestrationSetup, requestJson } from "../support/Cluster.ts"
+import { eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
@@ -44,8 +45,9 @@ describe("webhook delivery across a crash", () => {
         Effect.promise(() => requestJson(`${baseUrl}/api/orchestrations/${setup.orchestrationId}/deliveries`, { headers: setup.session }))
 
       // The first attempt is made and logged; then the node dies while waiting for the second.
-      const deadline = Date.now() + 20_000
-      while ((yield* deliveries(first.baseUrl)).total < 1 && Date.now() < deadline) yield* Effect.sleep("50 millis")
+      yield* eventually(Effect.map(deliveries(first.baseUrl), (log) => assert.isAtLeast(log.total, 1, "the first attempt logged")), {
+        timeoutMs: 20_000
+      })
       assert.strictEqual(receiver.requests.length, 1)
       first.child.kill("SIGKILL")
       yield* Effect.promise(() => first.exited)
@@ -53,7 +55,9 @@ describe("webhook delivery across a crash", () => {
       const second = yield* spawnService(env)
       yield* waitReady(second)
       const restartedAt = Date.now()
-      while (receiver.requests.length < 2 && Date.now() - restartedAt < 60_000) yield* Effect.sleep("50 millis")
+      yield* eventually(Effect.sync(() => assert.isAtLeast(receiver.requests.length, 2, "the delivery after the restart")), {
+        timeoutMs: 60_000
+      })
       console.log(`after the restart, the delivery succeeded within ${Date.now() - restartedAt} ms`)
       assert.strictEqual(receiver.requests.length, 2)
       // Nothing more comes: the success ended the delivery.

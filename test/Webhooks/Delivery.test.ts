@@ -6,6 +6,7 @@ import { Webhook } from "standardwebhooks"
 import { newId, TenantId } from "../../src/Domain/Ids.ts"
 import { DeliveryWorkflow } from "../../src/Webhooks/Delivery.ts"
 import { Webhooks } from "../../src/Webhooks/Webhooks.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 
@@ -18,17 +19,6 @@ const settings = {
   webhookSecretKey: Option.some(Redacted.make(Crypto.randomBytes(32).toString("base64"))),
   webhookMessagesRetention: Duration.zero
 }
-
-const waitFor = <A>(what: string, check: () => A | undefined, timeoutMs = 15_000) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const value = check()
-      if (value !== undefined) return value
-      yield* Effect.sleep("25 millis")
-    }
-    return yield* Effect.die(new Error(`Timed out waiting for ${what}`))
-  })
 
 layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delivery", (it) => {
   describe("the outbox and the delivery workflow", () => {
@@ -49,7 +39,7 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delive
         )
         assert.isNotNull(eventId)
         yield* webhooks.deliver(eventId!)
-        yield* waitFor("three requests", () => receiver.requests.length >= 3 ? true : undefined)
+        yield* eventually(Effect.sync(() => assert.isAtLeast(receiver.requests.length, 3)))
         const verifier = new Webhook(configured.signingSecret!)
         for (const request of receiver.requests) {
           assert.strictEqual(request.headers["webhook-id"], eventId)
@@ -63,14 +53,10 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delive
         assert.deepStrictEqual(Object.keys(body), ["type", "timestamp", "data"])
         assert.strictEqual(new Date(body.timestamp).toISOString(), body.timestamp)
         assert.isBelow(Math.abs(Date.parse(body.timestamp) - Date.now()), 10_000)
-        const log = yield* Effect.gen(function*() {
-          for (let i = 0; i < 200; i++) {
-            const page = yield* webhooks.deliveries(tenantId, owner, {})
-            if (page.total >= 3) return page
-            yield* Effect.sleep("25 millis")
-          }
-          return yield* Effect.die(new Error("Timed out waiting for the log"))
-        })
+        const log = yield* eventually(Effect.map(webhooks.deliveries(tenantId, owner, {}), (page) => {
+          assert.isAtLeast(page.total, 3, "every attempt logged")
+          return page
+        }))
         assert.deepStrictEqual(log.data.map((attempt) => [attempt.attempt, attempt.httpStatus]), [[3, 200], [2, 500], [1, 500]])
         // The receiver is on loopback, a private target: its answer is not kept (Guard.test.ts has the rule).
         assert.strictEqual(log.data[2]!.response, null)
@@ -115,7 +101,7 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delive
           sql.withTransaction
         )
         // No deliver: the sweep finds it within a few seconds.
-        const request = yield* waitFor("the sweep's delivery", () => receiver.requests[0], 20_000)
+        const request = yield* eventually(Effect.sync(() => defined("the sweep's delivery", receiver.requests[0])), { timeoutMs: 20_000 })
         assert.strictEqual(request.headers["webhook-id"], eventId)
         assert.deepStrictEqual((new Webhook(signingSecret!).verify(request.body, request.headers) as any).data, { lost: true })
         yield* Effect.sleep("3500 millis")
@@ -139,20 +125,16 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delive
         yield* sql`UPDATE webhook_endpoints SET secret = ${tampered.join(".")} WHERE owner_id = ${owner.id}`
         const eventId = yield* webhooks.enqueue({ tenantId, owner, subjectId: "s", type: "test.key", data: {} })
         yield* webhooks.deliver(eventId!)
-        const log = yield* Effect.gen(function*() {
-          for (let i = 0; i < 400; i++) {
-            const page = yield* webhooks.deliveries(tenantId, owner, {})
-            if (page.total >= 4) return page
-            yield* Effect.sleep("25 millis")
-          }
-          return yield* Effect.die(new Error("Timed out waiting for the log"))
-        })
+        const log = yield* eventually(Effect.map(webhooks.deliveries(tenantId, owner, {}), (page) => {
+          assert.isAtLeast(page.total, 4, "every attempt logged")
+          return page
+        }))
         for (const attempt of log.data) assert.match(attempt.error ?? "", /cannot be decrypted.*WEBHOOK_SECRET_KEY/)
         assert.strictEqual(receiver.requests.length, 0)
         // A rotation makes a secret the key can open again.
         yield* webhooks.rotateSecret(tenantId, owner)
         yield* webhooks.redeliver(tenantId, owner, eventId!)
-        yield* waitFor("the delivery after rotating", () => receiver.requests[0])
+        yield* eventually(Effect.sync(() => defined("the delivery after rotating", receiver.requests[0])))
       })))
 
     it.effect("the cluster's stored messages of a finished delivery are pruned; the log stays", () =>
@@ -166,7 +148,7 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delive
         yield* webhooks.configure(tenantId, owner, { url: receiver.url() }, ["payload", "outputWebhookUrl"])
         const eventId = (yield* webhooks.enqueue({ tenantId, owner, subjectId: "p", type: "test.prune", data: {} }))!
         yield* webhooks.deliver(eventId)
-        yield* waitFor("the delivery", () => receiver.requests[0])
+        yield* eventually(Effect.sync(() => defined("the delivery", receiver.requests[0])))
         const entityId = yield* DeliveryWorkflow.executionId({ eventId, redelivery: 0 })
         const stored = () =>
           sql<{ n: number }>`SELECT count(*)::int AS n FROM cluster_messages
@@ -175,9 +157,7 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delive
             Effect.orDie
           )
         assert.isAbove(yield* stored(), 0)
-        const deadline = Date.now() + 25_000
-        while ((yield* stored()) > 0 && Date.now() < deadline) yield* Effect.sleep("200 millis")
-        assert.strictEqual(yield* stored(), 0)
+        yield* eventually(Effect.map(stored(), (n) => assert.strictEqual(n, 0)), { timeoutMs: 25_000, intervalMs: 200 })
         const log = yield* webhooks.deliveries(tenantId, owner, {})
         assert.strictEqual(log.total, 1)
       })))

@@ -6,6 +6,7 @@ import { settingsConfig } from "../../src/Config.ts"
 import { TenantId } from "../../src/Domain/Ids.ts"
 import * as Guard from "../../src/Webhooks/Guard.ts"
 import { Webhooks } from "../../src/Webhooks/Webhooks.ts"
+import { eventually } from "../support/Eventually.ts"
 import * as FakeDns from "../support/FakeDns.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
@@ -337,13 +338,12 @@ layer(TestServer.layer({
         body: { input: "hi" }
       })
       assert.strictEqual(started.status, 202, started.text)
-      let log: any
-      const deadline = Date.now() + 15_000
-      while (Date.now() < deadline) {
-        log = (yield* client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session })).body
-        if (log.total >= 3) break
-        yield* Effect.sleep("50 millis")
-      }
+      const log = yield* eventually(
+        Effect.map(client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session }), (got) => {
+          assert.isAtLeast(got.body.total, 3, "attempts logged")
+          return got.body
+        })
+      )
       assert.strictEqual(log.total, 3, JSON.stringify(log))
       for (const attempt of log.data) {
         assert.isNull(attempt.httpStatus)
@@ -382,13 +382,12 @@ layer(TestServer.layer({
         body: { input: "hi" }
       })
       assert.strictEqual(started.status, 202, started.text)
-      let log: any
-      const deadline = Date.now() + 15_000
-      while (Date.now() < deadline) {
-        log = (yield* client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session })).body
-        if (log.total >= 2) break
-        yield* Effect.sleep("50 millis")
-      }
+      const log = yield* eventually(
+        Effect.map(client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session }), (got) => {
+          assert.isAtLeast(got.body.total, 2, "attempts logged")
+          return got.body
+        })
+      )
       assert.deepStrictEqual(log.data.map((attempt: any) => [attempt.attempt, attempt.httpStatus, attempt.response]), [
         [2, 200, null],
         [1, 500, null]

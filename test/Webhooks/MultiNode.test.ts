@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { executeMany, orchestrationSetup, requestJson, startNodes } from "../support/Cluster.ts"
+import { eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
@@ -42,8 +43,10 @@ describe("webhook delivery on three nodes", () => {
       const killedAt = Date.now()
 
       const idsOf = () => new Set(receiver.requests.map((request) => request.headers["webhook-id"]))
-      const deadline = Date.now() + 90_000
-      while (idsOf().size < count && Date.now() < deadline) yield* Effect.sleep("100 millis")
+      yield* eventually(Effect.sync(() => assert.isAtLeast(idsOf().size, count, "an event for every execution")), {
+        timeoutMs: 90_000,
+        intervalMs: 100
+      })
       // Whatever was still to come (a retry of an attempt cut by the kill) has come.
       yield* Effect.sleep("3 seconds")
 
@@ -70,8 +73,10 @@ describe("webhook delivery on three nodes", () => {
       // With no node lost, each event is delivered exactly once.
       const before = requests.length
       const more = yield* Effect.promise(() => executeMany(urls.slice(0, 2), setup, 10))
-      const moreDeadline = Date.now() + 30_000
-      while (idsOf().size < count + more.length && Date.now() < moreDeadline) yield* Effect.sleep("100 millis")
+      yield* eventually(Effect.sync(() => assert.isAtLeast(idsOf().size, count + more.length, "an event for every later execution")), {
+        timeoutMs: 30_000,
+        intervalMs: 100
+      })
       yield* Effect.sleep("2 seconds")
       const later = receiver.requests.slice(before)
       const fresh = new Set(more)

@@ -120,6 +120,9 @@ export const anthropicDialect = (options: { readonly apiKey?: string } = {}): Di
   })
 })
 
+/** The API key tests give the service and its fake Anthropic (`make({ apiKey: anthropicKey })`). */
+export const anthropicKey = "sk-ant-test"
+
 /** A fake Anthropic server; see the top of this file. */
 export class FakeAnthropic extends Context.Service<FakeAnthropic, FakeServer>()("test/FakeAnthropic") {
   static readonly make = (options: { readonly apiKey?: string } = {}) => serveFake(anthropicDialect(options))

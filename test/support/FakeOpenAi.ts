@@ -434,6 +434,9 @@ export const openAiDialect = (options: { readonly apiKey?: string } = {}): Diale
   streamError: (message) => ({ data: JSON.stringify({ error: { message, type: "server_error", param: null, code: null } }) })
 })
 
+/** The API key tests give the service and its fake OpenAI (`make({ apiKey: openaiKey })`). */
+export const openaiKey = "sk-test-openai"
+
 /** A fake OpenAI (or OpenAI-compatible) server; see the top of this file. */
 export class FakeOpenAi extends Context.Service<FakeOpenAi, FakeServer>()("test/FakeOpenAi") {
   static readonly make = (options: { readonly apiKey?: string } = {}) => serveFake(openAiDialect(options))

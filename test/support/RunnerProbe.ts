@@ -15,7 +15,7 @@ import * as RunnerAddress from "effect/cluster/RunnerAddress"
 import * as Runners from "effect/cluster/Runners"
 import * as RpcClient from "effect/rpc/RpcClient"
 import * as RpcSerialization from "effect/rpc/RpcSerialization"
-import * as RunnerTransport from "../../src/Platform/RunnerTransport.ts"
+import * as RunnerTransport from "../../src/Runtime/RunnerTransport.ts"
 
 const [host, port] = process.argv.slice(2)
 const mode = process.env.PROBE_MODE ?? "plain"

@@ -1,4 +1,5 @@
 import { Effect } from "effect"
+import { eventually } from "./Eventually.ts"
 import { type Account, bearer, createAgent, TestClient } from "./TestServer.ts"
 
 /** Creates a team through the management API; dies unless 201. */
@@ -30,17 +31,16 @@ export const teamOf = (account: Account, model: string, count: number, team: Rec
 
 /** Polls the run (session route) until it is final, within `timeoutMs`. */
 export const awaitRun = (account: Account, teamId: string, runId: string, timeoutMs = 30_000) =>
-  Effect.gen(function*() {
-    const client = yield* TestClient
-    const deadline = Date.now() + timeoutMs
-    while (true) {
-      const got = yield* client.request("GET", `/api/teams/${teamId}/runs/${runId}`, { headers: bearer(account.token) })
-      if (got.status !== 200) return yield* Effect.die(new Error(`get run: ${got.status} ${got.text}`))
-      if (["completed", "failed", "cancelled"].includes(got.body.status)) return got.body
-      if (Date.now() > deadline) return yield* Effect.die(new Error(`run not final after ${timeoutMs} ms: ${got.text}`))
-      yield* Effect.sleep("100 millis")
-    }
-  })
+  Effect.flatMap(TestClient, (client) =>
+    eventually(
+      Effect.flatMap(client.request("GET", `/api/teams/${teamId}/runs/${runId}`, { headers: bearer(account.token) }), (got) =>
+        got.status !== 200
+          ? Effect.die(new Error(`get run: ${got.status} ${got.text}`))
+          : ["completed", "failed", "cancelled"].includes(got.body.status)
+          ? Effect.succeed(got.body)
+          : Effect.die(new Error(`run not final after ${timeoutMs} ms: ${got.text}`))),
+      { timeoutMs, intervalMs: 100 }
+    ))
 
 /** Starts a run with an API key on /api/v1; dies unless 202. */
 export const startRun = (key: string, teamId: string, mission: string) =>

@@ -1,32 +1,45 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Duration, Effect, Layer, Logger, Option, Redacted } from "effect"
-import { HttpServer } from "effect/http"
+import { FetchHttpClient, HttpClient, HttpClientRequest, HttpServer } from "effect/http"
+import { HttpApiClient } from "effect/http-api"
 import { SqlClient } from "effect/sql"
 import * as Crypto from "node:crypto"
 import { inject } from "vitest"
+import { Api } from "../../src/Api.ts"
 import { AppConfig, type AppSettings } from "../../src/Config.ts"
 import * as Sql from "../../src/Database/Sql.ts"
 import * as Server from "../../src/Server.ts"
+import { defined, eventually } from "./Eventually.ts"
 import { FakeOpenAi } from "./FakeOpenAi.ts"
 
-/** A database of its own for one test file, dropped when the file is done. */
-export const TestDatabaseUrl = Effect.gen(function*() {
-  const adminUrl = inject("databaseUrl")
-  const name = `test_${Crypto.randomBytes(6).toString("hex")}`
-  const admin = PgClient.layer({ url: Redacted.make(adminUrl) })
-  const run = (statement: string) =>
-    Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      yield* sql.unsafe(statement)
-    }).pipe(Effect.provide(admin), Effect.orDie)
-  yield* Effect.acquireRelease(
-    run(`CREATE DATABASE ${name}`),
-    () => run(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-  )
-  const url = new URL(adminUrl)
-  url.pathname = `/${name}`
-  return url.toString()
-})
+const databaseOfItsOwn = (template: string | undefined) =>
+  Effect.gen(function*() {
+    const adminUrl = inject("databaseUrl")
+    const name = `test_${Crypto.randomBytes(6).toString("hex")}`
+    const admin = PgClient.layer({ url: Redacted.make(adminUrl) })
+    const run = (statement: string) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql.unsafe(statement)
+      }).pipe(Effect.provide(admin), Effect.orDie)
+    yield* Effect.acquireRelease(
+      run(template === undefined ? `CREATE DATABASE ${name}` : `CREATE DATABASE ${name} TEMPLATE ${template}`),
+      () => run(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    )
+    const url = new URL(adminUrl)
+    url.pathname = `/${name}`
+    return url.toString()
+  })
+
+/**
+ * A migrated database of its own, dropped when the scope closes: a copy of
+ * the run's template (test/support/globalSetup.ts), so the service finds
+ * every migration applied, its own and effect's cluster storage's.
+ */
+export const TestDatabaseUrl = Effect.suspend(() => databaseOfItsOwn(inject("templateDatabase")))
+
+/** An empty database of its own, for tests that migrate it themselves (from an earlier release's schema). */
+export const EmptyDatabaseUrl = databaseOfItsOwn(undefined)
 
 export interface TestResponse {
   readonly status: number
@@ -77,7 +90,23 @@ const clientLayer = Layer.effect(
   })
 )
 
-/** The real service on an ephemeral port over its own migrated database, plus a client for it. */
+/**
+ * The typed client of the API's declaration (src/Api.ts) for the server under
+ * test, sending `credential` (a session token or an API key) as a bearer token.
+ * Requests and answers go through the same schemas as the service's, so a
+ * renamed field is a compile error; an answer of 400 and over fails with the
+ * endpoint's declared problem (`Effect.flip` it to assert on it), and
+ * `responseMode: "decoded-and-response"` gives the raw response beside the
+ * value. Hostile input, raw error bodies and fuzzing stay with `request`.
+ */
+export const apiClient = (credential?: string) =>
+  Effect.flatMap(TestClient, ({ baseUrl }) =>
+    HttpApiClient.make(Api, {
+      baseUrl,
+      ...(credential === undefined ? {} : { transformClient: HttpClient.mapRequest(HttpClientRequest.bearerToken(credential)) })
+    })).pipe(Effect.provide(FetchHttpClient.layer))
+
+/** The real service on an ephemeral port over a migrated database of its own, plus a client for it. */
 export const layer = (overrides: Partial<AppSettings> = {}) =>
   Layer.unwrap(Effect.gen(function*() {
     const url = yield* TestDatabaseUrl
@@ -137,17 +166,9 @@ export const signUp = (name = "Test User") =>
 
 export const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
 
-/** Polls `check` every 50 ms until it returns a value, for at most `timeoutMs`; fails the test after that. */
-export const waitFor = <A>(what: string, check: Effect.Effect<A | undefined>, timeoutMs = 15_000) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      const value = yield* check
-      if (value !== undefined) return value
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.die(new Error(`Timed out waiting for ${what}`))
-  })
+/** `eventually` for a check that gives a value once there is one (every 50 ms, at most `timeoutMs`). */
+export const waitFor = <A, E, R>(what: string, check: Effect.Effect<A | undefined, E, R>, timeoutMs = 15_000) =>
+  eventually(Effect.map(check, (value) => defined(what, value)), { timeoutMs })
 
 /** Creates an API key for the account; returns its plaintext. */
 export const createKey = (account: Account, scopes?: ReadonlyArray<string>) =>

@@ -14,7 +14,7 @@ export interface OpenLoopResult {
 }
 
 export const percentile = (sorted: ReadonlyArray<number>, p: number) =>
-  sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.ceil(p / 100 * sorted.length) - 1)]!
+  sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
 
 /** POSTs `body()` to `url` at `rate` per second for `seconds`; latencies in ms. */
 export const openLoop = (options: {
@@ -35,21 +35,25 @@ export const openLoop = (options: {
     new Promise<void>((resolve) => {
       const body = options.body()
       const startedAt = performance.now()
-      const request = Http.request({
-        agent,
-        host: url.hostname,
-        port: url.port,
-        path: url.pathname,
-        method: "POST",
-        headers: { ...options.headers, "content-type": "application/json", "content-length": Buffer.byteLength(body) }
-      }, (response) => {
-        response.resume()
-        response.on("end", () => {
-          if (response.statusCode !== undefined && response.statusCode < 300) latencies.push(performance.now() - startedAt)
-          else failed++
-          resolve()
-        })
-      })
+      const request = Http.request(
+        {
+          agent,
+          host: url.hostname,
+          port: url.port,
+          path: url.pathname,
+          method: "POST",
+          headers: { ...options.headers, "content-type": "application/json", "content-length": Buffer.byteLength(body) }
+        },
+        (response) => {
+          response.resume()
+          response.on("end", () => {
+            if (response.statusCode !== undefined && response.statusCode < 300)
+              latencies.push(performance.now() - startedAt)
+            else failed++
+            resolve()
+          })
+        }
+      )
       request.on("error", () => {
         failed++
         resolve()

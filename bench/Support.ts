@@ -25,7 +25,9 @@ export const freePort = () =>
 /** Node's flags in `npm start` (the service is measured as it is started). */
 export const startFlags: ReadonlyArray<string> = JSON.parse(
   NodeFs.readFileSync(Path.join(root, "package.json"), "utf8")
-).scripts.start.split(" ").filter((word: string) => word.startsWith("--"))
+)
+  .scripts.start.split(" ")
+  .filter((word: string) => word.startsWith("--"))
 
 /** Starts `script` (the service or a baseline) on a free port and waits until it is ready. */
 export const spawn = async (script: string, env: Record<string, string>) => {
@@ -38,7 +40,10 @@ export const spawn = async (script: string, env: Record<string, string>) => {
   })
   const url = `http://127.0.0.1:${port}`
   for (let i = 0; i < 600; i++) {
-    const ok = await fetch(`${url}/health/ready`).then((r) => r.status < 500, () => false)
+    const ok = await fetch(`${url}/health/ready`).then(
+      (r) => r.status < 500,
+      () => false
+    )
     if (ok) break
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
@@ -56,16 +61,16 @@ export const rssMb = (pid: number) =>
 const ticks = Number(ChildProcess.execFileSync("getconf", ["CLK_TCK"]).toString().trim())
 export const cpuMicros = async (pid: number) => {
   const fields = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
-  return (Number(fields[11]) + Number(fields[12])) * 1_000_000 / ticks
+  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / ticks
 }
 
 /** Load with autocannon, noting the CPU the measured process spent per answered request. */
 export const measureLoad = async (pid: number, options: autocannon.Options) => {
   const before = await cpuMicros(pid)
   const result = await new Promise<autocannon.Result>((resolve, reject) =>
-    autocannon(options, (error, result) => error ? reject(error) : resolve(result))
+    autocannon(options, (error, result) => (error ? reject(error) : resolve(result)))
   )
-  const cpuPerRequest = (await cpuMicros(pid) - before) / Math.max(1, result.requests.total)
+  const cpuPerRequest = ((await cpuMicros(pid)) - before) / Math.max(1, result.requests.total)
   return { ...result, cpuPerRequest }
 }
 

@@ -7,7 +7,9 @@ import pg from "pg"
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 10 })
 const app = Fastify({ logger: false })
 
-await pool.query("CREATE TABLE IF NOT EXISTS bench_inserts (id uuid PRIMARY KEY, body jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())")
+await pool.query(
+  "CREATE TABLE IF NOT EXISTS bench_inserts (id uuid PRIMARY KEY, body jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+)
 
 app.get<{ Params: { id: string } }>("/agents/:id", async (request, reply) => {
   const result = await pool.query(
@@ -25,4 +27,9 @@ app.post("/items", async (request, reply) => {
 })
 
 await app.listen({ port: Number(process.env.PORT), host: "127.0.0.1" })
-process.on("SIGTERM", () => app.close().then(() => pool.end()).then(() => process.exit(0)))
+process.on("SIGTERM", () =>
+  app
+    .close()
+    .then(() => pool.end())
+    .then(() => process.exit(0))
+)

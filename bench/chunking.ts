@@ -30,8 +30,17 @@ const vocabulary = (
   "tenant workflow durable cluster postgres extraction offset overlap heading section language model answer " +
   "river mountain otter forest winter harbour lantern journey quietly suddenly carefully although because"
 ).split(" ")
-const chinese = ["我们今天去公园散步，天气很好。", "知识库把文档切成小块，以便检索。", "这个系统支持多租户和持久化工作流。", "中文没有空格，所以需要按句子和词来切分。"]
-const japanese = ["日本語のテキストも少し含まれています。", "検索のために文書を小さな塊に分けます。", "これはテストの文章です。"]
+const chinese = [
+  "我们今天去公园散步，天气很好。",
+  "知识库把文档切成小块，以便检索。",
+  "这个系统支持多租户和持久化工作流。",
+  "中文没有空格，所以需要按句子和词来切分。"
+]
+const japanese = [
+  "日本語のテキストも少し含まれています。",
+  "検索のために文書を小さな塊に分けます。",
+  "これはテストの文章です。"
+]
 
 const makeText = (seed: number) => {
   const next = random(seed)
@@ -42,7 +51,9 @@ const makeText = (seed: number) => {
   while (length < megabytes * 1_000_000) {
     let text: string
     if (++paragraph % 6 === 0) {
-      text = Array.from({ length: 3 + Math.floor(next() * 6) }, () => pick(paragraph % 12 === 0 ? japanese : chinese)).join("")
+      text = Array.from({ length: 3 + Math.floor(next() * 6) }, () =>
+        pick(paragraph % 12 === 0 ? japanese : chinese)
+      ).join("")
     } else {
       const sentences = Array.from({ length: 2 + Math.floor(next() * 7) }, () => {
         const words = Array.from({ length: 6 + Math.floor(next() * 18) }, () => pick(vocabulary))
@@ -91,9 +102,17 @@ for (let run = 0; run < runs; run++) {
 
 const a = median(ours)
 const b = median(baseline)
-console.log(`Chunking ${megabytes} MB texts (UTF-8; English with Chinese and Japanese paragraphs), median of ${runs} distinct texts`)
-console.log(`size ${chunkSize} tokens, overlap ${chunkOverlap} tokens; LangChain: ${Math.round(chunkSize * charsPerToken)} / ${Math.round(chunkOverlap * charsPerToken)} characters (${charsPerToken.toFixed(2)} characters per token)\n`)
+console.log(
+  `Chunking ${megabytes} MB texts (UTF-8; English with Chinese and Japanese paragraphs), median of ${runs} distinct texts`
+)
+console.log(
+  `size ${chunkSize} tokens, overlap ${chunkOverlap} tokens; LangChain: ${Math.round(chunkSize * charsPerToken)} / ${Math.round(chunkOverlap * charsPerToken)} characters (${charsPerToken.toFixed(2)} characters per token)\n`
+)
 console.log(`${"splitter".padEnd(44)} ${"MB/s".padStart(8)} ${"chunks".padStart(8)} ${"over bound".padStart(11)}`)
-console.log(`${"ours (token bound, offsets)".padEnd(44)} ${a.toFixed(1).padStart(8)} ${String(ourChunks).padStart(8)} ${"0".padStart(11)}`)
-console.log(`${"LangChain RecursiveCharacterTextSplitter".padEnd(44)} ${b.toFixed(1).padStart(8)} ${String(theirChunks).padStart(8)} ${String(theirOverBound).padStart(11)}`)
+console.log(
+  `${"ours (token bound, offsets)".padEnd(44)} ${a.toFixed(1).padStart(8)} ${String(ourChunks).padStart(8)} ${"0".padStart(11)}`
+)
+console.log(
+  `${"LangChain RecursiveCharacterTextSplitter".padEnd(44)} ${b.toFixed(1).padStart(8)} ${String(theirChunks).padStart(8)} ${String(theirOverBound).padStart(11)}`
+)
 console.log(`\nratio ours / LangChain: ${(a / b).toFixed(2)}x`)

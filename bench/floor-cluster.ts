@@ -31,41 +31,57 @@ const FloorLive = Floor.toLayer(() =>
   Effect.sync(() => {
     completed++
     lastCompletedAt = performance.now()
-  }))
+  })
+)
 
-const burst = Effect.gen(function*() {
+const burst = Effect.gen(function* () {
   // Warm: the first runs build the entity machinery and the statements.
-  yield* Effect.forEach(Array.from({ length: 200 }, () => Crypto.randomUUID()), (id) =>
-    Floor.execute({ id }, { discard: true }), { concurrency: connections, discard: true })
+  yield* Effect.forEach(
+    Array.from({ length: 200 }, () => Crypto.randomUUID()),
+    (id) => Floor.execute({ id }, { discard: true }),
+    { concurrency: connections, discard: true }
+  )
   while (completed < 200) yield* Effect.sleep("20 millis")
   const completedBefore = completed
   let started = 0
   const cpuBefore = process.cpuUsage()
   const startedAt = performance.now()
   const endAt = startedAt + seconds * 1000
-  yield* Effect.forEach(Array.from({ length: connections }), () =>
-    Effect.gen(function*() {
-      while (performance.now() < endAt) {
-        yield* Floor.execute({ id: Crypto.randomUUID() }, { discard: true })
-        started++
-      }
-    }), { concurrency: "unbounded", discard: true })
+  yield* Effect.forEach(
+    Array.from({ length: connections }),
+    () =>
+      Effect.gen(function* () {
+        while (performance.now() < endAt) {
+          yield* Floor.execute({ id: Crypto.randomUUID() }, { discard: true })
+          started++
+        }
+      }),
+    { concurrency: "unbounded", discard: true }
+  )
   const waitUntil = performance.now() + 120_000
   while (completed - completedBefore < started && performance.now() < waitUntil) yield* Effect.sleep("5 millis")
   const cpu = process.cpuUsage(cpuBefore)
   const runs = completed - completedBefore
-  process.stdout.write(JSON.stringify({
-    started,
-    completed: runs,
-    seconds: (lastCompletedAt - startedAt) / 1000,
-    cpuMicrosPerRun: (cpu.user + cpu.system) / Math.max(1, runs)
-  }) + "\n")
+  process.stdout.write(
+    `${JSON.stringify({
+      started,
+      completed: runs,
+      seconds: (lastCompletedAt - startedAt) / 1000,
+      cpuMicrosPerRun: (cpu.user + cpu.system) / Math.max(1, runs)
+    })}\n`
+  )
 })
 
 // Its entities are let go as soon as the executions' are (Cluster.ts): at
 // effect's 10 s, the cluster's cap on resident entities would pace the runs.
-const IdleTime = Layer.unwrap(Effect.map(AppConfig, (config) =>
-  Cluster.entityIdleTime(new Set([`Workflow/${Floor._tag}`]), Duration.fromInputUnsafe(Cluster.shardingSettings(config).entityMaxIdleTime!))))
+const IdleTime = Layer.unwrap(
+  Effect.map(AppConfig, (config) =>
+    Cluster.entityIdleTime(
+      new Set([`Workflow/${Floor._tag}`]),
+      Duration.fromInputUnsafe(Cluster.shardingSettings(config).entityMaxIdleTime!)
+    )
+  )
+)
 
 const Live = Layer.effectDiscard(burst).pipe(
   Layer.provide(FloorLive),

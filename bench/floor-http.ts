@@ -62,7 +62,8 @@ if (process.env.FRAMEWORK === "fastify") {
   const ItemsLive = HttpApiBuilder.group(Floor, "items", (handlers) =>
     handlers
       .handle("get", ({ params }) => Effect.succeed({ ...row, id: params.id }))
-      .handle("create", () => Effect.sync(() => ({ id: Crypto.randomUUID() }))))
+      .handle("create", () => Effect.sync(() => ({ id: Crypto.randomUUID() })))
+  )
   const Live = HttpRouter.serve(HttpApiBuilder.layer(Floor), { disableLogger: true }).pipe(
     Layer.provide(ItemsLive),
     Layer.provide(NodeHttpServer.layer(createServer, { port, host }))

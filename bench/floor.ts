@@ -14,7 +14,7 @@
 // - Runs: the service's own cluster (storage and settings) running a workflow
 //   that does nothing, started in-process by 50 callers (bench/floor-cluster.ts),
 //   against the service's one-step executions accepted over HTTP.
-import autocannon from "autocannon"
+import type autocannon from "autocannon"
 import * as ChildProcess from "node:child_process"
 import * as Os from "node:os"
 import pg from "pg"
@@ -32,9 +32,11 @@ const load = async (pid: number, options: Partial<autocannon.Options> & { readon
 }
 
 const line = (name: string, result: Measured, against?: Measured) =>
-  `${name.padEnd(44)} ${String(Math.round(result.requests.average)).padStart(7)} req/s ${
-    String(Math.round(result.cpuPerRequest)).padStart(6)
-  } µs CPU/req${against === undefined ? "" : `  ${(result.requests.average / against.requests.average).toFixed(2)}x`}${
+  `${name.padEnd(44)} ${String(Math.round(result.requests.average)).padStart(7)} req/s ${String(
+    Math.round(result.cpuPerRequest)
+  ).padStart(
+    6
+  )} µs CPU/req${against === undefined ? "" : `  ${(result.requests.average / against.requests.average).toFixed(2)}x`}${
     result.non2xx > 0 ? `  non-2xx ${result.non2xx}` : ""
   }`
 
@@ -43,14 +45,21 @@ const clusterFloor = (databaseUrl: string) =>
   new Promise<{ started: number; completed: number; seconds: number; cpuMicrosPerRun: number }>((resolve, reject) => {
     const child = ChildProcess.spawn(process.execPath, [...startFlags, "bench/floor-cluster.ts"], {
       cwd: root,
-      env: { ...process.env, DATABASE_URL: databaseUrl, SECONDS: String(seconds), CONNECTIONS: String(connections), LOG_LEVEL: "Warn" },
+      env: {
+        ...process.env,
+        DATABASE_URL: databaseUrl,
+        SECONDS: String(seconds),
+        CONNECTIONS: String(connections),
+        LOG_LEVEL: "Warn"
+      },
       stdio: ["ignore", "pipe", "inherit"]
     })
     let out = ""
-    child.stdout.on("data", (chunk: Buffer) => out += chunk.toString("utf8"))
+    child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString("utf8")))
     child.once("exit", (code) => {
-      const figures = out.split("\n").find((text) => text.startsWith("{\"started\""))
-      if (code !== 0 || figures === undefined) reject(new Error(`floor-cluster.ts exited with ${code}: ${out.slice(-2000)}`))
+      const figures = out.split("\n").find((text) => text.startsWith('{"started"'))
+      if (code !== 0 || figures === undefined)
+        reject(new Error(`floor-cluster.ts exited with ${code}: ${out.slice(-2000)}`))
       else resolve(JSON.parse(figures))
     })
   })
@@ -71,7 +80,11 @@ const main = async () => {
   const db = new pg.Client({ connectionString: databaseUrl })
   try {
     const { auth } = await signUp(service.url)
-    const { key } = await json(`${service.url}/api/keys`, { method: "POST", headers: auth, body: JSON.stringify({ name: "floor" }) })
+    const { key } = await json(`${service.url}/api/keys`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify({ name: "floor" })
+    })
     const agent = await json(`${service.url}/api/agents`, {
       method: "POST",
       headers: auth,
@@ -109,19 +122,24 @@ const main = async () => {
     const unfinished = async () =>
       Number((await db.query("SELECT count(*) AS n FROM executions WHERE status IN ('pending', 'running')")).rows[0].n)
     const untilFinished = async () => {
-      for (let i = 0; i < 6000 && await unfinished() > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+      for (let i = 0; i < 6000 && (await unfinished()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
     }
     await measureLoad(pid(service), { connections, duration: 2, url: executeUrl, ...post(keyHeader) })
     await untilFinished()
     const runsBefore = Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n)
     const cpuBefore = await cpuMicros(pid(service))
     const startedAt = performance.now()
-    const execute = await measureLoad(pid(service), { connections, duration: seconds, url: executeUrl, ...post(keyHeader) })
+    const execute = await measureLoad(pid(service), {
+      connections,
+      duration: seconds,
+      url: executeUrl,
+      ...post(keyHeader)
+    })
     await untilFinished()
     const runSeconds = (performance.now() - startedAt) / 1000
     const runs = Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n) - runsBefore
     const failed = Number((await db.query("SELECT count(*) AS n FROM executions WHERE status = 'failed'")).rows[0].n)
-    const runCpu = (await cpuMicros(pid(service)) - cpuBefore) / Math.max(1, runs)
+    const runCpu = ((await cpuMicros(pid(service))) - cpuBefore) / Math.max(1, runs)
 
     // The cluster alone, on the same database, once the service has let go of its shards.
     await stop(service.child)
@@ -141,14 +159,14 @@ const main = async () => {
     console.log(line("POST service execute (202 once durable)", execute, insert))
     console.log("\nOne-step runs, no model latency")
     console.log(
-      `${"cluster alone (workflow doing nothing)".padEnd(44)} ${String(Math.round(cluster.completed / cluster.seconds)).padStart(7)} runs/s ${
-        String(Math.round(cluster.cpuMicrosPerRun)).padStart(6)
-      } µs CPU/run  (${cluster.completed} of ${cluster.started} started)`
+      `${"cluster alone (workflow doing nothing)".padEnd(44)} ${String(Math.round(cluster.completed / cluster.seconds)).padStart(7)} runs/s ${String(
+        Math.round(cluster.cpuMicrosPerRun)
+      ).padStart(6)} µs CPU/run  (${cluster.completed} of ${cluster.started} started)`
     )
     console.log(
-      `${"service (execute accepted, then run)".padEnd(44)} ${String(Math.round(runs / runSeconds)).padStart(7)} runs/s ${
-        String(Math.round(runCpu)).padStart(6)
-      } µs CPU/run  (${runs} of ${execute["2xx"]} accepted, ${failed} failed)`
+      `${"service (execute accepted, then run)".padEnd(44)} ${String(Math.round(runs / runSeconds)).padStart(7)} runs/s ${String(
+        Math.round(runCpu)
+      ).padStart(6)} µs CPU/run  (${runs} of ${execute["2xx"]} accepted, ${failed} failed)`
     )
   } finally {
     await db.end().catch(() => undefined)

@@ -58,12 +58,15 @@ const main = async () => {
     await admin.connect()
     await admin.query(`CREATE DATABASE ${database}`)
     await admin.end()
-    Scope.addFinalizer(scope, Effect.promise(async () => {
-      const drop = new pg.Client({ connectionString: adminUrl })
-      await drop.connect()
-      await drop.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
-      await drop.end()
-    })).pipe(Effect.runSync)
+    Scope.addFinalizer(
+      scope,
+      Effect.promise(async () => {
+        const drop = new pg.Client({ connectionString: adminUrl })
+        await drop.connect()
+        await drop.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+        await drop.end()
+      })
+    ).pipe(Effect.runSync)
     const url = new URL(adminUrl)
     url.pathname = `/${database}`
 
@@ -97,8 +100,14 @@ const main = async () => {
     })
     const baseUrl = `http://127.0.0.1:${port}`
     const readyBy = Date.now() + 60_000
-    while (!(await fetch(`${baseUrl}/health/ready`).then((r) => r.status === 200, () => false))) {
-      if (Date.now() > readyBy || child.exitCode !== null) throw new Error(`the service did not become ready; see ${logPath}`)
+    while (
+      !(await fetch(`${baseUrl}/health/ready`).then(
+        (r) => r.status === 200,
+        () => false
+      ))
+    ) {
+      if (Date.now() > readyBy || child.exitCode !== null)
+        throw new Error(`the service did not become ready; see ${logPath}`)
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
 
@@ -114,7 +123,10 @@ const main = async () => {
 
     console.log(`fuzzing ${baseUrl} with ${requests} requests, FUZZ_SEED=${seed}, service log in ${logPath}`)
     const report = await Fuzz.run({ baseUrl, seed, requests, concurrency, fixtures })
-    const ready = await fetch(`${baseUrl}/health/ready`).then((r) => r.status, () => 0)
+    const ready = await fetch(`${baseUrl}/health/ready`).then(
+      (r) => r.status,
+      () => 0
+    )
     console.log(Fuzz.formatCounts(report))
     console.log(`/health/ready afterwards: ${ready}`)
     if (report.failures.length > 0) console.log(Fuzz.formatFailures(report, 200))

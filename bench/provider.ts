@@ -9,7 +9,9 @@ const reply = (model: string) =>
     object: "chat.completion",
     created: Math.floor(Date.now() / 1000),
     model,
-    choices: [{ index: 0, message: { role: "assistant", content: "Fine, thank you.", refusal: null }, finish_reason: "stop" }],
+    choices: [
+      { index: 0, message: { role: "assistant", content: "Fine, thank you.", refusal: null }, finish_reason: "stop" }
+    ],
     usage: { prompt_tokens: 12, completion_tokens: 4, total_tokens: 16 }
   })
 
@@ -18,14 +20,18 @@ const server = Http.createServer((request, response) => {
   request.on("data", (chunk: Buffer) => chunks.push(chunk))
   request.on("end", () => {
     if (request.method !== "POST" || request.url !== "/v1/chat/completions") {
-      response.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "Not found" } }))
+      response
+        .writeHead(404, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: { message: "Not found" } }))
       return
     }
     let model = "bench"
     try {
       model = JSON.parse(Buffer.concat(chunks).toString("utf8")).model ?? model
     } catch {
-      response.writeHead(400, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "Bad JSON" } }))
+      response
+        .writeHead(400, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: { message: "Bad JSON" } }))
       return
     }
     response.writeHead(200, { "content-type": "application/json" }).end(reply(model))

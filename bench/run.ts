@@ -27,19 +27,19 @@ const load = (pid: number, options: Partial<autocannon.Options> & { readonly url
   measureLoad(pid, { connections, duration: seconds, ...options })
 
 const row = (name: string, result: Awaited<ReturnType<typeof load>>) =>
-  `${name.padEnd(50)} ${String(Math.round(result.requests.average)).padStart(6)} req/s  p50 ${
-    String(result.latency.p50).padStart(3)
-  } ms  p99 ${String(result.latency.p99).padStart(3)} ms  ${
-    String(Math.round(result.cpuPerRequest)).padStart(4)
-  } µs CPU/req  non-2xx ${result.non2xx}`
+  `${name.padEnd(50)} ${String(Math.round(result.requests.average)).padStart(6)} req/s  p50 ${String(
+    result.latency.p50
+  ).padStart(3)} ms  p99 ${String(result.latency.p99).padStart(3)} ms  ${String(
+    Math.round(result.cpuPerRequest)
+  ).padStart(4)} µs CPU/req  non-2xx ${result.non2xx}`
 
 const ratio = (a: { requests: { average: number } }, b: { requests: { average: number } }) =>
   (a.requests.average / b.requests.average).toFixed(2)
 
 const pacedRow = (name: string, result: OpenLoopResult, cpuPerRequest?: number) =>
-  `${name.padEnd(50)} ${String(result.ok).padStart(6)} answered  p50 ${result.p50.toFixed(2)} ms  p99 ${
-    result.p99.toFixed(2)
-  } ms  max ${result.max.toFixed(1)} ms${
+  `${name.padEnd(50)} ${String(result.ok).padStart(6)} answered  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(
+    2
+  )} ms  max ${result.max.toFixed(1)} ms${
     cpuPerRequest === undefined ? "" : `  ${Math.round(cpuPerRequest)} µs CPU/req`
   }  failed ${result.failed}`
 
@@ -61,14 +61,20 @@ const main = async () => {
     await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
     const settledIdleRss = await rssMb(pid)
     const { auth } = await signUp(service.url)
-    const { key } = await json(`${service.url}/api/keys`, { method: "POST", headers: auth, body: JSON.stringify({ name: "bench" }) })
+    const { key } = await json(`${service.url}/api/keys`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify({ name: "bench" })
+    })
     const agents = []
     for (let i = 0; i < 10; i++) {
-      agents.push(await json(`${service.url}/api/agents`, {
-        method: "POST",
-        headers: auth,
-        body: JSON.stringify({ name: `Agent ${i}`, memoryEnabled: false })
-      }))
+      agents.push(
+        await json(`${service.url}/api/agents`, {
+          method: "POST",
+          headers: auth,
+          body: JSON.stringify({ name: `Agent ${i}`, memoryEnabled: false })
+        })
+      )
     }
     const providerAgent = await json(`${service.url}/api/agents`, {
       method: "POST",
@@ -83,7 +89,11 @@ const main = async () => {
     const baseline = await spawn("bench/baseline.ts", { DATABASE_URL: databaseUrl })
     const baselinePid = baseline.child.pid!
     // The same service without daily limits, on the same database, to price the counting.
-    const uncounted = await spawn("src/main.ts", { DATABASE_URL: databaseUrl, ENFORCE_DAILY_LIMITS: "false", ...providerEnv })
+    const uncounted = await spawn("src/main.ts", {
+      DATABASE_URL: databaseUrl,
+      ENFORCE_DAILY_LIMITS: "false",
+      ...providerEnv
+    })
     // A warm start: the database is migrated and the modules are in the file cache.
     const warmStartMs = uncounted.readyMs
     const db = new pg.Client({ connectionString: databaseUrl })
@@ -101,7 +111,10 @@ const main = async () => {
     await warm(`${service.url}/api/v1/agents`, { headers: keyHeader })
     const list = await load(pid, { url: `${service.url}/api/v1/agents`, headers: keyHeader })
     await warm(`${uncounted.url}/api/v1/agents`, { headers: keyHeader })
-    const listUncounted = await load(uncounted.child.pid!, { url: `${uncounted.url}/api/v1/agents`, headers: keyHeader })
+    const listUncounted = await load(uncounted.child.pid!, {
+      url: `${uncounted.url}/api/v1/agents`,
+      headers: keyHeader
+    })
     // Both run the cluster on one database in single-node mode: the second
     // must be gone before the executions, or the two would share the shards.
     uncounted.child.kill("SIGTERM")
@@ -129,7 +142,7 @@ const main = async () => {
     await warm(executeUrl, post)
     await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
     let burstRss = 0
-    const sampleRss = setInterval(() => void rssMb(pid).then((mb) => burstRss = Math.max(burstRss, mb)), 200)
+    const sampleRss = setInterval(() => void rssMb(pid).then((mb) => (burstRss = Math.max(burstRss, mb))), 200)
     // One burst: the executions accepted in `seconds`, then how fast all of
     // them finish, counted from the first request to the last completion.
     const executeBurst = async () => {
@@ -161,16 +174,21 @@ const main = async () => {
       method: "POST" as const,
       headers: { ...keyHeader, "content-type": "application/json" },
       // 50 conversations, one per connection's worth of traffic.
-      requests: [{
-        setupRequest: (request: autocannon.Request) => ({
-          ...request,
-          body: JSON.stringify({ message: "Hello, how are you?", conversationId: `bench-${n++ % connections}` })
-        })
-      }]
+      requests: [
+        {
+          setupRequest: (request: autocannon.Request) => ({
+            ...request,
+            body: JSON.stringify({ message: "Hello, how are you?", conversationId: `bench-${n++ % connections}` })
+          })
+        }
+      ]
     }
     await warm(chatOptions.url, chatOptions)
     let closedChatRss = 0
-    const sampleChatRss = setInterval(() => void rssMb(pid).then((mb) => closedChatRss = Math.max(closedChatRss, mb)), 200)
+    const sampleChatRss = setInterval(
+      () => void rssMb(pid).then((mb) => (closedChatRss = Math.max(closedChatRss, mb))),
+      200
+    )
     const chat = await load(pid, chatOptions)
     clearInterval(sampleChatRss)
     // What the closed loop left is given back before the fixed-rate load, as
@@ -184,7 +202,10 @@ const main = async () => {
     const directBody = () =>
       JSON.stringify({
         model: providerModel,
-        messages: [{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "Hello, how are you?" }]
+        messages: [
+          { role: "system", content: "You are a helpful assistant." },
+          { role: "user", content: "Hello, how are you?" }
+        ]
       })
     const directUrl = `${provider.url}/v1/chat/completions`
     const directHeaders = { authorization: "Bearer bench-provider-key" }
@@ -200,7 +221,7 @@ const main = async () => {
     await openLoop({ url: viaUrl, headers: keyHeader, body: viaBody, rate: chatRate, seconds: chatSettleSeconds })
     const viaCpuBefore = await cpuMicros(pid)
     const via = await paced(viaUrl, keyHeader, viaBody)
-    const viaCpu = (await cpuMicros(pid) - viaCpuBefore) / Math.max(1, via.ok)
+    const viaCpu = ((await cpuMicros(pid)) - viaCpuBefore) / Math.max(1, via.ok)
     const loadedRss = await rssMb(pid)
     await db.end()
     // Memory a minute after the load: what the service gives back.
@@ -219,23 +240,32 @@ const main = async () => {
     console.log(pacedRow(`chat through the service on it, first ${seconds} s`, viaFirst))
     console.log(pacedRow(`the same after ${chatSettleSeconds} s more of it`, via, viaCpu))
     console.log(`\nGET /api/v1/agents / SELECT baseline: ${ratio(list, select)}x (target 0.8x)`)
-    console.log(`counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`)
-    console.log(`execute / INSERT baseline: ${ratio(execute, insert)}x, second burst ${ratio(warmBurst.result, insert)}x (target 0.6x)`)
-    for (const [name, burst] of [["first burst", firstBurst], ["second burst", warmBurst]] as const) {
+    console.log(
+      `counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`
+    )
+    console.log(
+      `execute / INSERT baseline: ${ratio(execute, insert)}x, second burst ${ratio(warmBurst.result, insert)}x (target 0.6x)`
+    )
+    for (const [name, burst] of [
+      ["first burst", firstBurst],
+      ["second burst", warmBurst]
+    ] as const) {
       console.log(
-        `one-step executions, ${name}: ${burst.accepted} accepted, ${burst.completed} finished in ${
-          burst.seconds.toFixed(1)
-        } s from the first request: ${Math.round(burst.completed / burst.seconds)} per second (target 1,000)`
+        `one-step executions, ${name}: ${burst.accepted} accepted, ${burst.completed} finished in ${burst.seconds.toFixed(
+          1
+        )} s from the first request: ${Math.round(burst.completed / burst.seconds)} per second (target 1,000)`
       )
     }
     console.log(`executions failed: ${failed}`)
     console.log(`chat latency, local model, closed loop: p50 ${chat.latency.p50} ms, p99 ${chat.latency.p99} ms`)
     console.log(
-      `chat overhead at ${chatRate} req/s over the provider directly: p50 +${(via.p50 - direct.p50).toFixed(2)} ms, p99 +${
-        (via.p99 - direct.p99).toFixed(2)
-      } ms (targets 2 / 10 ms); in its first ${seconds} s: p50 +${(viaFirst.p50 - direct.p50).toFixed(2)} ms, p99 +${
-        (viaFirst.p99 - direct.p99).toFixed(2)
-      } ms`
+      `chat overhead at ${chatRate} req/s over the provider directly: p50 +${(via.p50 - direct.p50).toFixed(2)} ms, p99 +${(
+        via.p99 - direct.p99
+      ).toFixed(
+        2
+      )} ms (targets 2 / 10 ms); in its first ${seconds} s: p50 +${(viaFirst.p50 - direct.p50).toFixed(2)} ms, p99 +${(
+        viaFirst.p99 - direct.p99
+      ).toFixed(2)} ms`
     )
     console.log(
       `service RSS: idle ${idleRss} MB when ready, ${settledIdleRss} MB ${quietSeconds} s later; executions bursts: peak ${burstRss} MB, ${afterBurstRss} MB when their runs had finished, ${quietRss} MB after ${quietSeconds} s quiet; closed-loop chat peak ${closedChatRss} MB; under chat load at ${chatRate} req/s ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
@@ -244,19 +274,31 @@ const main = async () => {
 
     const figures: Array<[string, string, string]> = [
       ["GET /api/v1/agents / SELECT by id", `${ratio(list, select)}x`, ">= 0.8x"],
-      ["POST .../execute / INSERT (second burst)", `${ratio(execute, insert)}x (${ratio(warmBurst.result, insert)}x)`, ">= 0.6x"],
+      [
+        "POST .../execute / INSERT (second burst)",
+        `${ratio(execute, insert)}x (${ratio(warmBurst.result, insert)}x)`,
+        ">= 0.6x"
+      ],
       [
         "one-step executions per second (second burst)",
         `${Math.round(firstBurst.completed / firstBurst.seconds)} (${Math.round(warmBurst.completed / warmBurst.seconds)})`,
         ">= 1,000"
       ],
-      ["chat added p50 / p99 at 200 req/s (after warm-up)", `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`, "<= 2 / 10 ms"],
+      [
+        "chat added p50 / p99 at 200 req/s (after warm-up)",
+        `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`,
+        "<= 2 / 10 ms"
+      ],
       [
         `RSS idle (ready / ${quietSeconds} s later) / under chat load / 60 s later`,
         `${idleRss} / ${settledIdleRss} / ${loadedRss} / ${settledRss} MB`,
         "<= 150 / 400 / 250 MB"
       ],
-      [`RSS peak of the two executions bursts / after them and ${quietSeconds} s quiet`, `${burstRss} / ${quietRss} MB`, "(not a target)"],
+      [
+        `RSS peak of the two executions bursts / after them and ${quietSeconds} s quiet`,
+        `${burstRss} / ${quietRss} MB`,
+        "(not a target)"
+      ],
       ["RSS peak of the closed-loop chat (50 connections)", `${closedChatRss} MB`, "(not a target)"],
       ["warm start", `${warmStartMs} ms`, "<= 3,000 ms"]
     ]

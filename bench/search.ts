@@ -33,10 +33,12 @@ const vocabulary = Array.from({ length: 20_000 }, (_, i) => {
   return word
 })
 // Rank r is drawn with probability about proportional to 1/r: a few words are everywhere, most are rare.
-const word = () => vocabulary[Math.min(vocabulary.length - 1, Math.floor(Math.exp(next() * Math.log(vocabulary.length + 1))) - 1)]!
+const word = () =>
+  vocabulary[Math.min(vocabulary.length - 1, Math.floor(Math.exp(next() * Math.log(vocabulary.length + 1))) - 1)]!
 const sentence = (words: number) => Array.from({ length: words }, word).join(" ")
 
-const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
+const percentile = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
 
 const main = async () => {
   const { close, databaseUrl } = await openDatabase("search")
@@ -56,13 +58,22 @@ const main = async () => {
     const seededAt = performance.now()
     for (let document = 0; document * chunksPerDocument < chunkCount; document++) {
       const documentId = newId()
-      const contents = Array.from({ length: Math.min(chunksPerDocument, chunkCount - document * chunksPerDocument) }, () =>
-        sentence(wordsPerChunk))
+      const contents = Array.from(
+        { length: Math.min(chunksPerDocument, chunkCount - document * chunksPerDocument) },
+        () => sentence(wordsPerChunk)
+      )
       await db.query(
         `INSERT INTO knowledge_documents (id, tenant_id, knowledge_id, filename, content_type, bytes, sha256, status,
            chunk_strategy, chunk_size, chunk_overlap, chunk_count)
          VALUES ($1, $2, $3, $4, 'text/plain', 0, $5, 'ready', 'auto', 512, 64, $6)`,
-        [documentId, tenantId, knowledgeId, `doc-${document}.txt`, Crypto.randomBytes(32).toString("hex"), contents.length]
+        [
+          documentId,
+          tenantId,
+          knowledgeId,
+          `doc-${document}.txt`,
+          Crypto.randomBytes(32).toString("hex"),
+          contents.length
+        ]
       )
       await db.query(
         `INSERT INTO knowledge_chunks (id, tenant_id, knowledge_id, document_id, index, content, token_count,
@@ -83,11 +94,17 @@ const main = async () => {
       )
     }
     await db.query("ANALYZE knowledge_chunks")
-    console.log(`seeded ${chunkCount.toLocaleString("en")} chunks of ${wordsPerChunk} words in ${((performance.now() - seededAt) / 1000).toFixed(1)} s`)
+    console.log(
+      `seeded ${chunkCount.toLocaleString("en")} chunks of ${wordsPerChunk} words in ${((performance.now() - seededAt) / 1000).toFixed(1)} s`
+    )
 
     const queries = Array.from({ length: queryCount }, () => sentence(1 + Math.floor(next() * 5)))
     const search = (query: string) =>
-      json(`${service.url}/api/knowledge/${knowledgeId}/search`, { method: "POST", headers: auth, body: JSON.stringify({ query, topK: 5 }) })
+      json(`${service.url}/api/knowledge/${knowledgeId}/search`, {
+        method: "POST",
+        headers: auth,
+        body: JSON.stringify({ query, topK: 5 })
+      })
     for (const query of queries.slice(0, 20)) await search(query)
     const times: Array<number> = []
     let hits = 0

@@ -8,9 +8,9 @@
 import { createRequire } from "node:module"
 import { countTokens } from "../src/Models/Tokens.ts"
 
-const raw = createRequire(import.meta.url)("gpt-tokenizer/encoding/o200k_base") as typeof import(
+const raw = createRequire(import.meta.url)(
   "gpt-tokenizer/encoding/o200k_base"
-)
+) as typeof import("gpt-tokenizer/encoding/o200k_base")
 const plainText = { disallowedSpecial: new Set<string>() }
 const runs = Number(process.env.BENCH_TOKEN_RUNS ?? 5)
 const size = 32_000
@@ -21,7 +21,8 @@ const pick = (alphabet: ReadonlyArray<string>) => {
   return text
 }
 const range = (from: number, count: number) => Array.from({ length: count }, (_, i) => String.fromCodePoint(from + i))
-const prose = "The quick brown fox jumps over the lazy dog, then rests; otters, meanwhile, float by the river bank. " +
+const prose =
+  "The quick brown fox jumps over the lazy dog, then rests; otters, meanwhile, float by the river bank. " +
   "Numbers like 3.14159 and 2026 appear too, with punctuation (and brackets) in between! "
 const words = prose.split(" ")
 
@@ -46,7 +47,15 @@ countTokens("warm up")
 
 console.log(`Token counting, median of ${runs} distinct texts of ${size} characters each\n`)
 console.log(
-  ["case".padEnd(36), "before ms".padStart(10), "after ms".padStart(10), "speed-up".padStart(9), "tokens before".padStart(14), "tokens after".padStart(13), "diff".padStart(7)].join(" ")
+  [
+    "case".padEnd(36),
+    "before ms".padStart(10),
+    "after ms".padStart(10),
+    "speed-up".padStart(9),
+    "tokens before".padStart(14),
+    "tokens after".padStart(13),
+    "diff".padStart(7)
+  ].join(" ")
 )
 for (const [name, make] of cases) {
   const before: Array<number> = []
@@ -60,7 +69,7 @@ for (const [name, make] of cases) {
     const bounded = time(() => countTokens(text))
     before.push(exact.ms)
     after.push(bounded.ms)
-    diffs.push((bounded.tokens - exact.tokens) / exact.tokens * 100)
+    diffs.push(((bounded.tokens - exact.tokens) / exact.tokens) * 100)
     tokensBefore = exact.tokens
     tokensAfter = bounded.tokens
   }

@@ -34,24 +34,26 @@ export class Api extends HttpApi.make("agent-host")
   // query, payload), not just the first. Each request string aborts at its
   // first failed check (src/Domain/Input.ts), so that is one entry per field.
   .annotate(HttpApi.ParseOptions, { errors: "all" })
-  .annotateMerge(OpenApi.annotations({
-    title: "Agent Host API",
-    version: "0.1.0",
-    description: "Multi-tenant AI agents, orchestrations, teams and knowledge bases.\n\n" +
-      "**Credentials.** The management routes (`/api/...`) take a session: the cookie set by " +
-      "`POST /api/auth/login`, or its token as `Authorization: Bearer`. The routes of `/api/v1` take an API key " +
-      "as a bearer token, those of `/api/public` the same key in `X-API-Key`; each names the scope it needs.\n\n" +
-      "**Errors** are RFC 9457 `application/problem+json`. Any route answers 400 when the request does not " +
-      "decode, with `errors: [{ path, message }]` naming every bad field, and 500 (with a `requestId`) on a fault " +
-      "of the service. Every authenticated route answers 401 without a valid credential; session routes answer " +
-      "403 to a cookie write from a foreign origin; key routes answer 403 when the key lacks the scope and 429 " +
-      "past the plan's daily requests (`RateLimit-*` and `Retry-After` headers). A resource of another tenant is " +
-      "a 404, as if it did not exist.",
-    // Relative: the document describes the service that serves it, wherever that is.
-    servers: [{ url: "/", description: "This service" }],
-    // The project has no public home yet (package.json names no repository or
-    // homepage), so the contact is this deployment's own reference, relative like
-    // `servers`. OpenApi.annotations has no `contact`, hence the transform.
-    transform: (spec) => ({ ...spec, info: { ...spec.info, contact: { name: "Agent Host", url: "/docs" } } })
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Agent Host API",
+      version: "0.1.0",
+      description:
+        "Multi-tenant AI agents, orchestrations, teams and knowledge bases.\n\n" +
+        "**Credentials.** The management routes (`/api/...`) take a session: the cookie set by " +
+        "`POST /api/auth/login`, or its token as `Authorization: Bearer`. The routes of `/api/v1` take an API key " +
+        "as a bearer token, those of `/api/public` the same key in `X-API-Key`; each names the scope it needs.\n\n" +
+        "**Errors** are RFC 9457 `application/problem+json`. Any route answers 400 when the request does not " +
+        "decode, with `errors: [{ path, message }]` naming every bad field, and 500 (with a `requestId`) on a fault " +
+        "of the service. Every authenticated route answers 401 without a valid credential; session routes answer " +
+        "403 to a cookie write from a foreign origin; key routes answer 403 when the key lacks the scope and 429 " +
+        "past the plan's daily requests (`RateLimit-*` and `Retry-After` headers). A resource of another tenant is " +
+        "a 404, as if it did not exist.",
+      // Relative: the document describes the service that serves it, wherever that is.
+      servers: [{ url: "/", description: "This service" }],
+      // The project has no public home yet (package.json names no repository or
+      // homepage), so the contact is this deployment's own reference, relative like
+      // `servers`. OpenApi.annotations has no `contact`, hence the transform.
+      transform: (spec) => ({ ...spec, info: { ...spec.info, contact: { name: "Agent Host", url: "/docs" } } })
+    })
+  ) {}

@@ -397,7 +397,13 @@ const hostPort = (name: string) =>
 /** A comma-separated list; blanks are dropped. */
 const commaList = (name: string, fallback: ReadonlyArray<string>) =>
   Config.String(name).pipe(
-    Config.map((value): ReadonlyArray<string> => value.split(",").map((item) => item.trim()).filter((item) => item !== "")),
+    Config.map(
+      (value): ReadonlyArray<string> =>
+        value
+          .split(",")
+          .map((item) => item.trim())
+          .filter((item) => item !== "")
+    ),
     Config.withDefault(fallback)
   )
 
@@ -431,10 +437,15 @@ export const defaultMetricsModels: ReadonlyArray<string> = [
 // A comma-separated list of model ids or `prefix*` patterns; unset or blank: every model.
 const modelList = (name: string) =>
   Config.option(Config.String(name)).pipe(
-    Config.map(Option.flatMap((value) => {
-      const entries = value.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "")
-      return entries.length === 0 ? Option.none() : Option.some(entries)
-    }))
+    Config.map(
+      Option.flatMap((value) => {
+        const entries = value
+          .split(",")
+          .map((entry) => entry.trim())
+          .filter((entry) => entry !== "")
+        return entries.length === 0 ? Option.none() : Option.some(entries)
+      })
+    )
   )
 
 /**
@@ -449,9 +460,12 @@ const oneOf = <A>(name: string, choices: Readonly<Record<string, A>>, shown: Rea
     return Object.hasOwn(choices, key) ? choices[key] : undefined
   }
   return Config.schema(
-    Schema.String.check(Schema.makeFilter((raw: string) =>
-      pick(raw) !== undefined || `Expected one of ${shown.join(", ")} (in any case), got ${JSON.stringify(raw)}`
-    )),
+    Schema.String.check(
+      Schema.makeFilter(
+        (raw: string) =>
+          pick(raw) !== undefined || `Expected one of ${shown.join(", ")} (in any case), got ${JSON.stringify(raw)}`
+      )
+    ),
     name
   ).pipe(Config.map((raw) => pick(raw)!))
 }
@@ -470,12 +484,16 @@ const parseDuration = (raw: string): Duration.Duration | undefined => {
 /** A comma-separated list of durations (`5s,5m,30m`); anything else stops the start naming the bad entry. */
 const durationList = (name: string, fallback: string) =>
   Config.schema(
-    Schema.String.check(Schema.makeFilter((raw: string) => {
-      const entries = raw.split(",").map((entry) => entry.trim())
-      const bad = entries.find((entry) => parseDuration(entry) === undefined)
-      return bad === undefined ||
-        `Expected comma-separated durations such as 5s,5m,30m,2h (ms, s, m, h, d), got ${JSON.stringify(bad)}`
-    })),
+    Schema.String.check(
+      Schema.makeFilter((raw: string) => {
+        const entries = raw.split(",").map((entry) => entry.trim())
+        const bad = entries.find((entry) => parseDuration(entry) === undefined)
+        return (
+          bad === undefined ||
+          `Expected comma-separated durations such as 5s,5m,30m,2h (ms, s, m, h, d), got ${JSON.stringify(bad)}`
+        )
+      })
+    ),
     name
   ).pipe(
     Config.withDefault(fallback),
@@ -485,12 +503,17 @@ const durationList = (name: string, fallback: string) =>
 /** A comma-separated list of TCP ports (`80,443`); anything else stops the start naming the bad entry. */
 const portList = (name: string, fallback: string) =>
   Config.schema(
-    Schema.String.check(Schema.makeFilter((raw: string) => {
-      const bad = raw.split(",").map((entry) => entry.trim()).find((entry) =>
-        !/^[1-9]\d{0,4}$/.test(entry) || Number(entry) > 65_535
-      )
-      return bad === undefined || `Expected comma-separated ports (1 to 65535) such as 80,443, got ${JSON.stringify(bad)}`
-    })),
+    Schema.String.check(
+      Schema.makeFilter((raw: string) => {
+        const bad = raw
+          .split(",")
+          .map((entry) => entry.trim())
+          .find((entry) => !/^[1-9]\d{0,4}$/.test(entry) || Number(entry) > 65_535)
+        return (
+          bad === undefined || `Expected comma-separated ports (1 to 65535) such as 80,443, got ${JSON.stringify(bad)}`
+        )
+      })
+    ),
     name
   ).pipe(
     Config.withDefault(fallback),
@@ -500,26 +523,40 @@ const portList = (name: string, fallback: string) =>
 /** A quota: a whole number of at least 0, or `unlimited` (null). */
 const quotaSetting = (name: string, fallback: number | null) =>
   Config.schema(
-    Schema.String.check(Schema.makeFilter((raw: string) =>
-      /^\s*(\d+|unlimited)\s*$/i.test(raw) || `Expected a whole number or \`unlimited\`, got ${JSON.stringify(raw)}`
-    )),
+    Schema.String.check(
+      Schema.makeFilter(
+        (raw: string) =>
+          /^\s*(\d+|unlimited)\s*$/i.test(raw) || `Expected a whole number or \`unlimited\`, got ${JSON.stringify(raw)}`
+      )
+    ),
     name
   ).pipe(
-    Config.map((raw): number | null => /unlimited/i.test(raw) ? null : Number(raw.trim())),
+    Config.map((raw): number | null => (/unlimited/i.test(raw) ? null : Number(raw.trim()))),
     Config.withDefault(fallback)
   )
 
 const planQuotas = (prefix: string, defaults: PlanQuotas): Config.Config<PlanQuotas> =>
-  Config.all(Object.fromEntries(
-    (Object.keys(quotaVariables) as Array<keyof PlanQuotas>).map((key) => [key, quotaSetting(`${prefix}_${quotaVariables[key]}`, defaults[key])])
-  ) as { readonly [K in keyof PlanQuotas]: Config.Config<number | null> })
+  Config.all(
+    Object.fromEntries(
+      (Object.keys(quotaVariables) as Array<keyof PlanQuotas>).map((key) => [
+        key,
+        quotaSetting(`${prefix}_${quotaVariables[key]}`, defaults[key])
+      ])
+    ) as { readonly [K in keyof PlanQuotas]: Config.Config<number | null> }
+  )
 
 /** A key of 32 bytes in base64; anything else stops the start. */
 const base64Key = (name: string) =>
   Config.schema(
-    Schema.Redacted(Schema.String.check(Schema.makeFilter((raw: string) =>
-      Buffer.from(raw.trim(), "base64").length === 32 || "Expected the base64 encoding of 32 bytes (openssl rand -base64 32)"
-    ))),
+    Schema.Redacted(
+      Schema.String.check(
+        Schema.makeFilter(
+          (raw: string) =>
+            Buffer.from(raw.trim(), "base64").length === 32 ||
+            "Expected the base64 encoding of 32 bytes (openssl rand -base64 32)"
+        )
+      )
+    ),
     name
   )
 
@@ -533,22 +570,29 @@ const flag = (name: string) =>
 const logLevels = ["Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None", "All"] as const
 const logLevel = oneOf(
   "LOG_LEVEL",
-  Object.fromEntries(logLevels.map((level) => [level.toLowerCase(), level])) as Record<string, typeof logLevels[number]>,
+  Object.fromEntries(logLevels.map((level) => [level.toLowerCase(), level])) as Record<
+    string,
+    (typeof logLevels)[number]
+  >,
   logLevels
 )
 
 // `local`, `openai/<model>` or `anthropic/<model>`: the provider is read in any
 // case, the model name as given (providers' names are case-sensitive).
 const defaultModel = Config.schema(
-  Schema.String.check(Schema.isPattern(/^\s*(local|(openai|anthropic)\/[^\s/][^\s]*)\s*$/i, {
-    message: "Expected `local`, `openai/<model>` or `anthropic/<model>`"
-  })),
+  Schema.String.check(
+    Schema.isPattern(/^\s*(local|(openai|anthropic)\/[^\s/][^\s]*)\s*$/i, {
+      message: "Expected `local`, `openai/<model>` or `anthropic/<model>`"
+    })
+  ),
   "DEFAULT_MODEL"
-).pipe(Config.map((raw) => {
-  const value = raw.trim()
-  const slash = value.indexOf("/")
-  return slash === -1 ? value.toLowerCase() : value.slice(0, slash).toLowerCase() + value.slice(slash)
-}))
+).pipe(
+  Config.map((raw) => {
+    const value = raw.trim()
+    const slash = value.indexOf("/")
+    return slash === -1 ? value.toLowerCase() : value.slice(0, slash).toLowerCase() + value.slice(slash)
+  })
+)
 
 // A plan's team limits: <PLAN>_TEAM_MAX_TURNS, <PLAN>_TEAM_TOKEN_BUDGET, <PLAN>_TEAM_TIMEOUT.
 const teamLimits = (plan: string, fallback: TeamLimits): Config.Config<TeamLimits> =>
@@ -646,7 +690,9 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   // A dead node's shards move once its lock is this old, plus about a second.
   shardLockExpiration: Config.option(Config.Duration("SHARD_LOCK_EXPIRATION")),
   clusterCallTimeout: Config.Duration("CLUSTER_CALL_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
-  clusterStorage: Config.schema(Schema.Literals(["auto", "effect"]), "CLUSTER_STORAGE").pipe(Config.withDefault("auto" as const)),
+  clusterStorage: Config.schema(Schema.Literals(["auto", "effect"]), "CLUSTER_STORAGE").pipe(
+    Config.withDefault("auto" as const)
+  ),
   maxEventStreamsPerTenant: Config.Int("MAX_EVENT_STREAMS_PER_TENANT").pipe(Config.withDefault(10)),
   eventStreamSlotLease: Config.Duration("EVENT_STREAM_SLOT_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
   eventStreamFallbackPoll: Config.Duration("EVENT_STREAM_FALLBACK_POLL").pipe(Config.withDefault(Duration.seconds(3))),
@@ -659,12 +705,14 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   maxUploadPages: Config.Int("MAX_UPLOAD_PAGES").pipe(Config.withDefault(2_000)),
   maxDocumentChars: Config.Int("MAX_DOCUMENT_CHARS").pipe(Config.withDefault(5_000_000)),
   extractionTimeout: Config.Duration("EXTRACTION_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
-  extractionMemoryMb: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 128, maximum: 65_536 })), "EXTRACTION_MEMORY_MB").pipe(
-    Config.withDefault(512)
-  ),
-  extractionConcurrency: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 256 })), "EXTRACTION_CONCURRENCY").pipe(
-    Config.withDefault(2)
-  ),
+  extractionMemoryMb: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 128, maximum: 65_536 })),
+    "EXTRACTION_MEMORY_MB"
+  ).pipe(Config.withDefault(512)),
+  extractionConcurrency: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 256 })),
+    "EXTRACTION_CONCURRENCY"
+  ).pipe(Config.withDefault(2)),
   freeExtractionConcurrency: Config.schema(
     Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
     "FREE_EXTRACTION_CONCURRENCY"
@@ -677,13 +725,16 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
     Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
     "BUSINESS_EXTRACTION_CONCURRENCY"
   ).pipe(Config.withDefault(8)),
-  extractionMaxAttempts: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100 })), "EXTRACTION_MAX_ATTEMPTS").pipe(
-    Config.withDefault(2)
-  ),
+  extractionMaxAttempts: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100 })),
+    "EXTRACTION_MAX_ATTEMPTS"
+  ).pipe(Config.withDefault(2)),
   extractionZipMaxEntryBytes: Config.Int("EXTRACTION_ZIP_MAX_ENTRY_BYTES").pipe(Config.withDefault(50 * 1024 * 1024)),
   extractionZipMaxRatio: Config.Int("EXTRACTION_ZIP_MAX_RATIO").pipe(Config.withDefault(100)),
   ingestionTimeout: Config.Duration("INGESTION_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
-  ingestionMessagesRetention: Config.Duration("INGESTION_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
+  ingestionMessagesRetention: Config.Duration("INGESTION_MESSAGES_RETENTION").pipe(
+    Config.withDefault(Duration.hours(1))
+  ),
   knowledgeTopK: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 50 })), "KNOWLEDGE_TOP_K").pipe(
     Config.withDefault(5)
   ),
@@ -715,17 +766,19 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   logLevel: logLevel.pipe(Config.withDefault("Info" as const)),
   webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
   webhookAllowedPorts: portList("WEBHOOK_ALLOWED_PORTS", "80,443,8080,8443"),
-  webhookDnsConcurrency: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 1_000 })), "WEBHOOK_DNS_CONCURRENCY").pipe(
-    Config.withDefault(16)
-  ),
+  webhookDnsConcurrency: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 1_000 })),
+    "WEBHOOK_DNS_CONCURRENCY"
+  ).pipe(Config.withDefault(16)),
   webhookRetrySchedule: durationList("WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h"),
   webhookTimeout: Config.Duration("WEBHOOK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(15))),
   webhookDisableAfter: Config.Duration("WEBHOOK_DISABLE_AFTER").pipe(Config.withDefault(Duration.days(5))),
   webhookRotationOverlap: Config.Duration("WEBHOOK_ROTATION_OVERLAP").pipe(Config.withDefault(Duration.hours(24))),
   webhookMessagesRetention: Config.Duration("WEBHOOK_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
-  webhookMaxRedeliveries: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 1_000 })), "WEBHOOK_MAX_REDELIVERIES").pipe(
-    Config.withDefault(10)
-  ),
+  webhookMaxRedeliveries: Config.schema(
+    Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 1_000 })),
+    "WEBHOOK_MAX_REDELIVERIES"
+  ).pipe(Config.withDefault(10)),
   webhookRedeliveriesPerTenant: Config.schema(
     Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })),
     "WEBHOOK_REDELIVERIES_PER_TENANT"
@@ -737,19 +790,22 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
     const files = [runnerTlsCert, runnerTlsKey, runnerTlsCa].filter(Option.isSome).length
     const refuse = (message: string) => Effect.fail(new Config.ConfigError(new SourceError({ message })))
     if (files !== 0 && files !== 3) {
-      return refuse("RUNNER_TLS_CERT_FILE, RUNNER_TLS_KEY_FILE and RUNNER_TLS_CA_FILE go together: set all three or none")
+      return refuse(
+        "RUNNER_TLS_CERT_FILE, RUNNER_TLS_KEY_FILE and RUNNER_TLS_CA_FILE go together: set all three or none"
+      )
     }
     if (files === 3 && Option.isSome(runnerSecret)) {
       return refuse("RUNNER_SECRET and RUNNER_TLS_*_FILE are two ways to authenticate nodes: set one of them")
     }
-    const runnerCredential: Option.Option<RunnerCredential> = files === 3
-      ? Option.some({
-        _tag: "Certificates",
-        certFile: Option.getOrThrow(runnerTlsCert),
-        keyFile: Option.getOrThrow(runnerTlsKey),
-        caFile: Option.getOrThrow(runnerTlsCa)
-      })
-      : Option.map(runnerSecret, (key) => ({ _tag: "Secret", key }))
+    const runnerCredential: Option.Option<RunnerCredential> =
+      files === 3
+        ? Option.some({
+            _tag: "Certificates",
+            certFile: Option.getOrThrow(runnerTlsCert),
+            keyFile: Option.getOrThrow(runnerTlsKey),
+            caFile: Option.getOrThrow(runnerTlsCa)
+          })
+        : Option.map(runnerSecret, (key) => ({ _tag: "Secret", key }))
     if (Option.isSome(settings.runnerAddress) && Option.isNone(runnerCredential)) {
       return refuse(
         "RUNNER_ADDRESS is set (several nodes) but neither RUNNER_SECRET nor RUNNER_TLS_*_FILE is: set RUNNER_SECRET " +
@@ -766,13 +822,14 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   Config.mapEffect((settings) =>
     Option.isSome(settings.runnerAddress) && Option.isNone(settings.webhookSecretKey)
       ? Effect.fail(
-        new Config.ConfigError(
-          new SourceError({
-            message: "RUNNER_ADDRESS is set (several nodes) but WEBHOOK_SECRET_KEY is not: set WEBHOOK_SECRET_KEY " +
-              "to the same key on every node (openssl rand -base64 32)"
-          })
+          new Config.ConfigError(
+            new SourceError({
+              message:
+                "RUNNER_ADDRESS is set (several nodes) but WEBHOOK_SECRET_KEY is not: set WEBHOOK_SECRET_KEY " +
+                "to the same key on every node (openssl rand -base64 32)"
+            })
+          )
         )
-      )
       : Effect.succeed(settings)
   )
 )

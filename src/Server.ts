@@ -55,51 +55,59 @@ import { Webhooks } from "./Webhooks/Webhooks.ts"
  * read never holds it. The page carries a script-src of its inline scripts'
  * hashes, computed once: effect builds the page once and serves that response.
  */
-const DocsLayer = HttpRouter.use(Effect.fnUntraced(function*(router) {
-  const scope = yield* Effect.scope
-  const page = yield* Effect.cached(
-    HttpRouter.toHttpEffect(HttpApiScalar.layer(Api, { path: "/docs" })).pipe(Scope.provide(scope))
-  )
-  let withPolicy: readonly [HttpServerResponse.HttpServerResponse, HttpServerResponse.HttpServerResponse] | undefined
-  yield* router.add(
-    "GET",
-    "/docs",
-    Effect.map(Effect.flatten(page), (response) => {
-      if (withPolicy?.[0] === response) return withPolicy[1]
-      const html = response.body._tag === "Uint8Array"
-        ? response.body.text ?? new TextDecoder().decode(response.body.body)
-        : ""
-      withPolicy = [
-        response,
-        HttpServerResponse.setHeader(response, "content-security-policy", RequestPipeline.inlineScriptPolicy(html))
-      ]
-      return withPolicy[1]
-    })
-  )
-}))
+const DocsLayer = HttpRouter.use(
+  Effect.fnUntraced(function* (router) {
+    const scope = yield* Effect.scope
+    const page = yield* Effect.cached(
+      HttpRouter.toHttpEffect(HttpApiScalar.layer(Api, { path: "/docs" })).pipe(Scope.provide(scope))
+    )
+    let withPolicy: readonly [HttpServerResponse.HttpServerResponse, HttpServerResponse.HttpServerResponse] | undefined
+    yield* router.add(
+      "GET",
+      "/docs",
+      Effect.map(Effect.flatten(page), (response) => {
+        if (withPolicy?.[0] === response) return withPolicy[1]
+        const html =
+          response.body._tag === "Uint8Array"
+            ? (response.body.text ?? new TextDecoder().decode(response.body.body))
+            : ""
+        withPolicy = [
+          response,
+          HttpServerResponse.setHeader(response, "content-security-policy", RequestPipeline.inlineScriptPolicy(html))
+        ]
+        return withPolicy[1]
+      })
+    )
+  })
+)
 
 /** The routes served beside the API's, as (method, template). */
 const extraRoutesOf = (config: AppSettings) => {
-  const extraRoutes: Array<readonly [string, string]> = [["GET", "/openapi.json"], ["GET", "/docs"]]
+  const extraRoutes: Array<readonly [string, string]> = [
+    ["GET", "/openapi.json"],
+    ["GET", "/docs"]
+  ]
   if (config.metricsEnabled) extraRoutes.push(["GET", "/metrics"])
   if (config.dashboardEnabled) extraRoutes.push(...Dashboard.routes)
   return extraRoutes
 }
 
 /** Every route: the API, its OpenAPI document, the offline reference at /docs, /metrics, the dashboard, and the request pipeline. */
-export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
-  const config = yield* AppConfig
-  const extraRoutes = extraRoutesOf(config)
-  return Layer.mergeAll(
-    HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
-    DocsLayer,
-    // Prometheus text format, unless METRICS_ENABLED=false; behind METRICS_TOKEN when set.
-    config.metricsEnabled ? MetricsHttp.layer : Layer.empty,
-    // The dashboard at /app, unless DASHBOARD_ENABLED=false.
-    config.dashboardEnabled ? Dashboard.layer : Layer.empty,
-    RequestPipeline.layer(Api, extraRoutes)
-  )
-})).pipe(
+export const RoutesLayer = Layer.unwrap(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const extraRoutes = extraRoutesOf(config)
+    return Layer.mergeAll(
+      HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
+      DocsLayer,
+      // Prometheus text format, unless METRICS_ENABLED=false; behind METRICS_TOKEN when set.
+      config.metricsEnabled ? MetricsHttp.layer : Layer.empty,
+      // The dashboard at /app, unless DASHBOARD_ENABLED=false.
+      config.dashboardEnabled ? Dashboard.layer : Layer.empty,
+      RequestPipeline.layer(Api, extraRoutes)
+    )
+  })
+).pipe(
   Layer.provide([
     HealthHttp.layer,
     AuthHttp.layer,
@@ -117,19 +125,23 @@ export const RoutesLayer = Layer.unwrap(Effect.gen(function*() {
 )
 
 /** The HTTP server on the configured port (0 picks a free one), draining in-flight requests on shutdown. */
-export const HttpLayer = Layer.unwrap(Effect.gen(function*() {
-  const config = yield* AppConfig
-  return HttpRouter.serve(RoutesLayer, { disableLogger: true }).pipe(
-    Layer.provide(RequestPipeline.multipartLimits),
-    // Server spans are named after the route they matched.
-    Layer.provide(RequestPipeline.spanNames(Api, extraRoutesOf(config))),
-    Layer.provideMerge(NodeHttpServer.layer(() => RequestPipeline.answerUnparsable(createServer({ requireHostHeader: false })), {
-      port: config.port,
-      host: config.host,
-      gracefulShutdownTimeout: Duration.toMillis(config.shutdownGrace)
-    }))
-  )
-}))
+export const HttpLayer = Layer.unwrap(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    return HttpRouter.serve(RoutesLayer, { disableLogger: true }).pipe(
+      Layer.provide(RequestPipeline.multipartLimits),
+      // Server spans are named after the route they matched.
+      Layer.provide(RequestPipeline.spanNames(Api, extraRoutesOf(config))),
+      Layer.provideMerge(
+        NodeHttpServer.layer(() => RequestPipeline.answerUnparsable(createServer({ requireHostHeader: false })), {
+          port: config.port,
+          host: config.host,
+          gracefulShutdownTimeout: Duration.toMillis(config.shutdownGrace)
+        })
+      )
+    )
+  })
+)
 
 /**
  * The cluster and the entities and workflows it runs on this node, with what
@@ -144,13 +156,7 @@ export const EntitiesLayer = Layer.mergeAll(
   WebhookDelivery.layer,
   Webhooks.sweeper
 ).pipe(
-  Layer.provide([
-    AgentsRepo.layer,
-    ExecutionsRepo.layer,
-    TokenBudget.layer,
-    TeamsRepo.layer,
-    KnowledgeSearch.layer
-  ]),
+  Layer.provide([AgentsRepo.layer, ExecutionsRepo.layer, TokenBudget.layer, TeamsRepo.layer, KnowledgeSearch.layer]),
   // One per process: the runs' slots and signals, which the workflows and the routes share.
   Layer.provideMerge(RunSlots.layerAll),
   // One model client per process: chats of agents without memory call it from the routes.

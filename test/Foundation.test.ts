@@ -8,7 +8,7 @@ import { TestClient } from "./support/TestServer.ts"
 layer(TestServer.layer(), { excludeTestServices: true })("foundation", (it) => {
   describe("register -> login -> key -> agent -> /api/v1/agents", () => {
     it.effect("lists the new agent with the new key", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const registered = yield* client.request("POST", "/api/auth/register", {
           body: { email: "Founder@Example.com", password: "a long enough password", name: "Founder" }
@@ -41,14 +41,20 @@ layer(TestServer.layer(), { excludeTestServices: true })("foundation", (it) => {
         assert.strictEqual(listed.status, 200)
         assert.strictEqual(listed.body.total, 1)
         // The reference's Agent fields: the instructions stay on the management routes.
-        assert.deepStrictEqual(
-          Object.keys(listed.body.data[0]).sort(),
-          ["createdAt", "description", "id", "memoryEnabled", "model", "name", "status"]
-        )
+        assert.deepStrictEqual(Object.keys(listed.body.data[0]).sort(), [
+          "createdAt",
+          "description",
+          "id",
+          "memoryEnabled",
+          "model",
+          "name",
+          "status"
+        ])
         assert.strictEqual(listed.body.data[0].id, agent.body.id)
         assert.strictEqual(listed.body.data[0].model, "local")
         assert.strictEqual(listed.body.data[0].status, "active")
         assert.isTrue(new Date(listed.body.data[0].createdAt).toISOString() === listed.body.data[0].createdAt)
-      }))
+      })
+    )
   })
 })

@@ -17,7 +17,7 @@ const notFound = (id: string) => new NotFound({ detail: `No agent ${id}` })
 
 /** Agent definitions of a tenant. */
 export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* AgentsRepo
     const config = yield* AppConfig
     const budget = yield* TokenBudget
@@ -25,11 +25,17 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const limits = yield* Limits
 
     /** The ids once each, in order, when every one is a knowledge base of the tenant. */
-    const checkKnowledge = Traced.fn("Agents.checkKnowledge")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
+    const checkKnowledge = Traced.fn("Agents.checkKnowledge")(function* (
+      tenantId: TenantId,
+      ids: ReadonlyArray<string>
+    ) {
       const unique = [...new Set(ids)]
       const missing = yield* knowledge.missing(tenantId, unique)
       if (missing.length > 0) {
-        return yield* invalidField("knowledgeIds", `No knowledge base ${missing.map((id) => JSON.stringify(id)).join(", ")}`)
+        return yield* invalidField(
+          "knowledgeIds",
+          `No knowledge base ${missing.map((id) => JSON.stringify(id)).join(", ")}`
+        )
       }
       return unique
     })
@@ -38,28 +44,33 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const list = (tenantId: TenantId, page: PageRequest, options?: { readonly activeOnly: boolean }) =>
       repo.list(tenantId, page, options?.activeOnly ? "active" : undefined)
 
-    const create = Traced.fn("Agents.create")(function*(tenantId: TenantId, input: typeof Agent.jsonCreate.Type) {
+    const create = Traced.fn("Agents.create")(function* (tenantId: TenantId, input: typeof Agent.jsonCreate.Type) {
       const model = input.model ?? config.defaultModel
       yield* budget.checkModel(tenantId, model)
       const knowledgeIds = yield* checkKnowledge(tenantId, input.knowledgeIds ?? [])
       return yield* limits.admit(tenantId, "agents", repo.insert(tenantId, { ...input, model, knowledgeIds }))
     })
 
-    const get = Traced.fn("Agents.get")(function*(tenantId: TenantId, id: AgentId) {
+    const get = Traced.fn("Agents.get")(function* (tenantId: TenantId, id: AgentId) {
       const agent = yield* repo.findById(tenantId, id)
       if (Option.isNone(agent)) return yield* notFound(id)
       return agent.value
     })
 
-    const update = Traced.fn("Agents.update")(function*(tenantId: TenantId, id: AgentId, input: typeof Agent.jsonUpdate.Type) {
+    const update = Traced.fn("Agents.update")(function* (
+      tenantId: TenantId,
+      id: AgentId,
+      input: typeof Agent.jsonUpdate.Type
+    ) {
       if (input.model !== undefined) yield* budget.checkModel(tenantId, input.model)
-      const knowledgeIds = input.knowledgeIds === undefined ? undefined : yield* checkKnowledge(tenantId, input.knowledgeIds)
+      const knowledgeIds =
+        input.knowledgeIds === undefined ? undefined : yield* checkKnowledge(tenantId, input.knowledgeIds)
       const agent = yield* repo.update(tenantId, id, knowledgeIds === undefined ? input : { ...input, knowledgeIds })
       if (Option.isNone(agent)) return yield* notFound(id)
       return agent.value
     })
 
-    const remove = Traced.fn("Agents.remove")(function*(tenantId: TenantId, id: AgentId) {
+    const remove = Traced.fn("Agents.remove")(function* (tenantId: TenantId, id: AgentId) {
       const removed = yield* repo.remove(tenantId, id)
       if (!removed) return yield* notFound(id)
     })
@@ -67,5 +78,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     return { list, create, get, update, remove } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer, Limits.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer, Limits.layer])
+  )
 }

@@ -45,10 +45,7 @@ export const ModelId = text(
   })
 )
 
-const Name = text(
-  Schema.isMinLength(1, { message: "Expected a non-empty name" }),
-  Schema.isMaxLength(200)
-)
+const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
 const Description = text(Schema.isMaxLength(2000))
 const Instructions = text(Schema.isMaxLength(32_000))
 
@@ -72,7 +69,8 @@ export class Agent extends Model.Class<Agent>("Agent")({
   memoryEnabled: Entity.withDefault(Schema.Boolean, true),
   knowledgeIds: Entity.withDefault(
     Schema.Array(Schema.String).annotate({
-      description: "The knowledge bases the agent is grounded on: its chats, orchestration steps and team turns " +
+      description:
+        "The knowledge bases the agent is grounded on: its chats, orchestration steps and team turns " +
         "retrieve from them."
     }),
     [],
@@ -105,6 +103,7 @@ export const V1AgentList = PageOf(V1Agent)
 export const ConversationId = text(
   Schema.isMinLength(1, { message: "Expected a non-empty conversationId" }),
   Schema.isMaxLength(200),
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the pattern exists to refuse control characters
   Schema.isPattern(/^[^\u0000-\u001f\u007f]*$/, { message: "Expected no control characters" })
 )
 
@@ -131,10 +130,13 @@ export const ChatResponse = Schema.Struct({
   conversationId: Schema.String,
   tokens: Schema.Int.annotate({ description: "Tokens the model reported for this turn, input plus output." }),
   model: Schema.String.annotate({ description: "The model that answered." }),
-  sources: Schema.optionalKey(Schema.Array(ChatSource).annotate({
-    description: "Only for an agent with knowledge bases: the chunks the model was given for this message, best " +
-      "first ([] when nothing matched)."
-  }))
+  sources: Schema.optionalKey(
+    Schema.Array(ChatSource).annotate({
+      description:
+        "Only for an agent with knowledge bases: the chunks the model was given for this message, best " +
+        "first ([] when nothing matched)."
+    })
+  )
 })
 export type ChatResponse = typeof ChatResponse.Type
 
@@ -196,11 +198,13 @@ const chatSpec = {
 
 const chatDoc = {
   summary: "Chat with an agent",
-  description: "Sends a message and returns the reply. Without `conversationId` a new conversation starts; with " +
+  description:
+    "Sends a message and returns the reply. Without `conversationId` a new conversation starts; with " +
     "one, an agent with memory answers with that conversation's earlier turns in mind. With " +
     "`Accept: text/event-stream` the reply streams as server-sent events: `delta` events carrying `{ text }`, " +
     "then one `done` event carrying this response's JSON (or an `error` event carrying a problem).",
-  errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) message, 403 when the plan may not use the agent's " +
+  errors:
+    "400 on an empty or too long (MAX_MESSAGE_CHARS) message, 403 when the plan may not use the agent's " +
     "model, 404 when the agent is not the tenant's or is inactive, 429 when the day's model tokens are spent " +
     "or, streamed, beyond MAX_EVENT_STREAMS_PER_TENANT open event streams, " +
     "502 when the model provider fails, 503 when the model is not configured or the service cannot reach the " +
@@ -217,14 +221,17 @@ export class AgentsApi extends HttpApiGroup.make("agents")
       docs: {
         list: { description: "The tenant's agents, active and inactive, a page at a time (`limit`, `cursor`)." },
         create: {
-          description: "Creates an agent: a model (DEFAULT_MODEL when omitted), instructions and whether it " +
+          description:
+            "Creates an agent: a model (DEFAULT_MODEL when omitted), instructions and whether it " +
             "remembers conversations.",
-          errors: "400 on invalid fields, 403 when the plan may not use the model, 429 when the tenant has as many " +
+          errors:
+            "400 on invalid fields, 403 when the plan may not use the model, 429 when the tenant has as many " +
             "agents as its plan allows (MAX_AGENTS)."
         },
         get: { description: "The agent, with its instructions." },
         update: {
-          errors: "400 on invalid fields, 403 when the plan may not use the new model, 404 when the agent is not " +
+          errors:
+            "400 on invalid fields, 403 when the plan may not use the new model, 404 when the agent is not " +
             "the tenant's."
         }
       }
@@ -234,48 +241,62 @@ export class AgentsApi extends HttpApiGroup.make("agents")
       query: ConversationPageQuery,
       success: ConversationList,
       error: [NotFound, BadRequest]
-    }).annotateMerge(operation({
-      summary: "List an agent's conversations",
-      description: "The conversations the agent remembers, with their turn counts, a page at a time (`limit`, `cursor`).",
-      credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`, 404 when the agent is not the tenant's."
-    })),
+    }).annotateMerge(
+      operation({
+        summary: "List an agent's conversations",
+        description:
+          "The conversations the agent remembers, with their turn counts, a page at a time (`limit`, `cursor`).",
+        credential: sessionCredential,
+        errors: "400 on a bad `limit` or `cursor`, 404 when the agent is not the tenant's."
+      })
+    ),
     HttpApiEndpoint.get("turns", "/:id/conversations/:conversationId/messages", {
       params: conversationParams,
       query: TurnPageQuery,
       success: TurnList,
       error: [NotFound, BadRequest]
-    }).annotateMerge(operation({
-      summary: "List a conversation's turns",
-      description: "The conversation's turns, oldest first, a page at a time (`limit`, `cursor`): each message, its " +
-        "reply, the model and its tokens.",
-      credential: sessionCredential,
-      errors: "400 on a bad `limit` or `cursor`, 404 when the agent is not the tenant's or has no such conversation."
-    })),
+    }).annotateMerge(
+      operation({
+        summary: "List a conversation's turns",
+        description:
+          "The conversation's turns, oldest first, a page at a time (`limit`, `cursor`): each message, its " +
+          "reply, the model and its tokens.",
+        credential: sessionCredential,
+        errors: "400 on a bad `limit` or `cursor`, 404 when the agent is not the tenant's or has no such conversation."
+      })
+    ),
     HttpApiEndpoint.delete("forget", "/:id/conversations/:conversationId", {
       params: conversationParams,
       success: HttpApiSchema.NoContent,
       error: [NotFound, ServiceUnavailable]
-    }).annotateMerge(operation({
-      summary: "Forget a conversation",
-      description: "Deletes the conversation's turns, so the agent no longer remembers them.",
-      credential: sessionCredential,
-      errors: "404 when the agent is not the tenant's or has no such conversation, 503 when the conversation " +
-        "cannot be reached in CLUSTER_CALL_TIMEOUT (try again)."
-    })),
-    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).middleware(SessionQuota).annotateMerge(operation({
-      ...chatDoc,
-      credential: sessionCredential,
-      errors: `${chatDoc.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
-    }))
+    }).annotateMerge(
+      operation({
+        summary: "Forget a conversation",
+        description: "Deletes the conversation's turns, so the agent no longer remembers them.",
+        credential: sessionCredential,
+        errors:
+          "404 when the agent is not the tenant's or has no such conversation, 503 when the conversation " +
+          "cannot be reached in CLUSTER_CALL_TIMEOUT (try again)."
+      })
+    ),
+    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec)
+      .middleware(SessionQuota)
+      .annotateMerge(
+        operation({
+          ...chatDoc,
+          credential: sessionCredential,
+          errors: `${chatDoc.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
+        })
+      )
   )
   .middleware(SessionAuth)
   .prefix("/api/agents")
-  .annotateMerge(OpenApi.annotations({
-    title: "Agents (management)",
-    description: "Define a tenant's agents (model, instructions, memory) and read or forget their conversations."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Agents (management)",
+      description: "Define a tenant's agents (model, instructions, memory) and read or forget their conversations."
+    })
+  ) {}
 
 export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
   .add(
@@ -283,17 +304,20 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
       query: PageQuery,
       success: V1AgentList,
       error: BadRequest
-    }).annotateMerge(keyOperation("read", "bearer", {
-      summary: "List active agents",
-      description: "The tenant's active agents, without their instructions, a page at a time (`limit`, `cursor`).",
-      errors: "400 on a bad `limit` or `cursor`."
-    })),
+    }).annotateMerge(
+      keyOperation("read", "bearer", {
+        summary: "List active agents",
+        description: "The tenant's active agents, without their instructions, a page at a time (`limit`, `cursor`).",
+        errors: "400 on a bad `limit` or `cursor`."
+      })
+    ),
     HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).annotateMerge(keyOperation("chat", "bearer", chatDoc))
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/agents")
-  .annotateMerge(OpenApi.annotations({
-    title: "Agents (API key)",
-    description: "List the tenant's active agents and chat with them, with an API key."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Agents (API key)",
+      description: "List the tenant's active agents and chat with them, with an API key."
+    })
+  ) {}

@@ -56,7 +56,7 @@ const fromChatFailed = (error: ChatFailed) => {
 
 /** Chat with an agent, and the conversations it remembers. */
 export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const agents = yield* Agents
     const repo = yield* AgentsRepo
     const config = yield* AppConfig
@@ -72,7 +72,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       Duration.seconds(30 * (config.modelMaxRetries + 1))
     )
 
-    const prepare = Traced.fn("Chat.prepare")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+    const prepare = Traced.fn("Chat.prepare")(function* (tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       if (request.message.trim() === "") return yield* invalidField("message", "Expected a non-empty message")
       if (request.message.length > config.maxMessageChars) {
         return yield* invalidField("message", `Expected at most ${config.maxMessageChars} characters`)
@@ -110,12 +110,14 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       return { send: client.Send, streamReply: client.StreamReply }
     }
 
-    const send = Traced.fn("Chat.send")(function*(tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
+    const send = Traced.fn("Chat.send")(function* (tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       const { input, turns } = yield* prepare(tenantId, agentId, request)
-      return yield* turns.send(input).pipe(
-        Effect.mapError(toProblem),
-        Effect.timeoutOrElse({ duration: callBound, orElse: () => Effect.fail(unreachable) })
-      )
+      return yield* turns
+        .send(input)
+        .pipe(
+          Effect.mapError(toProblem),
+          Effect.timeoutOrElse({ duration: callBound, orElse: () => Effect.fail(unreachable) })
+        )
     })
 
     /**
@@ -126,7 +128,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
      * `beforeStart` (the stream's place) comes after every check of the
      * request, just before the turn starts.
      */
-    const stream = Traced.fn("Chat.stream")(function*(
+    const stream = Traced.fn("Chat.stream")(function* (
       tenantId: TenantId,
       agentId: AgentId,
       request: ChatRequest,
@@ -144,7 +146,12 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       let ended = false
       let first: ReadonlyArray<ChatEvent> = []
       while (!ended && !first.some((event) => event._tag === "Started")) {
-        first = yield* Pull.catchDone(pull, () => Effect.sync(() => (ended = true, [])))
+        first = yield* Pull.catchDone(pull, () =>
+          Effect.sync(() => {
+            ended = true
+            return []
+          })
+        )
       }
       const rest = ended ? Stream.empty : Stream.fromPull(Effect.succeed(pull))
       return Stream.concat(Stream.fromArray(first), rest).pipe(
@@ -152,7 +159,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       )
     })
 
-    const conversations = Traced.fn("Chat.conversations")(function*(
+    const conversations = Traced.fn("Chat.conversations")(function* (
       tenantId: TenantId,
       agentId: AgentId,
       page: { readonly limit?: number | undefined; readonly cursor?: string | undefined }
@@ -163,7 +170,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     })
 
     /** A page of a conversation's turns, oldest first; the cursor is the last turn's index. */
-    const turns = Traced.fn("Chat.turns")(function*(
+    const turns = Traced.fn("Chat.turns")(function* (
       tenantId: TenantId,
       agentId: AgentId,
       conversationId: string,
@@ -188,16 +195,18 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     })
 
     /** Forgets through the entity, so its cached history goes with the rows. */
-    const forget = Traced.fn("Chat.forget")(function*(tenantId: TenantId, agentId: AgentId, conversationId: string) {
+    const forget = Traced.fn("Chat.forget")(function* (tenantId: TenantId, agentId: AgentId, conversationId: string) {
       yield* agents.get(tenantId, agentId)
-      const removed = yield* clientFor(entityId(tenantId, agentId, conversationId)).Forget({
-        tenantId,
-        agentId,
-        conversationId
-      }).pipe(
-        Effect.mapError(() => unreachable),
-        Effect.timeoutOrElse({ duration: config.clusterCallTimeout, orElse: () => Effect.fail(unreachable) })
-      )
+      const removed = yield* clientFor(entityId(tenantId, agentId, conversationId))
+        .Forget({
+          tenantId,
+          agentId,
+          conversationId
+        })
+        .pipe(
+          Effect.mapError(() => unreachable),
+          Effect.timeoutOrElse({ duration: config.clusterCallTimeout, orElse: () => Effect.fail(unreachable) })
+        )
       if (!removed) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
     })
 
@@ -208,4 +217,3 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer])
   )
 }
-

@@ -52,16 +52,25 @@ const TurnInput = Schema.Struct({
 export type TurnInput = typeof TurnInput.Type
 
 export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
-  reason: Schema.Literals(["NotConfigured", "Timeout", "ProviderError", "UnknownModel", "DatabaseUnavailable", "TokenBudgetSpent"]),
+  reason: Schema.Literals([
+    "NotConfigured",
+    "Timeout",
+    "ProviderError",
+    "UnknownModel",
+    "DatabaseUnavailable",
+    "TokenBudgetSpent"
+  ]),
   message: Schema.String,
   status: Schema.optionalKey(Schema.Int),
   /** TokenBudgetSpent: the budget the turn's reservation was refused by. */
-  spent: Schema.optionalKey(Schema.Struct({
-    plan: Schema.String,
-    budget: Schema.Int,
-    used: Schema.Int,
-    resetAt: Schema.String
-  }))
+  spent: Schema.optionalKey(
+    Schema.Struct({
+      plan: Schema.String,
+      budget: Schema.Int,
+      used: Schema.Int,
+      resetAt: Schema.String
+    })
+  )
 }) {}
 
 export const ChatEvent = Schema.Union([
@@ -76,7 +85,12 @@ export type ChatEvent = typeof ChatEvent.Type
 export type ReplyEvent = Exclude<ChatEvent, { readonly _tag: "Started" }>
 
 export const Send = Rpc.make("Send", { payload: TurnInput, success: ChatResponse, error: ChatFailed })
-export const StreamReply = Rpc.make("StreamReply", { payload: TurnInput, success: ChatEvent, error: ChatFailed, stream: true })
+export const StreamReply = Rpc.make("StreamReply", {
+  payload: TurnInput,
+  success: ChatEvent,
+  error: ChatFailed,
+  stream: true
+})
 export const Forget = Rpc.make("Forget", { payload: Address, success: Schema.Boolean })
 
 export const Conversation = Entity.make("Conversation", [Send, StreamReply, Forget]).annotateRpcs(
@@ -123,12 +137,14 @@ const budgetSpent = (error: TokenBudgetSpent) =>
  */
 const withDatabase = <A, R>(effect: Effect.Effect<A, never, R>): Effect.Effect<A, ChatFailed, R> =>
   retryTransient(
-    Effect.catchDefect(effect, (defect) => isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect)),
+    Effect.catchDefect(effect, (defect) => (isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect))),
     Duration.seconds(10)
   ).pipe(
     Effect.catch((error) =>
       isTransient(error)
-        ? Effect.fail(new ChatFailed({ reason: "DatabaseUnavailable", message: "The database is unavailable; try again shortly" }))
+        ? Effect.fail(
+            new ChatFailed({ reason: "DatabaseUnavailable", message: "The database is unavailable; try again shortly" })
+          )
         : Effect.die(error)
     )
   )
@@ -139,7 +155,7 @@ const withDatabase = <A, R>(effect: Effect.Effect<A, never, R>): Effect.Effect<A
  * stored per conversation then, so there is nothing to keep in order and no
  * entity to route to). Each call of this holds its own history.
  */
-export const makeTurns = Effect.gen(function*() {
+export const makeTurns = Effect.gen(function* () {
   const models = yield* Models
   const repo = yield* AgentsRepo
   const tokenBudget = yield* TokenBudget
@@ -156,12 +172,14 @@ export const makeTurns = Effect.gen(function*() {
   // conversation costs what fits the budget, not its whole history.
   const loadBatch = 32
   const newestBefore = (input: TurnInput, before: number | null): Effect.Effect<ReadonlyArray<StoredRow>, ChatFailed> =>
-    withDatabase(repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
-      bound: before,
-      limit: loadBatch
-    }))
+    withDatabase(
+      repo.recentTurns(input.tenantId as TenantId, input.agentId as AgentId, input.conversationId, {
+        bound: before,
+        limit: loadBatch
+      })
+    )
   const loadHistory = (input: TurnInput) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       if (history !== undefined) return history
       const budget = models.contextBudget(input.model)
       const newestFirst: Array<StoredTurn> = []
@@ -189,7 +207,7 @@ export const makeTurns = Effect.gen(function*() {
    * fits the rest of the model's budget, newest kept.
    */
   const prompt = (input: TurnInput) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const instructionsTokens = models.countTokens(input.instructions)
       const messageTokens = models.countTokens(input.message)
       const room = models.contextBudget(input.model) - instructionsTokens - messageTokens
@@ -217,7 +235,12 @@ export const makeTurns = Effect.gen(function*() {
         historyTokens += turn.cost
       }
       messages.push(newMessage)
-      return { system, sources, messages, promptTokens: estimate(messages.length, systemTokens + messageTokens + historyTokens) }
+      return {
+        system,
+        sources,
+        messages,
+        promptTokens: estimate(messages.length, systemTokens + messageTokens + historyTokens)
+      }
     })
 
   /**
@@ -226,36 +249,40 @@ export const makeTurns = Effect.gen(function*() {
    * the model a moment ago; the plan it read spares a business tenant the statement.
    */
   const reserve = (input: TurnInput, promptTokens: number): Effect.Effect<Reservation, ChatFailed> =>
-    withDatabase(Effect.result(
-      tokenBudget.reserve(input.tenantId as TenantId, { model: undefined, promptTokens, plan: input.plan }).pipe(
-        // Not asked: no model to check.
-        Effect.catchTag("ModelNotAllowed", Effect.die)
+    withDatabase(
+      Effect.result(
+        tokenBudget.reserve(input.tenantId as TenantId, { model: undefined, promptTokens, plan: input.plan }).pipe(
+          // Not asked: no model to check.
+          Effect.catchTag("ModelNotAllowed", Effect.die)
+        )
       )
-    )).pipe(
+    ).pipe(
       Effect.flatMap((result) =>
         result._tag === "Success" ? Effect.succeed(result.success) : Effect.fail(budgetSpent(result.failure))
       )
     )
 
   const remember = (input: TurnInput, reply: ModelReply, createdAt: Date, reservation: Reservation) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       // Settled here, where the tokens are known, even if the caller has stopped waiting.
       yield* tokenBudget.settleInBackground(reservation, reply.inputTokens + reply.outputTokens)
       yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
       if (!input.memoryEnabled) return
       const turns = yield* loadHistory(input)
-      yield* withDatabase(repo.appendTurn({
-        tenantId: input.tenantId as TenantId,
-        agentId: input.agentId as AgentId,
-        conversationId: input.conversationId,
-        message: input.message,
-        reply: storable(reply.text),
-        model: reply.model,
-        inputTokens: reply.inputTokens,
-        outputTokens: reply.outputTokens,
-        createdAt,
-        completedAt: new Date()
-      }))
+      yield* withDatabase(
+        repo.appendTurn({
+          tenantId: input.tenantId as TenantId,
+          agentId: input.agentId as AgentId,
+          conversationId: input.conversationId,
+          message: input.message,
+          reply: storable(reply.text),
+          model: reply.model,
+          inputTokens: reply.inputTokens,
+          outputTokens: reply.outputTokens,
+          createdAt,
+          completedAt: new Date()
+        })
+      )
       const cost = costOf(input.message, reply.text)
       turns.push({ message: input.message, reply: reply.text, cost })
       held += cost
@@ -277,58 +304,72 @@ export const makeTurns = Effect.gen(function*() {
   })
 
   return {
-    send: Traced.fn("Conversation.send")(function*(payload: TurnInput) {
+    send: Traced.fn("Conversation.send")(function* (payload: TurnInput) {
       const createdAt = new Date()
       const { messages, promptTokens, sources, system } = yield* prompt(payload)
-      return yield* tokenBudget.reserving(
-        reserve(payload, promptTokens),
-        (held) => models.generate({ model: payload.model, system, messages, maxOutputTokens: held.maxOutputTokens }),
-        // Once the model has answered, its tokens are charged (and the turn
-        // stored) even if the caller stops waiting.
-        (reply, held) =>
-          Effect.as(Effect.uninterruptible(remember(payload, reply, createdAt, held)), toResponse(payload, reply, sources))
-      ).pipe(Effect.mapError((error) => error._tag === "ModelError" ? toChatFailed(error) : error))
+      return yield* tokenBudget
+        .reserving(
+          reserve(payload, promptTokens),
+          (held) => models.generate({ model: payload.model, system, messages, maxOutputTokens: held.maxOutputTokens }),
+          // Once the model has answered, its tokens are charged (and the turn
+          // stored) even if the caller stops waiting.
+          (reply, held) =>
+            Effect.as(
+              Effect.uninterruptible(remember(payload, reply, createdAt, held)),
+              toResponse(payload, reply, sources)
+            )
+        )
+        .pipe(Effect.mapError((error) => (error._tag === "ModelError" ? toChatFailed(error) : error)))
     }),
     // The turn is stored when the model is done and before `Done` is sent; a
     // stream interrupted earlier (the client went away) stores nothing, and
     // settles its reservation with what the provider may have spent: the
     // prompt, and the text it had sent.
     streamReply: (payload: TurnInput) =>
-      Stream.unwrap(Effect.gen(function*() {
-        const createdAt = new Date()
-        const { messages, promptTokens, sources, system } = yield* prompt(payload)
-        let failure: ModelError | undefined
-        let answered: ModelReply | undefined
-        // Whatever ends the stream before its reply settled the reservation settles it here.
-        const reservation = yield* Effect.acquireRelease(
-          reserve(payload, promptTokens),
-          (held, exit) =>
+      Stream.unwrap(
+        Effect.gen(function* () {
+          const createdAt = new Date()
+          const { messages, promptTokens, sources, system } = yield* prompt(payload)
+          let failure: ModelError | undefined
+          let answered: ModelReply | undefined
+          // Whatever ends the stream before its reply settled the reservation settles it here.
+          const reservation = yield* Effect.acquireRelease(reserve(payload, promptTokens), (held, exit) =>
             tokenBudget.settling(held)
               ? Effect.void
               : tokenBudget.settleInBackground(
-                held,
-                answered !== undefined
-                  ? answered.inputTokens + answered.outputTokens
-                  : costOfFailure(held, failure !== undefined ? Cause.fail(failure) : Exit.isFailure(exit) ? exit.cause : Cause.interrupt())
-              )
-        )
-        const reply = models.stream({ model: payload.model, system, messages, maxOutputTokens: reservation.maxOutputTokens }).pipe(
-          Stream.tapError((error) => Effect.sync(() => failure = error)),
-          Stream.mapError(toChatFailed),
-          Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> => {
-            if (event._tag === "Delta") {
-              return Effect.succeed({ _tag: "Delta", text: event.text })
-            }
-            answered = event.reply
-            return Effect.as(remember(payload, event.reply, createdAt, reservation), {
-              _tag: "Done",
-              response: toResponse(payload, event.reply, sources)
-            })
-          })
-        )
-        return Stream.concat(Stream.succeed<ChatEvent>({ _tag: "Started" }), reply)
-      })),
-    forget: Traced.fn("Conversation.forget")(function*(payload: typeof Forget.payloadSchema.Type) {
+                  held,
+                  answered !== undefined
+                    ? answered.inputTokens + answered.outputTokens
+                    : costOfFailure(
+                        held,
+                        failure !== undefined
+                          ? Cause.fail(failure)
+                          : Exit.isFailure(exit)
+                            ? exit.cause
+                            : Cause.interrupt()
+                      )
+                )
+          )
+          const reply = models
+            .stream({ model: payload.model, system, messages, maxOutputTokens: reservation.maxOutputTokens })
+            .pipe(
+              Stream.tapError((error) => Effect.sync(() => (failure = error))),
+              Stream.mapError(toChatFailed),
+              Stream.mapEffect((event): Effect.Effect<ChatEvent, ChatFailed> => {
+                if (event._tag === "Delta") {
+                  return Effect.succeed({ _tag: "Delta", text: event.text })
+                }
+                answered = event.reply
+                return Effect.as(remember(payload, event.reply, createdAt, reservation), {
+                  _tag: "Done",
+                  response: toResponse(payload, event.reply, sources)
+                })
+              })
+            )
+          return Stream.concat(Stream.succeed<ChatEvent>({ _tag: "Started" }), reply)
+        })
+      ),
+    forget: Traced.fn("Conversation.forget")(function* (payload: typeof Forget.payloadSchema.Type) {
       history = undefined
       held = 0
       return yield* repo.forget(payload.tenantId as TenantId, payload.agentId as AgentId, payload.conversationId)
@@ -347,6 +388,7 @@ export const layer = Conversation.toLayer(
       Send: ({ payload }) => turns.send(payload),
       StreamReply: ({ payload }) => turns.streamReply(payload),
       Forget: ({ payload }) => turns.forget(payload)
-    })),
+    })
+  ),
   { maxIdleTime: "2 minutes" }
 )

@@ -1,7 +1,7 @@
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
-import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
@@ -23,7 +23,9 @@ const sse = (event: string, data: unknown) => encoder.encode(`event: ${event}\nd
 const toEventStream = <E extends { readonly status: number }>(events: Stream.Stream<ReplyEvent, E>) =>
   HttpServerResponse.stream(
     events.pipe(
-      Stream.map((event) => event._tag === "Delta" ? sse("delta", { text: event.text }) : sse("done", event.response)),
+      Stream.map((event) =>
+        event._tag === "Delta" ? sse("delta", { text: event.text }) : sse("done", event.response)
+      ),
       Stream.catch((problem) => Stream.make(sse("error", problem)))
     ),
     { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
@@ -34,7 +36,11 @@ const wantsEventStream = (request: HttpServerRequest.HttpServerRequest) =>
 
 /** A chat, as JSON or (on `Accept: text/event-stream`) as events, with a key or a session alike. */
 const chatHandler = (chat: Chat["Service"], streams: EventStreams["Service"]) =>
-  Traced.fn(function*({ params, payload, request }: {
+  Traced.fn(function* ({
+    params,
+    payload,
+    request
+  }: {
     readonly params: { readonly id: AgentId }
     readonly payload: ChatRequest
     readonly request: HttpServerRequest.HttpServerRequest
@@ -52,7 +58,7 @@ const chatHandler = (chat: Chat["Service"], streams: EventStreams["Service"]) =>
 export const AgentsHttp = HttpApiBuilder.group(
   Api,
   "agents",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
     const streams = yield* EventStreams
@@ -71,16 +77,20 @@ export const AgentsHttp = HttpApiBuilder.group(
 export const AgentsV1Http = HttpApiBuilder.group(
   Api,
   "v1Agents",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const agents = yield* Agents
     const chat = yield* Chat
     const streams = yield* EventStreams
     const listJson = jsonPages(V1AgentList)
     return handlers.handleAll({
-      list: forTenant((tenantId, { query }) => Effect.map(agents.list(tenantId, query, { activeOnly: true }), listJson)),
+      list: forTenant((tenantId, { query }) =>
+        Effect.map(agents.list(tenantId, query, { activeOnly: true }), listJson)
+      ),
       chat: chatHandler(chat, streams)
     })
   })
 )
 
-export const layer = Layer.mergeAll(AgentsHttp, AgentsV1Http).pipe(Layer.provide([Agents.layer, Chat.layer, EventStreams.layer]))
+export const layer = Layer.mergeAll(AgentsHttp, AgentsV1Http).pipe(
+  Layer.provide([Agents.layer, Chat.layer, EventStreams.layer])
+)

@@ -16,7 +16,7 @@ export const agentChangedChannel = "agent_changed"
 
 /** All SQL of agents; every statement is scoped by tenant. */
 export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/AgentsRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const agents = yield* TenantRepo.make(Agent, {
       table: "agents",
@@ -38,12 +38,22 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
     // --- conversations -----------------------------------------------------
 
     /** A conversation's turns as `row`, `order`ed by index, from past `bound` (an index) when there is one. */
-    const turnsOf = <S extends Schema.Codec<any, any, never, never>>(name: string, row: S, columns: string, order: "ASC" | "DESC") => {
+    const turnsOf = <S extends Schema.Codec<any, any, never, never>>(
+      name: string,
+      row: S,
+      columns: string,
+      order: "ASC" | "DESC"
+    ) => {
       const decode = Schema.decodeUnknownEffect(Schema.Array(row))
-      return (tenantId: TenantId, agentId: AgentId, conversationId: string, page: {
-        readonly bound: number | null
-        readonly limit: number
-      }) =>
+      return (
+        tenantId: TenantId,
+        agentId: AgentId,
+        conversationId: string,
+        page: {
+          readonly bound: number | null
+          readonly limit: number
+        }
+      ) =>
         sql`SELECT ${sql.literal(columns)} FROM conversation_turns
             WHERE tenant_id = ${tenantId} AND agent_id = ${agentId} AND conversation_id = ${conversationId}
             ${page.bound === null ? sql`` : order === "ASC" ? sql`AND seq > ${page.bound}` : sql`AND seq < ${page.bound}`}
@@ -98,13 +108,27 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
           FROM conversation`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("AgentsRepo.appendTurn"))
 
     const conversationColumns = "id, turn_count AS turns, created_at, updated_at"
-    const conversations = (tenantId: TenantId, agentId: AgentId, page: { readonly after: string | null; readonly limit: number }) =>
-      tenantPage({ table: "conversations", columns: conversationColumns, row: Conversation, tenantId, ...page, filters: [sql`agent_id = ${agentId}`] })
-        .pipe(Effect.orDie, Traced.withSpan("AgentsRepo.conversations"))
+    const conversations = (
+      tenantId: TenantId,
+      agentId: AgentId,
+      page: { readonly after: string | null; readonly limit: number }
+    ) =>
+      tenantPage({
+        table: "conversations",
+        columns: conversationColumns,
+        row: Conversation,
+        tenantId,
+        ...page,
+        filters: [sql`agent_id = ${agentId}`]
+      }).pipe(Effect.orDie, Traced.withSpan("AgentsRepo.conversations"))
 
     const forget = (tenantId: TenantId, agentId: AgentId, conversationId: string) =>
       sql`DELETE FROM conversations WHERE tenant_id = ${tenantId} AND agent_id = ${agentId} AND id = ${conversationId}
-          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0), Effect.orDie, Traced.withSpan("AgentsRepo.forget"))
+          RETURNING id`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        Effect.orDie,
+        Traced.withSpan("AgentsRepo.forget")
+      )
 
     return {
       turnPage,
@@ -119,4 +143,3 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
 }) {
   static readonly layer = Layer.effect(this, this.make)
 }
-

@@ -20,7 +20,7 @@ const invalidCredentials = new Unauthorized({ detail: "Invalid e-mail or passwor
 
 /** Accounts (a tenant and its owner) and the sessions of their users. */
 export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* AuthRepo
     const config = yield* AppConfig
     const hasher = yield* PasswordHasher
@@ -31,48 +31,62 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
 
     type LiveSession = { readonly expiresAt: number; readonly principal: Principal & { readonly _tag: "Session" } }
     const lookup = (tokenHash: string) =>
-      repo.findLiveSession(tokenHash).pipe(Effect.map(Option.map((row): LiveSession => ({
-        expiresAt: row.expiresAt.getTime(),
-        principal: { _tag: "Session", tenantId: row.tenantId, userId: row.userId, sessionId: row.id }
-      }))))
+      repo.findLiveSession(tokenHash).pipe(
+        Effect.map(
+          Option.map(
+            (row): LiveSession => ({
+              expiresAt: row.expiresAt.getTime(),
+              principal: { _tag: "Session", tenantId: row.tenantId, userId: row.userId, sessionId: row.id }
+            })
+          )
+        )
+      )
     // Live sessions are trusted for SESSION_CACHE_TTL and never past their
     // expiry; a logout on any node drops the entry (the guard's channel, which
     // also empties the cache at each reconnection).
     const live = yield* Cache.makeWith(lookup, {
       capacity: 10_000,
-      timeToLive: (exit) => Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.sessionCacheTtl : Duration.zero
+      timeToLive: (exit) => (Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.sessionCacheTtl : Duration.zero)
     })
     yield* guard.subscribe((event) =>
       event._tag === "Listening"
         ? Cache.invalidateAll(live)
         : event._tag === "SessionRevoked"
-        ? Cache.invalidate(live, event.hash)
-        : Effect.void
+          ? Cache.invalidate(live, event.hash)
+          : Effect.void
     )
     const unexpired = (found: Option.Option<LiveSession>) =>
-      Option.map(Option.filter(found, (session) => session.expiresAt > Date.now()), (session) => session.principal)
+      Option.map(
+        Option.filter(found, (session) => session.expiresAt > Date.now()),
+        (session) => session.principal
+      )
 
     /** `client`: the caller's address, for throttling. */
-    const register = Traced.fn("Accounts.register")(function*(input: {
-      readonly email: string
-      readonly password: string
-      readonly name?: string | undefined
-    }, client: string) {
+    const register = Traced.fn("Accounts.register")(function* (
+      input: {
+        readonly email: string
+        readonly password: string
+        readonly name?: string | undefined
+      },
+      client: string
+    ) {
       // A taken e-mail counts as a failure of the pair (it tells that the account exists), not against the e-mail.
       const created = yield* throttle.guard(
         client,
         input.email,
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const passwordHash = yield* hasher.hash(input.password)
-          return yield* repo.createAccount({
-            email: input.email.trim(),
-            name: input.name ?? null,
-            passwordHash,
-            tenantName: input.name ?? input.email.trim()
-          }).pipe(
-            Effect.map((account) => Option.some(account)),
-            Effect.catchTag("EmailTaken", () => Effect.succeedNone)
-          )
+          return yield* repo
+            .createAccount({
+              email: input.email.trim(),
+              name: input.name ?? null,
+              passwordHash,
+              tenantName: input.name ?? input.email.trim()
+            })
+            .pipe(
+              Effect.map((account) => Option.some(account)),
+              Effect.catchTag("EmailTaken", () => Effect.succeedNone)
+            )
         }),
         { ceiling: false }
       )
@@ -80,7 +94,7 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
       return created.value
     })
 
-    const login = Traced.fn("Accounts.login")(function*(
+    const login = Traced.fn("Accounts.login")(function* (
       input: { readonly email: string; readonly password: string },
       client: string
     ) {
@@ -88,7 +102,7 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
       const user = yield* throttle.guard(
         client,
         input.email,
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const found = yield* repo.findUserByEmail(input.email.trim())
           const storedHash = Option.isSome(found) ? found.value.passwordHash : yield* decoyHash
           const matches = yield* hasher.verify(input.password, storedHash)
@@ -112,10 +126,14 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
       // Known valid here at once, even from an address past its failures;
       // other nodes hear of it from the insert's trigger (migration 0024).
       yield* guard.issued(tokenHash)
-      yield* Cache.set(live, tokenHash, Option.some<LiveSession>({
-        expiresAt: expiresAt.getTime(),
-        principal: { _tag: "Session", tenantId: user.value.tenantId, userId: user.value.id, sessionId }
-      }))
+      yield* Cache.set(
+        live,
+        tokenHash,
+        Option.some<LiveSession>({
+          expiresAt: expiresAt.getTime(),
+          principal: { _tag: "Session", tenantId: user.value.tenantId, userId: user.value.id, sessionId }
+        })
+      )
       return {
         token,
         expiresAt,
@@ -124,7 +142,7 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
     })
 
     /** The session a token belongs to, if it is live; `client` is the caller's address (CredentialGuard). */
-    const authenticate = Traced.fn("Accounts.authenticate")(function*(token: string, client: string) {
+    const authenticate = Traced.fn("Accounts.authenticate")(function* (token: string, client: string) {
       if (!token.startsWith("st_")) return Option.none<Principal>()
       const tokenHash = hashSecret(token)
       return yield* guard.verify<Principal>({
@@ -132,18 +150,18 @@ export class Accounts extends Context.Service<Accounts>()("agent-host/Accounts",
         hash: tokenHash,
         client,
         known: Effect.map(Cache.getSuccess(live, tokenHash), (cached) => unexpired(Option.flatten(cached))),
-        lookup: Effect.suspend(() => guard.listening() ? Cache.get(live, tokenHash) : lookup(tokenHash)).pipe(
+        lookup: Effect.suspend(() => (guard.listening() ? Cache.get(live, tokenHash) : lookup(tokenHash))).pipe(
           Effect.map(unexpired)
         )
       })
     })
 
-    const logout = Traced.fn("Accounts.logout")(function*(sessionId: SessionId) {
+    const logout = Traced.fn("Accounts.logout")(function* (sessionId: SessionId) {
       const tokenHash = yield* repo.revokeSession(sessionId)
       if (Option.isSome(tokenHash)) yield* Cache.invalidate(live, tokenHash.value)
     })
 
-    const account = Traced.fn("Accounts.account")(function*(userId: UserId) {
+    const account = Traced.fn("Accounts.account")(function* (userId: UserId) {
       const row = yield* repo.findAccount(userId)
       return {
         user: { id: row.id, email: row.email, name: row.name },

@@ -7,7 +7,7 @@ import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as HttpApiSecurity from "effect/http-api/HttpApiSecurity"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { noCredential, operation, type OperationDoc } from "../Domain/ApiDocs.ts"
-import { ApiKeyId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
+import { ApiKeyId, type SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
 import {
   Conflict,
@@ -30,17 +30,17 @@ export const allScopes: ReadonlyArray<Scope> = Scope.literals
 
 export type Principal =
   | {
-    readonly _tag: "Session"
-    readonly tenantId: TenantId
-    readonly userId: UserId
-    readonly sessionId: SessionId
-  }
+      readonly _tag: "Session"
+      readonly tenantId: TenantId
+      readonly userId: UserId
+      readonly sessionId: SessionId
+    }
   | {
-    readonly _tag: "ApiKey"
-    readonly tenantId: TenantId
-    readonly keyId: ApiKeyId
-    readonly scopes: ReadonlyArray<Scope>
-  }
+      readonly _tag: "ApiKey"
+      readonly tenantId: TenantId
+      readonly keyId: ApiKeyId
+      readonly scopes: ReadonlyArray<Scope>
+    }
 
 /** The authenticated caller, provided by the auth middlewares; the only source of the tenant. */
 export class CurrentPrincipal extends Context.Service<CurrentPrincipal, Principal>()("agent-host/CurrentPrincipal") {}
@@ -67,9 +67,12 @@ export const sessionCookie = HttpApiSecurity.apiKey({ key: sessionCookieName, in
 )
 
 /** Management routes: the session cookie, or `Authorization: Bearer <session token>`. */
-export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
-  provides: CurrentPrincipal
-}>()("agent-host/SessionAuth", {
+export class SessionAuth extends HttpApiMiddleware.Service<
+  SessionAuth,
+  {
+    provides: CurrentPrincipal
+  }
+>()("agent-host/SessionAuth", {
   security: {
     sessionCookie,
     sessionToken: HttpApiSecurity.bearer.pipe(
@@ -88,16 +91,22 @@ export class SessionAuth extends HttpApiMiddleware.Service<SessionAuth, {
  * count with the same 429 and RateLimit headers. Applied after SessionAuth,
  * whose principal it counts.
  */
-export class SessionQuota extends HttpApiMiddleware.Service<SessionQuota, {
-  requires: CurrentPrincipal
-}>()("agent-host/SessionQuota", {
+export class SessionQuota extends HttpApiMiddleware.Service<
+  SessionQuota,
+  {
+    requires: CurrentPrincipal
+  }
+>()("agent-host/SessionQuota", {
   error: TooManyRequests
 }) {}
 
 /** /api/v1: `Authorization: Bearer <API key>`. */
-export class ApiKeyAuth extends HttpApiMiddleware.Service<ApiKeyAuth, {
-  provides: CurrentPrincipal
-}>()("agent-host/ApiKeyAuth", {
+export class ApiKeyAuth extends HttpApiMiddleware.Service<
+  ApiKeyAuth,
+  {
+    provides: CurrentPrincipal
+  }
+>()("agent-host/ApiKeyAuth", {
   security: {
     apiKeyBearer: HttpApiSecurity.bearer.pipe(
       HttpApiSecurity.annotate(OpenApi.Description, "An API key (`ak_...`) as a bearer token.")
@@ -107,9 +116,12 @@ export class ApiKeyAuth extends HttpApiMiddleware.Service<ApiKeyAuth, {
 }) {}
 
 /** /api/public: `X-API-Key: <API key>`, the same keys, scopes and quota as /api/v1. */
-export class ApiKeyHeaderAuth extends HttpApiMiddleware.Service<ApiKeyHeaderAuth, {
-  provides: CurrentPrincipal
-}>()("agent-host/ApiKeyHeaderAuth", {
+export class ApiKeyHeaderAuth extends HttpApiMiddleware.Service<
+  ApiKeyHeaderAuth,
+  {
+    provides: CurrentPrincipal
+  }
+>()("agent-host/ApiKeyHeaderAuth", {
   security: {
     apiKeyHeader: HttpApiSecurity.apiKey({ key: "X-API-Key", in: "header" }).pipe(
       HttpApiSecurity.annotate(OpenApi.Description, "An API key (`ak_...`) in the `X-API-Key` header.")
@@ -125,11 +137,7 @@ export const sessionCredential = "Session (cookie or bearer token)."
  * An API-key operation's scope, and its documentation naming that scope: the
  * scope the auth middleware checks is the one the reference states.
  */
-export const keyOperation = (
-  scope: Scope,
-  via: "bearer" | "header",
-  doc: Omit<OperationDoc, "credential">
-) =>
+export const keyOperation = (scope: Scope, via: "bearer" | "header", doc: Omit<OperationDoc, "credential">) =>
   Context.add(
     operation({
       ...doc,
@@ -181,16 +189,21 @@ export const Account = Schema.Struct({ user: User, tenant: Tenant })
 export const LoginRequest = Schema.Struct({
   email: text(Schema.isMaxLength(254)),
   password: text(Schema.isMaxLength(1024)),
-  returnToken: Schema.optionalKey(Schema.Boolean.annotate({
-    description: "Return the session `token` in the body even though the request comes from a browser."
-  }))
+  returnToken: Schema.optionalKey(
+    Schema.Boolean.annotate({
+      description: "Return the session `token` in the body even though the request comes from a browser."
+    })
+  )
 })
 
 export const LoginResponse = Schema.Struct({
-  token: Schema.optionalKey(Schema.String.annotate({
-    description: "The session as a bearer token, for API clients. Left out when the request comes from a browser " +
-      "(it sends `Origin` or `Sec-Fetch-Site`), which has the HttpOnly cookie instead, unless it sent `returnToken: true`."
-  })),
+  token: Schema.optionalKey(
+    Schema.String.annotate({
+      description:
+        "The session as a bearer token, for API clients. Left out when the request comes from a browser " +
+        "(it sends `Origin` or `Sec-Fetch-Site`), which has the HttpOnly cookie instead, unless it sent `returnToken: true`."
+    })
+  ),
   expiresAt: Schema.Date,
   user: User
 })
@@ -201,49 +214,65 @@ export class AuthApi extends HttpApiGroup.make("auth")
       payload: RegisterRequest,
       success: Account.pipe(HttpApiSchema.status(201)),
       error: [Conflict, TooManyAttempts, ServiceUnavailable]
-    }).annotateMerge(operation({
-      summary: "Register",
-      description: "Creates a user and its tenant on the free plan. It does not log in.",
-      credential: noCredential,
-      errors: "400 on invalid fields, 409 when the e-mail is taken, 429 with Retry-After past AUTH_ATTEMPTS_PER_ADDRESS " +
-        "attempts or AUTH_ATTEMPTS_PER_ACCOUNT failures from this address for this e-mail in AUTH_THROTTLE_WINDOW, 503 with Retry-After when too many passwords " +
-        "are being hashed at once."
-    })),
+    }).annotateMerge(
+      operation({
+        summary: "Register",
+        description: "Creates a user and its tenant on the free plan. It does not log in.",
+        credential: noCredential,
+        errors:
+          "400 on invalid fields, 409 when the e-mail is taken, 429 with Retry-After past AUTH_ATTEMPTS_PER_ADDRESS " +
+          "attempts or AUTH_ATTEMPTS_PER_ACCOUNT failures from this address for this e-mail in AUTH_THROTTLE_WINDOW, 503 with Retry-After when too many passwords " +
+          "are being hashed at once."
+      })
+    ),
     HttpApiEndpoint.post("login", "/login", {
       payload: LoginRequest,
       success: LoginResponse,
       error: [Unauthorized, TooManyAttempts, ServiceUnavailable]
-    }).annotateMerge(operation({
-      summary: "Log in",
-      description: "Starts a session: sets the HttpOnly session cookie and returns the session's expiry and, to " +
-        "API clients, the same session as a `token` for `Authorization: Bearer`. A browser's request (with `Origin` " +
-        "or `Sec-Fetch-Site`) gets no `token` unless it sends `returnToken: true`: a script in the page cannot read " +
-        "the cookie, and should not read the session from the body either.",
-      credential: noCredential,
-      errors: "400 on invalid fields, 401 on a wrong e-mail or password, 429 with Retry-After past the attempt limits " +
-        "(as for register), 503 with Retry-After when too many passwords are being hashed at once."
-    })),
+    }).annotateMerge(
+      operation({
+        summary: "Log in",
+        description:
+          "Starts a session: sets the HttpOnly session cookie and returns the session's expiry and, to " +
+          "API clients, the same session as a `token` for `Authorization: Bearer`. A browser's request (with `Origin` " +
+          "or `Sec-Fetch-Site`) gets no `token` unless it sends `returnToken: true`: a script in the page cannot read " +
+          "the cookie, and should not read the session from the body either.",
+        credential: noCredential,
+        errors:
+          "400 on invalid fields, 401 on a wrong e-mail or password, 429 with Retry-After past the attempt limits " +
+          "(as for register), 503 with Retry-After when too many passwords are being hashed at once."
+      })
+    ),
     HttpApiEndpoint.post("logout", "/logout", {
       success: HttpApiSchema.NoContent
-    }).middleware(SessionAuth).annotateMerge(operation({
-      summary: "Log out",
-      description: "Ends the session that authenticates the request and expires the session cookie.",
-      credential: sessionCredential
-    })),
+    })
+      .middleware(SessionAuth)
+      .annotateMerge(
+        operation({
+          summary: "Log out",
+          description: "Ends the session that authenticates the request and expires the session cookie.",
+          credential: sessionCredential
+        })
+      ),
     HttpApiEndpoint.get("me", "/me", {
       success: Account
-    }).middleware(SessionAuth).annotateMerge(operation({
-      summary: "Get the current account",
-      description: "The logged-in user and their tenant, with its plan.",
-      credential: sessionCredential
-    }))
+    })
+      .middleware(SessionAuth)
+      .annotateMerge(
+        operation({
+          summary: "Get the current account",
+          description: "The logged-in user and their tenant, with its plan.",
+          credential: sessionCredential
+        })
+      )
   )
   .prefix("/api/auth")
-  .annotateMerge(OpenApi.annotations({
-    title: "Accounts and sessions",
-    description: "Register, log in and out. A session is the credential of every management route (/api/...)."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Accounts and sessions",
+      description: "Register, log in and out. A session is the credential of every management route (/api/...)."
+    })
+  ) {}
 
 // ---------------------------------------------------------------------------
 // API keys
@@ -255,7 +284,9 @@ export const ApiKey = Schema.Struct({
   prefix: Schema.String,
   scopes: Schema.Array(Scope),
   createdAt: Schema.Date,
-  expiresAt: Schema.NullOr(Schema.Date).annotate({ description: "When the key stops working; null when it never expires." }),
+  expiresAt: Schema.NullOr(Schema.Date).annotate({
+    description: "When the key stops working; null when it never expires."
+  }),
   lastUsedAt: Schema.NullOr(Schema.Date).annotate({
     description: "When the key last authenticated a request; written in batches, so up to API_KEY_LAST_USED_FLUSH late."
   })
@@ -272,19 +303,30 @@ const isIsoDateTime = (raw: string) => {
   const match = isoDateTime.exec(raw)
   if (match === null) return false
   const [year, month, day, hour, minute, second = "0", offsetHours = "0", offsetMinutes = "0"] = match.slice(1)
-  return Number(month) >= 1 && Number(month) <= 12 && Number(day) >= 1 &&
+  return (
+    Number(month) >= 1 &&
+    Number(month) <= 12 &&
+    Number(day) >= 1 &&
     Number(day) <= new Date(Date.UTC(Number(year), Number(month), 0)).getUTCDate() &&
-    Number(hour) <= 23 && Number(minute) <= 59 && Number(second) <= 59 &&
-    Number(offsetHours) <= 23 && Number(offsetMinutes) <= 59 && !Number.isNaN(Date.parse(raw))
+    Number(hour) <= 23 &&
+    Number(minute) <= 59 &&
+    Number(second) <= 59 &&
+    Number(offsetHours) <= 23 &&
+    Number(offsetMinutes) <= 59 &&
+    !Number.isNaN(Date.parse(raw))
+  )
 }
 export const KeyExpiry = text(
-  Schema.makeFilter((raw: string) =>
-    isIsoDateTime(raw) || "Expected an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z"
+  Schema.makeFilter(
+    (raw: string) =>
+      isIsoDateTime(raw) || "Expected an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z"
   ),
   Schema.makeFilter((raw: string) => {
     const at = Date.parse(raw)
-    return at > Date.now() && at <= Date.now() + maxKeyLifetimeDays * 86_400_000 ||
+    return (
+      (at > Date.now() && at <= Date.now() + maxKeyLifetimeDays * 86_400_000) ||
       `Expected a time in the future, at most ${maxKeyLifetimeDays} days ahead`
+    )
   })
 ).annotate({ description: "When the key stops working (ISO 8601, in the future, at most ten years ahead)." })
 
@@ -313,39 +355,49 @@ export class KeysApi extends HttpApiGroup.make("keys")
       payload: CreateApiKeyRequest,
       success: CreatedApiKey.pipe(HttpApiSchema.status(201)),
       error: QuotaReached
-    }).annotateMerge(operation({
-      summary: "Create an API key",
-      description: "Creates a key with the given scopes (all of them when `scopes` is omitted) and, optionally, an " +
-        "`expiresAt` from which it is refused. The plaintext `key` is in this response only; the service keeps a hash.",
-      credential: sessionCredential,
-      errors: "400 on invalid fields, 429 when the tenant has as many keys (neither revoked nor expired) as its plan " +
-        "allows (MAX_API_KEYS)."
-    })),
+    }).annotateMerge(
+      operation({
+        summary: "Create an API key",
+        description:
+          "Creates a key with the given scopes (all of them when `scopes` is omitted) and, optionally, an " +
+          "`expiresAt` from which it is refused. The plaintext `key` is in this response only; the service keeps a hash.",
+        credential: sessionCredential,
+        errors:
+          "400 on invalid fields, 429 when the tenant has as many keys (neither revoked nor expired) as its plan " +
+          "allows (MAX_API_KEYS)."
+      })
+    ),
     HttpApiEndpoint.get("list", "/", {
       success: Schema.Struct({ data: Schema.Array(ApiKey), total: Schema.Int })
-    }).annotateMerge(operation({
-      summary: "List API keys",
-      description: "The tenant's keys that are not revoked, by prefix and scopes (never the key itself), with " +
-        "when each expires and when it was last used.",
-      credential: sessionCredential
-    })),
+    }).annotateMerge(
+      operation({
+        summary: "List API keys",
+        description:
+          "The tenant's keys that are not revoked, by prefix and scopes (never the key itself), with " +
+          "when each expires and when it was last used.",
+        credential: sessionCredential
+      })
+    ),
     HttpApiEndpoint.delete("revoke", "/:id", {
       params: { id: ApiKeyId },
       success: HttpApiSchema.NoContent,
       error: NotFound
-    }).annotateMerge(operation({
-      summary: "Revoke an API key",
-      description: "Revokes the key at once, on every node.",
-      credential: sessionCredential,
-      errors: "404 when the key is not the tenant's or is already revoked."
-    }))
+    }).annotateMerge(
+      operation({
+        summary: "Revoke an API key",
+        description: "Revokes the key at once, on every node.",
+        credential: sessionCredential,
+        errors: "404 when the key is not the tenant's or is already revoked."
+      })
+    )
   )
   .middleware(SessionAuth)
   .prefix("/api/keys")
-  .annotateMerge(OpenApi.annotations({
-    title: "API keys",
-    description: "The keys that authenticate /api/v1 (as a bearer token) and /api/public (in `X-API-Key`), " +
-      "each limited to scopes: `read`, `chat`, `execute`, `teams`."
-  }))
-{}
-
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "API keys",
+      description:
+        "The keys that authenticate /api/v1 (as a bearer token) and /api/public (in `X-API-Key`), " +
+        "each limited to scopes: `read`, `chat`, `execute`, `teams`."
+    })
+  ) {}

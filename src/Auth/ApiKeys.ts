@@ -29,7 +29,7 @@ interface VerifiedKey {
 
 /** The dashboard's API keys: created once in plaintext, stored as hashes, verified from a short cache. */
 export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* AuthRepo
     const limits = yield* Limits
     const config = yield* AppConfig
@@ -38,11 +38,15 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
     const lookup = (keyHash: string) =>
       repo.findApiKeyByHash(keyHash).pipe(
         Effect.map(Option.filter((row) => row.revokedAt === null)),
-        Effect.map(Option.map((row): VerifiedKey => ({
-          keyHash: row.keyHash,
-          expiresAt: row.expiresAt === null ? null : row.expiresAt.getTime(),
-          principal: { _tag: "ApiKey", tenantId: row.tenantId, keyId: row.id, scopes: toApiKey(row).scopes }
-        })))
+        Effect.map(
+          Option.map(
+            (row): VerifiedKey => ({
+              keyHash: row.keyHash,
+              expiresAt: row.expiresAt === null ? null : row.expiresAt.getTime(),
+              principal: { _tag: "ApiKey", tenantId: row.tenantId, keyId: row.id, scopes: toApiKey(row).scopes }
+            })
+          )
+        )
       )
 
     // Verified keys are trusted for apiKeyCacheTtl; revocation drops the entry
@@ -52,14 +56,14 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
     // the keys in use.
     const verified = yield* Cache.makeWith(lookup, {
       capacity: 10_000,
-      timeToLive: (exit) => Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.apiKeyCacheTtl : Duration.zero
+      timeToLive: (exit) => (Exit.isSuccess(exit) && Option.isSome(exit.value) ? config.apiKeyCacheTtl : Duration.zero)
     })
     yield* guard.subscribe((event) =>
       event._tag === "Listening"
         ? Cache.invalidateAll(verified)
         : event._tag === "KeyRevoked"
-        ? Cache.invalidate(verified, event.hash)
-        : Effect.void
+          ? Cache.invalidate(verified, event.hash)
+          : Effect.void
     )
 
     // When each key was last used, since the last flush: one map entry per
@@ -83,11 +87,13 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
 
     // An expired key is refused like an unknown one, from the cache as well.
     const live = (keyHash: string) => (found: Option.Option<VerifiedKey>) =>
-      Option.filter(found, (key) =>
-        constantTimeEqual(key.keyHash, keyHash) && (key.expiresAt === null || key.expiresAt > Date.now()))
+      Option.filter(
+        found,
+        (key) => constantTimeEqual(key.keyHash, keyHash) && (key.expiresAt === null || key.expiresAt > Date.now())
+      )
 
     /** The key's principal when it is valid; `client` is the caller's address (CredentialGuard). */
-    const authenticate = Traced.fn("ApiKeys.authenticate")(function*(key: string, client: string) {
+    const authenticate = Traced.fn("ApiKeys.authenticate")(function* (key: string, client: string) {
       if (!keyPattern.test(key)) return Option.none<VerifiedKey["principal"]>()
       const keyHash = hashSecret(key)
       const found = yield* guard.verify({
@@ -95,7 +101,7 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
         hash: keyHash,
         client,
         known: Cache.getSuccess(verified, keyHash).pipe(Effect.map((cached) => live(keyHash)(Option.flatten(cached)))),
-        lookup: Effect.suspend(() => guard.listening() ? Cache.get(verified, keyHash) : lookup(keyHash)).pipe(
+        lookup: Effect.suspend(() => (guard.listening() ? Cache.get(verified, keyHash) : lookup(keyHash))).pipe(
           Effect.map(live(keyHash))
         )
       })
@@ -104,11 +110,14 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
       return Option.some(found.value.principal)
     })
 
-    const create = Traced.fn("ApiKeys.create")(function*(tenantId: TenantId, input: {
-      readonly name: string
-      readonly scopes?: ReadonlyArray<Scope> | undefined
-      readonly expiresAt?: string | null | undefined
-    }) {
+    const create = Traced.fn("ApiKeys.create")(function* (
+      tenantId: TenantId,
+      input: {
+        readonly name: string
+        readonly scopes?: ReadonlyArray<Scope> | undefined
+        readonly expiresAt?: string | null | undefined
+      }
+    ) {
       const key = newSecret("ak_")
       const prefix = key.slice(0, 11)
       const scopes = input.scopes === undefined ? null : [...new Set(input.scopes)]
@@ -119,24 +128,38 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
         "apiKeys",
         repo.insertApiKey({ tenantId, name: input.name, prefix, keyHash, scopes, expiresAt })
       )
-      const created = toApiKey({ ...row, tenantId, name: input.name, prefix, keyHash: "", scopes, revokedAt: null, expiresAt, lastUsedAt: null })
+      const created = toApiKey({
+        ...row,
+        tenantId,
+        name: input.name,
+        prefix,
+        keyHash: "",
+        scopes,
+        revokedAt: null,
+        expiresAt,
+        lastUsedAt: null
+      })
       // Known valid here at once, even from an address past its failures;
       // other nodes hear of it from the insert's trigger (migration 0024).
       yield* guard.issued(keyHash)
-      yield* Cache.set(verified, keyHash, Option.some({
+      yield* Cache.set(
+        verified,
         keyHash,
-        expiresAt: expiresAt === null ? null : expiresAt.getTime(),
-        principal: { _tag: "ApiKey", tenantId, keyId: row.id, scopes: created.scopes }
-      }))
+        Option.some({
+          keyHash,
+          expiresAt: expiresAt === null ? null : expiresAt.getTime(),
+          principal: { _tag: "ApiKey", tenantId, keyId: row.id, scopes: created.scopes }
+        })
+      )
       return { ...created, key }
     })
 
-    const list = Traced.fn("ApiKeys.list")(function*(tenantId: TenantId) {
+    const list = Traced.fn("ApiKeys.list")(function* (tenantId: TenantId) {
       const rows = yield* repo.listApiKeys(tenantId)
       return { data: rows.map(toApiKey), total: rows.length }
     })
 
-    const revoke = Traced.fn("ApiKeys.revoke")(function*(tenantId: TenantId, id: ApiKeyId) {
+    const revoke = Traced.fn("ApiKeys.revoke")(function* (tenantId: TenantId, id: ApiKeyId) {
       const keyHash = yield* repo.revokeApiKey(tenantId, id)
       if (Option.isNone(keyHash)) return yield* new NotFound({ detail: `No API key ${id}` })
       yield* Cache.invalidate(verified, keyHash.value)

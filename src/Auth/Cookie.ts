@@ -11,7 +11,8 @@ export const firstValue = (header: string | undefined) => header?.split(",")[0]?
 // name is assumed to be reached through TLS (a proxy in front, usually).
 const localNames: ReadonlySet<string> = new Set(["localhost", "127.0.0.1", "[::1]"])
 
-const withoutPort = (host: string) => host.startsWith("[") ? host.slice(0, host.indexOf("]") + 1) : host.split(":")[0]!
+const withoutPort = (host: string) =>
+  host.startsWith("[") ? host.slice(0, host.indexOf("]") + 1) : host.split(":")[0]!
 
 /**
  * Whether the request was sent over plain HTTP to localhost: the Host (or
@@ -21,7 +22,7 @@ const withoutPort = (host: string) => host.startsWith("[") ? host.slice(0, host.
  * so a client only ever changes the cookie it gets itself.
  */
 export const isPlainLocalhost = (request: HttpServerRequest.HttpServerRequest): boolean => {
-  const host = firstValue(request.headers["x-forwarded-host"]) ?? firstValue(request.headers["host"])
+  const host = firstValue(request.headers["x-forwarded-host"]) ?? firstValue(request.headers.host)
   if (host === undefined) return false
   const scheme = firstValue(request.headers["x-forwarded-proto"]) ?? "http"
   return scheme === "http" && localNames.has(withoutPort(host))
@@ -35,9 +36,9 @@ export const isPlainLocalhost = (request: HttpServerRequest.HttpServerRequest): 
  * always the latter (a deliberately plain-HTTP deployment).
  */
 export const sessionCookieFor = (request: HttpServerRequest.HttpServerRequest, cookieSecure: boolean | undefined) =>
-  cookieSecure ?? !isPlainLocalhost(request)
-    ? { name: sessionCookieName, secure: true } as const
-    : { name: plainSessionCookieName, secure: false } as const
+  (cookieSecure ?? !isPlainLocalhost(request))
+    ? ({ name: sessionCookieName, secure: true } as const)
+    : ({ name: plainSessionCookieName, secure: false } as const)
 
 /** The session token the request's cookies carry: `__Host-session` first, then `session`. */
 export const sessionCookieValue = (request: HttpServerRequest.HttpServerRequest): string =>
@@ -48,19 +49,25 @@ export const sessionCookieValue = (request: HttpServerRequest.HttpServerRequest)
  * session cookie it carries, each with the attributes a browser needs to
  * accept the deletion (`__Host-` only with Secure and Path=/).
  */
-export const expireSessionCookies = (request: HttpServerRequest.HttpServerRequest, cookieSecure: boolean | undefined) => {
+export const expireSessionCookies = (
+  request: HttpServerRequest.HttpServerRequest,
+  cookieSecure: boolean | undefined
+) => {
   const names = new Set<string>([sessionCookieFor(request, cookieSecure).name])
-  for (const name of [sessionCookieName, plainSessionCookieName]) if (request.cookies[name] !== undefined) names.add(name)
+  for (const name of [sessionCookieName, plainSessionCookieName])
+    if (request.cookies[name] !== undefined) names.add(name)
   return HttpEffect.appendPreResponseHandler((_request, response) =>
-    Effect.succeed([...names].reduce(
-      (current, name) =>
-        HttpServerResponse.expireCookieUnsafe(current, name, {
-          path: "/",
-          httpOnly: true,
-          sameSite: "lax",
-          ...(name === sessionCookieName ? { secure: true } : {})
-        }),
-      response
-    ))
+    Effect.succeed(
+      [...names].reduce(
+        (current, name) =>
+          HttpServerResponse.expireCookieUnsafe(current, name, {
+            path: "/",
+            httpOnly: true,
+            sameSite: "lax",
+            ...(name === sessionCookieName ? { secure: true } : {})
+          }),
+        response
+      )
+    )
   )
 }

@@ -28,12 +28,13 @@ const parseEvent = (payload: string): CredentialEvent =>
   payload.startsWith("issued:")
     ? { _tag: "Issued", hash: payload.slice(7) }
     : payload.startsWith("session:")
-    ? { _tag: "SessionRevoked", hash: payload.slice(8) }
-    : { _tag: "KeyRevoked", hash: payload }
+      ? { _tag: "SessionRevoked", hash: payload.slice(8) }
+      : { _tag: "KeyRevoked", hash: payload }
 
 const rejections = (credential: CredentialKind, by: "lookup" | "rejected_cache" | "address_limit") =>
   Metric.counter("auth_credential_rejections_total", {
-    description: "API keys and session tokens refused, by credential and by what refused them: a database lookup, " +
+    description:
+      "API keys and session tokens refused, by credential and by what refused them: a database lookup, " +
       "the cache of rejected credentials, or the client address's limit of failures",
     incremental: true,
     attributes: { credential, by }
@@ -75,7 +76,7 @@ const maxTrackedAddresses = 100_000
  * while the channel is not heard.
  */
 export class CredentialGuard extends Context.Service<CredentialGuard>()("agent-host/CredentialGuard", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const config = yield* AppConfig
     const rejectedTtl = Duration.toMillis(config.rejectedCredentialsCacheTtl)
     const capacity = Math.max(1, config.credentialFailuresPerAddress)
@@ -94,7 +95,7 @@ export class CredentialGuard extends Context.Service<CredentialGuard>()("agent-h
     }
 
     const publish = (event: CredentialEvent) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         if (event._tag === "Issued") issued(event.hash)
         if (event._tag === "Listening") {
           generation++
@@ -104,16 +105,18 @@ export class CredentialGuard extends Context.Service<CredentialGuard>()("agent-h
       })
 
     const pg = yield* ListenerSql
-    yield* Effect.gen(function*() {
+    yield* Effect.gen(function* () {
       const events = yield* pg.listen(credentialChannel)
       yield* publish({ _tag: "Listening" })
       listening = true
       while (true) yield* publish(parseEvent((yield* Queue.take(events)).payload))
     }).pipe(
       Effect.scoped,
-      Effect.ensuring(Effect.sync(() => {
-        listening = false
-      })),
+      Effect.ensuring(
+        Effect.sync(() => {
+          listening = false
+        })
+      ),
       Effect.tapCause((cause) => Effect.logWarning("Credential change listener lost; reconnecting", cause)),
       Effect.retry(Schedule.spaced("1 second")),
       Effect.forkScoped
@@ -161,7 +164,7 @@ export class CredentialGuard extends Context.Service<CredentialGuard>()("agent-h
       readonly known: Effect.Effect<Option.Option<P>>
       readonly lookup: Effect.Effect<Option.Option<P>>
     }): Effect.Effect<Option.Option<P>, TooManyAttempts> =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const counters = rejectionCounters[options.credential]
         if (listening) {
           const known = yield* options.known

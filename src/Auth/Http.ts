@@ -29,37 +29,41 @@ const withRetryAfter = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 export const AuthHttp = HttpApiBuilder.group(
   Api,
   "auth",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const accounts = yield* Accounts
     const config = yield* AppConfig
     return handlers.handleAll({
       register: ({ payload, request }) =>
         withRetryAfter(accounts.register(payload, clientAddress(request, config.trustedProxyHops))),
-      login: Traced.fn(function*({ payload, request }) {
+      login: Traced.fn(function* ({ payload, request }) {
         const session = yield* withRetryAfter(accounts.login(payload, clientAddress(request, config.trustedProxyHops)))
         const cookie = sessionCookieFor(request, config.cookieSecure)
-        yield* HttpApiBuilder.securitySetCookie(HttpApiSecurity.apiKey({ key: cookie.name, in: "cookie" }), session.token, {
-          httpOnly: true,
-          sameSite: "lax",
-          path: "/",
-          secure: cookie.secure,
-          expires: session.expiresAt
-        })
+        yield* HttpApiBuilder.securitySetCookie(
+          HttpApiSecurity.apiKey({ key: cookie.name, in: "cookie" }),
+          session.token,
+          {
+            httpOnly: true,
+            sameSite: "lax",
+            path: "/",
+            secure: cookie.secure,
+            expires: session.expiresAt
+          }
+        )
         // A browser keeps the session in the HttpOnly cookie; the token in the
         // body is for API clients, which send neither header.
-        const fromBrowser = request.headers["origin"] !== undefined || request.headers["sec-fetch-site"] !== undefined
+        const fromBrowser = request.headers.origin !== undefined || request.headers["sec-fetch-site"] !== undefined
         if (fromBrowser && payload.returnToken !== true) {
           const { token: _token, ...withoutToken } = session
           return withoutToken
         }
         return session
       }),
-      logout: Traced.fn(function*() {
+      logout: Traced.fn(function* () {
         const session = yield* currentSession
         yield* accounts.logout(session.sessionId)
         yield* expireSessionCookies(yield* HttpServerRequest.HttpServerRequest, config.cookieSecure)
       }),
-      me: Traced.fn(function*() {
+      me: Traced.fn(function* () {
         const session = yield* currentSession
         return yield* accounts.account(session.userId)
       })
@@ -70,18 +74,18 @@ export const AuthHttp = HttpApiBuilder.group(
 export const KeysHttp = HttpApiBuilder.group(
   Api,
   "keys",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const keys = yield* ApiKeys
     return handlers.handleAll({
-      create: Traced.fn(function*({ payload }) {
+      create: Traced.fn(function* ({ payload }) {
         const principal = yield* CurrentPrincipal
         return yield* keys.create(principal.tenantId, payload)
       }),
-      list: Traced.fn(function*() {
+      list: Traced.fn(function* () {
         const principal = yield* CurrentPrincipal
         return yield* keys.list(principal.tenantId)
       }),
-      revoke: Traced.fn(function*({ params }) {
+      revoke: Traced.fn(function* ({ params }) {
         const principal = yield* CurrentPrincipal
         yield* keys.revoke(principal.tenantId, params.id)
       })
@@ -89,7 +93,4 @@ export const KeysHttp = HttpApiBuilder.group(
   })
 )
 
-export const layer = Layer.mergeAll(AuthHttp, KeysHttp).pipe(
-  Layer.provide([Accounts.layer, ApiKeys.layer])
-)
-
+export const layer = Layer.mergeAll(AuthHttp, KeysHttp).pipe(Layer.provide([Accounts.layer, ApiKeys.layer]))

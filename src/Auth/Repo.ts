@@ -63,31 +63,31 @@ const credentialLookups = (credential: "api_key" | "session") =>
 const keyLookups = credentialLookups("api_key")
 const sessionLookups = credentialLookups("session")
 
-
 /** All SQL of accounts, sessions and API keys. Every tenant-owned read and write takes the tenant. */
 export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
-    const createAccount = Traced.fn("AuthRepo.createAccount")(function*(input: {
-      readonly email: string
-      readonly name: string | null
-      readonly passwordHash: string
-      readonly tenantName: string
-    }) {
-      const tenantId = TenantId.make(newId())
-      const userId = UserId.make(newId())
-      const [tenant] = yield* sql<{ plan: Plan; name: string }>`
+    const createAccount = Traced.fn("AuthRepo.createAccount")(
+      function* (input: {
+        readonly email: string
+        readonly name: string | null
+        readonly passwordHash: string
+        readonly tenantName: string
+      }) {
+        const tenantId = TenantId.make(newId())
+        const userId = UserId.make(newId())
+        const [tenant] = yield* sql<{ plan: Plan; name: string }>`
         INSERT INTO tenants (id, name) VALUES (${tenantId}, ${input.tenantName}) RETURNING name, plan`
-      yield* sql`
+        yield* sql`
         INSERT INTO users (id, tenant_id, email, email_normalized, name, password_hash, role)
         VALUES (${userId}, ${tenantId}, ${input.email}, ${normalizeEmail(input.email)}, ${input.name},
                 ${input.passwordHash}, 'owner')`
-      return {
-        user: { id: userId, email: input.email, name: input.name },
-        tenant: { id: tenantId, name: tenant!.name, plan: tenant!.plan }
-      }
-    },
+        return {
+          user: { id: userId, email: input.email, name: input.name },
+          tenant: { id: tenantId, name: tenant!.name, plan: tenant!.plan }
+        }
+      },
       sql.withTransaction,
       Effect.catch((error) =>
         error.reason._tag === "UniqueViolation" ? Effect.fail(new EmailTaken()) : Effect.die(error)
@@ -196,15 +196,15 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
      * order), so a flush that fails part way can be made again whole.
      */
     const touchApiKeys = (uses: ReadonlyArray<readonly [ApiKeyId, Date]>) =>
-      forEachChunk(uses, (chunk) =>
-        sql`
+      forEachChunk(
+        uses,
+        (chunk) =>
+          sql`
           UPDATE api_keys AS k SET last_used_at = u.used_at
           FROM unnest(${chunk.map(([id]) => id)}::text[], ${chunk.map(([, at]) => at.toISOString())}::timestamptz[])
             AS u (id, used_at)
-          WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.used_at)`).pipe(
-        Effect.asVoid,
-        Traced.withSpan("AuthRepo.touchApiKeys")
-      )
+          WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.used_at)`
+      ).pipe(Effect.asVoid, Traced.withSpan("AuthRepo.touchApiKeys"))
 
     const findApiKeyByHash = SqlSchema.findOneOption({
       Request: Schema.String,
@@ -258,7 +258,7 @@ export const toApiKey = (row: ApiKeyRow): ApiKey => ({
  * few attempts).
  */
 export class ThrottleRepo extends Context.Service<ThrottleRepo>()("agent-host/ThrottleRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* CounterSql
 
     /**
@@ -293,11 +293,7 @@ export class ThrottleRepo extends Context.Service<ThrottleRepo>()("agent-host/Th
         UPDATE auth_throttle AS b SET
           level = GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${perSecond} - 1),
           updated_at = now()
-        WHERE key = ${key}`.pipe(
-        Effect.asVoid,
-        Effect.orDie,
-        Traced.withSpan("ThrottleRepo.release")
-      )
+        WHERE key = ${key}`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("ThrottleRepo.release"))
 
     /** Buckets untouched for `seconds` are empty: forget them. */
     const forgetIdle = (seconds: number) =>

@@ -25,14 +25,14 @@ const scrypt = (password: string, salt: Buffer, n: number, r: number, p: number,
   })
 
 /** `scrypt$N$r$p$salt$hash`, salt and hash in base64url. */
-export const hashPassword = Traced.fn("Secrets.hashPassword")(function*(password: string) {
+export const hashPassword = Traced.fn("Secrets.hashPassword")(function* (password: string) {
   const salt = Crypto.randomBytes(16)
   const key = yield* scrypt(password, salt, scryptN, scryptR, scryptP, keyLength)
   return `scrypt$${scryptN}$${scryptR}$${scryptP}$${salt.toString("base64url")}$${key.toString("base64url")}`
 })
 
 /** Constant-time check of a password against a stored hash; a malformed hash never matches. */
-export const verifyPassword = Traced.fn("Secrets.verifyPassword")(function*(password: string, stored: string) {
+export const verifyPassword = Traced.fn("Secrets.verifyPassword")(function* (password: string, stored: string) {
   const parts = stored.split("$")
   if (parts.length !== 6 || parts[0] !== "scrypt") return false
   const [n, r, p] = [Number(parts[1]), Number(parts[2]), Number(parts[3])]
@@ -70,7 +70,9 @@ export const makeGate = <E>(concurrency: number, queue: number, busy: () => E) =
       Effect.suspend((): Effect.Effect<A, E | E2, R> => {
         if (admitted >= Math.max(1, concurrency) + Math.max(0, queue)) return Effect.fail(busy())
         admitted++
-        return semaphore.withPermits(1)(effect).pipe(Effect.ensuring(Effect.sync(() => admitted--)))
+        return semaphore
+          .withPermits(1)(effect)
+          .pipe(Effect.ensuring(Effect.sync(() => admitted--)))
       })
   })
 
@@ -82,7 +84,7 @@ export const makeGate = <E>(concurrency: number, queue: number, busy: () => E) =
  * beyond that the answer is 503 with Retry-After.
  */
 export class PasswordHasher extends Context.Service<PasswordHasher>()("agent-host/PasswordHasher", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const config = yield* AppConfig
     const gate = yield* makeGate(
       config.passwordHashConcurrency,

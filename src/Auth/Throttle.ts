@@ -19,12 +19,19 @@ const ipv6Prefix = (address: string): string => {
   const [head, tail] = address.split("::") as [string, string | undefined]
   const left = head === "" ? [] : head.split(":")
   const right = tail === undefined || tail === "" ? [] : tail.split(":")
-  const groups = tail === undefined ? left : [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right]
-  return `${groups.slice(0, 4).map((group) => group.toLowerCase().replace(/^0+(?=.)/, "")).join(":")}::/64`
+  const groups =
+    tail === undefined ? left : [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right]
+  return `${groups
+    .slice(0, 4)
+    .map((group) => group.toLowerCase().replace(/^0+(?=.)/, ""))
+    .join(":")}::/64`
 }
 
 const normaliseAddress = (address: string): string => {
-  const plain = address.trim().replace(/^\[(.*)\]$/, "$1").replace(/%.*$/, "")
+  const plain = address
+    .trim()
+    .replace(/^\[(.*)\]$/, "$1")
+    .replace(/%.*$/, "")
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(plain)
   if (mapped !== null) return mapped[1]!
   return plain.includes(":") ? ipv6Prefix(plain) : plain
@@ -39,9 +46,10 @@ const normaliseAddress = (address: string): string => {
 export const clientAddress = (request: HttpServerRequest.HttpServerRequest, trustedProxyHops: number): string => {
   const peer = Option.getOrElse(request.peerAddress, () => "unknown")
   if (trustedProxyHops <= 0) return normaliseAddress(peer)
-  const forwarded = (request.headers["x-forwarded-for"] ?? "").split(",").map((entry) => entry.trim()).filter((entry) =>
-    entry !== ""
-  )
+  const forwarded = (request.headers["x-forwarded-for"] ?? "")
+    .split(",")
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== "")
   if (forwarded.length === 0) return normaliseAddress(peer)
   return normaliseAddress(forwarded[Math.max(0, forwarded.length - trustedProxyHops)]!)
 }
@@ -68,7 +76,7 @@ const accountOf = normalizeEmail
  * one with wrong passwords: a refusal says nothing about the account.
  */
 export class AuthThrottle extends Context.Service<AuthThrottle>()("agent-host/AuthThrottle", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* ThrottleRepo
     const config = yield* AppConfig
     const windowSeconds = Math.max(1, Duration.toSeconds(config.authThrottleWindow))
@@ -83,7 +91,7 @@ export class AuthThrottle extends Context.Service<AuthThrottle>()("agent-host/Au
     const perSecond = (capacity: number) => capacity / windowSeconds
 
     const check = (key: string, capacity: number) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const bucket = yield* repo.attempt(key, capacity, perSecond(capacity))
         if (!bucket.refused) return
         // Time until one more attempt fits.
@@ -111,7 +119,7 @@ export class AuthThrottle extends Context.Service<AuthThrottle>()("agent-host/Au
       checkCredentials: Effect.Effect<Option.Option<A>, E, R>,
       options: { readonly ceiling: boolean }
     ): Effect.Effect<Option.Option<A>, E | TooManyAttempts, R> =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* check(bucketKey("address", address), config.authAttemptsPerAddress)
         const pair = pairKey(address, email)
         yield* check(pair, config.authAttemptsPerAccount)

@@ -82,7 +82,7 @@ export const modelAllowed = (patterns: Option.Option<ReadonlyArray<string>>, mod
   Option.match(patterns, {
     onNone: () => true,
     onSome: (list) =>
-      list.some((pattern) => pattern.endsWith("*") ? model.startsWith(pattern.slice(0, -1)) : pattern === model)
+      list.some((pattern) => (pattern.endsWith("*") ? model.startsWith(pattern.slice(0, -1)) : pattern === model))
   })
 
 /**
@@ -103,7 +103,7 @@ export const modelAllowed = (patterns: Option.Option<ReadonlyArray<string>>, mod
  * no statement; with ENFORCE_DAILY_LIMITS off nothing is reserved or counted.
  */
 export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/TokenBudget", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* BillingRepo
     const quota = yield* Quota
     const config = yield* AppConfig
@@ -116,24 +116,33 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
 
     // A provider refuses a ceiling under 1.
     const maxOutputOf = (plan: Plan) =>
-      Math.max(1, plan === "free" ? config.freeMaxOutputTokens : plan === "pro" ? config.proMaxOutputTokens : config.businessMaxOutputTokens)
+      Math.max(
+        1,
+        plan === "free"
+          ? config.freeMaxOutputTokens
+          : plan === "pro"
+            ? config.proMaxOutputTokens
+            : config.businessMaxOutputTokens
+      )
 
     // Where the tenant stands today. Read by this request's own count a
     // moment ago (key-authenticated routes); for a check before a model call
     // (`gate`), also by the tenant's last count when its plan has no limit
     // (its tokens have no budget to check, and a plan change would have been
     // heard); otherwise (a step, a turn of a team run, a report) read now.
-    const standingOf = Effect.fnUntraced(function*(tenantId: TenantId, gate: boolean) {
+    const standingOf = Effect.fnUntraced(function* (tenantId: TenantId, gate: boolean) {
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
       const counted = yield* CountedToday
-      const known = counted !== undefined && counted.tenantId === tenantId && counted.day === day
-        ? counted
-        : gate
-        ? quota.knownUnlimited(tenantId, day)
-        : undefined
-      const usage = known !== undefined
-        ? { plan: known.plan, tokens: known.tokens }
-        : yield* Effect.andThen(quota.settled(tenantId), repo.usage(tenantId, day))
+      const known =
+        counted !== undefined && counted.tenantId === tenantId && counted.day === day
+          ? counted
+          : gate
+            ? quota.knownUnlimited(tenantId, day)
+            : undefined
+      const usage =
+        known !== undefined
+          ? { plan: known.plan, tokens: known.tokens }
+          : yield* Effect.andThen(quota.settled(tenantId), repo.usage(tenantId, day))
       const budget = budgetOf(usage.plan)
       return {
         plan: usage.plan,
@@ -144,7 +153,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
       } satisfies TokenStanding
     })
 
-    const standing = Traced.fn("TokenBudget.standing")(function*(tenantId: TenantId) {
+    const standing = Traced.fn("TokenBudget.standing")(function* (tenantId: TenantId) {
       return yield* standingOf(tenantId, false)
     })
 
@@ -156,7 +165,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
       })
 
     /** The plan may use `model`; read now, so a plan change applies at once. */
-    const checkModel = Traced.fn("TokenBudget.checkModel")(function*(tenantId: TenantId, model: string) {
+    const checkModel = Traced.fn("TokenBudget.checkModel")(function* (tenantId: TenantId, model: string) {
       const { plan } = yield* standingOf(tenantId, true)
       if (!modelAllowed(modelsOf(plan), model)) return yield* refuseModel(plan, model)
     })
@@ -164,15 +173,16 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
     const unspent = (today: TokenStanding) =>
       config.enforceDailyLimits && today.remaining !== null && today.remaining <= 0
         ? Effect.fail(
-          new TokenBudgetSpent({
-            detail: `The ${today.plan} plan allows ${today.budget} model tokens per day and they are spent; ` +
-              `the budget resets at ${today.resetAt.toISOString()}`,
-            plan: today.plan,
-            budget: today.budget!,
-            used: today.used,
-            resetAt: today.resetAt.toISOString()
-          })
-        )
+            new TokenBudgetSpent({
+              detail:
+                `The ${today.plan} plan allows ${today.budget} model tokens per day and they are spent; ` +
+                `the budget resets at ${today.resetAt.toISOString()}`,
+              plan: today.plan,
+              budget: today.budget!,
+              used: today.used,
+              resetAt: today.resetAt.toISOString()
+            })
+          )
         : Effect.succeed(today)
 
     /**
@@ -180,16 +190,20 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
      * read already where it can: the plan may use `model` and has tokens left
      * today. The call itself then reserves its worst case (`reserve`).
      */
-    const admit = Traced.fn("TokenBudget.admit")(function*(tenantId: TenantId, model: string) {
+    const admit = Traced.fn("TokenBudget.admit")(function* (tenantId: TenantId, model: string) {
       // Nothing to read when nothing is enforced and every plan may use every model.
-      if (!config.enforceDailyLimits && [config.freeModels, config.proModels, config.businessModels].every(Option.isNone)) return
+      if (
+        !config.enforceDailyLimits &&
+        [config.freeModels, config.proModels, config.businessModels].every(Option.isNone)
+      )
+        return
       const today = yield* standingOf(tenantId, true)
       if (!modelAllowed(modelsOf(today.plan), model)) return yield* refuseModel(today.plan, model)
       return yield* unspent(today)
     })
 
     /** Before work that will call models (an execution): the plan has tokens left today. */
-    const admitWork = Traced.fn("TokenBudget.admitWork")(function*(tenantId: TenantId) {
+    const admitWork = Traced.fn("TokenBudget.admitWork")(function* (tenantId: TenantId) {
       // Nothing to read when nothing is enforced.
       if (!config.enforceDailyLimits) return
       yield* unspent(yield* standingOf(tenantId, true))
@@ -197,11 +211,12 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
 
     const spent = (plan: Plan, budget: number, used: number, resetAt: Date) =>
       new TokenBudgetSpent({
-        detail: used >= budget
-          ? `The ${plan} plan allows ${budget} model tokens per day and they are spent; ` +
-            `the budget resets at ${resetAt.toISOString()}`
-          : `The ${plan} plan allows ${budget} model tokens per day and what is left is reserved by model calls ` +
-            `in flight; try again once they end, or after the budget resets at ${resetAt.toISOString()}`,
+        detail:
+          used >= budget
+            ? `The ${plan} plan allows ${budget} model tokens per day and they are spent; ` +
+              `the budget resets at ${resetAt.toISOString()}`
+            : `The ${plan} plan allows ${budget} model tokens per day and what is left is reserved by model calls ` +
+              `in flight; try again once they end, or after the budget resets at ${resetAt.toISOString()}`,
         plan,
         budget,
         used: Math.round(used),
@@ -216,7 +231,7 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
      * says which max_tokens to send. Settle it after the call, whatever its
      * outcome: make the call through `reserving`.
      */
-    const reserve = Traced.fn("TokenBudget.reserve")(function*(tenantId: TenantId, call: CallEstimate) {
+    const reserve = Traced.fn("TokenBudget.reserve")(function* (tenantId: TenantId, call: CallEstimate) {
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
       const promptTokens = Math.max(0, Math.ceil(call.promptTokens))
       const unreserved = (plan: Plan, counted: boolean): Reservation => ({
@@ -233,12 +248,14 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
         return unreserved("business", false)
       }
       const counted = yield* CountedToday
-      const known = call.plan ??
+      const known =
+        call.plan ??
         (counted !== undefined && counted.tenantId === tenantId && counted.day === day
           ? counted.plan
           : quota.knownUnlimited(tenantId, day)?.plan)
       if (known === "business") {
-        if (call.model !== undefined && !modelAllowed(modelsOf(known), call.model)) return yield* refuseModel(known, call.model)
+        if (call.model !== undefined && !modelAllowed(modelsOf(known), call.model))
+          return yield* refuseModel(known, call.model)
         return unreserved(known, true)
       }
       const found = yield* repo.reserve({
@@ -278,11 +295,13 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
      * an interruption stops the wait, not the write.
      */
     const settle = (reservation: Reservation, tokens: number) =>
-      Effect.uninterruptible(Effect.suspend(() => {
-        if (idle(reservation, tokens)) return Effect.void
-        handedOff.add(reservation)
-        return quota.chargeAndWait(reservation.tenantId, reservation.day, Math.max(0, tokens), reservation.reserved)
-      })).pipe(Traced.withSpan("TokenBudget.settle"))
+      Effect.uninterruptible(
+        Effect.suspend(() => {
+          if (idle(reservation, tokens)) return Effect.void
+          handedOff.add(reservation)
+          return quota.chargeAndWait(reservation.tenantId, reservation.day, Math.max(0, tokens), reservation.reserved)
+        })
+      ).pipe(Traced.withSpan("TokenBudget.settle"))
 
     /**
      * The same, without waiting for the write: it goes with the tenant's next
@@ -290,11 +309,13 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
      * between loses it, and the reservation stays counted until its day ends.
      */
     const settleInBackground = (reservation: Reservation, tokens: number) =>
-      Effect.uninterruptible(Effect.suspend(() => {
-        if (idle(reservation, tokens)) return Effect.void
-        handedOff.add(reservation)
-        return quota.charge(reservation.tenantId, reservation.day, Math.max(0, tokens), reservation.reserved)
-      }))
+      Effect.uninterruptible(
+        Effect.suspend(() => {
+          if (idle(reservation, tokens)) return Effect.void
+          handedOff.add(reservation)
+          return quota.charge(reservation.tenantId, reservation.day, Math.max(0, tokens), reservation.reserved)
+        })
+      )
 
     /** Whether the reservation's settlement has been handed over (`settle`, `settleInBackground`). */
     const settling = (reservation: Reservation) => handedOff.has(reservation)
@@ -328,17 +349,19 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
       Effect.uninterruptibleMask((restore) =>
         Effect.flatMap(reservation, (held) => {
           let reply: A | undefined
-          return restore(Effect.flatMap(call(held), (answered) => {
-            reply = answered
-            return after(answered, held)
-          })).pipe(
+          return restore(
+            Effect.flatMap(call(held), (answered) => {
+              reply = answered
+              return after(answered, held)
+            })
+          ).pipe(
             Effect.onExit((exit) =>
               Exit.isSuccess(exit) || handedOff.has(held)
                 ? Effect.void
                 : settleInBackground(
-                  held,
-                  reply !== undefined ? reply.inputTokens + reply.outputTokens : costOfFailure(held, exit.cause)
-                )
+                    held,
+                    reply !== undefined ? reply.inputTokens + reply.outputTokens : costOfFailure(held, exit.cause)
+                  )
             )
           )
         })
@@ -365,4 +388,5 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
 /** On a refusal for the token budget, the RateLimit headers describe the budget, with Retry-After. */
 export const withBudgetHeaders = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.tapError(effect, (error) =>
-    error instanceof TokenBudgetSpent ? setLimitHeaders(error.budget, 0, new Date(error.resetAt), true) : Effect.void)
+    error instanceof TokenBudgetSpent ? setLimitHeaders(error.budget, 0, new Date(error.resetAt), true) : Effect.void
+  )

@@ -13,23 +13,26 @@ import * as Traced from "../Observability/Traced.ts"
 export const BillingHttp = HttpApiBuilder.group(
   Api,
   "billing",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const quota = yield* Quota
     const budget = yield* TokenBudget
     const repo = yield* BillingRepo
     return handlers.handleAll({
-      usage: Traced.fn(function*({ query }) {
+      usage: Traced.fn(function* ({ query }) {
         const { tenantId } = yield* CurrentPrincipal
         const now = yield* Clock.currentTimeMillis
         const days = query.days ?? 30
-        const [today, tokens, history] = yield* Effect.all([
-          quota.today(tenantId),
-          budget.standing(tenantId),
-          repo.history(tenantId, utcDay(now - (days - 1) * 86_400_000).day, utcDay(now).day)
-        ], { concurrency: "unbounded" })
+        const [today, tokens, history] = yield* Effect.all(
+          [
+            quota.today(tenantId),
+            budget.standing(tenantId),
+            repo.history(tenantId, utcDay(now - (days - 1) * 86_400_000).day, utcDay(now).day)
+          ],
+          { concurrency: "unbounded" }
+        )
         return { plan: today.plan, limit: today.limit, tokenBudget: tokens.budget, days: history }
       }),
-      status: Traced.fn(function*() {
+      status: Traced.fn(function* () {
         const { tenantId } = yield* CurrentPrincipal
         const today = yield* quota.today(tenantId)
         const tokens = yield* budget.standing(tenantId)

@@ -33,7 +33,8 @@ const described: Record<QuotaName, string> = {
 const refusalFields = (plan: Plan, quota: QuotaName, limit: number, used: number, requested: number) => {
   const setting = settingFor(plan, quota)
   return {
-    detail: `The ${plan} plan allows ${limit} ${described[quota]} (${setting}); the tenant has ${used}` +
+    detail:
+      `The ${plan} plan allows ${limit} ${described[quota]} (${setting}); the tenant has ${used}` +
       (requested === 1 ? "" : ` and this request would add ${requested}`) +
       ". Delete some, or move to a larger plan.",
     quota,
@@ -50,8 +51,13 @@ const refusalFields = (plan: Plan, quota: QuotaName, limit: number, used: number
  * naming the quota, its setting, the limit, what the tenant has and what
  * the request would add.
  */
-export const quotaReached = (plan: Plan, quota: Exclude<QuotaName, "storedBytes">, limit: number, used: number, requested: number) =>
-  new QuotaReached(refusalFields(plan, quota, limit, used, requested))
+export const quotaReached = (
+  plan: Plan,
+  quota: Exclude<QuotaName, "storedBytes">,
+  limit: number,
+  used: number,
+  requested: number
+) => new QuotaReached(refusalFields(plan, quota, limit, used, requested))
 
 /** The same for stored bytes: a 413. */
 export const storageExceeded = (plan: Plan, limit: number, used: number, requested: number) =>
@@ -59,7 +65,9 @@ export const storageExceeded = (plan: Plan, limit: number, used: number, request
 
 // A failure of the transaction itself (BEGIN, COMMIT) is a defect, as the
 // repositories' own SQL failures are.
-const sqlErrorsAsDefects = <A, E, R>(effect: Effect.Effect<A, E | SqlError, R>): Effect.Effect<A, Exclude<E, SqlError>, R> =>
+const sqlErrorsAsDefects = <A, E, R>(
+  effect: Effect.Effect<A, E | SqlError, R>
+): Effect.Effect<A, Exclude<E, SqlError>, R> =>
   Effect.catchIf(effect, isSqlError, Effect.die) as Effect.Effect<A, Exclude<E, SqlError>, R>
 
 /**
@@ -69,7 +77,7 @@ const sqlErrorsAsDefects = <A, E, R>(effect: Effect.Effect<A, E | SqlError, R>):
  * counted one after the other, so none passes the limit with another.
  */
 export class Limits extends Context.Service<Limits>()("agent-host/Limits", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const config = yield* AppConfig
     const repo = yield* LimitsRepo
     const sql = yield* SqlClient.SqlClient
@@ -79,7 +87,7 @@ export class Limits extends Context.Service<Limits>()("agent-host/Limits", {
      * under the tenant's lock that the plan has room for it.
      */
     const admit = <A, E, R>(tenantId: TenantId, quota: CountedQuota, create: Effect.Effect<A, E, R>) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const plan = yield* repo.lockTenant(tenantId)
         const limit = limitFor(config.planQuotas, plan, quota)
         if (limit !== null) {
@@ -101,7 +109,7 @@ export class Limits extends Context.Service<Limits>()("agent-host/Limits", {
       adding: { readonly documents: number; readonly bytes: number },
       create: Effect.Effect<A, E, R>
     ) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const plan = yield* repo.lockTenant(tenantId)
         const quotas = config.planQuotas[plan]
         if (quotas.documents !== null || quotas.storedBytes !== null || quotas.chunks !== null) {

@@ -52,7 +52,8 @@ let lastDay = { start: Number.NaN, day: "", resetAt: new Date(0) }
 /** The UTC day of `now` (YYYY-MM-DD) and the moment it ends. */
 export const utcDay = (now: number): { readonly day: string; readonly resetAt: Date } => {
   const start = now - (now % dayMs)
-  if (start !== lastDay.start) lastDay = { start, day: new Date(start).toISOString().slice(0, 10), resetAt: new Date(start + dayMs) }
+  if (start !== lastDay.start)
+    lastDay = { start, day: new Date(start).toISOString().slice(0, 10), resetAt: new Date(start + dayMs) }
   return lastDay
 }
 
@@ -114,7 +115,7 @@ const chargedGatherWindow = Duration.millis(5)
  * node's writes in flight; at shutdown they land before the node stops.
  */
 export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* BillingRepo
     const config = yield* AppConfig
     const listener = yield* ListenerSql
@@ -142,7 +143,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
     let planChanges = 0
 
     const write = (tenantId: TenantId, batch: Batch) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
         const tokensDay = batch.tokensDay === "" ? day : batch.tokensDay
         if (batch.waiters.length === 0 && batch.answered === 0) {
@@ -209,9 +210,11 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
           }
         }
       }).pipe(
-        Effect.andThen(Effect.sync(() => {
-          for (const charged of batch.charged) Deferred.doneUnsafe(charged, Exit.void)
-        })),
+        Effect.andThen(
+          Effect.sync(() => {
+            for (const charged of batch.charged) Deferred.doneUnsafe(charged, Exit.void)
+          })
+        ),
         // A failed write fails its waiting requests and charges, never the
         // others; what nobody waits for is logged as lost.
         Effect.catchCause((cause) =>
@@ -223,8 +226,13 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
             // Reservations not given back stay counted until their day ends: the safe side.
             batch.answered > 0 || batch.tokens > batch.chargedTokens
               ? Effect.logWarning("Requests or model tokens of a tenant could not be counted", cause).pipe(
-                Effect.annotateLogs({ tenantId, requests: batch.answered, tokens: batch.tokens, released: batch.released })
-              )
+                  Effect.annotateLogs({
+                    tenantId,
+                    requests: batch.answered,
+                    tokens: batch.tokens,
+                    released: batch.released
+                  })
+                )
               : Effect.void
           )
         ),
@@ -233,14 +241,15 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
 
     // Writes the tenant's batches one after the other until none is gathering.
     const drain = (tenantId: TenantId): Effect.Effect<void> =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         while (true) {
           const batch = pending.get(tenantId)
           if (batch === undefined) {
             writing.delete(tenantId)
             return
           }
-          if (batch.waiters.length === 0) yield* Effect.raceFirst(Effect.sleep(gatherWindow), Deferred.await(batch.needed))
+          if (batch.waiters.length === 0)
+            yield* Effect.raceFirst(Effect.sleep(gatherWindow), Deferred.await(batch.needed))
           pending.delete(tenantId)
           writing.set(tenantId, batch)
           yield* write(tenantId, batch)
@@ -270,14 +279,21 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
         return Effect.as(Effect.forkIn(drain(tenantId), writeScope), batch)
       })
 
-    const consume = Traced.fn("Quota.consume")(function*(tenantId: TenantId) {
+    const consume = Traced.fn("Quota.consume")(function* (tenantId: TenantId) {
       const known = listening ? unlimited.get(tenantId) : undefined
       if (known !== undefined) {
         const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
         if (known.day === day) {
           const batch = yield* gathering(tenantId)
           batch.answered++
-          return { plan: known.plan, limit: null, used: null, remaining: null, resetAt, counted: known } satisfies Counted
+          return {
+            plan: known.plan,
+            limit: null,
+            used: null,
+            remaining: null,
+            resetAt,
+            counted: known
+          } satisfies Counted
         }
       }
       const deferred = Deferred.makeUnsafe<Counted, TooManyRequests>()
@@ -303,16 +319,20 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       Effect.flatMap(gatheringFor(tenantId, day), (batch) => {
         if (batch === undefined) {
           // Rare (around midnight): a statement of its own, its failure logged like a batch's.
-          return Effect.asVoid(Effect.forkIn(
-            repo.chargeTokens(tenantId, day, tokens, released).pipe(
-              Effect.catchCause((cause) =>
-                Effect.logWarning("Model tokens of a tenant could not be counted", cause).pipe(
-                  Effect.annotateLogs({ tenantId, tokens, released })
-                )
-              )
-            ),
-            writeScope
-          ))
+          return Effect.asVoid(
+            Effect.forkIn(
+              repo
+                .chargeTokens(tenantId, day, tokens, released)
+                .pipe(
+                  Effect.catchCause((cause) =>
+                    Effect.logWarning("Model tokens of a tenant could not be counted", cause).pipe(
+                      Effect.annotateLogs({ tenantId, tokens, released })
+                    )
+                  )
+                ),
+              writeScope
+            )
+          )
         }
         batch.tokens += tokens
         batch.released += released
@@ -338,9 +358,9 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
         // Once gathered it is written: an interruption ends only the wait.
         return first
           ? Effect.andThen(
-            Effect.forkIn(Effect.delay(Deferred.done(batch.needed, Exit.void), chargedGatherWindow), writeScope),
-            Effect.interruptible(Deferred.await(charged))
-          )
+              Effect.forkIn(Effect.delay(Deferred.done(batch.needed, Exit.void), chargedGatherWindow), writeScope),
+              Effect.interruptible(Deferred.await(charged))
+            )
           : Effect.interruptible(Deferred.await(charged))
       })
 
@@ -363,7 +383,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       })
 
     // Plan changes, from any node; while not listening, every count is awaited.
-    yield* Effect.gen(function*() {
+    yield* Effect.gen(function* () {
       const changed = yield* listener.listen(tenantPlanChangedChannel)
       planChanges++
       unlimited.clear()
@@ -375,10 +395,12 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       }
     }).pipe(
       Effect.scoped,
-      Effect.ensuring(Effect.sync(() => {
-        listening = false
-        unlimited.clear()
-      })),
+      Effect.ensuring(
+        Effect.sync(() => {
+          listening = false
+          unlimited.clear()
+        })
+      ),
       Effect.tapCause((cause) => Effect.logWarning("Plan change listener lost; reconnecting", cause)),
       Effect.retry(Schedule.spaced("1 second")),
       Effect.forkScoped
@@ -392,7 +414,7 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
     )
 
     /** Today's standing without counting anything. */
-    const today = Traced.fn("Quota.today")(function*(tenantId: TenantId) {
+    const today = Traced.fn("Quota.today")(function* (tenantId: TenantId) {
       // This node's writes in flight for the tenant are part of its day.
       yield* settled(tenantId)
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
@@ -412,4 +434,3 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide(BillingRepo.layer))
 }
-

@@ -37,7 +37,7 @@ const Reserved = Schema.Struct({
 
 /** The SQL of request and token counting: writes on the counting pool, reads on the main one. */
 export class BillingRepo extends Context.Service<BillingRepo>()("agent-host/BillingRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* CounterSql
     // Reading a day's standing commits nothing: it leaves the counting pool's
     // few connections to the counts themselves.
@@ -202,13 +202,12 @@ const TenantLink = Schema.Struct({
   subscriptionStatus: Schema.NullOr(Schema.String),
   subscriptionEventAt: Schema.NullOr(Schema.Date)
 })
-type TenantLink = typeof TenantLink.Type
 
 const decodeTenantLinks = Schema.decodeUnknownEffect(Schema.Array(TenantLink))
 
 /** Stripe events received, and the Stripe side of tenants. Callers run these inside one transaction. */
 export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("agent-host/StripeWebhookRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
     /**
@@ -238,12 +237,13 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
         ? sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_status, subscription_event_at
               FROM tenants WHERE id = ${where.id} FOR UPDATE`
         : sql`SELECT id, stripe_customer_id, stripe_subscription_id, subscription_status, subscription_event_at
-              FROM tenants WHERE stripe_customer_id = ${where.customer} FOR UPDATE`).pipe(
-          Effect.flatMap(decodeTenantLinks),
-          Effect.map((rows) => Option.fromNullishOr(rows[0])),
-          Effect.orDie,
-          Traced.withSpan("StripeWebhookRepo.lockTenant")
-        )
+              FROM tenants WHERE stripe_customer_id = ${where.customer} FOR UPDATE`
+      ).pipe(
+        Effect.flatMap(decodeTenantLinks),
+        Effect.map((rows) => Option.fromNullishOr(rows[0])),
+        Effect.orDie,
+        Traced.withSpan("StripeWebhookRepo.lockTenant")
+      )
 
     const linkCustomer = (tenantId: TenantId, customer: string, subscription: string | null) =>
       sql`UPDATE tenants
@@ -252,13 +252,16 @@ export class StripeWebhookRepo extends Context.Service<StripeWebhookRepo>()("age
               updated_at = now()
           WHERE id = ${tenantId}`.pipe(Effect.asVoid, Effect.orDie, Traced.withSpan("StripeWebhookRepo.linkCustomer"))
 
-    const applySubscription = (tenantId: TenantId, change: {
-      readonly plan: Plan
-      readonly customer: string
-      readonly subscription: string
-      readonly status: string
-      readonly eventCreated: number
-    }) =>
+    const applySubscription = (
+      tenantId: TenantId,
+      change: {
+        readonly plan: Plan
+        readonly customer: string
+        readonly subscription: string
+        readonly status: string
+        readonly eventCreated: number
+      }
+    ) =>
       sql`UPDATE tenants
           SET plan = ${change.plan},
               stripe_customer_id = ${change.customer},
@@ -321,19 +324,24 @@ export interface KnowledgeUsage {
 
 /** The SQL of per-plan quotas: the tenant's lock, and what it has. Callers run these inside one transaction. */
 export class LimitsRepo extends Context.Service<LimitsRepo>()("agent-host/LimitsRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
     // Keys that are revoked or expired authenticate nothing, and take no place.
-    const counts: Record<CountedQuota, (tenantId: TenantId) => Effect.Effect<ReadonlyArray<{ used: number }>, unknown>> = {
-      knowledgeBases: (tenantId) => sql`SELECT count(*)::int AS used FROM knowledge_bases WHERE tenant_id = ${tenantId}`,
+    const counts: Record<
+      CountedQuota,
+      (tenantId: TenantId) => Effect.Effect<ReadonlyArray<{ used: number }>, unknown>
+    > = {
+      knowledgeBases: (tenantId) =>
+        sql`SELECT count(*)::int AS used FROM knowledge_bases WHERE tenant_id = ${tenantId}`,
       agents: (tenantId) => sql`SELECT count(*)::int AS used FROM agents WHERE tenant_id = ${tenantId}`,
       orchestrations: (tenantId) => sql`SELECT count(*)::int AS used FROM orchestrations WHERE tenant_id = ${tenantId}`,
       teams: (tenantId) => sql`SELECT count(*)::int AS used FROM teams WHERE tenant_id = ${tenantId}`,
       apiKeys: (tenantId) =>
         sql`SELECT count(*)::int AS used FROM api_keys
             WHERE tenant_id = ${tenantId} AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`,
-      webhookEndpoints: (tenantId) => sql`SELECT count(*)::int AS used FROM webhook_endpoints WHERE tenant_id = ${tenantId}`
+      webhookEndpoints: (tenantId) =>
+        sql`SELECT count(*)::int AS used FROM webhook_endpoints WHERE tenant_id = ${tenantId}`
     }
 
     const count = (tenantId: TenantId, quota: CountedQuota) =>

@@ -9,7 +9,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as Crypto from "node:crypto"
 import type { Plan } from "../Auth/Api.ts"
 import { AppConfig } from "../Config.ts"
-import { TenantId } from "../Domain/Ids.ts"
+import type { TenantId } from "../Domain/Ids.ts"
 import { ServiceUnavailable } from "../Domain/Problems.ts"
 import { StripeWebhookRepo } from "./Repo.ts"
 import { InvalidWebhook, type WebhookOutcome } from "./StripeApi.ts"
@@ -76,8 +76,8 @@ export const verifySignature = (options: {
       .update(options.body)
       .digest("hex")
   )
-  const matches = signatures.some((signature) =>
-    hexSignature.test(signature) && Crypto.timingSafeEqual(expected, Buffer.from(signature))
+  const matches = signatures.some(
+    (signature) => hexSignature.test(signature) && Crypto.timingSafeEqual(expected, Buffer.from(signature))
   )
   if (!matches) return Option.some("No signatures found matching the expected signature for payload")
   if (Math.abs(options.nowSeconds - timestamp) > signatureToleranceSeconds) {
@@ -98,21 +98,25 @@ export const Envelope = Schema.Struct({
 
 const eventOf = <S extends Schema.Top>(object: S) => Schema.Struct({ data: Schema.Struct({ object }) })
 
-const CheckoutSessionCompleted = eventOf(Schema.Struct({
-  client_reference_id: Schema.optionalKey(Schema.NullOr(Schema.String)),
-  customer: Schema.optionalKey(Schema.NullOr(Schema.String)),
-  subscription: Schema.optionalKey(Schema.NullOr(Schema.String))
-}))
-
-const SubscriptionEvent = eventOf(Schema.Struct({
-  id: Schema.String,
-  customer: Schema.String,
-  status: Schema.String,
-  metadata: Schema.optionalKey(Schema.NullOr(Schema.Record(Schema.String, Schema.String))),
-  items: Schema.Struct({
-    data: Schema.Array(Schema.Struct({ price: Schema.Struct({ id: Schema.String }) })).check(Schema.isMinLength(1))
+const CheckoutSessionCompleted = eventOf(
+  Schema.Struct({
+    client_reference_id: Schema.optionalKey(Schema.NullOr(Schema.String)),
+    customer: Schema.optionalKey(Schema.NullOr(Schema.String)),
+    subscription: Schema.optionalKey(Schema.NullOr(Schema.String))
   })
-}))
+)
+
+const SubscriptionEvent = eventOf(
+  Schema.Struct({
+    id: Schema.String,
+    customer: Schema.String,
+    status: Schema.String,
+    metadata: Schema.optionalKey(Schema.NullOr(Schema.Record(Schema.String, Schema.String))),
+    items: Schema.Struct({
+      data: Schema.Array(Schema.Struct({ price: Schema.Struct({ id: Schema.String }) })).check(Schema.isMinLength(1))
+    })
+  })
+)
 
 // Statuses in which the customer has what they pay for. past_due, unpaid,
 // canceled, incomplete, incomplete_expired and paused mean no paid plan:
@@ -156,7 +160,11 @@ export interface Applied {
 }
 
 const processed = (tenantId: TenantId): Applied => ({ outcome: "processed", tenantId, reason: null })
-const ignored = (reason: string, tenantId: TenantId | null = null): Applied => ({ outcome: "ignored", tenantId, reason })
+const ignored = (reason: string, tenantId: TenantId | null = null): Applied => ({
+  outcome: "ignored",
+  tenantId,
+  reason
+})
 const failed = (reason: string): Applied => ({ outcome: "failed", tenantId: null, reason })
 
 // ---------------------------------------------------------------------------
@@ -172,7 +180,7 @@ const decodeJson = (body: Uint8Array): Option.Option<unknown> => {
 }
 
 // Stored in stripe_events.error; schema messages can grow with the input.
-const shortReason = (reason: string) => reason.length > 1000 ? `${reason.slice(0, 997)}...` : reason
+const shortReason = (reason: string) => (reason.length > 1000 ? `${reason.slice(0, 997)}...` : reason)
 
 /**
  * Stripe's deliveries: verified, applied at most once per event id, and each
@@ -180,7 +188,7 @@ const shortReason = (reason: string) => reason.length > 1000 ? `${reason.slice(0
  * a row update, so the quota sees it on the tenant's next request.
  */
 export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/StripeWebhook", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const repo = yield* StripeWebhookRepo
     const config = yield* AppConfig
@@ -189,10 +197,10 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
       Option.contains(config.stripePricePro, priceId)
         ? Option.some("pro")
         : Option.contains(config.stripePriceBusiness, priceId)
-        ? Option.some("business")
-        : Option.none()
+          ? Option.some("business")
+          : Option.none()
 
-    const checkoutCompleted = Traced.fn("StripeWebhook.checkoutCompleted")(function*(event: unknown) {
+    const checkoutCompleted = Traced.fn("StripeWebhook.checkoutCompleted")(function* (event: unknown) {
       const decoded = yield* Effect.result(Schema.decodeUnknownEffect(CheckoutSessionCompleted)(event))
       if (decoded._tag === "Failure") return failed(decoded.failure.message)
       const session = decoded.success.data.object
@@ -219,93 +227,96 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
       return processed(tenant.value.id)
     })
 
-    const subscriptionChanged = Traced.fn("StripeWebhook.subscriptionChanged")(
-      function*(envelope: typeof Envelope.Type, event: unknown) {
-        const decoded = yield* Effect.result(Schema.decodeUnknownEffect(SubscriptionEvent)(event))
-        if (decoded._tag === "Failure") return failed(decoded.failure.message)
-        const subscription = decoded.success.data.object
+    const subscriptionChanged = Traced.fn("StripeWebhook.subscriptionChanged")(function* (
+      envelope: typeof Envelope.Type,
+      event: unknown
+    ) {
+      const decoded = yield* Effect.result(Schema.decodeUnknownEffect(SubscriptionEvent)(event))
+      if (decoded._tag === "Failure") return failed(decoded.failure.message)
+      const subscription = decoded.success.data.object
 
-        // The customer link comes from checkout. A subscription event can
-        // arrive before that checkout event; the tenant id our checkout puts
-        // in the subscription's metadata finds the tenant then.
-        let tenant = yield* repo.lockTenant({ customer: subscription.customer })
-        const metadataTenant = subscription.metadata?.["tenant_id"]
-        if (Option.isNone(tenant) && metadataTenant !== undefined) {
-          tenant = yield* repo.lockTenant({ id: metadataTenant })
-        }
-        if (Option.isNone(tenant)) {
-          return ignored(`No tenant is linked to customer ${subscription.customer}`)
-        }
-        const current = tenant.value
-
-        // Stripe does not deliver in order: an event older than the last one
-        // applied would roll the plan back.
-        if (current.subscriptionEventAt !== null && current.subscriptionEventAt.getTime() > envelope.created * 1000) {
-          return ignored(
-            `Event created ${new Date(envelope.created * 1000).toISOString()} is older than the last applied ` +
-              `subscription event (${current.subscriptionEventAt.toISOString()})`,
-            current.id
-          )
-        }
-        // `created` has whole seconds, and a new subscription's created
-        // (incomplete) and updated (active) events usually share one: within a
-        // second, the subscription's own lifecycle orders them.
-        const eventRank = lifecycleRank(envelope.type, subscription.status)
-        if (
-          current.subscriptionEventAt !== null && current.subscriptionEventAt.getTime() === envelope.created * 1000 &&
-          current.stripeSubscriptionId === subscription.id && current.subscriptionStatus !== null &&
-          eventRank < lifecycleRank("customer.subscription.updated", current.subscriptionStatus)
-        ) {
-          return ignored(
-            `Event created in the same second as the last applied subscription event; "${subscription.status}" ` +
-              `comes before the applied "${current.subscriptionStatus}" in a subscription's life`,
-            current.id
-          )
-        }
-
-        const priceId = subscription.items.data[0]!.price.id
-        const pricePlan = planOfPrice(priceId)
-        if (Option.isNone(pricePlan)) {
-          return ignored(
-            `Price ${priceId} is not a plan (neither STRIPE_PRICE_PRO nor STRIPE_PRICE_BUSINESS)`,
-            current.id
-          )
-        }
-
-        const entitled = envelope.type !== "customer.subscription.deleted" && entitledStatuses.has(subscription.status)
-        // The end of a subscription the tenant has already replaced must not
-        // take away the plan of the new one.
-        if (!entitled && current.stripeSubscriptionId !== null && current.stripeSubscriptionId !== subscription.id) {
-          return ignored(
-            `Subscription ${subscription.id} is not the tenant's current subscription ${current.stripeSubscriptionId}`,
-            current.id
-          )
-        }
-
-        yield* repo.applySubscription(current.id, {
-          plan: entitled ? pricePlan.value : "free",
-          customer: subscription.customer,
-          subscription: subscription.id,
-          status: subscription.status,
-          eventCreated: envelope.created
-        })
-        return processed(current.id)
+      // The customer link comes from checkout. A subscription event can
+      // arrive before that checkout event; the tenant id our checkout puts
+      // in the subscription's metadata finds the tenant then.
+      let tenant = yield* repo.lockTenant({ customer: subscription.customer })
+      const metadataTenant = subscription.metadata?.tenant_id
+      if (Option.isNone(tenant) && metadataTenant !== undefined) {
+        tenant = yield* repo.lockTenant({ id: metadataTenant })
       }
-    )
+      if (Option.isNone(tenant)) {
+        return ignored(`No tenant is linked to customer ${subscription.customer}`)
+      }
+      const current = tenant.value
+
+      // Stripe does not deliver in order: an event older than the last one
+      // applied would roll the plan back.
+      if (current.subscriptionEventAt !== null && current.subscriptionEventAt.getTime() > envelope.created * 1000) {
+        return ignored(
+          `Event created ${new Date(envelope.created * 1000).toISOString()} is older than the last applied ` +
+            `subscription event (${current.subscriptionEventAt.toISOString()})`,
+          current.id
+        )
+      }
+      // `created` has whole seconds, and a new subscription's created
+      // (incomplete) and updated (active) events usually share one: within a
+      // second, the subscription's own lifecycle orders them.
+      const eventRank = lifecycleRank(envelope.type, subscription.status)
+      if (
+        current.subscriptionEventAt !== null &&
+        current.subscriptionEventAt.getTime() === envelope.created * 1000 &&
+        current.stripeSubscriptionId === subscription.id &&
+        current.subscriptionStatus !== null &&
+        eventRank < lifecycleRank("customer.subscription.updated", current.subscriptionStatus)
+      ) {
+        return ignored(
+          `Event created in the same second as the last applied subscription event; "${subscription.status}" ` +
+            `comes before the applied "${current.subscriptionStatus}" in a subscription's life`,
+          current.id
+        )
+      }
+
+      const priceId = subscription.items.data[0]!.price.id
+      const pricePlan = planOfPrice(priceId)
+      if (Option.isNone(pricePlan)) {
+        return ignored(
+          `Price ${priceId} is not a plan (neither STRIPE_PRICE_PRO nor STRIPE_PRICE_BUSINESS)`,
+          current.id
+        )
+      }
+
+      const entitled = envelope.type !== "customer.subscription.deleted" && entitledStatuses.has(subscription.status)
+      // The end of a subscription the tenant has already replaced must not
+      // take away the plan of the new one.
+      if (!entitled && current.stripeSubscriptionId !== null && current.stripeSubscriptionId !== subscription.id) {
+        return ignored(
+          `Subscription ${subscription.id} is not the tenant's current subscription ${current.stripeSubscriptionId}`,
+          current.id
+        )
+      }
+
+      yield* repo.applySubscription(current.id, {
+        plan: entitled ? pricePlan.value : "free",
+        customer: subscription.customer,
+        subscription: subscription.id,
+        status: subscription.status,
+        eventCreated: envelope.created
+      })
+      return processed(current.id)
+    })
 
     const apply = (envelope: typeof Envelope.Type, event: unknown): Effect.Effect<Applied> =>
       envelope.type === "checkout.session.completed"
         ? checkoutCompleted(event)
         : subscriptionEventTypes.has(envelope.type)
-        ? subscriptionChanged(envelope, event)
-        : Effect.succeed(ignored(`Event type ${envelope.type} is not handled`))
+          ? subscriptionChanged(envelope, event)
+          : Effect.succeed(ignored(`Event type ${envelope.type} is not handled`))
 
     /**
      * One delivery. Fails with a problem, changing nothing, when it is not a
      * signed Stripe event; database failures are defects (a 500, so Stripe
      * delivers again, and the rollback leaves no trace of this attempt).
      */
-    const receive = Traced.fn("StripeWebhook.receive")(function*(request: {
+    const receive = Traced.fn("StripeWebhook.receive")(function* (request: {
       readonly signature: string | undefined
       readonly body: Uint8Array
     }) {
@@ -335,20 +346,22 @@ export class StripeWebhook extends Context.Service<StripeWebhook>()("agent-host/
       }
       const event = envelope.value
 
-      const result = yield* Effect.gen(function*() {
+      const result = yield* Effect.gen(function* () {
         if (!(yield* repo.claimEvent(event))) return { outcome: "duplicate" as const, tenantId: null, reason: null }
         const applied = yield* apply(event, json.value)
         yield* repo.recordOutcome(event.id, { ...applied, reason: applied.reason && shortReason(applied.reason) })
         return applied
       }).pipe(sql.withTransaction, Effect.orDie)
 
-      yield* Effect.logInfo("Stripe event").pipe(Effect.annotateLogs({
-        stripeEventId: event.id,
-        stripeEventType: event.type,
-        outcome: result.outcome,
-        ...(result.tenantId === null ? {} : { tenantId: result.tenantId }),
-        ...(result.reason === null ? {} : { reason: result.reason })
-      }))
+      yield* Effect.logInfo("Stripe event").pipe(
+        Effect.annotateLogs({
+          stripeEventId: event.id,
+          stripeEventType: event.type,
+          outcome: result.outcome,
+          ...(result.tenantId === null ? {} : { tenantId: result.tenantId }),
+          ...(result.reason === null ? {} : { reason: result.reason })
+        })
+      )
       return { received: true as const, outcome: result.outcome }
     })
 

@@ -20,7 +20,8 @@ export class InvalidWebhook extends HttpApiError.Problem<InvalidWebhook>()("Inva
 }) {}
 
 export const WebhookOutcome = Schema.Literals(["processed", "ignored", "failed", "duplicate"]).annotate({
-  description: "`duplicate`: the event id was received before and nothing was done again. " +
+  description:
+    "`duplicate`: the event id was received before and nothing was done again. " +
     "`failed`: the event was signed but unusable; it is recorded, and retrying would not help."
 })
 export type WebhookOutcome = typeof WebhookOutcome.Type
@@ -42,7 +43,9 @@ export const StripeEventBody = Schema.Uint8Array.pipe(HttpApiSchema.asUint8Array
  * signature over the raw bytes of {@link StripeEventBody} before it parses them.
  */
 export const StripeEvent = Schema.Struct({
-  id: Schema.String.annotate({ description: "The event's id (`evt_...`); an id received before is not applied again." }),
+  id: Schema.String.annotate({
+    description: "The event's id (`evt_...`); an id received before is not applied again."
+  }),
   type: Schema.String.annotate({
     description: "The event type, such as `checkout.session.completed` or `customer.subscription.updated`."
   }),
@@ -84,17 +87,25 @@ export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
       payload: StripeEventBody,
       success: WebhookReceipt,
       error: [InvalidWebhook, ServiceUnavailable]
-    }).annotateMerge(OpenApi.annotations({ transform: documentAsEvent })).annotateMerge(operation({
-      summary: "Receive a Stripe event",
-      description: "Stripe event deliveries (checkout.session.completed, customer.subscription.created/updated/deleted) " +
-        "keep the tenant's plan in step with its subscription; other event types are acknowledged and ignored. Each event id is applied at most once.",
-      credential: "No credential: the `Stripe-Signature` header (STRIPE_WEBHOOK_SECRET) authenticates the delivery.",
-      errors: "400 on a missing or bad signature, a timestamp outside the tolerance, or a body that is not a Stripe " +
-        "event; 503 when STRIPE_WEBHOOK_SECRET is not set."
-    }))
+    })
+      .annotateMerge(OpenApi.annotations({ transform: documentAsEvent }))
+      .annotateMerge(
+        operation({
+          summary: "Receive a Stripe event",
+          description:
+            "Stripe event deliveries (checkout.session.completed, customer.subscription.created/updated/deleted) " +
+            "keep the tenant's plan in step with its subscription; other event types are acknowledged and ignored. Each event id is applied at most once.",
+          credential:
+            "No credential: the `Stripe-Signature` header (STRIPE_WEBHOOK_SECRET) authenticates the delivery.",
+          errors:
+            "400 on a missing or bad signature, a timestamp outside the tolerance, or a body that is not a Stripe " +
+            "event; 503 when STRIPE_WEBHOOK_SECRET is not set."
+        })
+      )
   )
-  .annotateMerge(OpenApi.annotations({
-    title: "Stripe webhook",
-    description: "Subscription changes from Stripe. Requests must carry a valid `Stripe-Signature`."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Stripe webhook",
+      description: "Subscription changes from Stripe. Requests must carry a valid `Stripe-Signature`."
+    })
+  ) {}

@@ -7,7 +7,7 @@ import * as Traced from "../Observability/Traced.ts"
 export const StripeWebhookHttp = HttpApiBuilder.group(
   Api,
   "stripeWebhook",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const webhook = yield* StripeWebhook
     return handlers.handleAll({
       receive: ({ headers, payload }) => webhook.receive({ signature: headers["stripe-signature"], body: payload })

@@ -47,9 +47,11 @@ export const make = <A, B, E>(options: {
         }
       }),
       // A defect in the batcher itself fails the batch rather than stranding its waiters.
-      Effect.catchCause((cause) => Effect.sync(() => {
-        for (const entry of batch) Deferred.doneUnsafe(entry.done, Exit.failCause(cause))
-      })),
+      Effect.catchCause((cause) =>
+        Effect.sync(() => {
+          for (const entry of batch) Deferred.doneUnsafe(entry.done, Exit.failCause(cause))
+        })
+      ),
       Effect.andThen(drain)
     )
   })

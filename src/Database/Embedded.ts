@@ -79,7 +79,7 @@ const stopTimeout = Duration.seconds(20)
 const fail = (message: string, cause?: unknown) =>
   Effect.fail(new EmbeddedPostgresError(cause === undefined ? { message } : { message, cause }))
 
-const describe = (cause: unknown): string => cause instanceof Error ? cause.message : String(cause)
+const describe = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
 
 const errnoCode = (cause: unknown): string | undefined =>
   typeof cause === "object" && cause !== null && "code" in cause ? String(cause.code) : undefined
@@ -96,7 +96,8 @@ const readOptional = (file: string) =>
     Fs.readFile(file, "utf8").catch((cause) => {
       if (errnoCode(cause) === "ENOENT") return undefined
       throw cause
-    }))
+    })
+  )
 
 const lastLines = (text: string, count = 20) => text.trimEnd().split("\n").slice(-count).join("\n")
 
@@ -112,7 +113,7 @@ interface RunAs {
   readonly gid: number
 }
 
-const spawnOptions = (runAs: RunAs | undefined) => runAs === undefined ? {} : { uid: runAs.uid, gid: runAs.gid }
+const spawnOptions = (runAs: RunAs | undefined) => (runAs === undefined ? {} : { uid: runAs.uid, gid: runAs.gid })
 
 // Fixed message language, so our checks on the output do not depend on the user's locale.
 const childEnv = () => ({ ...process.env, LC_ALL: "C" })
@@ -145,16 +146,19 @@ const exec = (
         env: childEnv(),
         stdio: ["pipe", "pipe", "pipe"]
       })
-      child.stdout.on("data", (chunk: Buffer) => output += chunk.toString())
-      child.stderr.on("data", (chunk: Buffer) => output += chunk.toString())
+      child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()))
+      child.stderr.on("data", (chunk: Buffer) => (output += chunk.toString()))
       // A child that exits before reading its input must not crash us with EPIPE.
       child.stdin.on("error", () => {})
       child.stdin.end(options.input ?? "")
       child.on("error", (cause) =>
-        resume(fail(
-          `Could not run ${name}${options.runAs ? ` as OS user "${options.runAs.name}"` : ""}: ${describe(cause)}`,
-          cause
-        )))
+        resume(
+          fail(
+            `Could not run ${name}${options.runAs ? ` as OS user "${options.runAs.name}"` : ""}: ${describe(cause)}`,
+            cause
+          )
+        )
+      )
       child.on("close", (code, signal) => resume(Effect.succeed({ code, signal, output })))
       return Effect.sync(() => {
         child.kill("SIGKILL")
@@ -173,7 +177,7 @@ const succeeded = (result: ExecResult) => result.code === 0
 // --- running as root ------------------------------------------------------
 
 const lookupUser = (name: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const uid = yield* exec("id", ["-u", name])
     const gid = yield* exec("id", ["-g", name])
     if (!succeeded(uid) || !succeeded(gid)) return undefined
@@ -182,10 +186,9 @@ const lookupUser = (name: string) =>
 
 /** PostgreSQL refuses to run as root, so as root we run it as `osUser`, creating that user if needed. */
 const resolveRunAs = (osUser: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     if (process.getuid?.() !== 0) return undefined
-    const fix =
-      `Set EMBEDDED_POSTGRES_USER to an existing unprivileged user, or DATABASE_URL to use an existing PostgreSQL server.`
+    const fix = `Set EMBEDDED_POSTGRES_USER to an existing unprivileged user, or DATABASE_URL to use an existing PostgreSQL server.`
     const existing = yield* lookupUser(osUser)
     if (existing !== undefined) {
       if (existing.uid === 0) {
@@ -207,7 +210,9 @@ const resolveRunAs = (osUser: string) =>
     if (user === undefined) {
       return yield* fail(
         `PostgreSQL refuses to run as root, and the OS user "${osUser}" to run it as does not exist and could not be created` +
-          (created ? ` (useradd: ${lastLines(created.output, 3) || `exit code ${created.code}`})` : " (useradd is not available)") +
+          (created
+            ? ` (useradd: ${lastLines(created.output, 3) || `exit code ${created.code}`})`
+            : " (useradd is not available)") +
           `. ${fix}`
       )
     }
@@ -223,8 +228,8 @@ const canTraverse = (stat: { uid: number; gid: number; mode: number }, runAs: Ru
   stat.uid === runAs.uid
     ? (stat.mode & 0o100) !== 0
     : stat.gid === runAs.gid
-    ? (stat.mode & 0o010) !== 0
-    : (stat.mode & 0o001) !== 0
+      ? (stat.mode & 0o010) !== 0
+      : (stat.mode & 0o001) !== 0
 
 /** The first existing directory on the way to `target` that `runAs` cannot enter. */
 const firstBlockedAncestor = (target: string, runAs: RunAs) =>
@@ -310,14 +315,17 @@ const copyBinaries = (binaries: Binaries) =>
     await Fs.writeFile(Path.join(staging, ".complete"), "")
     await makeWorldReadable(staging)
     if (existing === undefined) {
-      const renamed = await Fs.rename(staging, cache).then(() => true, () => false)
+      const renamed = await Fs.rename(staging, cache).then(
+        () => true,
+        () => false
+      )
       if (renamed) return relocate(cache)
     }
     return relocate(staging)
   })
 
 const resolveBinaries = (runAs: RunAs | undefined) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const binaries = yield* packageBinaries
     if (runAs === undefined || (yield* runsFor(binaries, runAs))) return binaries
     const copy = yield* copyBinaries(binaries)
@@ -334,7 +342,7 @@ const resolveBinaries = (runAs: RunAs | undefined) =>
 
 /** Checks that `runAs` can reach the data directory's parent, then creates that parent. */
 const prepareParent = (dataDir: string, runAs: RunAs | undefined) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const parent = Path.dirname(dataDir)
     // Checked before creating anything, so a refused directory leaves no trace behind.
     const blocked = runAs === undefined ? undefined : yield* firstBlockedAncestor(parent, runAs)
@@ -369,7 +377,10 @@ export const fallbackRoot = "/var/lib/agent-host"
 export const fallbackDataDir = (projectDir: string) =>
   Effect.promise(async () => {
     const real = await Fs.realpath(projectDir).catch(() => Path.resolve(projectDir))
-    const name = Path.basename(real).replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 40) || "root"
+    const name =
+      Path.basename(real)
+        .replace(/[^A-Za-z0-9._-]/g, "_")
+        .slice(0, 40) || "root"
     const hash = Crypto.createHash("sha256").update(real).digest("hex").slice(0, 12)
     return Path.join(fallbackRoot, `${name}-${hash}`, "postgres")
   })
@@ -380,7 +391,7 @@ export const fallbackDataDir = (projectDir: string) =>
  * directory (a clone under /root, mode 700); then a stable directory under /var/lib.
  */
 const defaultDataDir = (projectDir: string, runAs: RunAs | undefined) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const inProject = Path.join(Path.resolve(projectDir), ".data", "postgres")
     if (runAs === undefined) return inProject
     const blocked = yield* firstBlockedAncestor(Path.dirname(inProject), runAs)
@@ -396,12 +407,13 @@ const defaultDataDir = (projectDir: string, runAs: RunAs | undefined) =>
 type DataDirState = "missing" | "empty" | "initialised"
 
 const dataDirState = (dataDir: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const entries = yield* io(`Could not read the data directory ${dataDir}`, () =>
       Fs.readdir(dataDir).catch((cause) => {
         if (errnoCode(cause) === "ENOENT") return undefined
         throw cause
-      }))
+      })
+    )
     if (entries === undefined) return "missing" as DataDirState
     if (entries.length === 0) return "empty" as DataDirState
     if (entries.includes("PG_VERSION")) return "initialised" as DataDirState
@@ -425,7 +437,8 @@ const newPassword = () => Crypto.randomBytes(24).toString("base64url")
 
 const writePassword = (dataDir: string, password: string) =>
   io(`Could not write the password file in ${dataDir}`, () =>
-    Fs.writeFile(Path.join(dataDir, passwordFileName), `${password}\n`, { mode: 0o600 }))
+    Fs.writeFile(Path.join(dataDir, passwordFileName), `${password}\n`, { mode: 0o600 })
+  )
 
 /** Writes the initial superuser password where initdb, running as `runAs`, can read it; removed afterwards. */
 const withPasswordFile = <A, E, R>(
@@ -460,7 +473,7 @@ const initialise = (
   runAs: RunAs | undefined,
   output: Output
 ) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const target = state === "missing" ? `${dataDir}.initdb` : dataDir
     const password = newPassword()
     yield* io(`Could not prepare ${target}`, async () => {
@@ -469,17 +482,22 @@ const initialise = (
       if (runAs !== undefined) await Fs.chown(target, runAs.uid, runAs.gid)
     })
     const result = yield* withPasswordFile(password, runAs, (pwfile) =>
-      exec(binaries.initdb, [
-        "--pgdata",
-        target,
-        "--username",
-        superuser,
-        `--pwfile=${pwfile}`,
-        "--auth=scram-sha-256",
-        "--encoding=UTF8",
-        "--locale=C",
-        "--no-instructions"
-      ], { runAs, cwd: Path.dirname(dataDir), timeout: initdbTimeout }))
+      exec(
+        binaries.initdb,
+        [
+          "--pgdata",
+          target,
+          "--username",
+          superuser,
+          `--pwfile=${pwfile}`,
+          "--auth=scram-sha-256",
+          "--encoding=UTF8",
+          "--locale=C",
+          "--no-instructions"
+        ],
+        { runAs, cwd: Path.dirname(dataDir), timeout: initdbTimeout }
+      )
+    )
     yield* output.append(result.output)
     if (!succeeded(result)) {
       return yield* fail(
@@ -491,7 +509,9 @@ const initialise = (
     yield* Effect.logInfo(`Initialised an embedded PostgreSQL cluster in ${dataDir}`)
   }).pipe(
     Effect.onError(() =>
-      state === "missing" ? Effect.promise(() => Fs.rm(`${dataDir}.initdb`, { recursive: true, force: true })) : Effect.void
+      state === "missing"
+        ? Effect.promise(() => Fs.rm(`${dataDir}.initdb`, { recursive: true, force: true }))
+        : Effect.void
     )
   )
 
@@ -501,21 +521,16 @@ const initialise = (
  * single-user mode, which needs no authentication; the server must not be running.
  */
 const passwordFor = (dataDir: string, binaries: Binaries, runAs: RunAs | undefined) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const file = Path.join(dataDir, passwordFileName)
     const stored = (yield* readOptional(file))?.trim()
     if (stored) return stored
     const password = newPassword()
-    const result = yield* exec(binaries.postgres, [
-      "--single",
-      "-D",
-      dataDir,
-      "-c",
-      "listen_addresses=",
-      "-c",
-      "unix_socket_directories=",
-      "postgres"
-    ], { runAs, cwd: dataDir, input: `ALTER ROLE ${superuser} WITH PASSWORD '${password}';\n`, timeout: initdbTimeout })
+    const result = yield* exec(
+      binaries.postgres,
+      ["--single", "-D", dataDir, "-c", "listen_addresses=", "-c", "unix_socket_directories=", "postgres"],
+      { runAs, cwd: dataDir, input: `ALTER ROLE ${superuser} WITH PASSWORD '${password}';\n`, timeout: initdbTimeout }
+    )
     if (!succeeded(result) || /\b(ERROR|FATAL|PANIC):/.test(result.output)) {
       return yield* fail(
         `The password file ${file} is missing and resetting the password of the "${superuser}" role failed:\n` +
@@ -593,14 +608,15 @@ const canConnect = (port: number) =>
  * is not that server is stale, and removed so the new server can start.
  */
 const adoptRunning = (dataDir: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const deadline = Date.now() + Duration.toMillis(readyTimeout)
     while (true) {
       const pidFile = yield* readPidFile(dataDir)
       if (pidFile === undefined) return undefined
       if (!(yield* isPostmasterOf(pidFile.pid, dataDir))) {
         yield* io(`Could not remove the stale ${Path.join(dataDir, "postmaster.pid")}`, () =>
-          Fs.rm(Path.join(dataDir, "postmaster.pid"), { force: true }))
+          Fs.rm(Path.join(dataDir, "postmaster.pid"), { force: true })
+        )
         yield* Effect.logWarning(`Removed a stale postmaster.pid (pid ${pidFile.pid}) from ${dataDir}`)
         return undefined
       }
@@ -610,9 +626,9 @@ const adoptRunning = (dataDir: string) =>
       // Starting up or shutting down: wait until it is ready or gone.
       if (Date.now() > deadline) {
         return yield* fail(
-          `A PostgreSQL server (pid ${pidFile.pid}, status "${pidFile.status}") is running on ${dataDir} but did not become ready within ${
-            Duration.format(readyTimeout)
-          }. Stop it (kill -INT ${pidFile.pid}) and start again.`
+          `A PostgreSQL server (pid ${pidFile.pid}, status "${pidFile.status}") is running on ${dataDir} but did not become ready within ${Duration.format(
+            readyTimeout
+          )}. Stop it (kill -INT ${pidFile.pid}) and start again.`
         )
       }
       yield* Effect.sleep(Duration.millis(100))
@@ -624,21 +640,23 @@ const tryListen = (port: number) =>
   Effect.callback<unknown>((resume) => {
     const server = Net.createServer()
     server.once("error", (cause) => resume(Effect.succeed(cause)))
-    server.listen({ host: "127.0.0.1", port, exclusive: true }, () => server.close(() => resume(Effect.succeed(undefined))))
+    server.listen({ host: "127.0.0.1", port, exclusive: true }, () =>
+      server.close(() => resume(Effect.succeed(undefined)))
+    )
   })
 
 /** A configured port must be free: it is never swapped for another behind the user's back. */
 const ensurePortFree = (port: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const cause = yield* tryListen(port)
     if (cause === undefined) return
     return yield* fail(
       errnoCode(cause) === "EADDRINUSE"
         ? `Port ${port} on 127.0.0.1 (EMBEDDED_POSTGRES_PORT) is already in use, so the embedded PostgreSQL cannot start. ` +
-          `Set EMBEDDED_POSTGRES_PORT to a free port, unset it to let a free port be chosen, ` +
-          `or set DATABASE_URL to use an existing PostgreSQL server.`
+            `Set EMBEDDED_POSTGRES_PORT to a free port, unset it to let a free port be chosen, ` +
+            `or set DATABASE_URL to use an existing PostgreSQL server.`
         : `Cannot listen on port ${port} on 127.0.0.1 (EMBEDDED_POSTGRES_PORT: ${describe(cause)}), so the embedded PostgreSQL cannot start. ` +
-          `Set EMBEDDED_POSTGRES_PORT to another port, or DATABASE_URL to use an existing PostgreSQL server.`,
+            `Set EMBEDDED_POSTGRES_PORT to another port, or DATABASE_URL to use an existing PostgreSQL server.`,
       cause
     )
   })
@@ -653,7 +671,8 @@ const readRememberedPort = (dataDir: string) =>
 
 const rememberPort = (dataDir: string, port: number) =>
   io(`Could not write ${Path.join(dataDir, portFileName)}`, () =>
-    Fs.writeFile(Path.join(dataDir, portFileName), `${port}\n`, { mode: 0o644 }))
+    Fs.writeFile(Path.join(dataDir, portFileName), `${port}\n`, { mode: 0o644 })
+  )
 
 const anyFreePort = Effect.callback<number, EmbeddedPostgresError>((resume) => {
   const server = Net.createServer()
@@ -670,7 +689,7 @@ const anyFreePort = Effect.callback<number, EmbeddedPostgresError>((resume) => {
  * neighbour is easier to recognise than a random one), else any free port.
  */
 const choosePort = (dataDir: string, preferred: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const remembered = yield* readRememberedPort(dataDir)
     const wanted = remembered ?? preferred
     if ((yield* tryListen(wanted)) === undefined) return wanted
@@ -769,46 +788,50 @@ interface ServerProcess {
 
 const launch = (binaries: Binaries, dataDir: string, port: number, runAs: RunAs | undefined, output: Output) =>
   Effect.acquireRelease(
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const stdio = yield* output.stdio
       return yield* Effect.try({
         try: () => {
-          const child = ChildProcess.spawn(binaries.postgres, [
-            "-D",
-            dataDir,
-            "-p",
-            String(port),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            // No Unix socket: /var/run/postgresql may not be writable, and paths are length-limited.
-            "-c",
-            "unix_socket_directories=",
-            // Test suites and the cluster's runners hold many pooled connections at once.
-            "-c",
-            "max_connections=200",
-            // Autovacuum looks at the database every 5 s instead of every
-            // minute. The cluster's message and reply tables and the
-            // executions table grow by thousands of rows a second under load;
-            // until their first ANALYZE (a minute away on a new database at
-            // the default) PostgreSQL plans the cluster's poll as a full read
-            // of both tables, and their dead rows pile up. The look itself is
-            // a few milliseconds.
-            "-c",
-            "autovacuum_naptime=5s"
-          ], {
-            ...spawnOptions(runAs),
-            cwd: dataDir,
-            env: childEnv(),
-            // Its own process group: a Ctrl+C reaches us, and we stop it after the pool is closed.
-            detached: true,
-            stdio: ["ignore", stdio.fd, stdio.fd]
-          })
+          const child = ChildProcess.spawn(
+            binaries.postgres,
+            [
+              "-D",
+              dataDir,
+              "-p",
+              String(port),
+              "-c",
+              "listen_addresses=127.0.0.1",
+              // No Unix socket: /var/run/postgresql may not be writable, and paths are length-limited.
+              "-c",
+              "unix_socket_directories=",
+              // Test suites and the cluster's runners hold many pooled connections at once.
+              "-c",
+              "max_connections=200",
+              // Autovacuum looks at the database every 5 s instead of every
+              // minute. The cluster's message and reply tables and the
+              // executions table grow by thousands of rows a second under load;
+              // until their first ANALYZE (a minute away on a new database at
+              // the default) PostgreSQL plans the cluster's poll as a full read
+              // of both tables, and their dead rows pile up. The look itself is
+              // a few milliseconds.
+              "-c",
+              "autovacuum_naptime=5s"
+            ],
+            {
+              ...spawnOptions(runAs),
+              cwd: dataDir,
+              env: childEnv(),
+              // Its own process group: a Ctrl+C reaches us, and we stop it after the pool is closed.
+              detached: true,
+              stdio: ["ignore", stdio.fd, stdio.fd]
+            }
+          )
           stdio.release()
           output.attach(child)
           let exit: string | undefined
           const exited = new Promise<string>((resolve) => {
-            child.once("exit", (code, signal) => resolve(exit = signal ? `signal ${signal}` : `exit code ${code}`))
-            child.once("error", (cause) => resolve(exit = describe(cause)))
+            child.once("exit", (code, signal) => resolve((exit = signal ? `signal ${signal}` : `exit code ${code}`)))
+            child.once("error", (cause) => resolve((exit = describe(cause))))
           })
           return { child, exited, exit: () => exit } satisfies ServerProcess
         },
@@ -826,7 +849,7 @@ const waitForExit = (server: ServerProcess, timeout: Duration.Input) =>
 
 /** Fast shutdown (SIGINT): open sessions are ended, committed data is kept. */
 const stop = (server: ServerProcess) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     if (server.exit() !== undefined) return
     server.child.kill("SIGINT")
     const exited = yield* waitForExit(server, stopTimeout)
@@ -862,14 +885,14 @@ export interface OwnerRecord {
 export const processStart = (pid: number): Effect.Effect<string | undefined> =>
   process.platform === "linux"
     ? Effect.promise(async () => {
-      const stat = await Fs.readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined)
-      // Fields after the parenthesised command name (which may hold spaces) start at field 3.
-      return stat === undefined ? undefined : stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]
-    })
+        const stat = await Fs.readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined)
+        // Fields after the parenthesised command name (which may hold spaces) start at field 3.
+        return stat === undefined ? undefined : stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]
+      })
     : exec("ps", ["-o", "lstart=", "-p", String(pid)]).pipe(
-      Effect.map((result) => succeeded(result) && result.output.trim() !== "" ? result.output.trim() : undefined),
-      Effect.catch(() => Effect.succeed(undefined))
-    )
+        Effect.map((result) => (succeeded(result) && result.output.trim() !== "" ? result.output.trim() : undefined)),
+        Effect.catch(() => Effect.succeed(undefined))
+      )
 
 const ownerFile = (dataDir: string) => Path.join(dataDir, ownerFileName)
 
@@ -879,7 +902,11 @@ const readOwner = (dataDir: string) =>
     try {
       const record = JSON.parse(text)
       return Number.isInteger(record?.postmaster) && Number.isInteger(record?.pid)
-        ? { postmaster: record.postmaster, pid: record.pid, started: typeof record.started === "string" ? record.started : undefined }
+        ? {
+            postmaster: record.postmaster,
+            pid: record.pid,
+            started: typeof record.started === "string" ? record.started : undefined
+          }
         : undefined
     } catch {
       return undefined
@@ -888,7 +915,7 @@ const readOwner = (dataDir: string) =>
 
 /** Records this process as the owner of `postmaster`; written whole, then renamed, so a crash leaves no half record. */
 const recordOwner = (dataDir: string, postmaster: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const record: OwnerRecord = { postmaster, pid: process.pid, started: yield* processStart(process.pid) }
     const file = ownerFile(dataDir)
     yield* io(`Could not write ${file}`, async () => {
@@ -903,7 +930,7 @@ const recordOwner = (dataDir: string, postmaster: number) =>
  * hand) is unclaimed, hence left behind too.
  */
 const isLeftBehind = (dataDir: string, postmaster: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const owner = yield* readOwner(dataDir)
     if (owner === undefined || owner.postmaster !== postmaster) return true
     if (owner.pid === process.pid) return false
@@ -923,19 +950,21 @@ const isRunning = (pid: number) =>
 
 /** Stops a server we adopted but did not spawn: fast shutdown, then a kill if it lingers. */
 const stopAdopted = (pid: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const signal = (name: NodeJS.Signals) => Effect.sync(() => isAlive(pid) && process.kill(pid, name))
     yield* signal("SIGINT")
     const deadline = Date.now() + Duration.toMillis(stopTimeout)
     while (isAlive(pid) && Date.now() < deadline) yield* Effect.sleep(Duration.millis(50))
     if (isAlive(pid)) {
-      yield* Effect.logWarning(`The embedded PostgreSQL (pid ${pid}) did not stop within ${Duration.format(stopTimeout)}; killing it`)
+      yield* Effect.logWarning(
+        `The embedded PostgreSQL (pid ${pid}) did not stop within ${Duration.format(stopTimeout)}; killing it`
+      )
       yield* signal("SIGKILL")
     }
   }).pipe(Effect.catchCause(() => Effect.void))
 
 const waitUntilReady = (server: ServerProcess, dataDir: string, port: number, output: Output) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const deadline = Date.now() + Duration.toMillis(readyTimeout)
     while (true) {
       const exit = server.exit()
@@ -972,8 +1001,8 @@ const launchUntilReady = (
     Effect.catch((error) =>
       attempt < 20 && error.message.includes("pre-existing shared memory block")
         ? Effect.sleep(Duration.millis(500)).pipe(
-          Effect.andThen(launchUntilReady(binaries, dataDir, port, runAs, output, attempt + 1))
-        )
+            Effect.andThen(launchUntilReady(binaries, dataDir, port, runAs, output, attempt + 1))
+          )
         : Effect.fail(error)
     )
   )
@@ -986,12 +1015,13 @@ const launchUntilReady = (
  * is left running for it.
  */
 export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, EmbeddedPostgresError, Scope.Scope> =
-  Traced.fn("EmbeddedPostgres.start")(function*(options: EmbeddedOptions) {
+  Traced.fn("EmbeddedPostgres.start")(function* (options: EmbeddedOptions) {
     // Resolved before anything else: the default data directory depends on who runs PostgreSQL.
     const runAs = yield* resolveRunAs(options.osUser)
-    const dataDir = options.dataDir === undefined
-      ? yield* defaultDataDir(options.projectDir ?? process.cwd(), runAs)
-      : Path.resolve(options.dataDir)
+    const dataDir =
+      options.dataDir === undefined
+        ? yield* defaultDataDir(options.projectDir ?? process.cwd(), runAs)
+        : Path.resolve(options.dataDir)
     yield* Effect.annotateCurrentSpan({ dataDir, port: options.port ?? "auto" })
 
     const running = yield* adoptRunning(dataDir)
@@ -999,9 +1029,10 @@ export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, 
       const password = (yield* readOptional(Path.join(dataDir, passwordFileName)))?.trim()
       if (!password) {
         return yield* fail(
-          `A PostgreSQL server (pid ${running.pid}) is already running on ${dataDir}, but its password file ${
-            Path.join(dataDir, passwordFileName)
-          } is missing. Stop that server (kill -INT ${running.pid}) so the password can be reset on the next start.`
+          `A PostgreSQL server (pid ${running.pid}) is already running on ${dataDir}, but its password file ${Path.join(
+            dataDir,
+            passwordFileName
+          )} is missing. Stop that server (kill -INT ${running.pid}) so the password can be reset on the next start.`
         )
       }
       yield* Effect.annotateCurrentSpan({ reused: true })
@@ -1017,12 +1048,18 @@ export const start: (options: EmbeddedOptions) => Effect.Effect<EmbeddedServer, 
           leftBehind ? ", left behind by a killed run" : ", started by a run that is still running"
         }; data in ${dataDir})`
       )
-      return { url: makeUrl(password, running.port), port: running.port, reused: true, dataDir } satisfies EmbeddedServer
+      return {
+        url: makeUrl(password, running.port),
+        port: running.port,
+        reused: true,
+        dataDir
+      } satisfies EmbeddedServer
     }
 
-    const port = options.port === undefined
-      ? yield* choosePort(dataDir, options.preferredPort ?? defaultPort)
-      : yield* Effect.as(ensurePortFree(options.port), options.port)
+    const port =
+      options.port === undefined
+        ? yield* choosePort(dataDir, options.preferredPort ?? defaultPort)
+        : yield* Effect.as(ensurePortFree(options.port), options.port)
     const binaries = yield* resolveBinaries(runAs)
     yield* prepareParent(dataDir, runAs)
     const output = options.log ? sinkOutput(options.log) : fileOutput(`${dataDir}.log`)

@@ -1,4 +1,4 @@
-import * as Cause from "effect/Cause"
+import type * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
@@ -24,9 +24,15 @@ export const isUnavailable = (error: SqlError): boolean => {
       return true
     default: {
       const code = sqlState(error)
-      return code !== undefined &&
-        (code.startsWith("08") || code.startsWith("53") || code === "57P01" || code === "57P02" ||
-          code === "57P03" || code === "57014")
+      return (
+        code !== undefined &&
+        (code.startsWith("08") ||
+          code.startsWith("53") ||
+          code === "57P01" ||
+          code === "57P02" ||
+          code === "57P03" ||
+          code === "57014")
+      )
     }
   }
 }

@@ -25,7 +25,7 @@ interface Keyed<S> {
  * own (an expired key is released first); without one it is a single
  * statement and needs none.
  */
-export const claimKeyed = Traced.fn("Database.claimKeyed")(function*<S extends Schema.Codec<any, any, never, never>>(
+export const claimKeyed = Traced.fn("Database.claimKeyed")(function* <S extends Schema.Codec<any, any, never, never>>(
   options: Keyed<S> & { readonly idempotencyKey: string | null; readonly insert: Statement.Fragment }
 ) {
   const sql = yield* SqlClient.SqlClient
@@ -43,7 +43,7 @@ export const claimKeyed = Traced.fn("Database.claimKeyed")(function*<S extends S
     WHERE tenant_id = ${options.tenantId} AND idempotency_key = ${options.idempotencyKey}
       AND NOT EXISTS (SELECT 1 FROM inserted)`
   if (options.idempotencyKey === null) return yield* Schema.decodeUnknownEffect(options.claimed)((yield* claim)[0])
-  return yield* Effect.gen(function*() {
+  return yield* Effect.gen(function* () {
     // An expired key may be used again.
     yield* sql`UPDATE ${table} SET idempotency_key = NULL
                WHERE tenant_id = ${options.tenantId} AND idempotency_key = ${options.idempotencyKey}
@@ -58,7 +58,7 @@ export const claimKeyed = Traced.fn("Database.claimKeyed")(function*<S extends S
 })
 
 /** The row an idempotency key (still valid) names, if any, as `claimKeyed` would find it. */
-export const keyedBy = Traced.fn("Database.keyedBy")(function*<S extends Schema.Codec<any, any, never, never>>(
+export const keyedBy = Traced.fn("Database.keyedBy")(function* <S extends Schema.Codec<any, any, never, never>>(
   options: Keyed<S> & { readonly idempotencyKey: string }
 ) {
   const sql = yield* SqlClient.SqlClient

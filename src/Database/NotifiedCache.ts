@@ -38,7 +38,7 @@ export const make = <A, E>(options: {
   never,
   ListenerSql | Scope.Scope
 > =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     let listening = false
     let generation = 0
     const cached = yield* Cache.makeWith(
@@ -62,7 +62,7 @@ export const make = <A, E>(options: {
         return Cache.invalidate(cached, key)
       })
     const listener = yield* ListenerSql
-    yield* Effect.gen(function*() {
+    yield* Effect.gen(function* () {
       const changed = yield* listener.listen(options.channel)
       generation++
       options.onChange?.(undefined)
@@ -71,15 +71,19 @@ export const make = <A, E>(options: {
       while (true) yield* forgetKey((yield* Queue.take(changed)).payload)
     }).pipe(
       Effect.scoped,
-      Effect.ensuring(Effect.sync(() => {
-        listening = false
-      })),
+      Effect.ensuring(
+        Effect.sync(() => {
+          listening = false
+        })
+      ),
       Effect.tapCause((cause) => Effect.logWarning(`${options.what} change listener lost; reconnecting`, cause)),
       Effect.retry(Schedule.spaced("1 second")),
       Effect.forkScoped
     )
     const get = (tenantId: string, id: string) =>
-      listening ? Effect.map(Cache.get(cached, `${tenantId}/${id}`), ({ value }) => value) : options.lookup({ tenantId, id })
+      listening
+        ? Effect.map(Cache.get(cached, `${tenantId}/${id}`), ({ value }) => value)
+        : options.lookup({ tenantId, id })
     const forget = (tenantId: string, id: string) => forgetKey(`${tenantId}/${id}`)
     return { get, forget, listening: () => listening } as const
   })

@@ -16,7 +16,9 @@ import * as Traced from "../Observability/Traced.ts"
  * `table` and `columns` are the caller's constants, never input; `filters`
  * are fragments built with the sql tag, so values stay parameters.
  */
-export const tenantPage = Traced.fn("Database.tenantPage")(function*<S extends Schema.Codec<any, any, never, never>>(options: {
+export const tenantPage = Traced.fn("Database.tenantPage")(function* <
+  S extends Schema.Codec<any, any, never, never>
+>(options: {
   readonly table: string
   readonly columns: string
   readonly row: S
@@ -36,20 +38,22 @@ export const tenantPage = Traced.fn("Database.tenantPage")(function*<S extends S
   const key = sql(options.key ?? "id")
   const descending = options.order === "desc"
   const scope = sql.and([sql`tenant_id = ${options.tenantId}`, ...(options.filters ?? [])])
-  const after = options.after === null
-    ? sql``
-    : descending
-    ? sql`AND ${key} < ${options.after}`
-    : sql`AND ${key} > ${options.after}`
+  const after =
+    options.after === null
+      ? sql``
+      : descending
+        ? sql`AND ${key} < ${options.after}`
+        : sql`AND ${key} > ${options.after}`
   const rows = yield* sql<Record<string, unknown>>`
     SELECT ${sql.literal(options.columns)}, (SELECT count(*)::int FROM ${table} WHERE ${scope}) AS page_total
     FROM ${table} WHERE ${scope} ${after}
     ORDER BY ${key} ${sql.literal(descending ? "DESC" : "ASC")} LIMIT ${options.limit + 1}`
-  const total = rows.length > 0
-    ? Number(rows[0]!.pageTotal)
-    : yield* sql<{ total: number }>`SELECT count(*)::int AS total FROM ${table} WHERE ${scope}`.pipe(
-      Effect.map((counted) => counted[0]?.total ?? 0)
-    )
+  const total =
+    rows.length > 0
+      ? Number(rows[0]!.pageTotal)
+      : yield* sql<{ total: number }>`SELECT count(*)::int AS total FROM ${table} WHERE ${scope}`.pipe(
+          Effect.map((counted) => counted[0]?.total ?? 0)
+        )
   const decoded: ReadonlyArray<S["Type"]> = yield* Schema.decodeUnknownEffect(Schema.Array(options.row))(
     rows.slice(0, options.limit).map(({ pageTotal: _, ...row }) => row)
   )
@@ -57,6 +61,7 @@ export const tenantPage = Traced.fn("Database.tenantPage")(function*<S extends S
   return {
     data: decoded,
     total,
-    nextCursor: rows.length > options.limit && decoded.length > 0 ? encodeCursor(keyOf(decoded[decoded.length - 1]!)) : null
+    nextCursor:
+      rows.length > options.limit && decoded.length > 0 ? encodeCursor(keyOf(decoded[decoded.length - 1]!)) : null
   } satisfies Page<S["Type"]>
 })

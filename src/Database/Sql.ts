@@ -17,7 +17,7 @@ import { migrations } from "./migrations/index.ts"
 export class DatabaseUrl extends Context.Service<DatabaseUrl, Redacted.Redacted<string>>()("agent-host/DatabaseUrl") {
   static readonly layer = Layer.effect(
     DatabaseUrl,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const config = yield* AppConfig
       if (Option.isSome(config.databaseUrl)) return config.databaseUrl.value
       const server = yield* Embedded.start({
@@ -69,11 +69,12 @@ export const connectionTarget = (
     const port = Number(value)
     return Number.isInteger(port) && port >= 1 && port <= 65535 ? port : undefined
   }
-  let host = parsed.hostname === ""
-    ? undefined
-    : parsed.hostname.startsWith("[")
-    ? parsed.hostname.slice(1, -1)
-    : decode(parsed.hostname)
+  let host =
+    parsed.hostname === ""
+      ? undefined
+      : parsed.hostname.startsWith("[")
+        ? parsed.hostname.slice(1, -1)
+        : decode(parsed.hostname)
   let port = parsed.port === "" ? undefined : portOf(parsed.port)
   let database = decode(parsed.pathname.replace(/^\//, "")) || undefined
   let user = parsed.username === "" ? undefined : decode(parsed.username)
@@ -98,7 +99,7 @@ export const connectionTarget = (
  * Node's 10 probes a second apart) finds a silently dead socket, such as the
  * idle LISTEN connection after a network partition, within about 20 s.
  */
-const connectionOptions = Effect.gen(function*() {
+const connectionOptions = Effect.gen(function* () {
   const url = yield* DatabaseUrl
   const config = yield* AppConfig
   return {
@@ -128,17 +129,19 @@ const statementTimeout = (config: { readonly databaseStatementTimeout: Duration.
 export const statementsPerConnection = 16
 
 /** The Postgres client. Columns are snake_case in SQL and camelCase in rows. */
-export const ClientLayer = Layer.unwrap(Effect.gen(function*() {
-  const options = yield* connectionOptions
-  const config = yield* AppConfig
-  return PgClient.layer({
-    ...options,
-    maxConnections: config.databasePoolSize,
-    multiplex: true,
-    multiplexConcurrency: statementsPerConnection,
-    startupParameters: statementTimeout(config)
+export const ClientLayer = Layer.unwrap(
+  Effect.gen(function* () {
+    const options = yield* connectionOptions
+    const config = yield* AppConfig
+    return PgClient.layer({
+      ...options,
+      maxConnections: config.databasePoolSize,
+      multiplex: true,
+      multiplexConcurrency: statementsPerConnection,
+      startupParameters: statementTimeout(config)
+    })
   })
-}))
+)
 
 /**
  * A small second pool for request counting. Its commits do not wait for the
@@ -149,7 +152,7 @@ export const ClientLayer = Layer.unwrap(Effect.gen(function*() {
 export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>()("agent-host/CounterSql") {
   static readonly layer = Layer.effect(
     CounterSql,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const options = yield* connectionOptions
       const config = yield* AppConfig
       return yield* PgClient.make({
@@ -176,9 +179,13 @@ export const listenerConnections = 6
 export class ListenerSql extends Context.Service<ListenerSql, PgClient.PgClient>()("agent-host/ListenerSql") {
   static readonly layer = Layer.effect(
     ListenerSql,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const options = yield* connectionOptions
-      return yield* PgClient.make({ ...options, maxConnections: listenerConnections, applicationName: "agent-host-listener" })
+      return yield* PgClient.make({
+        ...options,
+        maxConnections: listenerConnections,
+        applicationName: "agent-host-listener"
+      })
     })
   ).pipe(Layer.provide(Reactivity.layer))
 }
@@ -193,16 +200,20 @@ const migrationLock = 0x61676e74
  * own, without the statement timeout: waiting for another node's migrations
  * or rewriting a large table may take longer.
  */
-export const MigratorLayer = Layer.effectDiscard(Effect.scoped(Effect.gen(function*() {
-  const options = yield* connectionOptions
-  const sql = yield* PgClient.make({ ...options, maxConnections: 2, applicationName: "agent-host-migrator" })
-  const connection = yield* sql.reserve
-  yield* connection.executeRaw("SELECT pg_advisory_lock($1)", [migrationLock])
-  yield* PgMigrator.run({ loader: migrations }).pipe(
-    Effect.provideService(SqlClient.SqlClient, sql),
-    Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock($1)", [migrationLock])))
+export const MigratorLayer = Layer.effectDiscard(
+  Effect.scoped(
+    Effect.gen(function* () {
+      const options = yield* connectionOptions
+      const sql = yield* PgClient.make({ ...options, maxConnections: 2, applicationName: "agent-host-migrator" })
+      const connection = yield* sql.reserve
+      yield* connection.executeRaw("SELECT pg_advisory_lock($1)", [migrationLock])
+      yield* PgMigrator.run({ loader: migrations }).pipe(
+        Effect.provideService(SqlClient.SqlClient, sql),
+        Effect.ensuring(Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock($1)", [migrationLock])))
+      )
+    })
   )
-}))).pipe(Layer.provide([NodeServices.layer, Reactivity.layer]))
+).pipe(Layer.provide([NodeServices.layer, Reactivity.layer]))
 
 /** A migrated database, ready for the repos. */
 export const layer = MigratorLayer.pipe(

@@ -1,7 +1,7 @@
 import { PgClient } from "@effect/sql-pg"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
+import type * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Str from "effect/String"
@@ -54,7 +54,11 @@ export interface TenantRepo<S extends Model.Any, Filter extends string> {
   /** An id that cannot exist (not one of ours) is not looked up: it is simply not found. */
   readonly findById: (tenantId: TenantId, id: string) => Effect.Effect<Option.Option<S["Type"]>>
   /** Changes the fields `changes` carries, and `updated_at` when the entity has one. */
-  readonly update: (tenantId: TenantId, id: string, changes: S["update"]["Type"]) => Effect.Effect<Option.Option<S["Type"]>>
+  readonly update: (
+    tenantId: TenantId,
+    id: string,
+    changes: S["update"]["Type"]
+  ) => Effect.Effect<Option.Option<S["Type"]>>
   readonly remove: (tenantId: TenantId, id: string) => Effect.Effect<boolean>
   /** A page of the tenant's rows in id (so creation) order, narrowed by `filter`; a bad cursor is a 400. */
   readonly list: (tenantId: TenantId, page: PageRequest, filter?: Filter) => Effect.Effect<Page<S["Type"]>, BadRequest>
@@ -68,23 +72,28 @@ export interface TenantRepo<S extends Model.Any, Filter extends string> {
  * a keyset page (Database/Page.ts). Its statements never fail but for a
  * defect: what a client can get wrong is checked before them.
  */
-export const make = <S extends Model.Any & Schema.Codec<{ readonly id: string }, any, never, never>, Filter extends string = never>(
+export const make = <
+  S extends Model.Any & Schema.Codec<{ readonly id: string }, any, never, never>,
+  Filter extends string = never
+>(
   model: S,
   options: Options<Filter>
 ): Effect.Effect<TenantRepo<S, Filter>, never, PgClient.PgClient | ListenerSql | Scope.Scope> =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
     const table = sql.literal(options.table)
     const fields = Object.keys(model.fields)
     const column = (field: string) => Str.camelToSnake(field)
     const columnsText = fields
-      .map((field) => options.expressions?.[field] === undefined ? column(field) : `${options.expressions[field]} AS ${column(field)}`)
+      .map((field) =>
+        options.expressions?.[field] === undefined ? column(field) : `${options.expressions[field]} AS ${column(field)}`
+      )
       .join(", ")
     const columns = sql.literal(columnsText)
     // What a statement that read the columns once (a CTE) hands on.
     const named = sql.literal(fields.map(column).join(", "))
     const jsonb = new Set(options.jsonb ?? [])
-    const value = (field: string, input: unknown) => jsonb.has(field) ? sql.json(input) : sql`${input}`
+    const value = (field: string, input: unknown) => (jsonb.has(field) ? sql.json(input) : sql`${input}`)
     const touches = fields.includes("updatedAt")
     const span = (name: string) => Traced.withSpan(`${options.spanPrefix}.${name}`)
     const decodeRow = Schema.decodeUnknownEffect(model)
@@ -101,8 +110,8 @@ export const make = <S extends Model.Any & Schema.Codec<{ readonly id: string },
 
     // Column names come from the model only, never from the keys of what a caller hands in.
     const writable = (variant: Schema.Top, values: Record<string, unknown>) =>
-      Object.keys((variant as unknown as Schema.Struct<Schema.Struct.Fields>).fields).filter((field) =>
-        values[field] !== undefined
+      Object.keys((variant as unknown as Schema.Struct<Schema.Struct.Fields>).fields).filter(
+        (field) => values[field] !== undefined
       )
 
     const insertRow = (tenantId: TenantId, row: Record<string, unknown>) => {
@@ -115,11 +124,14 @@ export const make = <S extends Model.Any & Schema.Codec<{ readonly id: string },
     }
 
     const findRow = ({ id, tenantId }: { readonly tenantId: string; readonly id: string }) =>
-      sql`SELECT ${columns} FROM ${table} WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(Effect.flatMap(decodeFirst))
+      sql`SELECT ${columns} FROM ${table} WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
+        Effect.flatMap(decodeFirst)
+      )
 
     const updateRow = (tenantId: TenantId, id: string, changes: Record<string, unknown>) => {
-      const sets = writable(model.update, changes)
-        .map((field) => sql`${sql.literal(column(field))} = ${value(field, changes[field])}`)
+      const sets = writable(model.update, changes).map(
+        (field) => sql`${sql.literal(column(field))} = ${value(field, changes[field])}`
+      )
       if (touches) sets.push(sql`updated_at = now()`)
       return notifying(
         "changed",
@@ -132,44 +144,48 @@ export const make = <S extends Model.Any & Schema.Codec<{ readonly id: string },
       (channel === undefined
         ? sql`DELETE FROM ${table} WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING id`
         : sql`WITH removed AS (DELETE FROM ${table} WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING tenant_id, id)
-              SELECT id, pg_notify(${channel}, tenant_id || '/' || id) FROM removed`).pipe(
-        Effect.map((rows) => rows.length > 0)
-      )
+              SELECT id, pg_notify(${channel}, tenant_id || '/' || id) FROM removed`
+      ).pipe(Effect.map((rows) => rows.length > 0))
 
     const readPage = (tenantId: TenantId, filter: Filter | undefined, after: string | null, limit: number) =>
       // Typed by hand: the requirements of a generic `Traced.fn` are left unresolved.
-      (tenantPage({
-        table: options.table,
-        columns: columnsText,
-        row: model,
-        tenantId,
-        filters: filter === undefined || options.filters === undefined ? [] : [sql.literal(options.filters[filter])],
-        after,
-        limit
-      }) as Effect.Effect<Page<S["Type"]>, unknown, SqlClient.SqlClient>).pipe(
-        Effect.provideService(SqlClient.SqlClient, sql),
-        Effect.orDie
-      )
+      (
+        tenantPage({
+          table: options.table,
+          columns: columnsText,
+          row: model,
+          tenantId,
+          filters: filter === undefined || options.filters === undefined ? [] : [sql.literal(options.filters[filter])],
+          after,
+          limit
+        }) as Effect.Effect<Page<S["Type"]>, unknown, SqlClient.SqlClient>
+      ).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.orDie)
 
     // The tenant's pages as last read; any change of one of its rows drops
     // them all, on every node (the cache below tells of changes).
-    const pages = options.changes?.pages === undefined ? undefined : NotifiedCache.makeTenantReads<Page<S["Type"]>>({
-      timeToLive: options.changes.timeToLive,
-      capacity: options.changes.pages.capacity,
-      perTenant: options.changes.pages.perTenant
-    })
+    const pages =
+      options.changes?.pages === undefined
+        ? undefined
+        : NotifiedCache.makeTenantReads<Page<S["Type"]>>({
+            timeToLive: options.changes.timeToLive,
+            capacity: options.changes.pages.capacity,
+            perTenant: options.changes.pages.perTenant
+          })
 
     // The rows as last read, by `tenantId/id`, for the request and run paths.
-    const cache = options.changes === undefined ? undefined : yield* NotifiedCache.make({
-      channel: options.changes.channel,
-      what: options.changes.what,
-      lookup: findRow,
-      timeToLive: options.changes.timeToLive,
-      capacity: options.changes.capacity,
-      ...(pages === undefined ? {} : { onChange: pages.drop })
-    })
+    const cache =
+      options.changes === undefined
+        ? undefined
+        : yield* NotifiedCache.make({
+            channel: options.changes.channel,
+            what: options.changes.what,
+            lookup: findRow,
+            timeToLive: options.changes.timeToLive,
+            capacity: options.changes.capacity,
+            ...(pages === undefined ? {} : { onChange: pages.drop })
+          })
     // This node's next read sees a change at once; the others' on the notification.
-    const forget = (tenantId: TenantId, id: string) => cache === undefined ? Effect.void : cache.forget(tenantId, id)
+    const forget = (tenantId: TenantId, id: string) => (cache === undefined ? Effect.void : cache.forget(tenantId, id))
 
     const list = (tenantId: TenantId, page: PageRequest, filter?: Filter) =>
       decodeCursor(page.cursor, isId).pipe(
@@ -196,15 +212,18 @@ export const make = <S extends Model.Any & Schema.Codec<{ readonly id: string },
         ),
       findById: (tenantId, id) =>
         isId(id)
-          ? (cache === undefined ? findRow({ tenantId, id }) : cache.get(tenantId, id)).pipe(Effect.orDie, span("findById"))
+          ? (cache === undefined ? findRow({ tenantId, id }) : cache.get(tenantId, id)).pipe(
+              Effect.orDie,
+              span("findById")
+            )
           : Effect.succeedNone,
       update: (tenantId, id, changes) =>
         isId(id)
           ? updateRow(tenantId, id, changes as Record<string, unknown>).pipe(
-            Effect.ensuring(forget(tenantId, id)),
-            Effect.orDie,
-            span("update")
-          )
+              Effect.ensuring(forget(tenantId, id)),
+              Effect.orDie,
+              span("update")
+            )
           : Effect.succeedNone,
       remove: (tenantId, id) =>
         isId(id)

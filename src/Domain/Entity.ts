@@ -18,7 +18,12 @@ export const id = <S extends Schema.Top & Schema.WithoutConstructorDefault>(sche
   })
 
 /** A field clients write: read as `read`, stored as `insert`, sent on create as `create` and on update as `input`. */
-const writable = <Read extends Schema.Top, Insert extends Schema.Top, Create extends Schema.Top, Input extends Schema.Top>(
+const writable = <
+  Read extends Schema.Top,
+  Insert extends Schema.Top,
+  Create extends Schema.Top,
+  Input extends Schema.Top
+>(
   read: Read,
   insert: Insert,
   create: Create,
@@ -38,7 +43,10 @@ export const required = <Read extends Schema.Top, Input extends Schema.Top = Rea
   writable(read, read, (input ?? read) as Input, (input ?? read) as Input)
 
 /** A field a client may leave out on create, where it is `value`. */
-export const withDefault = <Read extends Schema.Top & Schema.WithoutConstructorDefault, Input extends Schema.Top = Read>(
+export const withDefault = <
+  Read extends Schema.Top & Schema.WithoutConstructorDefault,
+  Input extends Schema.Top = Read
+>(
   read: Read,
   value: Read["~type.make.in"],
   input?: Input

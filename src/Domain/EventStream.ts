@@ -7,7 +7,10 @@ import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
  * resume) and JSON `data`. The typed client decodes such a stream; the
  * handlers write the events themselves.
  */
-export const eventStream = <const Names extends ReadonlyArray<string>, Data extends Schema.Top>(names: Names, data: Data) =>
+export const eventStream = <const Names extends ReadonlyArray<string>, Data extends Schema.Top>(
+  names: Names,
+  data: Data
+) =>
   HttpApiSchema.StreamSse({
     events: Schema.Struct({
       id: Schema.optional(Schema.String),

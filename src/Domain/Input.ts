@@ -23,10 +23,9 @@ const safeTextMessage = "Expected text without NUL characters or unpaired UTF-16
 /** Whether a string is text Postgres stores as sent: well-formed UTF-16 without NUL. */
 export const isSafeTextValue = (value: string): boolean => value.isWellFormed() && !value.includes("\u0000")
 
-export const isSafeText = Schema.makeFilter<string>(
-  (value) => isSafeTextValue(value) || safeTextMessage,
-  { expected: "text without NUL characters or unpaired surrogates" }
-)
+export const isSafeText = Schema.makeFilter<string>((value) => isSafeTextValue(value) || safeTextMessage, {
+  expected: "text without NUL characters or unpaired surrogates"
+})
 
 /**
  * A string of request input: safe text, then `checks` in order. Every check
@@ -34,8 +33,9 @@ export const isSafeText = Schema.makeFilter<string>(
  * a request reports all of its bad fields) and no pattern ever runs over a
  * string a length check has already refused.
  */
-export const text = (...checks: ReadonlyArray<SchemaAST.Filter<string> | SchemaAST.Filter<{ readonly length: number }>>) =>
-  Schema.String.check(isSafeText.abort(), ...checks.map((check) => check.abort() as SchemaAST.Filter<string>))
+export const text = (
+  ...checks: ReadonlyArray<SchemaAST.Filter<string> | SchemaAST.Filter<{ readonly length: number }>>
+) => Schema.String.check(isSafeText.abort(), ...checks.map((check) => check.abort() as SchemaAST.Filter<string>))
 
 /** Any safe text. */
 export const Text = text()
@@ -56,37 +56,45 @@ export const Text = text()
 const wire = (schema: Schema.Top) => SchemaAST.toEncoded(schema.ast)
 
 /** An array of `min` (default 0) to `max` items, refused whole before any item is decoded. */
-export const boundedArray = <Item extends Schema.Top>(item: Item, bound: {
-  readonly max: number
-  readonly min?: number
-  readonly tooMany?: string
-  readonly tooFew?: string
-  readonly description?: string
-}) => {
+export const boundedArray = <Item extends Schema.Top>(
+  item: Item,
+  bound: {
+    readonly max: number
+    readonly min?: number
+    readonly tooMany?: string
+    readonly tooFew?: string
+    readonly description?: string
+  }
+) => {
   const min = bound.min ?? 0
   return Schema.Any.check(
-    Schema.makeFilter((input: unknown) =>
-      !Array.isArray(input)
-        ? "Expected an array"
-        : input.length > bound.max
-        ? bound.tooMany ?? `Expected at most ${bound.max} items`
-        : input.length < min
-        ? bound.tooFew ?? `Expected at least ${min} items`
-        : true, {
-      expected: "array",
-      representation: { id: "agent-host/boundedArray", payload: [min, bound.max], schemas: [wire(item)] },
-      toJsonSchema: ({ schemas }) => ({
-        type: "array",
-        ...(min > 0 ? { minItems: min } : {}),
-        maxItems: bound.max,
-        items: schemas[0]!,
-        ...(bound.description === undefined ? {} : { description: bound.description })
-      })
-    })
-  ).pipe(Schema.decodeTo(
-    Schema.Array(item),
-    SchemaTransformation.passthrough<ReadonlyArray<Item["Encoded"]>, any>({ strict: false })
-  ))
+    Schema.makeFilter(
+      (input: unknown) =>
+        !Array.isArray(input)
+          ? "Expected an array"
+          : input.length > bound.max
+            ? (bound.tooMany ?? `Expected at most ${bound.max} items`)
+            : input.length < min
+              ? (bound.tooFew ?? `Expected at least ${min} items`)
+              : true,
+      {
+        expected: "array",
+        representation: { id: "agent-host/boundedArray", payload: [min, bound.max], schemas: [wire(item)] },
+        toJsonSchema: ({ schemas }) => ({
+          type: "array",
+          ...(min > 0 ? { minItems: min } : {}),
+          maxItems: bound.max,
+          items: schemas[0]!,
+          ...(bound.description === undefined ? {} : { description: bound.description })
+        })
+      }
+    )
+  ).pipe(
+    Schema.decodeTo(
+      Schema.Array(item),
+      SchemaTransformation.passthrough<ReadonlyArray<Item["Encoded"]>, any>({ strict: false })
+    )
+  )
 }
 
 // A Record's key schema only selects the keys it is given: a key it refuses is
@@ -100,15 +108,20 @@ const isPlainObject = (input: unknown): input is { readonly [key: string]: unkno
 /** A map keyed by safe text, of at most `max` entries, refused whole before any entry is decoded. */
 export const textRecord = <Value extends Schema.Top>(value: Value, bound: { readonly max: number }) =>
   Schema.Any.check(
-    Schema.makeFilter((input: unknown) =>
-      !isPlainObject(input)
-        ? "Expected an object"
-        : Object.keys(input).length <= bound.max || `Expected at most ${bound.max} entries`, {
-      expected: "object",
-      representation: { id: "agent-host/textRecord", payload: bound.max, schemas: [wire(value)] },
-      toJsonSchema: ({ schemas }) => ({ type: "object", maxProperties: bound.max, additionalProperties: schemas[0]! })
-    })
-  ).pipe(Schema.decodeTo(
-    Schema.Record(TextKey, value),
-    SchemaTransformation.passthrough<Schema.Record.Encoded<typeof TextKey, Value>, any>({ strict: false })
-  ))
+    Schema.makeFilter(
+      (input: unknown) =>
+        !isPlainObject(input)
+          ? "Expected an object"
+          : Object.keys(input).length <= bound.max || `Expected at most ${bound.max} entries`,
+      {
+        expected: "object",
+        representation: { id: "agent-host/textRecord", payload: bound.max, schemas: [wire(value)] },
+        toJsonSchema: ({ schemas }) => ({ type: "object", maxProperties: bound.max, additionalProperties: schemas[0]! })
+      }
+    )
+  ).pipe(
+    Schema.decodeTo(
+      Schema.Record(TextKey, value),
+      SchemaTransformation.passthrough<Schema.Record.Encoded<typeof TextKey, Value>, any>({ strict: false })
+    )
+  )

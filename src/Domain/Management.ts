@@ -55,35 +55,58 @@ export const managementEndpoints = <
   const params = { id: entity.model.fields.id }
   const created = json.pipe(HttpApiSchema.status(201))
   return [
-    HttpApiEndpoint.get("list", "/", { query: PageQuery, success: PageOf(json), error: BadRequest })
-      .annotateMerge(doc({
-        summary: `List ${plural}`,
-        description: `The tenant's ${plural}, a page at a time (\`limit\`, \`cursor\`).`,
-        errors: "400 on a bad `limit` or `cursor`."
-      }, entity.docs?.list)),
+    HttpApiEndpoint.get("list", "/", { query: PageQuery, success: PageOf(json), error: BadRequest }).annotateMerge(
+      doc(
+        {
+          summary: `List ${plural}`,
+          description: `The tenant's ${plural}, a page at a time (\`limit\`, \`cursor\`).`,
+          errors: "400 on a bad `limit` or `cursor`."
+        },
+        entity.docs?.list
+      )
+    ),
     // The error type arguments are given: TypeScript cannot check a generic error list against streams.
     HttpApiEndpoint.post<"create", "/", never, never, Create, never, typeof created, CreateError>("create", "/", {
       payload: jsonCreate,
       success: created,
       error: entity.errors.create as never
-    }).annotateMerge(doc({
-      summary: `Create ${a} ${name}`,
-      description: `Creates ${a} ${name}.`,
-      errors: "400 on invalid fields."
-    }, entity.docs?.create)),
-    HttpApiEndpoint.get("get", "/:id", { params, success: json, error: NotFound })
-      .annotateMerge(doc({ summary: `Get ${a} ${name}`, description: `The ${name}.`, errors: notFound }, entity.docs?.get)),
+    }).annotateMerge(
+      doc(
+        {
+          summary: `Create ${a} ${name}`,
+          description: `Creates ${a} ${name}.`,
+          errors: "400 on invalid fields."
+        },
+        entity.docs?.create
+      )
+    ),
+    HttpApiEndpoint.get("get", "/:id", { params, success: json, error: NotFound }).annotateMerge(
+      doc({ summary: `Get ${a} ${name}`, description: `The ${name}.`, errors: notFound }, entity.docs?.get)
+    ),
     HttpApiEndpoint.put<"update", "/:id", typeof params, never, Update, never, Json, UpdateError>("update", "/:id", {
       params,
       payload: jsonUpdate,
       success: json,
       error: entity.errors.update as never
-    }).annotateMerge(doc({
-      summary: `Update ${a} ${name}`,
-      description: "Changes the fields sent and leaves the others as they are.",
-      errors: `400 on invalid fields, ${notFound}`
-    }, entity.docs?.update)),
-    HttpApiEndpoint.delete("remove", "/:id", { params, success: HttpApiSchema.NoContent, error: NotFound })
-      .annotateMerge(doc({ summary: `Delete ${a} ${name}`, description: `Deletes the ${name}.`, errors: notFound }, entity.docs?.remove))
+    }).annotateMerge(
+      doc(
+        {
+          summary: `Update ${a} ${name}`,
+          description: "Changes the fields sent and leaves the others as they are.",
+          errors: `400 on invalid fields, ${notFound}`
+        },
+        entity.docs?.update
+      )
+    ),
+    HttpApiEndpoint.delete("remove", "/:id", {
+      params,
+      success: HttpApiSchema.NoContent,
+      error: NotFound
+    }).annotateMerge(
+      doc(
+        { summary: `Delete ${a} ${name}`, description: `Deletes the ${name}.`, errors: notFound },
+        entity.docs?.remove
+      )
+    )
   ] as const
 }

@@ -18,13 +18,17 @@ export class Unauthorized extends HttpApiError.Problem<Unauthorized>()("Unauthor
   title: "Unauthorized"
 }) {}
 
-export class Forbidden extends HttpApiError.Problem<Forbidden>()("Forbidden", {
-  type: problemType("forbidden"),
-  status: 403,
-  title: "Forbidden"
-}, {
-  requiredScope: Schema.optionalKey(Schema.String)
-}) {}
+export class Forbidden extends HttpApiError.Problem<Forbidden>()(
+  "Forbidden",
+  {
+    type: problemType("forbidden"),
+    status: 403,
+    title: "Forbidden"
+  },
+  {
+    requiredScope: Schema.optionalKey(Schema.String)
+  }
+) {}
 
 export class Conflict extends HttpApiError.Problem<Conflict>()("Conflict", {
   type: problemType("conflict"),
@@ -50,23 +54,31 @@ export class GatewayTimeout extends HttpApiError.Problem<GatewayTimeout>()("Gate
   title: "Gateway Timeout"
 }) {}
 
-export class TooManyRequests extends HttpApiError.Problem<TooManyRequests>()("TooManyRequests", {
-  type: problemType("daily-limit-reached"),
-  status: 429,
-  title: "Too Many Requests"
-}, {
-  plan: Schema.String,
-  limit: Schema.Int,
-  resetAt: Schema.String
-}) {}
+export class TooManyRequests extends HttpApiError.Problem<TooManyRequests>()(
+  "TooManyRequests",
+  {
+    type: problemType("daily-limit-reached"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  {
+    plan: Schema.String,
+    limit: Schema.Int,
+    resetAt: Schema.String
+  }
+) {}
 
-export class TooManyStreams extends HttpApiError.Problem<TooManyStreams>()("TooManyStreams", {
-  type: problemType("too-many-streams"),
-  status: 429,
-  title: "Too Many Requests"
-}, {
-  limit: Schema.Int
-}) {}
+export class TooManyStreams extends HttpApiError.Problem<TooManyStreams>()(
+  "TooManyStreams",
+  {
+    type: problemType("too-many-streams"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  {
+    limit: Schema.Int
+  }
+) {}
 
 /** The 400 problem, with one entry per bad field: the same shape request decoding produces. */
 export const BadRequest = HttpApiError.BadRequestProblem
@@ -80,44 +92,60 @@ export const invalidField = (field: string, message: string, slot: "payload" | "
   })
 
 /** The tenant's plan has spent its model tokens for the UTC day. */
-export class TokenBudgetSpent extends HttpApiError.Problem<TokenBudgetSpent>()("TokenBudgetSpent", {
-  type: problemType("token-budget-spent"),
-  status: 429,
-  title: "Too Many Requests"
-}, {
-  plan: Schema.String,
-  budget: Schema.Int.annotate({ description: "Model tokens per UTC day of the plan." }),
-  used: Schema.Int,
-  resetAt: Schema.String
-}) {}
+export class TokenBudgetSpent extends HttpApiError.Problem<TokenBudgetSpent>()(
+  "TokenBudgetSpent",
+  {
+    type: problemType("token-budget-spent"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  {
+    plan: Schema.String,
+    budget: Schema.Int.annotate({ description: "Model tokens per UTC day of the plan." }),
+    used: Schema.Int,
+    resetAt: Schema.String
+  }
+) {}
 
 /** The tenant's plan may not use this model (see FREE_MODELS / PRO_MODELS / BUSINESS_MODELS). */
-export class ModelNotAllowed extends HttpApiError.Problem<ModelNotAllowed>()("ModelNotAllowed", {
-  type: problemType("model-not-allowed"),
-  status: 403,
-  title: "Forbidden"
-}, {
-  plan: Schema.String,
-  model: Schema.String
-}) {}
+export class ModelNotAllowed extends HttpApiError.Problem<ModelNotAllowed>()(
+  "ModelNotAllowed",
+  {
+    type: problemType("model-not-allowed"),
+    status: 403,
+    title: "Forbidden"
+  },
+  {
+    plan: Schema.String,
+    model: Schema.String
+  }
+) {}
 
 /** Too many login or register attempts from one client address or for one e-mail, or too many failed credentials from one address. */
-export class TooManyAttempts extends HttpApiError.Problem<TooManyAttempts>()("TooManyAttempts", {
-  type: problemType("too-many-attempts"),
-  status: 429,
-  title: "Too Many Requests"
-}, {
-  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before trying again (also in Retry-After)." })
-}) {}
+export class TooManyAttempts extends HttpApiError.Problem<TooManyAttempts>()(
+  "TooManyAttempts",
+  {
+    type: problemType("too-many-attempts"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  {
+    retryAfter: Schema.Int.annotate({ description: "Seconds to wait before trying again (also in Retry-After)." })
+  }
+) {}
 
 /** An upload over MAX_UPLOAD_BYTES. */
-export class PayloadTooLarge extends HttpApiError.Problem<PayloadTooLarge>()("PayloadTooLarge", {
-  type: problemType("payload-too-large"),
-  status: 413,
-  title: "Payload Too Large"
-}, {
-  limit: Schema.Int
-}) {}
+export class PayloadTooLarge extends HttpApiError.Problem<PayloadTooLarge>()(
+  "PayloadTooLarge",
+  {
+    type: problemType("payload-too-large"),
+    status: 413,
+    title: "Payload Too Large"
+  },
+  {
+    limit: Schema.Int
+  }
+) {}
 
 /** An upload of a type the service cannot read. */
 export class UnsupportedMediaType extends HttpApiError.Problem<UnsupportedMediaType>()("UnsupportedMediaType", {
@@ -127,17 +155,22 @@ export class UnsupportedMediaType extends HttpApiError.Problem<UnsupportedMediaT
 }) {}
 
 /** The same bytes are already a document of the knowledge base. */
-export class DuplicateDocument extends HttpApiError.Problem<DuplicateDocument>()("DuplicateDocument", {
-  type: problemType("duplicate-document"),
-  status: 409,
-  title: "Conflict"
-}, {
-  documentId: Schema.String
-}) {}
+export class DuplicateDocument extends HttpApiError.Problem<DuplicateDocument>()(
+  "DuplicateDocument",
+  {
+    type: problemType("duplicate-document"),
+    status: 409,
+    title: "Conflict"
+  },
+  {
+    documentId: Schema.String
+  }
+) {}
 
 const quotaFields = {
   quota: Schema.String.annotate({
-    description: "Which quota: knowledgeBases, documents, storedBytes, chunks, agents, orchestrations, teams, " +
+    description:
+      "Which quota: knowledgeBases, documents, storedBytes, chunks, agents, orchestrations, teams, " +
       "apiKeys or webhookEndpoints."
   }),
   setting: Schema.String.annotate({ description: "The setting that holds it for the plan, e.g. FREE_MAX_AGENTS." }),
@@ -148,59 +181,87 @@ const quotaFields = {
 }
 
 /** A per-plan quota of what a tenant keeps (agents, knowledge bases, documents, chunks...) is reached. */
-export class QuotaReached extends HttpApiError.Problem<QuotaReached>()("QuotaReached", {
-  type: problemType("quota-reached"),
-  status: 429,
-  title: "Too Many Requests"
-}, quotaFields) {}
+export class QuotaReached extends HttpApiError.Problem<QuotaReached>()(
+  "QuotaReached",
+  {
+    type: problemType("quota-reached"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  quotaFields
+) {}
 
 /** The plan's stored bytes (MAX_STORED_BYTES) would be passed by an upload. */
-export class StorageQuotaExceeded extends HttpApiError.Problem<StorageQuotaExceeded>()("StorageQuotaExceeded", {
-  type: problemType("storage-quota-exceeded"),
-  status: 413,
-  title: "Payload Too Large"
-}, quotaFields) {}
+export class StorageQuotaExceeded extends HttpApiError.Problem<StorageQuotaExceeded>()(
+  "StorageQuotaExceeded",
+  {
+    type: problemType("storage-quota-exceeded"),
+    status: 413,
+    title: "Payload Too Large"
+  },
+  quotaFields
+) {}
 
 /** A document rechunked more often than RECHUNK_BURST / RECHUNK_INTERVAL allow. */
-export class RechunkRateLimited extends HttpApiError.Problem<RechunkRateLimited>()("RechunkRateLimited", {
-  type: problemType("rechunk-rate-limited"),
-  status: 429,
-  title: "Too Many Requests"
-}, {
-  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before rechunking this document again (also in Retry-After)." })
-}) {}
+export class RechunkRateLimited extends HttpApiError.Problem<RechunkRateLimited>()(
+  "RechunkRateLimited",
+  {
+    type: problemType("rechunk-rate-limited"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  {
+    retryAfter: Schema.Int.annotate({
+      description: "Seconds to wait before rechunking this document again (also in Retry-After)."
+    })
+  }
+) {}
 
 /** A webhook event was redelivered WEBHOOK_MAX_REDELIVERIES times already: it is not sent again. */
-export class RedeliveryLimitReached extends HttpApiError.Problem<RedeliveryLimitReached>()("RedeliveryLimitReached", {
-  type: problemType("redelivery-limit-reached"),
-  status: 409,
-  title: "Conflict"
-}, {
-  setting: Schema.Literal("WEBHOOK_MAX_REDELIVERIES"),
-  limit: Schema.Int.annotate({ description: "Redeliveries of one event at most." })
-}) {}
+export class RedeliveryLimitReached extends HttpApiError.Problem<RedeliveryLimitReached>()(
+  "RedeliveryLimitReached",
+  {
+    type: problemType("redelivery-limit-reached"),
+    status: 409,
+    title: "Conflict"
+  },
+  {
+    setting: Schema.Literal("WEBHOOK_MAX_REDELIVERIES"),
+    limit: Schema.Int.annotate({ description: "Redeliveries of one event at most." })
+  }
+) {}
 
 /** The tenant redelivered more webhook events than WEBHOOK_REDELIVERIES_PER_TENANT per WEBHOOK_REDELIVERY_WINDOW. */
-export class RedeliveryRateLimited extends HttpApiError.Problem<RedeliveryRateLimited>()("RedeliveryRateLimited", {
-  type: problemType("redelivery-rate-limited"),
-  status: 429,
-  title: "Too Many Requests"
-}, {
-  setting: Schema.Literal("WEBHOOK_REDELIVERIES_PER_TENANT"),
-  limit: Schema.Int.annotate({ description: "Redeliveries per tenant in the window." }),
-  windowSeconds: Schema.Int,
-  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before the next redelivery fits (also in Retry-After)." })
-}) {}
+export class RedeliveryRateLimited extends HttpApiError.Problem<RedeliveryRateLimited>()(
+  "RedeliveryRateLimited",
+  {
+    type: problemType("redelivery-rate-limited"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  {
+    setting: Schema.Literal("WEBHOOK_REDELIVERIES_PER_TENANT"),
+    limit: Schema.Int.annotate({ description: "Redeliveries per tenant in the window." }),
+    windowSeconds: Schema.Int,
+    retryAfter: Schema.Int.annotate({
+      description: "Seconds to wait before the next redelivery fits (also in Retry-After)."
+    })
+  }
+) {}
 
 /**
  * The tenant has as many executions and team runs running as its plan allows
  * (FREE_MAX_RUNNING_RUNS...), and the request asked not to wait (`Prefer: wait=0`).
  */
-export class TooManyRunningRuns extends HttpApiError.Problem<TooManyRunningRuns>()("TooManyRunningRuns", {
-  type: problemType("too-many-running-runs"),
-  status: 429,
-  title: "Too Many Requests"
-}, {
-  limit: Schema.Int.annotate({ description: "Executions and team runs the plan lets run at once." }),
-  retryAfter: Schema.Int.annotate({ description: "Seconds to wait before trying again (also in Retry-After)." })
-}) {}
+export class TooManyRunningRuns extends HttpApiError.Problem<TooManyRunningRuns>()(
+  "TooManyRunningRuns",
+  {
+    type: problemType("too-many-running-runs"),
+    status: 429,
+    title: "Too Many Requests"
+  },
+  {
+    limit: Schema.Int.annotate({ description: "Executions and team runs the plan lets run at once." }),
+    retryAfter: Schema.Int.annotate({ description: "Seconds to wait before trying again (also in Retry-After)." })
+  }
+) {}

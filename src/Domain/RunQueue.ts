@@ -17,7 +17,8 @@ export type RunWaiting = typeof RunWaiting.Type
 /** The `Prefer` header of the routes that start runs (RFC 7240); `wait=0` asks not to be queued. */
 export const PreferHeader = Schema.optionalKey(
   text(Schema.isMaxLength(200)).annotate({
-    description: "`wait=0`: if the tenant's runs are at the plan's cap, answer 429 (with Retry-After) rather than " +
+    description:
+      "`wait=0`: if the tenant's runs are at the plan's cap, answer 429 (with Retry-After) rather than " +
       "queue the run. Other preferences are ignored."
   })
 )

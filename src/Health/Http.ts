@@ -8,7 +8,7 @@ import * as Traced from "../Observability/Traced.ts"
 export const layer = HttpApiBuilder.group(
   Api,
   "health",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const sql = yield* SqlClient.SqlClient
     const ok = { status: "ok" } as const
     return handlers.handleAll({

@@ -68,26 +68,34 @@ const runBuild = (into: string) =>
       stderr = (stderr + data.toString()).slice(-4000)
     })
     child.once("error", reject)
-    child.once("exit", (code) => code === 0 ? resolve() : reject(new Error(`the dashboard build exited with ${code}: ${stderr}`)))
+    child.once("exit", (code) =>
+      code === 0 ? resolve() : reject(new Error(`the dashboard build exited with ${code}: ${stderr}`))
+    )
   })
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** dist/web built from the current sources: reused when its stamp matches, built otherwise. */
 const ensureBuilt = async (): Promise<"cached" | "built" | "prebuilt"> => {
-  const hasSources = await Fs.stat(Path.join(webDir, "build.ts")).then(() => true, () => false)
+  const hasSources = await Fs.stat(Path.join(webDir, "build.ts")).then(
+    () => true,
+    () => false
+  )
   // An image holding only the built output serves it as it is.
   if (!hasSources) return "prebuilt"
   const hash = await sourceHash()
   await Fs.mkdir(Path.dirname(lockFile), { recursive: true })
   while (true) {
-    if (await stampOf(outDir) === hash) return "cached"
+    if ((await stampOf(outDir)) === hash) return "cached"
     const lock = await Fs.open(lockFile, "wx").catch((error: NodeJS.ErrnoException) => {
       if (error.code === "EEXIST") return undefined
       throw error
     })
     if (lock === undefined) {
-      const age = await Fs.stat(lockFile).then((stat) => Date.now() - stat.mtimeMs, () => 0)
+      const age = await Fs.stat(lockFile).then(
+        (stat) => Date.now() - stat.mtimeMs,
+        () => 0
+      )
       if (age > staleLockMs) await Fs.rm(lockFile, { force: true })
       else await sleep(250)
       continue
@@ -98,7 +106,8 @@ const ensureBuilt = async (): Promise<"cached" | "built" | "prebuilt"> => {
       // Built beside the output, then swapped in, so no reader sees half a build;
       // what a builder killed midway left there goes first.
       for (const entry of await Fs.readdir(Path.dirname(outDir))) {
-        if (/^web\.(building|previous)-\d+$/.test(entry)) await Fs.rm(Path.join(Path.dirname(outDir), entry), { recursive: true, force: true })
+        if (/^web\.(building|previous)-\d+$/.test(entry))
+          await Fs.rm(Path.join(Path.dirname(outDir), entry), { recursive: true, force: true })
       }
       const building = `${outDir}.building-${process.pid}`
       await runBuild(building)
@@ -149,64 +158,76 @@ const loadAssets = async (): Promise<Map<string, Asset>> => {
 }
 
 // Scripts, styles and requests stay on this origin: the page works offline and loads nothing from elsewhere.
-const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+const contentSecurityPolicy =
+  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
   "connect-src 'self'; font-src 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'"
 
 const hashedAsset = /^\/assets\//
 
 /** GET /, /app and /app/*: the dashboard, its single page for any path that is not a file. */
-export const layer = Layer.effectDiscard(Effect.gen(function*() {
-  const router = yield* HttpRouter.HttpRouter
-  const ready = yield* Deferred.make<Map<string, Asset>, Error>()
+export const layer = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const router = yield* HttpRouter.HttpRouter
+    const ready = yield* Deferred.make<Map<string, Asset>, Error>()
 
-  yield* Effect.tryPromise({
-    try: async () => {
-      const startedAt = Date.now()
-      const how = await ensureBuilt()
-      return { how, assets: await loadAssets(), ms: Date.now() - startedAt }
-    },
-    catch: (cause) => cause instanceof Error ? cause : new Error(String(cause))
-  }).pipe(
-    Effect.tap(({ how, ms }) => how === "built" ? Effect.logInfo("Built the dashboard").pipe(Effect.annotateLogs({ ms })) : Effect.void),
-    Effect.tapError((error) => Effect.logError("The dashboard could not be built", error.message)),
-    Effect.map(({ assets }) => assets),
-    Effect.exit,
-    Effect.flatMap((exit) => Deferred.done(ready, exit)),
-    Effect.forkScoped
-  )
-
-  const send = (asset: Asset, cacheControl: string, acceptsGzip: boolean) => {
-    const gzip = acceptsGzip && asset.gzip !== undefined
-    return HttpServerResponse.uint8Array(gzip ? asset.gzip! : asset.body, {
-      contentType: asset.contentType,
-      headers: {
-        "cache-control": cacheControl,
-        "content-security-policy": contentSecurityPolicy,
-        vary: "accept-encoding",
-        ...(gzip ? { "content-encoding": "gzip" } : {})
-      }
-    })
-  }
-
-  const serve = Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const assets = yield* Deferred.await(ready).pipe(
-      Effect.catch(() => Effect.fail(new ServiceUnavailable({ detail: "The dashboard could not be built; the service's log says why" })))
+    yield* Effect.tryPromise({
+      try: async () => {
+        const startedAt = Date.now()
+        const how = await ensureBuilt()
+        return { how, assets: await loadAssets(), ms: Date.now() - startedAt }
+      },
+      catch: (cause) => (cause instanceof Error ? cause : new Error(String(cause)))
+    }).pipe(
+      Effect.tap(({ how, ms }) =>
+        how === "built" ? Effect.logInfo("Built the dashboard").pipe(Effect.annotateLogs({ ms })) : Effect.void
+      ),
+      Effect.tapError((error) => Effect.logError("The dashboard could not be built", error.message)),
+      Effect.map(({ assets }) => assets),
+      Effect.exit,
+      Effect.flatMap((exit) => Deferred.done(ready, exit)),
+      Effect.forkScoped
     )
-    const path = request.url.split("?")[0]!.replace(/^\/app/, "") || "/"
-    const acceptsGzip = /\bgzip\b/.test(request.headers["accept-encoding"] ?? "")
-    const file = assets.get(path)
-    if (file !== undefined && path !== "/index.html") {
-      return send(file, hashedAsset.test(path) ? "public, max-age=31536000, immutable" : "no-cache", acceptsGzip)
-    }
-    if (hashedAsset.test(path)) return yield* new NotFound({ detail: `No file ${request.url.split("?")[0]}` })
-    // Any other path is a view of the single page, which reads it from the URL.
-    return send(assets.get("/index.html")!, "no-cache", acceptsGzip)
-  }).pipe(Effect.catch((problem) => HttpServerRespondable.toResponse(problem)))
 
-  yield* router.add("GET", "/", Effect.succeed(HttpServerResponse.redirect("/app/", { status: 302 })))
-  yield* router.add("GET", "/app/*", serve)
-}))
+    const send = (asset: Asset, cacheControl: string, acceptsGzip: boolean) => {
+      const gzip = acceptsGzip && asset.gzip !== undefined
+      return HttpServerResponse.uint8Array(gzip ? asset.gzip! : asset.body, {
+        contentType: asset.contentType,
+        headers: {
+          "cache-control": cacheControl,
+          "content-security-policy": contentSecurityPolicy,
+          vary: "accept-encoding",
+          ...(gzip ? { "content-encoding": "gzip" } : {})
+        }
+      })
+    }
+
+    const serve = Effect.gen(function* () {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const assets = yield* Deferred.await(ready).pipe(
+        Effect.catch(() =>
+          Effect.fail(
+            new ServiceUnavailable({ detail: "The dashboard could not be built; the service's log says why" })
+          )
+        )
+      )
+      const path = request.url.split("?")[0]!.replace(/^\/app/, "") || "/"
+      const acceptsGzip = /\bgzip\b/.test(request.headers["accept-encoding"] ?? "")
+      const file = assets.get(path)
+      if (file !== undefined && path !== "/index.html") {
+        return send(file, hashedAsset.test(path) ? "public, max-age=31536000, immutable" : "no-cache", acceptsGzip)
+      }
+      if (hashedAsset.test(path)) return yield* new NotFound({ detail: `No file ${request.url.split("?")[0]}` })
+      // Any other path is a view of the single page, which reads it from the URL.
+      return send(assets.get("/index.html")!, "no-cache", acceptsGzip)
+    }).pipe(Effect.catch((problem) => HttpServerRespondable.toResponse(problem)))
+
+    yield* router.add("GET", "/", Effect.succeed(HttpServerResponse.redirect("/app/", { status: 302 })))
+    yield* router.add("GET", "/app/*", serve)
+  })
+)
 
 /** The routes this layer adds, for the request pipeline's 404/405 answers. */
-export const routes: ReadonlyArray<readonly [string, string]> = [["GET", "/"], ["GET", "/app/*"]]
+export const routes: ReadonlyArray<readonly [string, string]> = [
+  ["GET", "/"],
+  ["GET", "/app/*"]
+]

@@ -44,22 +44,25 @@ export interface FollowOptions<Event extends { readonly id: string; readonly typ
  *   a stream reads every EVENT_STREAM_FALLBACK_POLL, so a lost notification
  *   (or a lost listener) only delays.
  */
-export class EventStreams extends Context.Service<EventStreams, {
-  /** A place for a stream that follows no run (a streamed chat), for the request's scope. */
-  readonly hold: (tenantId: string) => Effect.Effect<void, TooManyStreams, Scope.Scope>
-  /**
-   * A place for a stream that follows a run, for the request's scope, and
-   * the run's event log as it grows: what is logged already after
-   * `lastEventId`, then what follows, until a final event or `endsAt`.
-   */
-  readonly follow: <Event extends { readonly id: string; readonly type: string }, End>(
-    tenantId: string,
-    options: FollowOptions<Event, End>
-  ) => Effect.Effect<Stream.Stream<Event | End>, TooManyStreams, Scope.Scope>
-}>()("agent-host/EventStreams") {
+export class EventStreams extends Context.Service<
+  EventStreams,
+  {
+    /** A place for a stream that follows no run (a streamed chat), for the request's scope. */
+    readonly hold: (tenantId: string) => Effect.Effect<void, TooManyStreams, Scope.Scope>
+    /**
+     * A place for a stream that follows a run, for the request's scope, and
+     * the run's event log as it grows: what is logged already after
+     * `lastEventId`, then what follows, until a final event or `endsAt`.
+     */
+    readonly follow: <Event extends { readonly id: string; readonly type: string }, End>(
+      tenantId: string,
+      options: FollowOptions<Event, End>
+    ) => Effect.Effect<Stream.Stream<Event | End>, TooManyStreams, Scope.Scope>
+  }
+>()("agent-host/EventStreams") {
   static readonly layer = Layer.effect(
     EventStreams,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const config = yield* AppConfig
       const repo = yield* EventStreamsRepo
       const listener = yield* ListenerSql
@@ -90,7 +93,7 @@ export class EventStreams extends Context.Service<EventStreams, {
       const wakeAll = () => {
         for (const queues of waiting.values()) for (const queue of queues) Queue.offerUnsafe(queue, undefined)
       }
-      yield* Effect.gen(function*() {
+      yield* Effect.gen(function* () {
         const notified = yield* listener.listen(runEventsChannel)
         // Whatever was written while no one listened: every stream reads again.
         wakeAll()
@@ -103,22 +106,27 @@ export class EventStreams extends Context.Service<EventStreams, {
       )
 
       const take = (tenantId: string, runId: string | null) =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const id = newId()
           const taken = yield* Effect.acquireRelease(
             Effect.tap(repo.take({ id, tenantId, node, runId, cap: max, lease }), (taken) =>
               Effect.sync(() => {
                 if (taken) held.add(id)
-              })),
+              })
+            ),
             (taken) =>
               taken
                 ? Effect.suspend(() => {
-                  held.delete(id)
-                  // A place whose release failed is no longer renewed: its lease gives it back.
-                  return repo.release(id).pipe(
-                    Effect.catchCause((cause) => Effect.logWarning("An event stream's place could not be released", cause))
-                  )
-                })
+                    held.delete(id)
+                    // A place whose release failed is no longer renewed: its lease gives it back.
+                    return repo
+                      .release(id)
+                      .pipe(
+                        Effect.catchCause((cause) =>
+                          Effect.logWarning("An event stream's place could not be released", cause)
+                        )
+                      )
+                  })
                 : Effect.void
           )
           if (!taken) return yield* tooMany
@@ -127,10 +135,10 @@ export class EventStreams extends Context.Service<EventStreams, {
       /** A wake-up for the run's notifications, for the scope. */
       const watch = (runId: string) =>
         Effect.acquireRelease(
-          Effect.gen(function*() {
+          Effect.gen(function* () {
             const queue = yield* Queue.dropping<void>(1)
             let queues = waiting.get(runId)
-            if (queues === undefined) waiting.set(runId, queues = new Set())
+            if (queues === undefined) waiting.set(runId, (queues = new Set()))
             queues.add(queue)
             return queue
           }),
@@ -146,7 +154,7 @@ export class EventStreams extends Context.Service<EventStreams, {
         tenantId: string,
         options: FollowOptions<Event, End>
       ) =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           // The place names the run before the first read: from then on its events notify.
           yield* take(tenantId, options.runId)
           const woken = yield* watch(options.runId)
@@ -175,24 +183,33 @@ const followLog = <Event extends { readonly id: string; readonly type: string },
   let finished = false
   const final = (batch: ReadonlyArray<Event>) => batch.some((event) => options.isFinal(event.type))
   const live = Stream.paginate({ after: delivered, wait: false }, ({ after, wait }) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       if (wait) yield* next
       const batch = yield* options.read(after)
       if (batch.length === 0) return [batch, Option.some({ after, wait: true })] as const
       if (final(batch)) return [batch, Option.none()] as const
-      return [batch, Option.some({ after: batch[batch.length - 1]!.id, wait: batch.length < options.pageSize })] as const
-    })).pipe(
-      Stream.interruptWhen(Effect.sleep(Duration.millis(Math.max(0, options.endsAt - options.now)))),
-      Stream.tap((event) =>
-        Effect.sync(() => {
-          delivered = event.id
-          if (options.isFinal(event.type)) finished = true
-        })
-      )
+      return [
+        batch,
+        Option.some({ after: batch[batch.length - 1]!.id, wait: batch.length < options.pageSize })
+      ] as const
+    })
+  ).pipe(
+    Stream.interruptWhen(Effect.sleep(Duration.millis(Math.max(0, options.endsAt - options.now)))),
+    Stream.tap((event) =>
+      Effect.sync(() => {
+        delivered = event.id
+        if (options.isFinal(event.type)) finished = true
+      })
     )
-  const last = Stream.unwrap(Effect.suspend(() =>
-    finished ? Effect.succeed(Stream.empty) : Effect.map(options.read(delivered), (batch) =>
-      Stream.fromIterable<Event | End>(final(batch) ? batch : [...batch, options.end]))
-  ))
+  )
+  const last = Stream.unwrap(
+    Effect.suspend(() =>
+      finished
+        ? Effect.succeed(Stream.empty)
+        : Effect.map(options.read(delivered), (batch) =>
+            Stream.fromIterable<Event | End>(final(batch) ? batch : [...batch, options.end])
+          )
+    )
+  )
   return Stream.concat(live, last)
 }

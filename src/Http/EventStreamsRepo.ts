@@ -11,7 +11,7 @@ const interval = (duration: Duration.Duration) => `${Math.max(1, Math.ceil(Durat
 
 /** All SQL of the places open event streams hold (`event_stream_slots`, migration 0023). */
 export class EventStreamsRepo extends Context.Service<EventStreamsRepo>()("agent-host/EventStreamsRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
     /** Takes one of the tenant's `cap` places for `slotId`, in one statement; false when all are taken. */
@@ -30,14 +30,15 @@ export class EventStreamsRepo extends Context.Service<EventStreamsRepo>()("agent
         Effect.orDie
       )
 
-    const release = (id: string) => sql`DELETE FROM event_stream_slots WHERE id = ${id}`.pipe(Effect.asVoid, Effect.orDie)
+    const release = (id: string) =>
+      sql`DELETE FROM event_stream_slots WHERE id = ${id}`.pipe(Effect.asVoid, Effect.orDie)
 
     /**
      * Extends the lease of these places (the streams this node has open) and
      * drops every place whose lease ran out, whichever node held it.
      */
     const renew = (ids: ReadonlyArray<string>, lease: Duration.Duration) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         if (ids.length > 0) {
           // Ids are made here (newId) and hold no comma: one text parameter whatever their number.
           yield* sql`

@@ -7,14 +7,17 @@ import type { TenantId } from "../Domain/Ids.ts"
 import type { PageRequest } from "../Domain/Page.ts"
 
 /** A route of the caller's tenant: the tenant is the authenticated principal's, never the request's. */
-export const forTenant = <Request, A, E, R>(handle: (tenantId: TenantId, request: Request) => Effect.Effect<A, E, R>) =>
-(request: Request): Effect.Effect<A, E, R | CurrentPrincipal> =>
-  CurrentPrincipal.use((principal) => handle(principal.tenantId, request))
+export const forTenant =
+  <Request, A, E, R>(handle: (tenantId: TenantId, request: Request) => Effect.Effect<A, E, R>) =>
+  (request: Request): Effect.Effect<A, E, R | CurrentPrincipal> =>
+    CurrentPrincipal.use((principal) => handle(principal.tenantId, request))
 
 type Handled<T> = T extends Effect.Effect<infer A, infer E, infer R> ? Effect.Effect<A, E, R | CurrentPrincipal> : never
 
 const asTenant = <T>(call: (tenantId: TenantId) => T): Handled<T> =>
-  CurrentPrincipal.use((principal) => call(principal.tenantId) as Effect.Effect<unknown, unknown, unknown>) as Handled<T>
+  CurrentPrincipal.use(
+    (principal) => call(principal.tenantId) as Effect.Effect<unknown, unknown, unknown>
+  ) as Handled<T>
 
 /**
  * The handlers of the management routes of Domain/Management.ts, each a call
@@ -38,10 +41,12 @@ export const managementHandlers = <
 }) => ({
   list: ({ query }: { readonly query: PageRequest }) => asTenant((tenantId) => service.list(tenantId, query)),
   create: ({ payload }: { readonly payload: Create }) => asTenant((tenantId) => service.create(tenantId, payload)),
-  get: ({ params }: { readonly params: { readonly id: Id } }) => asTenant((tenantId) => service.get(tenantId, params.id)),
+  get: ({ params }: { readonly params: { readonly id: Id } }) =>
+    asTenant((tenantId) => service.get(tenantId, params.id)),
   update: ({ params, payload }: { readonly params: { readonly id: Id }; readonly payload: Update }) =>
     asTenant((tenantId) => service.update(tenantId, params.id, payload)),
-  remove: ({ params }: { readonly params: { readonly id: Id } }) => asTenant((tenantId) => service.remove(tenantId, params.id))
+  remove: ({ params }: { readonly params: { readonly id: Id } }) =>
+    asTenant((tenantId) => service.remove(tenantId, params.id))
 })
 
 /**
@@ -91,9 +96,14 @@ export const runEventStream = <A extends LoggedEvent | StreamEnd>(
     Stream.map(events, (event) => {
       if ("reason" in event) return encoder.encode(`event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`)
       const logged = event as Exclude<A, StreamEnd>
-      return encoder.encode(`id: ${logged.id}\nevent: ${logged.type}\ndata: ${
-        JSON.stringify({ type: logged.type, ...about(logged), ...(logged.data as object), at: logged.createdAt })
-      }\n\n`)
+      return encoder.encode(
+        `id: ${logged.id}\nevent: ${logged.type}\ndata: ${JSON.stringify({
+          type: logged.type,
+          ...about(logged),
+          ...(logged.data as object),
+          at: logged.createdAt
+        })}\n\n`
+      )
     }),
     { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
   )

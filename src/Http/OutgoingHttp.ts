@@ -17,6 +17,7 @@ import * as HttpClient from "effect/http/HttpClient"
  *   allows). A reused socket the server closed meanwhile fails as a
  *   transport error, which model calls retry.
  */
-export const layer: Layer.Layer<HttpClient.HttpClient> = Layer.effect(HttpClient.HttpClient, NodeHttpClient.makeNodeHttp).pipe(
-  Layer.provide(NodeHttpClient.layerAgentOptions({ keepAlive: true }))
-)
+export const layer: Layer.Layer<HttpClient.HttpClient> = Layer.effect(
+  HttpClient.HttpClient,
+  NodeHttpClient.makeNodeHttp
+).pipe(Layer.provide(NodeHttpClient.layerAgentOptions({ keepAlive: true })))

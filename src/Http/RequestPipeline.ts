@@ -1,5 +1,5 @@
 import * as ByteSize from "effect/ByteSize"
-import * as Cause from "effect/Cause"
+import type * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
@@ -25,7 +25,10 @@ const methods = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const
 
 /** The part of an HttpApi the pipeline reads: its routes. */
 interface RouteTable {
-  readonly groups: Record<string, { readonly endpoints: Record<string, { readonly method: string; readonly path: string }> }>
+  readonly groups: Record<
+    string,
+    { readonly endpoints: Record<string, { readonly method: string; readonly path: string }> }
+  >
 }
 
 /**
@@ -116,11 +119,14 @@ const retryAfterSeconds = "5"
  * (layer, below): an upload's is larger, and a value in the server's context
  * would win over it, since the routes' handlers carry that context too.
  */
-export const multipartLimits = Layer.unwrap(Effect.map(AppConfig, (config) =>
-  Layer.mergeAll(
-    Layer.succeed(Multipart.MaxFileSize, ByteSize.bytes(config.maxUploadBytes)),
-    Layer.succeed(Multipart.MaxParts, config.maxUploadFiles + 8)
-  )))
+export const multipartLimits = Layer.unwrap(
+  Effect.map(AppConfig, (config) =>
+    Layer.mergeAll(
+      Layer.succeed(Multipart.MaxFileSize, ByteSize.bytes(config.maxUploadBytes)),
+      Layer.succeed(Multipart.MaxParts, config.maxUploadFiles + 8)
+    )
+  )
+)
 
 /**
  * Wraps every request: a request id (taken from `X-Request-Id` when sane),
@@ -134,12 +140,12 @@ export const multipartLimits = Layer.unwrap(Effect.map(AppConfig, (config) =>
  */
 export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [string, string]> = []) =>
   HttpRouter.middleware(
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const config = yield* AppConfig
       const maxBodyBytes = config.maxBodyBytes
       // Knowledge uploads carry files: up to MAX_UPLOAD_BYTES of them, with
       // room for base64 in JSON (4/3) and for multipart's headers.
-      const maxUploadBodyBytes = Math.max(maxBodyBytes, Math.ceil(config.maxUploadBytes * 4 / 3) + 64 * 1024)
+      const maxUploadBodyBytes = Math.max(maxBodyBytes, Math.ceil((config.maxUploadBytes * 4) / 3) + 64 * 1024)
       const uploadRoute = "/api/knowledge/:id/upload"
       const routes = makeRouteMatcher(api, extraRoutes)
       // HSTS only when the operator says it is all HTTPS; the automatic cookie rule also serves plain HTTP.
@@ -150,9 +156,9 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
       const series = new Map<string, Map<string, Map<number, Series>>>()
       const seriesOf = (method: string, route: string, status: number) => {
         let byMethod = series.get(route)
-        if (byMethod === undefined) series.set(route, byMethod = new Map())
+        if (byMethod === undefined) series.set(route, (byMethod = new Map()))
         let byStatus = byMethod.get(method)
-        if (byStatus === undefined) byMethod.set(method, byStatus = new Map())
+        if (byStatus === undefined) byMethod.set(method, (byStatus = new Map()))
         let found = byStatus.get(status)
         if (found === undefined) {
           found = {
@@ -166,21 +172,18 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
       return (
         httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unhandled>
       ): Effect.Effect<HttpServerResponse.HttpServerResponse, unhandled, HttpServerRequest.HttpServerRequest> =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const request = yield* HttpServerRequest.HttpServerRequest
           const incomingId = request.headers[requestIdHeader]
-          const requestId = incomingId !== undefined && acceptedRequestId.test(incomingId)
-            ? incomingId
-            : Crypto.randomUUID()
+          const requestId =
+            incomingId !== undefined && acceptedRequestId.test(incomingId) ? incomingId : Crypto.randomUUID()
           const startedAt = performance.now()
 
           let response: HttpServerResponse.HttpServerResponse
           const declaredLength = Number(request.headers["content-length"] ?? 0)
           // The route template, found once: the body limit and the metrics and log use it.
           const route = routes.template(request.method, request.url)
-          const bodyLimit = request.method === "POST" && route === uploadRoute
-            ? maxUploadBodyBytes
-            : maxBodyBytes
+          const bodyLimit = request.method === "POST" && route === uploadRoute ? maxUploadBodyBytes : maxBodyBytes
           if (lacksHost(request)) {
             response = problem(400, requestId, "An HTTP/1.1 request needs a Host header")
           } else if (declaredLength > bodyLimit) {
@@ -198,13 +201,16 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
               response = exit.value
             } else if (isRouteNotFound(exit.cause)) {
               const allowed = routes.allowedMethods(request.url)
-              response = allowed.length > 0
-                ? problem(405, requestId, `${request.method} is not allowed here`, { allow: allowed.join(", ") })
-                : problem(404, requestId, defaultDetails[404])
+              response =
+                allowed.length > 0
+                  ? problem(405, requestId, `${request.method} is not allowed here`, { allow: allowed.join(", ") })
+                  : problem(404, requestId, defaultDetails[404])
             } else {
               const sqlError = findSqlError(exit.cause)
               if (sqlError !== undefined && isUnavailable(sqlError)) {
-                yield* Effect.logWarning("Database unavailable", sqlError.message).pipe(Effect.annotateLogs({ requestId }))
+                yield* Effect.logWarning("Database unavailable", sqlError.message).pipe(
+                  Effect.annotateLogs({ requestId })
+                )
                 response = problem(503, requestId, "The database is unavailable; try again shortly")
               } else if (sqlError !== undefined && isDataException(sqlError)) {
                 yield* Effect.logWarning("Value refused by the database", sqlError.message).pipe(
@@ -270,15 +276,16 @@ const isProblem = (response: HttpServerResponse.HttpServerResponse) =>
  */
 const basePolicy = "frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'"
 
-const securityHeadersFor = (https: boolean): ReadonlyArray<readonly [string, string]> => Object.entries({
-  "x-content-type-options": "nosniff",
-  "cache-control": "no-store",
-  "content-security-policy": basePolicy,
-  "x-frame-options": "DENY",
-  "referrer-policy": "no-referrer",
-  "cross-origin-opener-policy": "same-origin",
-  ...(https ? { "strict-transport-security": "max-age=31536000" } : {})
-})
+const securityHeadersFor = (https: boolean): ReadonlyArray<readonly [string, string]> =>
+  Object.entries({
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-store",
+    "content-security-policy": basePolicy,
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cross-origin-opener-policy": "same-origin",
+    ...(https ? { "strict-transport-security": "max-age=31536000" } : {})
+  })
 
 // An HTML <script> element: its attributes and its text, which ends at the first `</script` as in the browser.
 const scriptElement = /<script(\s[^>]*)?>([\s\S]*?)<\/script[\s/>]/gi
@@ -334,21 +341,18 @@ export const answerUnparsable = (server: Server): Server =>
       socket.destroy()
       return
     }
-    const status = error.code === "HPE_HEADER_OVERFLOW"
-      ? 431
-      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
-      ? 408
-      : 400
+    const status = error.code === "HPE_HEADER_OVERFLOW" ? 431 : error.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400
     const requestId = Crypto.randomUUID()
     const body = JSON.stringify({
       type: "about:blank",
       title: STATUS_CODES[status],
       status,
-      detail: status === 431
-        ? "The request headers are larger than the limit"
-        : status === 408
-        ? "The request took too long to arrive"
-        : "The request is not valid HTTP",
+      detail:
+        status === 431
+          ? "The request headers are larger than the limit"
+          : status === 408
+            ? "The request took too long to arrive"
+            : "The request is not valid HTTP",
       requestId
     })
     socket.end(

@@ -64,8 +64,8 @@ export const validateChunking = (input: ChunkingInput): Effect.Effect<Chunking, 
   return problems.length > 0
     ? Effect.fail(new InvalidChunking({ message: `Invalid chunking: ${problems.join("; ")}.`, problems }))
     : Effect.succeed({
-      strategy: (input.strategy ?? "auto") as ChunkingStrategy,
-      chunkSize: input.chunkSize ?? defaultChunkSize,
-      chunkOverlap: input.chunkOverlap ?? defaultChunkOverlap
-    })
+        strategy: (input.strategy ?? "auto") as ChunkingStrategy,
+        chunkSize: input.chunkSize ?? defaultChunkSize,
+        chunkOverlap: input.chunkOverlap ?? defaultChunkOverlap
+      })
 }

@@ -115,14 +115,15 @@ const wordDocument = Buffer.from("word/document.xml")
 // The format allows some bytes before the header; those are trusted only from a declared PDF.
 const isPdf = (bytes: Uint8Array, declared: DocumentKind | "unknown" | "other") =>
   startsWith(bytes, pdfMagic) ||
-  (declared === "pdf" && Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.length, 1024)).indexOf("%PDF-") >= 0)
+  (declared === "pdf" &&
+    Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.length, 1024)).indexOf("%PDF-") >= 0)
 const isZip = (bytes: Uint8Array) => startsWith(bytes, zipMagic)
 // Zip entry names are stored uncompressed, in the local headers and the central directory.
 const isDocx = (bytes: Uint8Array) =>
   Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).indexOf(wordDocument) >= 0
 
 const declaredKind = (input: ExtractInput): DocumentKind | "unknown" | "other" => {
-  const mediaType = input.contentType?.split(";")[0]!.trim().toLowerCase()
+  const mediaType = (input.contentType ?? "").split(";")[0]!.trim().toLowerCase()
   if (mediaType && mediaType !== "application/octet-stream") {
     const kind = byMediaType[mediaType]
     if (kind !== undefined) return kind
@@ -139,7 +140,8 @@ const decodeText = (bytes: Uint8Array): string | undefined => {
   let text: string
   try {
     if (startsWith(bytes, [0xff, 0xfe])) text = new TextDecoder("utf-16le", { fatal: true }).decode(bytes.subarray(2))
-    else if (startsWith(bytes, [0xfe, 0xff])) text = new TextDecoder("utf-16be", { fatal: true }).decode(bytes.subarray(2))
+    else if (startsWith(bytes, [0xfe, 0xff]))
+      text = new TextDecoder("utf-16be", { fatal: true }).decode(bytes.subarray(2))
     else text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes)
   } catch {
     return undefined
@@ -169,9 +171,27 @@ const sniffText = (text: string): DocumentKind => {
 // headings of the extracted text.
 
 const entities: Record<string, string> = {
-  amp: "&", lt: "<", gt: ">", quot: "\"", apos: "'", nbsp: "\u00a0", ndash: "\u2013", mdash: "\u2014",
-  hellip: "\u2026", lsquo: "\u2018", rsquo: "\u2019", ldquo: "\u201c", rdquo: "\u201d", copy: "\u00a9",
-  reg: "\u00ae", trade: "\u2122", euro: "\u20ac", laquo: "\u00ab", raquo: "\u00bb", middot: "\u00b7", bull: "\u2022"
+  amp: "&",
+  lt: "<",
+  gt: ">",
+  quot: '"',
+  apos: "'",
+  nbsp: "\u00a0",
+  ndash: "\u2013",
+  mdash: "\u2014",
+  hellip: "\u2026",
+  lsquo: "\u2018",
+  rsquo: "\u2019",
+  ldquo: "\u201c",
+  rdquo: "\u201d",
+  copy: "\u00a9",
+  reg: "\u00ae",
+  trade: "\u2122",
+  euro: "\u20ac",
+  laquo: "\u00ab",
+  raquo: "\u00bb",
+  middot: "\u00b7",
+  bull: "\u2022"
 }
 const decodeEntities = (text: string) =>
   text.replace(/&(#x[0-9a-f]+|#[0-9]+|[a-z][a-z0-9]*);/gi, (whole, name: string) => {
@@ -186,9 +206,40 @@ const decodeEntities = (text: string) =>
 
 const skipped = new Set(["script", "style", "noscript", "template", "svg", "head", "iframe", "object", "canvas"])
 const blocks = new Set([
-  "p", "div", "section", "article", "header", "footer", "main", "nav", "aside", "ul", "ol", "li", "dl", "dt", "dd",
-  "table", "thead", "tbody", "tfoot", "tr", "blockquote", "pre", "figure", "figcaption", "form", "fieldset", "hr",
-  "address", "details", "summary", "body", "html", "title", "caption"
+  "p",
+  "div",
+  "section",
+  "article",
+  "header",
+  "footer",
+  "main",
+  "nav",
+  "aside",
+  "ul",
+  "ol",
+  "li",
+  "dl",
+  "dt",
+  "dd",
+  "table",
+  "thead",
+  "tbody",
+  "tfoot",
+  "tr",
+  "blockquote",
+  "pre",
+  "figure",
+  "figcaption",
+  "form",
+  "fieldset",
+  "hr",
+  "address",
+  "details",
+  "summary",
+  "body",
+  "html",
+  "title",
+  "caption"
 ])
 
 const trailingSpaceStart = (text: string) => {
@@ -328,7 +379,7 @@ const loadPdf = () => import("unpdf")
 const loadMammoth = () => import("mammoth").then((module) => (module.default ?? module) as typeof import("mammoth"))
 
 const extractPdf = (bytes: Uint8Array, options: ExtractOptions) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const pdf = yield* Effect.tryPromise({
       try: async () => {
         const { getDocumentProxy } = await loadPdf()
@@ -337,9 +388,11 @@ const extractPdf = (bytes: Uint8Array, options: ExtractOptions) =>
       },
       catch: (cause) => new ParseError({ message: `The PDF could not be read: ${describe(cause)}` })
     })
-    return yield* Effect.gen(function*() {
+    return yield* Effect.gen(function* () {
       if (pdf.numPages > options.maxPages) {
-        return yield* new TooLarge({ message: `The PDF has ${pdf.numPages} pages; at most ${options.maxPages} are accepted.` })
+        return yield* new TooLarge({
+          message: `The PDF has ${pdf.numPages} pages; at most ${options.maxPages} are accepted.`
+        })
       }
       const pages: Array<number> = []
       let text = ""
@@ -357,9 +410,15 @@ const extractPdf = (bytes: Uint8Array, options: ExtractOptions) =>
             page.cleanup()
             return line
           },
-          catch: (cause) => new ParseError({ message: `Page ${number} of the PDF could not be read: ${describe(cause)}` })
+          catch: (cause) =>
+            new ParseError({ message: `Page ${number} of the PDF could not be read: ${describe(cause)}` })
         })
-        const clean = pageText.replace(/\r\n?/g, "\n").split("\n").map((line) => line.trimEnd()).join("\n").trim()
+        const clean = pageText
+          .replace(/\r\n?/g, "\n")
+          .split("\n")
+          .map((line) => line.trimEnd())
+          .join("\n")
+          .trim()
         if (text.length > 0) text += "\n\n"
         pages.push(text.length)
         text += clean
@@ -384,7 +443,10 @@ const extractDocx = (bytes: Uint8Array) =>
 const describe = (cause: unknown) =>
   (cause instanceof Error ? cause.message : String(cause)).split("\n")[0]!.slice(0, 200)
 
-const fromText = (kind: DocumentKind, text: string): Effect.Effect<Omit<ExtractedDocument, "contentType">, ParseError> => {
+const fromText = (
+  kind: DocumentKind,
+  text: string
+): Effect.Effect<Omit<ExtractedDocument, "contentType">, ParseError> => {
   switch (kind) {
     case "markdown":
       return Effect.succeed({ kind, text, headings: markdownHeadings(text) })
@@ -427,7 +489,9 @@ export const detect = (input: ExtractInput): DocumentKind | UnsupportedType => {
   }
   const text = decodeText(bytes)
   if (text === undefined) {
-    return new UnsupportedType({ message: "The file is binary and of no supported type: send plain text, Markdown, HTML, JSON, CSV, PDF or DOCX." })
+    return new UnsupportedType({
+      message: "The file is binary and of no supported type: send plain text, Markdown, HTML, JSON, CSV, PDF or DOCX."
+    })
   }
   return declared === "unknown" ? sniffText(text) : declared
 }
@@ -439,31 +503,39 @@ export const detect = (input: ExtractInput): DocumentKind | UnsupportedType => {
  * beyond the byte, page or character limits and `NoText` when nothing but
  * whitespace is left (an empty file, a scanned PDF without a text layer).
  */
-export const extract = Traced.fn("Knowledge.extract")(function*(input: ExtractInput, options: ExtractOptions) {
+export const extract = Traced.fn("Knowledge.extract")(function* (input: ExtractInput, options: ExtractOptions) {
   const bytes = input.bytes
   if (bytes.length > options.maxBytes) {
-    return yield* new TooLarge({ message: `The file has ${bytes.length} bytes; at most ${options.maxBytes} are accepted.` })
+    return yield* new TooLarge({
+      message: `The file has ${bytes.length} bytes; at most ${options.maxBytes} are accepted.`
+    })
   }
   const declared = declaredKind(input)
-  const work: Effect.Effect<Omit<ExtractedDocument, "contentType">, ExtractError> = Effect.gen(function*() {
+  const work: Effect.Effect<Omit<ExtractedDocument, "contentType">, ExtractError> = Effect.gen(function* () {
     if (isPdf(bytes, declared)) {
       const { pages, text } = yield* extractPdf(bytes, options)
       return { kind: "pdf" as const, text, headings: [], pages }
     }
     if (isZip(bytes)) {
       if (!isDocx(bytes)) {
-        return yield* new UnsupportedType({ message: "The archive is not a DOCX document; only DOCX is read among zip formats." })
+        return yield* new UnsupportedType({
+          message: "The archive is not a DOCX document; only DOCX is read among zip formats."
+        })
       }
       // Before any parser opens the archive: a zip bomb is refused from its directory and its capped inflation.
       const problem = checkArchive(bytes, options.zip ?? defaultZipLimits)
       if (problem !== undefined) {
-        return yield* (problem.kind === "too_large" ? new TooLarge({ message: problem.message }) : new ParseError({ message: problem.message }))
+        return yield* problem.kind === "too_large"
+          ? new TooLarge({ message: problem.message })
+          : new ParseError({ message: problem.message })
       }
       const { headings, text } = yield* extractDocx(bytes)
       return { kind: "docx" as const, text, headings }
     }
-    if (declared === "pdf") return yield* new ParseError({ message: "The file is declared a PDF but has no PDF header." })
-    if (declared === "docx") return yield* new ParseError({ message: "The file is declared a DOCX document but is not a zip archive." })
+    if (declared === "pdf")
+      return yield* new ParseError({ message: "The file is declared a PDF but has no PDF header." })
+    if (declared === "docx")
+      return yield* new ParseError({ message: "The file is declared a DOCX document but is not a zip archive." })
     if (declared === "other") {
       return yield* new UnsupportedType({
         message: `The type ${input.contentType ?? input.filename ?? "given"} is not supported: send plain text, Markdown, HTML, JSON, CSV, PDF or DOCX.`
@@ -471,7 +543,9 @@ export const extract = Traced.fn("Knowledge.extract")(function*(input: ExtractIn
     }
     const text = decodeText(bytes)
     if (text === undefined) {
-      return yield* new UnsupportedType({ message: "The file is binary and of no supported type: send plain text, Markdown, HTML, JSON, CSV, PDF or DOCX." })
+      return yield* new UnsupportedType({
+        message: "The file is binary and of no supported type: send plain text, Markdown, HTML, JSON, CSV, PDF or DOCX."
+      })
     }
     return yield* fromText(declared === "unknown" ? sniffText(text) : declared, text.replace(/^\uFEFF/, ""))
   })
@@ -479,7 +553,11 @@ export const extract = Traced.fn("Knowledge.extract")(function*(input: ExtractIn
     Effect.timeoutOrElse({
       duration: options.timeout,
       orElse: () =>
-        Effect.fail(new ParseError({ message: `Extraction took longer than ${Duration.format(Duration.fromInputUnsafe(options.timeout))}.` }))
+        Effect.fail(
+          new ParseError({
+            message: `Extraction took longer than ${Duration.format(Duration.fromInputUnsafe(options.timeout))}.`
+          })
+        )
     })
   )
   if (document.text.length > options.maxChars) {
@@ -487,9 +565,10 @@ export const extract = Traced.fn("Knowledge.extract")(function*(input: ExtractIn
   }
   if (document.text.trim() === "") {
     return yield* new NoText({
-      message: document.kind === "pdf"
-        ? "The PDF has no text layer (a scan or images only); run OCR on it first."
-        : "The document holds no text."
+      message:
+        document.kind === "pdf"
+          ? "The PDF has no text layer (a scan or images only); run OCR on it first."
+          : "The document holds no text."
     })
   }
   return { ...document, contentType: contentTypes[document.kind] } satisfies ExtractedDocument

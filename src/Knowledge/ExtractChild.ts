@@ -58,23 +58,37 @@ export type SplitReply = { readonly ok: true; readonly chunks: ReadonlyArray<Ind
 const indexed = (chunks: ReadonlyArray<Chunk>): Array<IndexedChunk> =>
   chunks.map((chunk) => ({ ...chunk, indexed: searchText(chunk.content) }))
 
-const describe = (cause: unknown) => (cause instanceof Error ? cause.message : String(cause)).split("\n")[0]!.slice(0, 300)
+const describe = (cause: unknown) =>
+  (cause instanceof Error ? cause.message : String(cause)).split("\n")[0]!.slice(0, 300)
 
 export const handle = (request: ExtractRequest): Promise<ExtractReply> =>
   extract(
     { bytes: request.bytes, contentType: request.contentType, filename: request.filename },
     // The parent's deadline kills this process: no timer of its own is needed.
-    { maxBytes: request.maxBytes, maxPages: request.maxPages, maxChars: request.maxChars, timeout: Duration.infinity, zip: request.zip }
+    {
+      maxBytes: request.maxBytes,
+      maxPages: request.maxPages,
+      maxChars: request.maxChars,
+      timeout: Duration.infinity,
+      zip: request.zip
+    }
   ).pipe(
     Effect.map((document): ExtractReply => {
       const text = storable(document.text)
-      const chunks = split({ text, kind: document.kind, headings: document.headings, pages: document.pages }, request.chunking)
+      const chunks = split(
+        { text, kind: document.kind, headings: document.headings, pages: document.pages },
+        request.chunking
+      )
       return { ok: true, document: { ...document, text }, chunks: indexed(chunks) }
     }),
     Effect.catch((error) => Effect.succeed<ExtractReply>({ ok: false, code: error.code, message: error.message })),
     // A crash inside an extractor is a file it cannot read.
     Effect.catchDefect((defect) =>
-      Effect.succeed<ExtractReply>({ ok: false, code: "parse_error", message: `The file could not be read: ${describe(defect)}` })
+      Effect.succeed<ExtractReply>({
+        ok: false,
+        code: "parse_error",
+        message: `The file could not be read: ${describe(defect)}`
+      })
     ),
     Effect.runPromise
   )
@@ -94,7 +108,8 @@ if (process.send !== undefined && process.argv[2] === "--extract-child") {
   process.on("message", (request: ExtractRequest | SplitRequest) => {
     ;(request.kind === "split" ? splitAgain(request) : handle(request)).then(
       (reply) => process.send!(reply),
-      (cause) => process.send!({ ok: false, code: "parse_error", message: `The file could not be read: ${describe(cause)}` })
+      (cause) =>
+        process.send!({ ok: false, code: "parse_error", message: `The file could not be read: ${describe(cause)}` })
     )
   })
   process.send({ ready: true })

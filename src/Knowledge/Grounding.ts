@@ -55,7 +55,6 @@ const renderSource = (n: number, source: GroundingSource) => `[${n}] (${source.l
 export const withSources = (system: string, sources: ReadonlyArray<GroundingSource>): string =>
   sources.length === 0
     ? system
-    : `${system.trimEnd()}${system.trim() === "" ? "" : "\n\n"}${sourcesHeader}\n\n${
-      sources.map((source, i) => renderSource(i + 1, source)).join("\n\n")
-    }`
-
+    : `${system.trimEnd()}${system.trim() === "" ? "" : "\n\n"}${sourcesHeader}\n\n${sources
+        .map((source, i) => renderSource(i + 1, source))
+        .join("\n\n")}`

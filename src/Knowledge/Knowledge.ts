@@ -39,7 +39,11 @@ export const toDocument = (row: DocumentRow): Document => ({
   sha256: row.sha256,
   status: row.status,
   error: row.errorCode === null ? null : { code: row.errorCode, message: row.errorMessage ?? "" },
-  chunking: { strategy: row.chunkStrategy as ChunkingStrategy, chunkSize: row.chunkSize, chunkOverlap: row.chunkOverlap },
+  chunking: {
+    strategy: row.chunkStrategy as ChunkingStrategy,
+    chunkSize: row.chunkSize,
+    chunkOverlap: row.chunkOverlap
+  },
   chunkCount: row.chunkCount,
   tokenCount: row.tokenCount,
   createdAt: row.createdAt,
@@ -59,7 +63,9 @@ const chunkingOver = (base: Chunking, input: ChunkingInput | undefined, path: Re
   const problems = chunkingProblems(merged)
   if (problems.length === 0) return Effect.succeed<Chunking>(merged)
   const errors = problems.map((message) => ({ path: [...path, message.split(" ")[0]!], message }))
-  return Effect.fail(new BadRequest({ detail: errors.map((e) => `${e.path.join(".")}: ${e.message}`).join("; "), errors }))
+  return Effect.fail(
+    new BadRequest({ detail: errors.map((e) => `${e.path.join(".")}: ${e.message}`).join("; "), errors })
+  )
 }
 
 /** One file of an upload, as received. */
@@ -71,7 +77,7 @@ export interface UploadFile {
 
 /** Knowledge bases, their documents and chunks, uploads and their ingestion, and its sweeps. */
 export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledge", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* KnowledgeRepo
     const tables = yield* ClusterStorage.ClusterTables
     const sandbox = yield* ExtractionSandbox
@@ -80,9 +86,12 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
     const limits = yield* Limits
 
     const startWorkflow = (documentId: string) =>
-      IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
+      IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(
+        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
+        Effect.asVoid
+      )
 
-    const findBase = Traced.fn("Knowledge.findBase")(function*(tenantId: TenantId, id: string) {
+    const findBase = Traced.fn("Knowledge.findBase")(function* (tenantId: TenantId, id: string) {
       const base = yield* repo.bases.findById(tenantId, id)
       if (Option.isNone(base)) return yield* notFound(id)
       return base.value
@@ -97,11 +106,17 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
 
     const list = (tenantId: TenantId, page: PageRequest) => repo.bases.list(tenantId, page)
 
-    const create = Traced.fn("Knowledge.create")(function*(tenantId: TenantId, input: typeof KnowledgeBase.jsonCreate.Type) {
+    const create = Traced.fn("Knowledge.create")(function* (
+      tenantId: TenantId,
+      input: typeof KnowledgeBase.jsonCreate.Type
+    ) {
       const chunking = yield* chunkingOver(defaultChunking, input.chunking, ["payload", "chunking"])
       const language = input.language ?? "simple"
       if (!(yield* repo.languageExists(language))) {
-        return yield* invalidField("language", `No text-search configuration ${JSON.stringify(language)} (try simple, english, french, german...)`)
+        return yield* invalidField(
+          "language",
+          `No text-search configuration ${JSON.stringify(language)} (try simple, english, french, german...)`
+        )
       }
       const { chunking: _, ...fields } = input
       return yield* limits.admit(
@@ -111,18 +126,23 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       )
     })
 
-    const update = Traced.fn("Knowledge.update")(function*(tenantId: TenantId, id: string, input: typeof KnowledgeBase.jsonUpdate.Type) {
+    const update = Traced.fn("Knowledge.update")(function* (
+      tenantId: TenantId,
+      id: string,
+      input: typeof KnowledgeBase.jsonUpdate.Type
+    ) {
       const base = yield* findBase(tenantId, id)
       const { chunking, ...fields } = input
-      const changes = chunking === undefined
-        ? fields
-        : { ...fields, ...stored(yield* chunkingOver(base.chunking, chunking, ["payload", "chunking"])) }
+      const changes =
+        chunking === undefined
+          ? fields
+          : { ...fields, ...stored(yield* chunkingOver(base.chunking, chunking, ["payload", "chunking"])) }
       const updated = yield* repo.bases.update(tenantId, id, changes)
       if (Option.isNone(updated)) return yield* notFound(id)
       return updated.value
     })
 
-    const remove = Traced.fn("Knowledge.remove")(function*(tenantId: TenantId, id: string) {
+    const remove = Traced.fn("Knowledge.remove")(function* (tenantId: TenantId, id: string) {
       if (!(yield* repo.bases.remove(tenantId, id))) return yield* notFound(id)
     })
 
@@ -133,12 +153,16 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
      * checked (size, type, duplicate) before any is stored. Waits up to about
      * 2 s for them to be ingested: `final` says whether they all were.
      */
-    const upload = Traced.fn("Knowledge.upload")(function*(tenantId: TenantId, knowledgeId: string, input: {
-      readonly files: ReadonlyArray<UploadFile>
-      readonly chunking: ChunkingInput | undefined
-      readonly chunkingPath: ReadonlyArray<string>
-      readonly duplicates: "reject" | "allow"
-    }) {
+    const upload = Traced.fn("Knowledge.upload")(function* (
+      tenantId: TenantId,
+      knowledgeId: string,
+      input: {
+        readonly files: ReadonlyArray<UploadFile>
+        readonly chunking: ChunkingInput | undefined
+        readonly chunkingPath: ReadonlyArray<string>
+        readonly duplicates: "reject" | "allow"
+      }
+    ) {
       const base = yield* findBase(tenantId, knowledgeId)
       const chunking = yield* chunkingOver(base.chunking, input.chunking, input.chunkingPath)
       if (input.files.length === 0) return yield* invalidField("files", "Expected at least one file")
@@ -154,7 +178,8 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
           })
         }
         const kind = detect(file)
-        if (typeof kind !== "string") return yield* new UnsupportedMediaType({ detail: `${file.filename}: ${kind.message}` })
+        if (typeof kind !== "string")
+          return yield* new UnsupportedMediaType({ detail: `${file.filename}: ${kind.message}` })
         const sha256 = Crypto.createHash("sha256").update(file.bytes).digest("hex")
         if (input.duplicates === "reject") {
           const existing = yield* repo.findDuplicate(knowledgeId, sha256)
@@ -167,7 +192,11 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
             })
           }
         }
-        checked.push({ ...file, sha256, contentType: file.contentType?.split(";")[0]!.trim().toLowerCase() || "application/octet-stream" })
+        checked.push({
+          ...file,
+          sha256,
+          contentType: (file.contentType ?? "").split(";")[0]!.trim().toLowerCase() || "application/octet-stream"
+        })
       }
       // Stored together, under the tenant's quotas of documents and bytes: all of them or none.
       const inserted = yield* limits.admitUpload(
@@ -181,7 +210,8 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
             content: file.bytes,
             sha256: file.sha256,
             chunking
-          }))
+          })
+        )
       )
       const ids: Array<string> = []
       for (const documentId of inserted) {
@@ -193,7 +223,10 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
           notStarted: (id) => id,
           what: "A document's ingestion",
           workflow: IngestionWorkflow._tag
-        }).pipe(Effect.map((claimed) => claimed.id), Effect.catch((id) => Effect.succeed(id)))
+        }).pipe(
+          Effect.map((claimed) => claimed.id),
+          Effect.catch((id) => Effect.succeed(id))
+        )
         ids.push(stored)
       }
       // Small uploads are usually ingested at once: wait a little for them.
@@ -214,47 +247,73 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
 
     // --- documents and chunks ------------------------------------------------
 
-    const findDocument = Traced.fn("Knowledge.findDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+    const findDocument = Traced.fn("Knowledge.findDocument")(function* (
+      tenantId: TenantId,
+      knowledgeId: string,
+      id: string
+    ) {
       yield* findBase(tenantId, knowledgeId)
       const row = yield* repo.findDocument(tenantId, knowledgeId, id)
-      if (Option.isNone(row)) return yield* new NotFound({ detail: `No document ${id} in knowledge base ${knowledgeId}` })
+      if (Option.isNone(row))
+        return yield* new NotFound({ detail: `No document ${id} in knowledge base ${knowledgeId}` })
       return row.value
     })
 
-    const documents = Traced.fn("Knowledge.documents")(function*(tenantId: TenantId, knowledgeId: string, page: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
+    const documents = Traced.fn("Knowledge.documents")(function* (
+      tenantId: TenantId,
+      knowledgeId: string,
+      page: {
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+      }
+    ) {
       yield* findBase(tenantId, knowledgeId)
       const after = yield* decodeCursor(page.cursor, isId)
       const rows = yield* repo.listDocuments(tenantId, knowledgeId, { after, limit: page.limit ?? defaultPageSize })
       return { ...rows, data: rows.data.map(toDocument) }
     })
 
-    const document = Traced.fn("Knowledge.document")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+    const document = Traced.fn("Knowledge.document")(function* (tenantId: TenantId, knowledgeId: string, id: string) {
       return toDocument(yield* findDocument(tenantId, knowledgeId, id))
     })
 
-    const removeDocument = Traced.fn("Knowledge.removeDocument")(function*(tenantId: TenantId, knowledgeId: string, id: string) {
+    const removeDocument = Traced.fn("Knowledge.removeDocument")(function* (
+      tenantId: TenantId,
+      knowledgeId: string,
+      id: string
+    ) {
       yield* findBase(tenantId, knowledgeId)
       if (!(yield* repo.removeDocument(tenantId, knowledgeId, id))) {
         return yield* new NotFound({ detail: `No document ${id} in knowledge base ${knowledgeId}` })
       }
     })
 
-    const rechunk = Traced.fn("Knowledge.rechunk")(function*(tenantId: TenantId, knowledgeId: string, id: string, input: ChunkingInput) {
+    const rechunk = Traced.fn("Knowledge.rechunk")(function* (
+      tenantId: TenantId,
+      knowledgeId: string,
+      id: string,
+      input: ChunkingInput
+    ) {
       const base = yield* findBase(tenantId, knowledgeId)
       const row = yield* findDocument(tenantId, knowledgeId, id)
       if (row.status !== "ready") {
-        return yield* new Conflict({ detail: `Document ${id} is ${row.status}; only a ready document can be rechunked` })
+        return yield* new Conflict({
+          detail: `Document ${id} is ${row.status}; only a ready document can be rechunked`
+        })
       }
       const chunking = yield* chunkingOver(base.chunking, input, ["payload"])
       // Each rechunk rewrites every chunk of the document: RECHUNK_BURST at once, then one per RECHUNK_INTERVAL.
-      const wait = yield* repo.takeRechunkSlot(tenantId, id, Duration.toSeconds(config.rechunkInterval), config.rechunkBurst)
+      const wait = yield* repo.takeRechunkSlot(
+        tenantId,
+        id,
+        Duration.toSeconds(config.rechunkInterval),
+        config.rechunkBurst
+      )
       if (wait > 0) {
         const retryAfter = Math.max(1, Math.ceil(wait))
         return yield* new RechunkRateLimited({
-          detail: `Document ${id} may be rechunked ${config.rechunkBurst} times at once, then once every ` +
+          detail:
+            `Document ${id} may be rechunked ${config.rechunkBurst} times at once, then once every ` +
             `${Duration.format(config.rechunkInterval)} (RECHUNK_BURST, RECHUNK_INTERVAL); try again in ${retryAfter} s`,
           retryAfter
         })
@@ -267,27 +326,42 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       // Split in the extraction sandbox: a long text would hold this node's event loop for seconds.
       const splitAgain = yield* sandbox.split({
         kind: "split",
-        input: { text: source.value.text, kind: layout?.kind as never, headings: layout?.headings, pages: layout?.pages },
+        input: {
+          text: source.value.text,
+          kind: layout?.kind as never,
+          headings: layout?.headings,
+          pages: layout?.pages
+        },
         chunking
       })
-      if (!splitAgain.ok) return yield* new Conflict({ detail: `Document ${id} could not be split again: ${splitAgain.message}` })
+      if (!splitAgain.ok)
+        return yield* new Conflict({ detail: `Document ${id} could not be split again: ${splitAgain.message}` })
       const chunks = splitAgain.chunks
       const replaced = yield* repo.replaceChunks(id, source.value, chunking, chunks)
-      if (replaced._tag === "Changed") return yield* new Conflict({ detail: `Document ${id} changed meanwhile; try again` })
+      if (replaced._tag === "Changed")
+        return yield* new Conflict({ detail: `Document ${id} changed meanwhile; try again` })
       if (replaced._tag === "OverChunkLimit") {
         return yield* quotaReached(replaced.plan, "chunks", replaced.limit, replaced.used, chunks.length)
       }
       return yield* document(tenantId, knowledgeId, id)
     })
 
-    const chunks = Traced.fn("Knowledge.chunks")(function*(tenantId: TenantId, knowledgeId: string, query: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-      readonly documentId?: string | undefined
-    }) {
+    const chunks = Traced.fn("Knowledge.chunks")(function* (
+      tenantId: TenantId,
+      knowledgeId: string,
+      query: {
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+        readonly documentId?: string | undefined
+      }
+    ) {
       yield* findBase(tenantId, knowledgeId)
       const after = yield* decodeCursor(query.cursor, isChunkKey)
-      return yield* repo.listChunks(tenantId, knowledgeId, { documentId: query.documentId, after, limit: query.limit ?? defaultPageSize })
+      return yield* repo.listChunks(tenantId, knowledgeId, {
+        documentId: query.documentId,
+        after,
+        limit: query.limit ?? defaultPageSize
+      })
     })
 
     // --- sweeps --------------------------------------------------------------
@@ -296,7 +370,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       unfinished: repo.processing,
       notStarted: repo.processingSince,
       start: startWorkflow,
-      reap: Effect.gen(function*() {
+      reap: Effect.gen(function* () {
         const ids = yield* repo.failStuck(Duration.toSeconds(config.ingestionTimeout))
         if (ids.length === 0) return
         yield* Effect.logWarning("Documents still processing past INGESTION_TIMEOUT failed by the sweep").pipe(
@@ -311,7 +385,20 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
         )
     }
 
-    return { list, create, get: findBase, update, remove, upload, documents, document, removeDocument, rechunk, chunks, sweeps } as const
+    return {
+      list,
+      create,
+      get: findBase,
+      update,
+      remove,
+      upload,
+      documents,
+      document,
+      removeDocument,
+      rechunk,
+      chunks,
+      sweeps
+    } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
@@ -319,7 +406,11 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
   )
 
   /** The sweeps of ingestions (DurableRuns.sweeper), a cluster singleton. */
-  static readonly sweeper = DurableRuns.sweeper("IngestionSweep", "Ingestions", Effect.gen(function*() {
-    return (yield* Knowledge).sweeps
-  }))
+  static readonly sweeper = DurableRuns.sweeper(
+    "IngestionSweep",
+    "Ingestions",
+    Effect.gen(function* () {
+      return (yield* Knowledge).sweeps
+    })
+  )
 }

@@ -76,7 +76,11 @@ export interface IngestSource {
   readonly status: typeof DocumentStatus.Type
   readonly content: Uint8Array | null
   readonly text: string | null
-  readonly layout: { readonly kind: string; readonly headings: ReadonlyArray<Heading>; readonly pages?: ReadonlyArray<number> } | null
+  readonly layout: {
+    readonly kind: string
+    readonly headings: ReadonlyArray<Heading>
+    readonly pages?: ReadonlyArray<number>
+  } | null
   readonly chunking: Chunking
   /** Extraction attempts started so far. */
   readonly extractionAttempts: number
@@ -95,7 +99,7 @@ const chunkKey = (documentId: string, index: number) => `${documentId}/${index}`
 
 /** All SQL of knowledge bases, documents and chunks (search has its own, SearchRepo.ts). */
 export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/KnowledgeRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
     const extractionCaps = [
@@ -113,7 +117,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
      * transaction, as every quota check does.
      */
     const overChunkLimit = (tenantId: TenantId, documentId: string, adding: number) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const plan = yield* lockTenantPlan(sql, tenantId)
         const limit = limitFor(config.planQuotas, plan, "chunks")
         if (limit === null) return undefined
@@ -127,7 +131,8 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       spanPrefix: "KnowledgeRepo.bases",
       expressions: {
         language: "language::text",
-        chunking: "json_build_object('strategy', chunk_strategy, 'chunkSize', chunk_size, 'chunkOverlap', chunk_overlap)",
+        chunking:
+          "json_build_object('strategy', chunk_strategy, 'chunkSize', chunk_size, 'chunkOverlap', chunk_overlap)",
         documentCount: "(SELECT count(*)::int FROM knowledge_documents d WHERE d.knowledge_id = knowledge_bases.id)",
         chunkCount: `(SELECT COALESCE(sum(chunk_count), 0)::int FROM knowledge_documents d
           WHERE d.knowledge_id = knowledge_bases.id AND d.status = 'ready')`,
@@ -144,7 +149,11 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
 
     // --- documents -----------------------------------------------------------
 
-    const listDocuments = (tenantId: TenantId, knowledgeId: string, page: { readonly after: string | null; readonly limit: number }) =>
+    const listDocuments = (
+      tenantId: TenantId,
+      knowledgeId: string,
+      page: { readonly after: string | null; readonly limit: number }
+    ) =>
       tenantPage({
         table: "knowledge_documents",
         columns: documentColumns,
@@ -161,25 +170,33 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
         ? Effect.succeed(Option.none<DocumentRow>())
         : sql`SELECT ${sql.literal(documentColumns)} FROM knowledge_documents
               WHERE tenant_id = ${tenantId} AND knowledge_id = ${knowledgeId} AND id = ${id}`.pipe(
-          Effect.flatMap((rows) => rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeDocument(rows[0]), Option.some)),
-          Effect.orDie,
-          Traced.withSpan("KnowledgeRepo.findDocument")
-        )
+            Effect.flatMap((rows) =>
+              rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeDocument(rows[0]), Option.some)
+            ),
+            Effect.orDie,
+            Traced.withSpan("KnowledgeRepo.findDocument")
+          )
 
     const findDuplicate = (knowledgeId: string, sha256: string) =>
       sql<{ id: string }>`SELECT id FROM knowledge_documents WHERE knowledge_id = ${knowledgeId} AND sha256 = ${sha256}
-                          ORDER BY id LIMIT 1`.pipe(Effect.map((rows) => Option.fromNullishOr(rows[0]?.id)), Effect.orDie)
+                          ORDER BY id LIMIT 1`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0]?.id)),
+        Effect.orDie
+      )
 
     /** Stores an upload as a document being processed; its bytes stay with it until it is ingested. */
-    const insertDocument = (tenantId: TenantId, input: {
-      readonly knowledgeId: string
-      readonly filename: string
-      readonly contentType: string
-      readonly content: Uint8Array
-      readonly sha256: string
-      readonly chunking: Chunking
-    }) =>
-      Effect.gen(function*() {
+    const insertDocument = (
+      tenantId: TenantId,
+      input: {
+        readonly knowledgeId: string
+        readonly filename: string
+        readonly contentType: string
+        readonly content: Uint8Array
+        readonly sha256: string
+        readonly chunking: Chunking
+      }
+    ) =>
+      Effect.gen(function* () {
         const id = newId()
         yield* sql`INSERT INTO knowledge_documents (id, tenant_id, knowledge_id, filename, content_type, bytes, sha256, status,
                      chunk_strategy, chunk_size, chunk_overlap, content)
@@ -190,12 +207,14 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       }).pipe(Traced.withSpan("KnowledgeRepo.insertDocument"))
 
     const removeDocument = (tenantId: TenantId, knowledgeId: string, id: string) =>
-      !isId(id) ? Effect.succeed(false) : sql`DELETE FROM knowledge_documents
+      !isId(id)
+        ? Effect.succeed(false)
+        : sql`DELETE FROM knowledge_documents
           WHERE tenant_id = ${tenantId} AND knowledge_id = ${knowledgeId} AND id = ${id} RETURNING id`.pipe(
-        Effect.map((rows) => rows.length > 0),
-        Effect.orDie,
-        Traced.withSpan("KnowledgeRepo.removeDocument")
-      )
+            Effect.map((rows) => rows.length > 0),
+            Effect.orDie,
+            Traced.withSpan("KnowledgeRepo.removeDocument")
+          )
 
     const statusOf = (ids: ReadonlyArray<string>) =>
       sql<{ id: string; status: string }>`SELECT id, status FROM knowledge_documents WHERE id IN ${sql.in(ids)}`.pipe(
@@ -230,7 +249,8 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
           const row = rows[0]
           if (row === undefined) return Option.none<IngestSource>()
           const layout = typeof row.layout === "string" ? JSON.parse(row.layout) : row.layout
-          const strain = typeof row.extractionStrain === "string" ? JSON.parse(row.extractionStrain) : row.extractionStrain
+          const strain =
+            typeof row.extractionStrain === "string" ? JSON.parse(row.extractionStrain) : row.extractionStrain
           return Option.some<IngestSource>({
             ...row,
             layout,
@@ -250,11 +270,13 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       documentId: string,
       chunks: ReadonlyArray<SplitChunk & { readonly indexed?: string }>
     ) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* sql`DELETE FROM knowledge_chunks WHERE document_id = ${documentId}`
         // 1,000 chunks a statement, all in the caller's transaction.
-        yield* forEachChunk(chunks, (part) =>
-          sql`
+        yield* forEachChunk(
+          chunks,
+          (part) =>
+            sql`
             INSERT INTO knowledge_chunks (id, tenant_id, knowledge_id, document_id, index, content, token_count,
               start_offset, end_offset, page, heading_path, search_vector)
             SELECT c.id, ${source.tenantId}, ${source.knowledgeId}, ${documentId}, c.index, c.content, c.tokens, c.start_offset,
@@ -262,10 +284,11 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
             FROM unnest(${part.map(() => newId())}::text[], ${part.map((c) => c.index)}::int[],
                         ${part.map((c) => c.content)}::text[], ${part.map((c) => c.tokenCount)}::int[],
                         ${part.map((c) => c.startOffset)}::int[], ${part.map((c) => c.endOffset)}::int[],
-                        ${part.map((c) => c.page === undefined ? "" : String(c.page))}::text[],
+                        ${part.map((c) => (c.page === undefined ? "" : String(c.page)))}::text[],
                         ${part.map((c) => JSON.stringify(c.headingPath))}::text[],
                         ${part.map((c) => c.indexed ?? searchText(c.content))}::text[])
-              AS c (id, index, content, tokens, start_offset, end_offset, page, heading_path, indexed)`)
+              AS c (id, index, content, tokens, start_offset, end_offset, page, heading_path, indexed)`
+        )
       })
 
     /**
@@ -274,19 +297,28 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
      * a document still processing is written (not one deleted or finished
      * meanwhile); returns whether it was.
      */
-    const finishReady = (documentId: string, source: IngestSource, result: {
-      readonly contentType: string
-      readonly text: string
-      readonly layout: NonNullable<IngestSource["layout"]>
-      readonly chunks: ReadonlyArray<SplitChunk & { readonly indexed?: string }>
-    }) =>
-      Effect.gen(function*() {
+    const finishReady = (
+      documentId: string,
+      source: IngestSource,
+      result: {
+        readonly contentType: string
+        readonly text: string
+        readonly layout: NonNullable<IngestSource["layout"]>
+        readonly chunks: ReadonlyArray<SplitChunk & { readonly indexed?: string }>
+      }
+    ) =>
+      Effect.gen(function* () {
         const over = yield* overChunkLimit(source.tenantId, documentId, result.chunks.length)
-        const claimed = yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'processing' FOR UPDATE`
+        const claimed =
+          yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'processing' FOR UPDATE`
         if (claimed.length === 0) return false
         if (over !== undefined) {
-          yield* finishFailed(documentId, "chunk_limit", `The document's ${result.chunks.length} chunks would take the tenant past ` +
-            `the ${over.plan} plan's ${over.limit} chunks (${over.plan.toUpperCase()}_MAX_CHUNKS; its other documents hold ${over.used}).`)
+          yield* finishFailed(
+            documentId,
+            "chunk_limit",
+            `The document's ${result.chunks.length} chunks would take the tenant past ` +
+              `the ${over.plan} plan's ${over.limit} chunks (${over.plan.toUpperCase()}_MAX_CHUNKS; its other documents hold ${over.used}).`
+          )
           return false
         }
         yield* writeChunks(source, documentId, result.chunks)
@@ -301,7 +333,10 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
     const finishFailed = (documentId: string, code: string, message: string) =>
       sql`UPDATE knowledge_documents SET status = 'failed', error_code = ${code}, error_message = ${message},
             content = NULL, updated_at = now()
-          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Traced.withSpan("KnowledgeRepo.finishFailed"))
+          WHERE id = ${documentId} AND status = 'processing'`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("KnowledgeRepo.finishFailed")
+      )
 
     /**
      * Takes one of the tenant's extraction places for the document while the
@@ -312,7 +347,7 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
      * so concurrent takers on any node never pass the cap. `gone`: no longer processing.
      */
     const takeExtractionSlot = (documentId: string, tenantId: TenantId) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`knowledge-extraction:${tenantId}`}, 0))`
         const [document] = yield* sql<{ status: string; holds: boolean }>`
           SELECT status, extraction_slot_at IS NOT NULL AS holds FROM knowledge_documents WHERE id = ${documentId}`
@@ -346,7 +381,10 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
     /** Records what the sandbox's watchdog saw of the running attempt (past half its memory or time). */
     const strainExtraction = (documentId: string, strain: ExtractionStrain) =>
       sql`UPDATE knowledge_documents SET extraction_strain = ${JSON.stringify(strain)}::jsonb
-          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Traced.withSpan("KnowledgeRepo.strainExtraction"))
+          WHERE id = ${documentId} AND status = 'processing'`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("KnowledgeRepo.strainExtraction")
+      )
 
     /**
      * An ingestion interrupted by its own process (a shutdown) gives its place
@@ -357,7 +395,10 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       sql`UPDATE knowledge_documents SET extraction_slot_at = NULL,
             extraction_attempts = CASE WHEN ${attempt} THEN greatest(extraction_attempts - 1, 0) ELSE extraction_attempts END,
             extraction_strain = CASE WHEN ${attempt} THEN NULL ELSE extraction_strain END
-          WHERE id = ${documentId} AND status = 'processing'`.pipe(Effect.asVoid, Traced.withSpan("KnowledgeRepo.giveBackExtraction"))
+          WHERE id = ${documentId} AND status = 'processing'`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("KnowledgeRepo.giveBackExtraction")
+      )
 
     /** A ready document's chunks replaced with these, with its settings and counts, in one transaction. */
     /**
@@ -365,10 +406,16 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
      * counts, in one transaction; not when the document changed meanwhile, or
      * when the chunks would take the tenant past its plan's MAX_CHUNKS.
      */
-    const replaceChunks = (documentId: string, source: IngestSource, chunking: Chunking, chunks: ReadonlyArray<SplitChunk>) =>
-      Effect.gen(function*() {
+    const replaceChunks = (
+      documentId: string,
+      source: IngestSource,
+      chunking: Chunking,
+      chunks: ReadonlyArray<SplitChunk>
+    ) =>
+      Effect.gen(function* () {
         const over = yield* overChunkLimit(source.tenantId, documentId, chunks.length)
-        const claimed = yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'ready' FOR UPDATE`
+        const claimed =
+          yield* sql`SELECT id FROM knowledge_documents WHERE id = ${documentId} AND status = 'ready' FOR UPDATE`
         if (claimed.length === 0) return { _tag: "Changed" } as const
         if (over !== undefined) return { _tag: "OverChunkLimit", ...over } as const
         yield* writeChunks(source, documentId, chunks)
@@ -410,26 +457,33 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
 
     const decodeChunks = Schema.decodeUnknownEffect(Schema.Array(Chunk))
     /** A page of a base's chunks in document order; the cursor is the last chunk's document and index. */
-    const listChunks = (tenantId: TenantId, knowledgeId: string, options: {
-      readonly documentId: string | undefined
-      readonly after: string | null
-      readonly limit: number
-    }) =>
-      Effect.gen(function*() {
+    const listChunks = (
+      tenantId: TenantId,
+      knowledgeId: string,
+      options: {
+        readonly documentId: string | undefined
+        readonly after: string | null
+        readonly limit: number
+      }
+    ) =>
+      Effect.gen(function* () {
         const scope = sql.and([
           sql`tenant_id = ${tenantId}`,
           sql`knowledge_id = ${knowledgeId}`,
           ...(options.documentId === undefined ? [] : [sql`document_id = ${options.documentId}`])
         ])
         const slash = options.after?.indexOf("/") ?? -1
-        const after = options.after === null
-          ? sql``
-          : sql`AND (document_id, index) > (${options.after.slice(0, slash)}, ${Number(options.after.slice(slash + 1))})`
+        const after =
+          options.after === null
+            ? sql``
+            : sql`AND (document_id, index) > (${options.after.slice(0, slash)}, ${Number(options.after.slice(slash + 1))})`
         const rows = yield* sql`
           SELECT id, knowledge_id, document_id, index, content, token_count, start_offset, end_offset, page, heading_path
           FROM knowledge_chunks WHERE ${scope} ${after}
           ORDER BY document_id, index LIMIT ${options.limit + 1}`
-        const [counted] = yield* sql<{ total: number }>`SELECT count(*)::int AS total FROM knowledge_chunks WHERE ${scope}`
+        const [counted] = yield* sql<{
+          total: number
+        }>`SELECT count(*)::int AS total FROM knowledge_chunks WHERE ${scope}`
         const data = yield* decodeChunks(
           rows.slice(0, options.limit).map((row: any) => ({
             ...row,
@@ -440,7 +494,10 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
         return {
           data,
           total: counted?.total ?? 0,
-          nextCursor: rows.length > options.limit && last !== undefined ? encodeCursor(chunkKey(last.documentId, last.index)) : null
+          nextCursor:
+            rows.length > options.limit && last !== undefined
+              ? encodeCursor(chunkKey(last.documentId, last.index))
+              : null
         }
       }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("KnowledgeRepo.listChunks"))
 

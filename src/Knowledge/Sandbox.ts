@@ -79,7 +79,7 @@ const residentBytes = (pid: number) =>
   )
 
 export const make = (settings: SandboxSettings) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const permits = Semaphore.makeUnsafe(Math.max(1, settings.concurrency))
     const idle: Array<Worker> = []
     const live = new Set<Worker>()
@@ -102,7 +102,14 @@ export const make = (settings: SandboxSettings) =>
         stdio: ["ignore", "ignore", "pipe", "ipc"],
         env
       })
-      const worker: Worker = { child, pid: child.pid ?? -1, exited: false, killedFor: undefined, stderr: "", idleSince: Date.now() }
+      const worker: Worker = {
+        child,
+        pid: child.pid ?? -1,
+        exited: false,
+        killedFor: undefined,
+        stderr: "",
+        idleSince: Date.now()
+      }
       try {
         // On a busy machine the service's own requests come first: a parse may wait, a health check may not.
         Os.setPriority(worker.pid, 19)
@@ -119,10 +126,17 @@ export const make = (settings: SandboxSettings) =>
       }
       child.once("exit", gone)
       // A child that cannot start is a worker that has exited: its job gets the crash answer.
-      const startTimer = setTimeout(() => {
-        worker.killedFor = { ok: false, code: "parse_error", message: "The extractor did not start in time; try again later." }
-        kill(worker)
-      }, Math.min(timeoutMs, 30_000))
+      const startTimer = setTimeout(
+        () => {
+          worker.killedFor = {
+            ok: false,
+            code: "parse_error",
+            message: "The extractor did not start in time; try again later."
+          }
+          kill(worker)
+        },
+        Math.min(timeoutMs, 30_000)
+      )
       const settle = () => {
         clearTimeout(startTimer)
         child.off("message", settle)
@@ -145,15 +159,19 @@ export const make = (settings: SandboxSettings) =>
 
     const take = Effect.suspend(() => {
       let worker = idle.pop()
-      while (worker !== undefined && worker.exited) worker = idle.pop()
+      while (worker?.exited) worker = idle.pop()
       return worker === undefined ? spawn : Effect.succeed(worker)
     })
 
     // A child that ended its job in good health and small goes back to the pool.
     const giveBack = (worker: Worker) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const rss = yield* residentBytes(worker.pid)
-        if (worker.exited || (rss !== undefined && rss > settings.memoryBytes / 2) || idle.length >= settings.concurrency) {
+        if (
+          worker.exited ||
+          (rss !== undefined && rss > settings.memoryBytes / 2) ||
+          idle.length >= settings.concurrency
+        ) {
           return kill(worker)
         }
         worker.idleSince = Date.now()
@@ -204,7 +222,7 @@ export const make = (settings: SandboxSettings) =>
 
     /** Kills the child past its memory bound or its deadline; tells `strained` once past half of either. */
     const watch = <R>(worker: Worker, startedAt: number, strained: (strain: Strain) => Effect.Effect<void, never, R>) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         let told = false
         while (!worker.exited) {
           const elapsed = Date.now() - startedAt
@@ -230,7 +248,9 @@ export const make = (settings: SandboxSettings) =>
             yield* Effect.forkChild(strained({ code: "too_large", detail: `it used ${megabytes(rss)} MB of memory` }))
           } else if (!told && elapsed > timeoutMs / 2) {
             told = true
-            yield* Effect.forkChild(strained({ code: "timeout", detail: `it had run for ${Math.round(elapsed / 1000)} s` }))
+            yield* Effect.forkChild(
+              strained({ code: "timeout", detail: `it had run for ${Math.round(elapsed / 1000)} s` })
+            )
           }
           yield* Effect.sleep(sampleEvery)
         }
@@ -240,27 +260,32 @@ export const make = (settings: SandboxSettings) =>
       request: ExtractRequest | SplitRequest,
       hooks: SandboxHooks<E, R>
     ): Effect.Effect<Option.Option<Reply | JobFailure>, E, R> =>
-      permits.withPermits(1)(Effect.gen(function*() {
-        if (!(yield* hooks.begin)) return Option.none()
-        const startedAt = Date.now()
-        const reply = yield* Effect.acquireUseRelease(
-          take,
-          (worker) =>
-            Effect.gen(function*() {
-              if (!worker.exited) {
-                worker.killedFor = undefined
-                worker.stderr = ""
-              }
-              const watchdog = yield* Effect.forkChild(watch(worker, startedAt, hooks.strained))
-              const reply = yield* exchange<Reply>(worker, request)
-              yield* Fiber.interrupt(watchdog)
-              return reply
-            }),
-          // A job interrupted midway leaves its child busy: it is not reused.
-          (worker, exit) => Exit.isSuccess(exit) && worker.killedFor === undefined ? giveBack(worker) : Effect.sync(() => kill(worker))
-        )
-        return Option.some(reply)
-      }))
+      permits.withPermits(1)(
+        Effect.gen(function* () {
+          if (!(yield* hooks.begin)) return Option.none()
+          const startedAt = Date.now()
+          const reply = yield* Effect.acquireUseRelease(
+            take,
+            (worker) =>
+              Effect.gen(function* () {
+                if (!worker.exited) {
+                  worker.killedFor = undefined
+                  worker.stderr = ""
+                }
+                const watchdog = yield* Effect.forkChild(watch(worker, startedAt, hooks.strained))
+                const reply = yield* exchange<Reply>(worker, request)
+                yield* Fiber.interrupt(watchdog)
+                return reply
+              }),
+            // A job interrupted midway leaves its child busy: it is not reused.
+            (worker, exit) =>
+              Exit.isSuccess(exit) && worker.killedFor === undefined
+                ? giveBack(worker)
+                : Effect.sync(() => kill(worker))
+          )
+          return Option.some(reply)
+        })
+      )
 
     // Idle children give their memory back after a while; every child ends with the service.
     yield* Effect.sync(() => {
@@ -280,7 +305,9 @@ export const make = (settings: SandboxSettings) =>
       /** Splits a stored text again (a rechunk) in a child, bounded as an extraction is. */
       split: (request: SplitRequest): Effect.Effect<SplitReply> =>
         run<SplitReply, never, never>(request, noHooks).pipe(
-          Effect.map(Option.getOrElse((): SplitReply => ({ ok: false, code: "parse_error", message: "The text was not split." })))
+          Effect.map(
+            Option.getOrElse((): SplitReply => ({ ok: false, code: "parse_error", message: "The text was not split." }))
+          )
         )
     } as const
   })
@@ -292,7 +319,7 @@ export class ExtractionSandbox extends Context.Service<ExtractionSandbox, Effect
 ) {
   static readonly layer = Layer.effect(
     ExtractionSandbox,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const config = yield* AppConfig
       return yield* make({
         memoryBytes: config.extractionMemoryMb * 1024 * 1024,

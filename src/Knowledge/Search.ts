@@ -19,37 +19,42 @@ const maxQueryChars = 2_000
 // the one about vulnerabilities, and make every chunk a candidate to rank.
 // The commonest function words of a few languages are dropped from queries
 // (never from the index), unless the query has nothing else.
-const stopWords = new Set((
-  "a an and are as at be but by can do does for from how i if in into is it its me my no not of on or our so " +
-  "than that the their them then there these they this to was we were what when where which who why will with " +
-  "you your le la les un une des de du et ou est en au aux ce il elle on pour par sur dans que qui el los las " +
-  "y o es por con para del al der die das ein eine und oder ist zu mit von den dem im"
-).split(" "))
+const stopWords = new Set(
+  (
+    "a an and are as at be but by can do does for from how i if in into is it its me my no not of on or our so " +
+    "than that the their them then there these they this to was we were what when where which who why will with " +
+    "you your le la les un une des de du et ou est en au aux ce il elle on pour par sur dans que qui el los las " +
+    "y o es por con para del al der die das ein eine und oder ist zu mit von den dem im"
+  ).split(" ")
+)
 
 const queryOf = (text: string) => {
   const cut = text.lastIndexOf(" ", maxQueryChars)
   const bounded = text.length <= maxQueryChars ? text : text.slice(0, cut > maxQueryChars / 2 ? cut : maxQueryChars)
   const words = bounded.split(/(\s+)/)
-  const kept = words.filter((word) => !stopWords.has(word.toLowerCase().replace(/^[^\p{L}\p{N}]+|[^\p{L}\p{N}]+$/gu, "")))
+  const kept = words.filter(
+    (word) => !stopWords.has(word.toLowerCase().replace(/^[^\p{L}\p{N}]+|[^\p{L}\p{N}]+$/gu, ""))
+  )
   return kept.join("").trim() === "" ? bounded : kept.join("")
 }
 
 /** Full-text retrieval over a tenant's knowledge bases: the search route and grounding both use it. */
 export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-host/KnowledgeSearch", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* SearchRepo
     const config = yield* AppConfig
     // Per tenant: words in over 1% of the tenant's chunks, once it has
     // 20,000 (counted on a sample of 5,000); read again after
     // KNOWLEDGE_SEARCH_STATS_TTL. The tenants searched most recently are kept.
     const common = yield* Cache.make({
-      lookup: (tenantId: TenantId) => repo.commonLexemes(tenantId, { share: 0.01, minChunks: 20_000, sample: 5_000, limit: 1_000 }),
+      lookup: (tenantId: TenantId) =>
+        repo.commonLexemes(tenantId, { share: 0.01, minChunks: 20_000, sample: 5_000, limit: 1_000 }),
       capacity: 1_000,
       timeToLive: config.knowledgeSearchStatsTtl
     })
 
     /** The best `topK` chunks of the given bases (those that exist and are the tenant's) for `query`, best first. */
-    const search = Traced.fn("KnowledgeSearch.search")(function*(input: {
+    const search = Traced.fn("KnowledgeSearch.search")(function* (input: {
       readonly tenantId: TenantId
       readonly knowledgeIds: ReadonlyArray<string>
       readonly query: string
@@ -67,7 +72,7 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
     })
 
     /** The ids among `ids` that are not knowledge bases of the tenant. */
-    const missing = Traced.fn("KnowledgeSearch.missing")(function*(tenantId: TenantId, ids: ReadonlyArray<string>) {
+    const missing = Traced.fn("KnowledgeSearch.missing")(function* (tenantId: TenantId, ids: ReadonlyArray<string>) {
       const found = yield* repo.existing(tenantId, ids)
       return ids.filter((id) => !found.has(id))
     })
@@ -78,7 +83,7 @@ export class KnowledgeSearch extends Context.Service<KnowledgeSearch>()("agent-h
      * tokens. An agent without knowledge bases keeps its instructions (and
      * `budget`, which counts tokens, is not asked).
      */
-    const ground = Traced.fn("KnowledgeSearch.ground")(function*(input: {
+    const ground = Traced.fn("KnowledgeSearch.ground")(function* (input: {
       readonly tenantId: TenantId
       readonly instructions: string
       readonly knowledgeIds: ReadonlyArray<string>

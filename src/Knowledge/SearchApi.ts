@@ -43,20 +43,27 @@ export class KnowledgeSearchApi extends HttpApiGroup.make("knowledgeSearch")
       payload: SearchRequest,
       success: Schema.Struct({ data: Schema.Array(SearchHit) }),
       error: NotFound
-    }).middleware(SessionQuota).annotateMerge(operation({
-      summary: "Search a knowledge base",
-      description: "The chunks of the base's ready documents that best match the query, best first. Any word " +
-        "of the query matches; accents are ignored; Chinese, Japanese and Thai are split into words; words are " +
-        "stemmed in the base's `language`. A query without a searchable word finds nothing.",
-      credential: sessionCredential,
-      errors: "400 on invalid fields. 404 when the knowledge base is not the tenant's. Counted against the plan's " +
-        "daily requests: 429 past them."
-    }))
+    })
+      .middleware(SessionQuota)
+      .annotateMerge(
+        operation({
+          summary: "Search a knowledge base",
+          description:
+            "The chunks of the base's ready documents that best match the query, best first. Any word " +
+            "of the query matches; accents are ignored; Chinese, Japanese and Thai are split into words; words are " +
+            "stemmed in the base's `language`. A query without a searchable word finds nothing.",
+          credential: sessionCredential,
+          errors:
+            "400 on invalid fields. 404 when the knowledge base is not the tenant's. Counted against the plan's " +
+            "daily requests: 429 past them."
+        })
+      )
   )
   .middleware(SessionAuth)
   .prefix("/api/knowledge")
-  .annotateMerge(OpenApi.annotations({
-    title: "Knowledge search",
-    description: "Full-text retrieval over a knowledge base: what grounding gives an agent's model, to test."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Knowledge search",
+      description: "Full-text retrieval over a knowledge base: what grounding gives an agent's model, to test."
+    })
+  ) {}

@@ -36,7 +36,7 @@ interface Group {
 
 /** The SQL of knowledge search. */
 export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/SearchRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
     // The query is parsed like the chunks were indexed (CJK runs segmented,
@@ -108,7 +108,7 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
       readonly topK: number
       readonly common: ReadonlyArray<string>
     }) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const built = yield* queries({ ...request, text: searchText(request.query) })
         // Bases whose configurations give the same queries are searched together.
         const groups = new Map<string, Group>()
@@ -118,14 +118,23 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
           const key = `${base.ranked}\u0000${candidates}`
           const group = groups.get(key)
           if (group === undefined) {
-            groups.set(key, { ranked: base.ranked, candidates, commonOnly: base.rare === null, ids: [base.id], hidden: [...base.hidden] })
+            groups.set(key, {
+              ranked: base.ranked,
+              candidates,
+              commonOnly: base.rare === null,
+              ids: [base.id],
+              hidden: [...base.hidden]
+            })
           } else {
             group.ids.push(base.id)
             group.hidden.push(...base.hidden)
           }
         }
         const found = yield* Effect.forEach(groups.values(), (group) => searchBases(group, request.topK))
-        return found.flat().sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1)).slice(0, request.topK)
+        return found
+          .flat()
+          .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1))
+          .slice(0, request.topK)
       })
 
     /**
@@ -138,13 +147,16 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
      * are read: another tenant's documents cannot change which words are
      * common here, and so which chunks a search of this tenant considers.
      */
-    const commonLexemes = (tenantId: TenantId, options: {
-      readonly share: number
-      readonly minChunks: number
-      readonly sample: number
-      readonly limit: number
-    }) =>
-      Effect.gen(function*() {
+    const commonLexemes = (
+      tenantId: TenantId,
+      options: {
+        readonly share: number
+        readonly minChunks: number
+        readonly sample: number
+        readonly limit: number
+      }
+    ) =>
+      Effect.gen(function* () {
         const [total] = yield* sql<{ chunks: number }>`
           SELECT COALESCE(sum(chunk_count), 0)::float8 AS chunks FROM knowledge_documents
           WHERE tenant_id = ${tenantId} AND status = 'ready'`
@@ -171,18 +183,17 @@ export class SearchRepo extends Context.Service<SearchRepo>()("agent-host/Search
           ORDER BY count(*) DESC, l
           LIMIT ${options.limit}`
         return rows.map((row) => row.lexeme)
-      }).pipe(
-        Effect.orDie,
-        Traced.withSpan("SearchRepo.commonLexemes")
-      )
+      }).pipe(Effect.orDie, Traced.withSpan("SearchRepo.commonLexemes"))
 
     /** The ids among `ids` that name a knowledge base of the tenant. */
     const existing = (tenantId: TenantId, ids: ReadonlyArray<string>) =>
       ids.length === 0
         ? Effect.succeed(new Set<string>())
-        : sql<{ id: string }>`SELECT id FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id IN ${sql.in(ids)}`.pipe(
-          Effect.map((rows) => new Set(rows.map((row) => row.id)))
-        )
+        : sql<{
+            id: string
+          }>`SELECT id FROM knowledge_bases WHERE tenant_id = ${tenantId} AND id IN ${sql.in(ids)}`.pipe(
+            Effect.map((rows) => new Set(rows.map((row) => row.id)))
+          )
 
     return {
       commonLexemes,

@@ -5,7 +5,8 @@
 // and the words separated by spaces; the rest of the text is left as it is.
 
 // Scripts written without spaces between words.
-const unspaced = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}\u30fc]+/gu
+const unspaced =
+  /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}\u30fc]+/gu
 
 const words = new Intl.Segmenter(undefined, { granularity: "word" })
 

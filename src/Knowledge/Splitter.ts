@@ -49,17 +49,23 @@ type Level = "paragraph" | "sentence" | "word" | "char"
 
 /** The strategy `auto` resolves to for a kind of document. */
 export const resolveStrategy = (strategy: ChunkingStrategy, kind: DocumentKind | undefined) =>
-  strategy !== "auto"
-    ? strategy
-    : kind === "markdown" || kind === "html" || kind === "docx"
-    ? "markdown"
-    : "recursive"
+  strategy !== "auto" ? strategy : kind === "markdown" || kind === "html" || kind === "docx" ? "markdown" : "recursive"
 
 // What JavaScript's \s matches, as in Tokens.ts.
 const isSpace = (code: number) =>
-  code > 0x20 && code < 0xa0 ? false : code === 0x20 || (code >= 0x09 && code <= 0x0d) || code === 0xa0 || code === 0x1680 ||
-  (code >= 0x2000 && code <= 0x200a) || code === 0x2028 || code === 0x2029 || code === 0x202f ||
-  code === 0x205f || code === 0x3000 || code === 0xfeff
+  code > 0x20 && code < 0xa0
+    ? false
+    : code === 0x20 ||
+      (code >= 0x09 && code <= 0x0d) ||
+      code === 0xa0 ||
+      code === 0x1680 ||
+      (code >= 0x2000 && code <= 0x200a) ||
+      code === 0x2028 ||
+      code === 0x2029 ||
+      code === 0x202f ||
+      code === 0x205f ||
+      code === 0x3000 ||
+      code === 0xfeff
 
 // Letters and combining marks (\p{L}, \p{M}) of the basic plane, by code unit, classified on first sight.
 const letterPattern = /^[\p{L}\p{M}]$/u
@@ -73,10 +79,10 @@ const classify = (code: number) => {
   const kind = isSpace(code)
     ? spaceClass
     : code >= 0xd800 && code <= 0xdfff
-    ? surrogateClass
-    : letterPattern.test(String.fromCharCode(code))
-    ? letterClass
-    : otherClass
+      ? surrogateClass
+      : letterPattern.test(String.fromCharCode(code))
+        ? letterClass
+        : otherClass
   charClasses[code] = kind
   return kind
 }
@@ -451,7 +457,10 @@ class Splitter {
       const code = this.text.charCodeAt(i)
       // Full-width terminators end a sentence without a following space.
       if (code === 0x3002 || code === 0xff01 || code === 0xff1f) return this.trim(i + 1, end)[0]
-      if ((code === 0x2e || code === 0x21 || code === 0x3f || code === 0x2026) && isSpace(this.text.charCodeAt(i + 1))) {
+      if (
+        (code === 0x2e || code === 0x21 || code === 0x3f || code === 0x2026) &&
+        isSpace(this.text.charCodeAt(i + 1))
+      ) {
         return this.trim(i + 1, end)[0]
       }
     }
@@ -623,9 +632,10 @@ export const split = (input: SplitInput, chunking: Chunking): Array<Chunk> => {
   const text = input.text
   const strategy = resolveStrategy(chunking.strategy, input.kind)
   const splitter = new Splitter(text, chunking)
-  const sections = strategy === "markdown"
-    ? sectionsOf(text.length, input.headings ?? markdownHeadings(text))
-    : [{ start: 0, end: text.length, headingPath: [] }]
+  const sections =
+    strategy === "markdown"
+      ? sectionsOf(text.length, input.headings ?? markdownHeadings(text))
+      : [{ start: 0, end: text.length, headingPath: [] }]
   const levels = levelsOf(strategy)
   const pages = input.pages !== undefined && input.pages.length > 0 ? input.pages : undefined
   const chunks: Array<Chunk> = []
@@ -647,7 +657,7 @@ export const split = (input: SplitInput, chunking: Chunking): Array<Chunk> => {
 }
 
 /** `split` after validating the settings, as a traced effect. */
-export const chunkText = Traced.fn("Knowledge.chunk")(function*(input: SplitInput, settings: ChunkingInput) {
+export const chunkText = Traced.fn("Knowledge.chunk")(function* (input: SplitInput, settings: ChunkingInput) {
   const chunking = yield* validateChunking(settings)
   return split(input, chunking)
 })

@@ -64,7 +64,10 @@ const uint64 = (view: DataView, at: number) => {
 }
 
 /** The entries of the archive's central directory, or why it cannot be read. */
-export const readDirectory = (bytes: Uint8Array, maxEntries = defaultZipLimits.maxEntries): ReadonlyArray<ZipEntry> | ZipProblem => {
+export const readDirectory = (
+  bytes: Uint8Array,
+  maxEntries = defaultZipLimits.maxEntries
+): ReadonlyArray<ZipEntry> | ZipProblem => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
   const length = bytes.byteLength
   // The end record is the last 22 bytes, unless a comment (at most 65,535 bytes) follows it.
@@ -109,7 +112,8 @@ export const readDirectory = (bytes: Uint8Array, maxEntries = defaultZipLimits.m
     const commentLength = view.getUint16(at + 32, true)
     let localHeaderOffset = view.getUint32(at + 42, true)
     const next = at + 46 + nameLength + extraLength + commentLength
-    if (next > directoryOffset + directorySize) return damaged(`entry ${index + 1} of the central directory is cut short`)
+    if (next > directoryOffset + directorySize)
+      return damaged(`entry ${index + 1} of the central directory is cut short`)
     const name = Buffer.from(bytes.buffer, bytes.byteOffset + at + 46, nameLength).toString("utf8")
     // Sizes that do not fit 32 bits are in the Zip64 extra field, in this order.
     if (uncompressedSize === 0xffffffff || compressedSize === 0xffffffff || localHeaderOffset === 0xffffffff) {
@@ -149,7 +153,8 @@ export const readDirectory = (bytes: Uint8Array, maxEntries = defaultZipLimits.m
 /** Where an entry's data starts, from its local header, or why it cannot be found. */
 const dataStart = (view: DataView, entry: ZipEntry, limit: number): number | ZipProblem => {
   const at = entry.localHeaderOffset
-  if (at + 30 > limit || view.getUint32(at, true) !== localHeader) return damaged(`the local header of ${entry.name} is missing`)
+  if (at + 30 > limit || view.getUint32(at, true) !== localHeader)
+    return damaged(`the local header of ${entry.name} is missing`)
   const start = at + 30 + view.getUint16(at + 26, true) + view.getUint16(at + 28, true)
   if (start + entry.compressedSize > limit) return damaged(`the data of ${entry.name} lies outside the file`)
   return start
@@ -197,7 +202,8 @@ export const checkArchive = (bytes: Uint8Array, limits: ZipLimits = defaultZipLi
     if (typeof start !== "number") return start
     const data = bytes.subarray(start, start + entry.compressedSize)
     if (entry.method === 0) {
-      if (entry.compressedSize !== entry.uncompressedSize) return damaged(`the stored entry ${entry.name} has two sizes`)
+      if (entry.compressedSize !== entry.uncompressedSize)
+        return damaged(`the stored entry ${entry.name} has two sizes`)
       continue
     }
     if (entry.method !== 8) return damaged(`the entry ${entry.name} uses compression method ${entry.method}`)
@@ -210,11 +216,14 @@ export const checkArchive = (bytes: Uint8Array, limits: ZipLimits = defaultZipLi
       })
       inflatedPast = inflated.length > entry.uncompressedSize
     } catch (cause) {
-      if ((cause as { code?: string }).code !== "ERR_BUFFER_TOO_LARGE") return damaged(`the entry ${entry.name} cannot be inflated`)
+      if ((cause as { code?: string }).code !== "ERR_BUFFER_TOO_LARGE")
+        return damaged(`the entry ${entry.name} cannot be inflated`)
       inflatedPast = true
     }
     if (inflatedPast) {
-      return tooLarge(`The archive's entry ${entry.name} inflates past the ${formatBytes(entry.uncompressedSize)} its headers declare.`)
+      return tooLarge(
+        `The archive's entry ${entry.name} inflates past the ${formatBytes(entry.uncompressedSize)} its headers declare.`
+      )
     }
   }
   return undefined

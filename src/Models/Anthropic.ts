@@ -3,7 +3,7 @@ import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as AiError from "effect/ai/AiError"
-import * as LanguageModel from "effect/ai/LanguageModel"
+import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
@@ -27,14 +27,15 @@ export interface AnthropicOptions {
 const moduleName = "AnthropicLanguageModel"
 
 const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
-  parts.flatMap((part) => part.type === "text" && part.text !== undefined ? [part.text] : []).join("")
+  parts.flatMap((part) => (part.type === "text" && part.text !== undefined ? [part.text] : [])).join("")
 
 /**
  * The Messages API body: system prompt as the top-level `system`, the turns
  * as `messages`, and the ceiling on the reply the API requires.
  */
 export const toBody = (model: string, prompt: Prompt.Prompt, maxOutputTokens: number) => {
-  const system = prompt.content.flatMap((message) => message.role === "system" ? [message.content] : [])
+  const system = prompt.content
+    .flatMap((message) => (message.role === "system" ? [message.content] : []))
     .filter((content) => content !== "")
     .join("\n\n")
   const messages = prompt.content.flatMap((message) =>
@@ -91,16 +92,20 @@ const Message = Schema.Struct({
 
 const StreamEvent = Schema.Struct({
   type: Schema.String,
-  message: Schema.optional(Schema.Struct({
-    id: Schema.optional(Schema.String),
-    model: Schema.optional(Schema.String),
-    usage: Schema.optional(Usage)
-  })),
-  delta: Schema.optional(Schema.Struct({
-    type: Schema.optional(Schema.String),
-    text: Schema.optional(Schema.String),
-    stop_reason: Schema.optional(Schema.NullOr(Schema.String))
-  })),
+  message: Schema.optional(
+    Schema.Struct({
+      id: Schema.optional(Schema.String),
+      model: Schema.optional(Schema.String),
+      usage: Schema.optional(Usage)
+    })
+  ),
+  delta: Schema.optional(
+    Schema.Struct({
+      type: Schema.optional(Schema.String),
+      text: Schema.optional(Schema.String),
+      stop_reason: Schema.optional(Schema.NullOr(Schema.String))
+    })
+  ),
   usage: Schema.optional(Usage)
 })
 
@@ -115,7 +120,11 @@ const toUsage = (usage: Usage): typeof Response.Usage.Encoded => {
   }
 }
 
-const decode = <S extends Schema.Top & { readonly DecodingServices: never }>(schema: S, method: string, what: string) => {
+const decode = <S extends Schema.Top & { readonly DecodingServices: never }>(
+  schema: S,
+  method: string,
+  what: string
+) => {
   const decodeUnknown = Schema.decodeUnknownEffect(schema)
   return (input: unknown): Effect.Effect<S["Type"], AiError.AiError> =>
     decodeUnknown(input).pipe(
@@ -136,11 +145,15 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
   const decodeEvent = decode(StreamEvent, "streamText", "stream event")
 
   return Language.make({
-    generateText: Effect.fnUntraced(function*(providerOptions) {
-      const response = yield* post("generateText", toBody(options.model, providerOptions.prompt, yield* Language.MaxOutputTokens))
-      const message = yield* ProviderHttp.readJson(moduleName, "generateText")(response).pipe(
-        Effect.flatMap(decodeMessage)
+    generateText: Effect.fnUntraced(function* (providerOptions) {
+      const response = yield* post(
+        "generateText",
+        toBody(options.model, providerOptions.prompt, yield* Language.MaxOutputTokens)
       )
+      const message = yield* ProviderHttp.readJson(
+        moduleName,
+        "generateText"
+      )(response).pipe(Effect.flatMap(decodeMessage))
       const text = textOf(message.content)
       const parts: Array<Response.PartEncoded> = [{ type: "response-metadata", id: message.id, modelId: message.model }]
       if (text !== "") parts.push({ type: "text", text })
@@ -169,13 +182,15 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
                 Effect.flatMap((json) => {
                   // Overload and other failures after the 200 arrive as an `error` event.
                   if (json?.type === "error") {
-                    return Effect.fail(AiError.make({
-                      module: moduleName,
-                      method: "streamText",
-                      reason: new AiError.InternalProviderError({
-                        description: ProviderHttp.providerMessage(data) ?? "The stream reported an error"
+                    return Effect.fail(
+                      AiError.make({
+                        module: moduleName,
+                        method: "streamText",
+                        reason: new AiError.InternalProviderError({
+                          description: ProviderHttp.providerMessage(data) ?? "The stream reported an error"
+                        })
                       })
-                    }))
+                    )
                   }
                   return decodeEvent(json)
                 }),
@@ -213,15 +228,19 @@ export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.Lan
                 })
               )
 
-            const end = Stream.suspend((): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> =>
-              stopped
-                ? Stream.fromIterable<Response.StreamPartEncoded>([
-                  ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
-                  { type: "finish", reason: finishReason(reason), usage: toUsage(usage), ...Language.finishMetadata(reason) }
-                ])
-                : Stream.fail(
-                  ProviderHttp.streamCut(moduleName, "streamText", url)
-                )
+            const end = Stream.suspend(
+              (): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> =>
+                stopped
+                  ? Stream.fromIterable<Response.StreamPartEncoded>([
+                      ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
+                      {
+                        type: "finish",
+                        reason: finishReason(reason),
+                        usage: toUsage(usage),
+                        ...Language.finishMetadata(reason)
+                      }
+                    ])
+                  : Stream.fail(ProviderHttp.streamCut(moduleName, "streamText", url))
             )
 
             return ProviderHttp.sseEvents(moduleName, "streamText", response).pipe(

@@ -14,7 +14,9 @@ export const sourcesHeader =
   "and say so when they do not:"
 
 /** The sources of a system prompt built by `withSources`, in order: what the local model reads. */
-export const sourcesIn = (system: string): Array<{ readonly n: number; readonly label: string; readonly content: string }> => {
+export const sourcesIn = (
+  system: string
+): Array<{ readonly n: number; readonly label: string; readonly content: string }> => {
   const at = system.lastIndexOf(sourcesHeader)
   if (at === -1) return []
   const block = system.slice(at + sourcesHeader.length)
@@ -26,7 +28,11 @@ export const sourcesIn = (system: string): Array<{ readonly n: number; readonly 
     const next = entry.exec(block)
     // A chunk's own text may hold something shaped like an entry; only the next number in sequence starts one.
     if (next !== null && Number(next[1]) !== found.length + 2) continue
-    found.push({ n: Number(match[1]), label: match[2]!, content: block.slice(start, next === null ? undefined : next.index).trim() })
+    found.push({
+      n: Number(match[1]),
+      label: match[2]!,
+      content: block.slice(start, next === null ? undefined : next.index).trim()
+    })
     match = next
   }
   return found

@@ -28,9 +28,10 @@ export const finishMetadata = (reason: string | null | undefined): { readonly me
   typeof reason === "string" && reason !== "" ? { metadata: { [providerFinishKey]: reason } } : {}
 
 /** The finish reason the provider sent (see `finishMetadata`), else effect's normalised one. */
-export const providerFinishReason = (
-  part: { readonly reason: string; readonly metadata?: Response.ProviderMetadata | undefined }
-): string => {
+export const providerFinishReason = (part: {
+  readonly reason: string
+  readonly metadata?: Response.ProviderMetadata | undefined
+}): string => {
   const raw = part.metadata?.[providerFinishKey]
   return typeof raw === "string" ? raw : part.reason
 }
@@ -44,7 +45,10 @@ const decodeStreamParts = Schema.decodeEffect(Schema.NonEmptyArray(Response.Stre
 const invalidOutput = (method: string) => (error: Schema.SchemaError) =>
   AiError.make({ module: "LanguageModel", method, reason: AiError.InvalidOutputError.fromSchemaError(error) })
 
-const providerOptions = (options: { readonly prompt: Prompt.RawInput }, span: LanguageModel.ProviderOptions["span"]) => ({
+const providerOptions = (
+  options: { readonly prompt: Prompt.RawInput },
+  span: LanguageModel.ProviderOptions["span"]
+) => ({
   prompt: Prompt.make(options.prompt),
   tools: [],
   toolChoice: "none" as const,
@@ -81,17 +85,21 @@ export const make = (params: Params): Effect.Effect<LanguageModel.LanguageModel>
       Effect.useSpan("LanguageModel.generateText", { kind: "client" }, (span) =>
         params.generateText(providerOptions(options, span)).pipe(
           Effect.flatMap(decodeContent),
-          Effect.mapError((error) => Schema.isSchemaError(error) ? invalidOutput("generateText")(error) : error),
+          Effect.mapError((error) => (Schema.isSchemaError(error) ? invalidOutput("generateText")(error) : error)),
           Effect.map((content) => new LanguageModel.GenerateTextResponse<{}>(content)),
           Effect.withParentSpan(span, { captureStackTrace: false }),
           Effect.provideService(IdGenerator, defaultIdGenerator)
-        ))
+        )
+      )
     const leanStream = (options: LanguageModel.GenerateTextOptions<{}>) =>
-      Stream.unwrap(Effect.map(
-        Effect.makeSpanScoped("LanguageModel.streamText", { kind: "client" }),
-        (span) => params.streamText(providerOptions(options, span)).pipe(Stream.mapArrayEffect((parts) => decodeStreamParts(parts)))
-      )).pipe(
-        Stream.mapError((error) => Schema.isSchemaError(error) ? invalidOutput("streamText")(error) : error),
+      Stream.unwrap(
+        Effect.map(Effect.makeSpanScoped("LanguageModel.streamText", { kind: "client" }), (span) =>
+          params
+            .streamText(providerOptions(options, span))
+            .pipe(Stream.mapArrayEffect((parts) => decodeStreamParts(parts)))
+        )
+      ).pipe(
+        Stream.mapError((error) => (Schema.isSchemaError(error) ? invalidOutput("streamText")(error) : error)),
         Stream.provideService(IdGenerator, defaultIdGenerator)
       )
     const generateText = (options: LanguageModel.GenerateTextOptions<any>) =>

@@ -1,6 +1,6 @@
-import * as Effect from "effect/Effect"
+import type * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
-import * as LanguageModel from "effect/ai/LanguageModel"
+import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
@@ -26,16 +26,21 @@ export interface Turn {
 }
 
 const stopWords = new Set(
-  ("a an and are as at be been but by can could did do does for from had has have how i i'm if in into is it its " +
+  (
+    "a an and are as at be been but by can could did do does for from had has have how i i'm if in into is it its " +
     "just me my of on or our so than that the their them then there these they this to too us was we were what " +
     "when where which who why will with would you your yours about again also any am some tell said say told " +
-    "earlier before previous previously remember recall mention mentioned").split(" ")
+    "earlier before previous previously remember recall mention mentioned"
+  ).split(" ")
 )
 
 /** Content words: lower-cased, without punctuation or stop words. */
 const contentWords = (text: string): Set<string> =>
   new Set(
-    text.toLowerCase().split(/[^\p{L}\p{N}']+/u).filter((word) => word.length > 1 && !stopWords.has(word))
+    text
+      .toLowerCase()
+      .split(/[^\p{L}\p{N}']+/u)
+      .filter((word) => word.length > 1 && !stopWords.has(word))
   )
 
 const sharedWords = (a: Set<string>, b: Set<string>) => {
@@ -52,7 +57,10 @@ const quote = (text: string, max = 160): string => {
 }
 
 const sentencesOf = (text: string): Array<string> =>
-  text.split(/(?<=[.!?])\s+|\n+/).map((sentence) => sentence.trim()).filter((sentence) => sentence !== "")
+  text
+    .split(/(?<=[.!?])\s+|\n+/)
+    .map((sentence) => sentence.trim())
+    .filter((sentence) => sentence !== "")
 
 /** The candidate sharing most content words with `words`; ties go to the latest. None when nothing is shared. */
 const mostRelevant = (candidates: ReadonlyArray<string>, words: Set<string>): string | undefined => {
@@ -117,7 +125,10 @@ export const reply = (prompt: string, turns: ReadonlyArray<Turn>): string => {
   // A turn in a team's room follows the room's protocol instead of chatting.
   const roomTurn = localRoomTurn(message)
   if (roomTurn !== undefined) return replyPrefix + (grounded === undefined ? "" : `${grounded}\n`) + roomTurn
-  const earlier = turns.slice(0, lastUser).filter((turn) => turn.role === "user").map((turn) => turn.content)
+  const earlier = turns
+    .slice(0, lastUser)
+    .filter((turn) => turn.role === "user")
+    .map((turn) => turn.content)
   const words = contentWords(message)
   const instructions = sentencesOf(system)
   const lines: Array<string> = []
@@ -163,14 +174,15 @@ export const inputTokens = (system: string, turns: ReadonlyArray<Turn>): number 
   turns.reduce((total, turn) => total + countTokens(turn.content), countTokens(system))
 
 const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
-  parts.flatMap((part) => part.type === "text" && part.text !== undefined ? [part.text] : []).join("")
+  parts.flatMap((part) => (part.type === "text" && part.text !== undefined ? [part.text] : [])).join("")
 
 const fromPrompt = (prompt: Prompt.Prompt) => ({
-  system: prompt.content.flatMap((message) => message.role === "system" ? [message.content] : []).join("\n\n"),
-  turns: prompt.content.flatMap((message): Array<Turn> =>
-    message.role === "user" || message.role === "assistant"
-      ? [{ role: message.role, content: textOf(message.content) }]
-      : []
+  system: prompt.content.flatMap((message) => (message.role === "system" ? [message.content] : [])).join("\n\n"),
+  turns: prompt.content.flatMap(
+    (message): Array<Turn> =>
+      message.role === "user" || message.role === "assistant"
+        ? [{ role: message.role, content: textOf(message.content) }]
+        : []
   )
 })
 
@@ -198,10 +210,15 @@ const answer = (prompt: Prompt.Prompt, maxTokens: number) => {
   const full = reply(system, turns)
   const { cut, text, tokens } = withinTokens(full, countTokens(full), maxTokens)
   const usage: typeof Response.Usage.Encoded = {
-    inputTokens: { total: inputTokens(system, turns), uncached: undefined, cacheRead: undefined, cacheWrite: undefined },
+    inputTokens: {
+      total: inputTokens(system, turns),
+      uncached: undefined,
+      cacheRead: undefined,
+      cacheWrite: undefined
+    },
     outputTokens: { total: tokens, text: undefined, reasoning: undefined }
   }
-  return { text, usage, reason: cut ? "length" as const : "stop" as const }
+  return { text, usage, reason: cut ? ("length" as const) : ("stop" as const) }
 }
 
 /** The `local` model as an effect/ai `LanguageModel`, like the remote providers. */
@@ -216,14 +233,16 @@ export const make: Effect.Effect<LanguageModel.LanguageModel> = Language.make({
       ]
     }),
   streamText: (options) =>
-    Stream.unwrap(Language.MaxOutputTokens.useSync((maxTokens) => {
-      const { reason, text, usage } = answer(options.prompt, maxTokens)
-      return Stream.fromIterable<Response.StreamPartEncoded>([
-        { type: "response-metadata", modelId },
-        { type: "text-start", id: "0" },
-        ...words(text).map((delta) => ({ type: "text-delta" as const, id: "0", delta })),
-        { type: "text-end", id: "0" },
-        { type: "finish", reason, usage }
-      ])
-    }))
+    Stream.unwrap(
+      Language.MaxOutputTokens.useSync((maxTokens) => {
+        const { reason, text, usage } = answer(options.prompt, maxTokens)
+        return Stream.fromIterable<Response.StreamPartEncoded>([
+          { type: "response-metadata", modelId },
+          { type: "text-start", id: "0" },
+          ...words(text).map((delta) => ({ type: "text-delta" as const, id: "0", delta })),
+          { type: "text-end", id: "0" },
+          { type: "finish", reason, usage }
+        ])
+      })
+    )
 })

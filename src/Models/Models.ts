@@ -122,7 +122,8 @@ const hostOf = (baseUrl: string) => {
 // headers hold the key, so they are never logged whole.
 const rootCause = (error: unknown): string => {
   let current = error
-  for (let depth = 0; depth < 8 && current instanceof Error && current.cause !== undefined; depth++) current = current.cause
+  for (let depth = 0; depth < 8 && current instanceof Error && current.cause !== undefined; depth++)
+    current = current.cause
   return current instanceof Error ? current.message : ""
 }
 
@@ -185,7 +186,10 @@ const spanOf = (
     attributes["server.address"] = server.address
     attributes["server.port"] = server.port
   }
-  return { name: `chat ${requested}`, options: { kind: local ? "internal" as const : "client" as const, attributes } }
+  return {
+    name: `chat ${requested}`,
+    options: { kind: local ? ("internal" as const) : ("client" as const), attributes }
+  }
 }
 
 /** What the provider said of its answer, exactly as it said it, for the span. */
@@ -198,7 +202,9 @@ interface ResponseDetails {
 /** `provider/name` as its parts; a bare word is a provider with no name. */
 const splitModel = (model: string) => {
   const slash = model.indexOf("/")
-  return slash === -1 ? { provider: model, name: "" } : { provider: model.slice(0, slash), name: model.slice(slash + 1) }
+  return slash === -1
+    ? { provider: model, name: "" }
+    : { provider: model.slice(0, slash), name: model.slice(slash + 1) }
 }
 
 /**
@@ -206,15 +212,17 @@ const splitModel = (model: string) => {
  * only the operator's bounded list (METRICS_MODELS) is named; any other model
  * counts as `<provider>/other`, and an unknown provider as `other`.
  */
-export const metricLabel = (known: ReadonlySet<string>) => (model: string): string => {
-  if (known.has(model)) return model
-  const { provider } = splitModel(model)
-  return provider === "openai" || provider === "anthropic" ? `${provider}/other` : "other"
-}
+export const metricLabel =
+  (known: ReadonlySet<string>) =>
+  (model: string): string => {
+    if (known.has(model)) return model
+    const { provider } = splitModel(model)
+    return provider === "openai" || provider === "anthropic" ? `${provider}/other` : "other"
+  }
 
 /** The response's attributes and usage on the current span, and usage in the token metric, labelled with `label`. */
 const recordUsage = (label: string, reply: ModelReply, details: ResponseDetails) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const attributes: Record<string, unknown> = {
       "gen_ai.usage.input_tokens": reply.inputTokens,
       "gen_ai.usage.output_tokens": reply.outputTokens
@@ -233,33 +241,32 @@ const recordUsage = (label: string, reply: ModelReply, details: ResponseDetails)
  */
 const recordFailure = (error: ModelError) =>
   Effect.annotateCurrentSpan({
-    "error.type": error.status !== undefined
-      ? String(error.status)
-      : error.reason.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase(),
+    "error.type":
+      error.status !== undefined
+        ? String(error.status)
+        : error.reason.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase(),
     "gen_ai.response.finish_reasons": ["error"]
   })
 
 /** The call's span, with the response's details and usage, and the call's duration by outcome. */
-const observed = (span: ReturnType<typeof spanOf>, label: string) =>
-<R>(call: Effect.Effect<{ readonly reply: ModelReply; readonly details: ResponseDetails }, ModelError, R>) =>
-  Effect.gen(function*() {
-    const startedAt = performance.now()
-    const exit = yield* Effect.exit(call)
-    const outcome = exit._tag === "Success" ? "ok" : "error"
-    yield* Metric.update(
-      Metrics.modelDuration(label, outcome),
-      (performance.now() - startedAt) / 1000
-    )
-    if (exit._tag === "Success") {
-      yield* recordUsage(label, exit.value.reply, exit.value.details)
-      return exit.value.reply
-    }
-    const failure = Cause.findErrorOption(exit.cause)
-    if (Option.isSome(failure)) yield* recordFailure(failure.value)
-    return yield* Effect.failCause(exit.cause)
-  }).pipe(Traced.withSpan(span.name, span.options))
+const observed =
+  (span: ReturnType<typeof spanOf>, label: string) =>
+  <R>(call: Effect.Effect<{ readonly reply: ModelReply; readonly details: ResponseDetails }, ModelError, R>) =>
+    Effect.gen(function* () {
+      const startedAt = performance.now()
+      const exit = yield* Effect.exit(call)
+      const outcome = exit._tag === "Success" ? "ok" : "error"
+      yield* Metric.update(Metrics.modelDuration(label, outcome), (performance.now() - startedAt) / 1000)
+      if (exit._tag === "Success") {
+        yield* recordUsage(label, exit.value.reply, exit.value.details)
+        return exit.value.reply
+      }
+      const failure = Cause.findErrorOption(exit.cause)
+      if (Option.isSome(failure)) yield* recordFailure(failure.value)
+      return yield* Effect.failCause(exit.cause)
+    }).pipe(Traced.withSpan(span.name, span.options))
 
-export const make = Effect.gen(function*() {
+export const make = Effect.gen(function* () {
   const config = yield* AppConfig
   const client = yield* HttpClient.HttpClient
   const labelOf = metricLabel(new Set(config.metricsModels))
@@ -273,11 +280,14 @@ export const make = Effect.gen(function*() {
   const safe = (text: string): string => {
     let out = text
     for (const secret of secrets) out = out.split(secret).join("[redacted]")
-    out = out.replace(/\bsk-[A-Za-z0-9_*.-]{6,}/g, "[redacted]").replace(/\s+/g, " ").trim()
+    out = out
+      .replace(/\bsk-[A-Za-z0-9_*.-]{6,}/g, "[redacted]")
+      .replace(/\s+/g, " ")
+      .trim()
     return out.length <= maxMessageLength ? out : `${out.slice(0, maxMessageLength - 1)}…`
   }
 
-  const connect = Effect.fnUntraced(function*(model: string) {
+  const connect = Effect.fnUntraced(function* (model: string) {
     if (model === Local.modelId) {
       return { provider: "local", name: Local.modelId, languageModel: yield* Local.make } satisfies Target
     }
@@ -289,7 +299,10 @@ export const make = Effect.gen(function*() {
       })
     }
     if (name.trim() === "") {
-      return yield* new ModelError({ reason: "UnknownModel", message: `Model "${model}" names no model after "${provider}/"` })
+      return yield* new ModelError({
+        reason: "UnknownModel",
+        message: `Model "${model}" names no model after "${provider}/"`
+      })
     }
     if (provider === "openai") {
       if (Option.isNone(config.openaiApiKey) && requiresOpenAiKey(config.openaiBaseUrl)) {
@@ -395,18 +408,21 @@ export const make = Effect.gen(function*() {
   })
 
   const toFailure = (target: Target) => (error: AiError.AiError) =>
-    Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (now) => classify(target, error, now)).pipe(
+    Effect.map(
+      Effect.clockWith((clock) => clock.currentTimeMillis),
+      (now) => classify(target, error, now)
+    ).pipe(
       Effect.tap(() =>
         error.reason._tag === "NetworkError"
           ? Effect.logWarning("Model provider connection failed").pipe(
-            Effect.annotateLogs({
-              provider: target.provider,
-              model: target.name,
-              host: hostOf(target.provider === "anthropic" ? config.anthropicBaseUrl : config.openaiBaseUrl),
-              reason: error.reason.reason,
-              detail: safe(error.reason.description ?? rootCause(error.reason.cause))
-            })
-          )
+              Effect.annotateLogs({
+                provider: target.provider,
+                model: target.name,
+                host: hostOf(target.provider === "anthropic" ? config.anthropicBaseUrl : config.openaiBaseUrl),
+                reason: error.reason.reason,
+                detail: safe(error.reason.description ?? rootCause(error.reason.cause))
+              })
+            )
           : Effect.void
       )
     )
@@ -415,9 +431,9 @@ export const make = Effect.gen(function*() {
     failure.retryAfter !== undefined
       ? Effect.succeed(Duration.min(failure.retryAfter, retryAfterCap))
       : Effect.map(Random.next, (random) => {
-        const ceiling = Math.min(Duration.toMillis(backoffCap), Duration.toMillis(backoffBase) * 2 ** retry)
-        return Duration.millis(Math.round(ceiling / 2 + random * ceiling / 2))
-      })
+          const ceiling = Math.min(Duration.toMillis(backoffCap), Duration.toMillis(backoffBase) * 2 ** retry)
+          return Duration.millis(Math.round(ceiling / 2 + (random * ceiling) / 2))
+        })
 
   /** `true` when `failure` is worth another attempt, after waiting for it. */
   const waitBeforeRetry = (target: Target, retry: number, failure: Failure): Effect.Effect<boolean> => {
@@ -448,10 +464,10 @@ export const make = Effect.gen(function*() {
     )
     const loop = (retry: number): Effect.Effect<LanguageModel.GenerateTextResponse<{}>, ModelError> =>
       Effect.catch(attempt, (failure) =>
-        Effect.flatMap(
-          waitBeforeRetry(target, retry, failure),
-          (again) => again ? loop(retry + 1) : Effect.fail(failure.error)
-        ))
+        Effect.flatMap(waitBeforeRetry(target, retry, failure), (again) =>
+          again ? loop(retry + 1) : Effect.fail(failure.error)
+        )
+      )
     return loop(0)
   }
 
@@ -477,10 +493,11 @@ export const make = Effect.gen(function*() {
           Stream.catch((failure) =>
             delivered
               ? Stream.fail(failure.error)
-              : Stream.unwrap(Effect.map(
-                waitBeforeRetry(target, retry, failure),
-                (again) => again ? loop(retry + 1) : Stream.fail(failure.error)
-              ))
+              : Stream.unwrap(
+                  Effect.map(waitBeforeRetry(target, retry, failure), (again) =>
+                    again ? loop(retry + 1) : Stream.fail(failure.error)
+                  )
+                )
           )
         )
       })
@@ -488,7 +505,7 @@ export const make = Effect.gen(function*() {
   }
 
   const generate = (request: ModelRequest) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const target = yield* resolve(request.model)
       const response = yield* generateWithRetries(target, toPrompt(request), request.maxOutputTokens)
       const metadata = response.content.find((part) => part.type === "response-metadata")
@@ -505,49 +522,54 @@ export const make = Effect.gen(function*() {
 
   const stream = (request: ModelRequest): Stream.Stream<ModelEvent, ModelError> => {
     const span = spanOf(request, true, servers)
-    return Stream.unwrap(Effect.map(resolve(request.model), (target) =>
-      Stream.suspend(() => {
-        let text = ""
-        let modelId: string | undefined
-        let responseId: string | undefined
-        let finishReason: string | undefined
-        let usage: Response.Usage | undefined
-        const toEvents = (part: Response.StreamPart<{}>): Array<ModelEvent> => {
-          switch (part.type) {
-            case "text-delta":
-              text += part.delta
-              return part.delta === "" ? [] : [{ _tag: "Delta", text: part.delta }]
-            case "response-metadata":
-              modelId = part.modelId ?? modelId
-              responseId = part.id ?? responseId
-              return []
-            case "finish":
-              usage = part.usage
-              finishReason = Language.providerFinishReason(part)
-              return []
-            default:
-              return []
+    return Stream.unwrap(
+      Effect.map(resolve(request.model), (target) =>
+        Stream.suspend(() => {
+          let text = ""
+          let modelId: string | undefined
+          let responseId: string | undefined
+          let finishReason: string | undefined
+          let usage: Response.Usage | undefined
+          const toEvents = (part: Response.StreamPart<{}>): Array<ModelEvent> => {
+            switch (part.type) {
+              case "text-delta":
+                text += part.delta
+                return part.delta === "" ? [] : [{ _tag: "Delta", text: part.delta }]
+              case "response-metadata":
+                modelId = part.modelId ?? modelId
+                responseId = part.id ?? responseId
+                return []
+              case "finish":
+                usage = part.usage
+                finishReason = Language.providerFinishReason(part)
+                return []
+              default:
+                return []
+            }
           }
-        }
-        const done = Stream.fromEffect(Effect.suspend(() => {
-          const reply: ModelReply = {
-            text,
-            model: replyModel(target, modelId),
-            inputTokens: usage?.inputTokens.total ?? 0,
-            outputTokens: usage?.outputTokens.total ?? 0
-          }
-          const details = { id: responseId, model: modelId, finishReason }
-          return Effect.as(recordUsage(labelOf(request.model), reply, details), { _tag: "Done", reply } as ModelEvent)
-        }))
-        return streamWithRetries(target, toPrompt(request), request.maxOutputTokens).pipe(
-          Stream.map(toEvents),
-          Stream.flattenIterable,
-          Stream.concat(done)
-        )
-      }))).pipe(
-      Stream.tapError(recordFailure),
-      Stream.withSpan(span.name, span.options)
-    )
+          const done = Stream.fromEffect(
+            Effect.suspend(() => {
+              const reply: ModelReply = {
+                text,
+                model: replyModel(target, modelId),
+                inputTokens: usage?.inputTokens.total ?? 0,
+                outputTokens: usage?.outputTokens.total ?? 0
+              }
+              const details = { id: responseId, model: modelId, finishReason }
+              return Effect.as(recordUsage(labelOf(request.model), reply, details), {
+                _tag: "Done",
+                reply
+              } as ModelEvent)
+            })
+          )
+          return streamWithRetries(target, toPrompt(request), request.maxOutputTokens).pipe(
+            Stream.map(toEvents),
+            Stream.flattenIterable,
+            Stream.concat(done)
+          )
+        })
+      )
+    ).pipe(Stream.tapError(recordFailure), Stream.withSpan(span.name, span.options))
   }
 
   const contextBudget = (_model: string) => config.modelContextTokens
@@ -570,17 +592,20 @@ export const promptEstimate = (model: string, tokens: number, messages: number):
 }
 
 /** The language models an agent can use: `local`, `openai/<name>` and `anthropic/<name>`, behind effect/ai. */
-export class Models extends Context.Service<Models, {
-  readonly generate: (request: ModelRequest) => Effect.Effect<ModelReply, ModelError>
-  /** Deltas, then exactly one Done. */
-  readonly stream: (request: ModelRequest) => Stream.Stream<ModelEvent, ModelError>
-  /** Tokens of `text` (o200k_base), for trimming history to a budget. */
-  readonly countTokens: (text: string) => number
-  /** Tokens available for system prompt, history and the new message. */
-  readonly contextBudget: (model: string) => number
-  /** What the provider may count for a prompt (`promptEstimate`), for the call's reservation. */
-  readonly promptEstimate: (model: string, tokens: number, messages: number) => number
-}>()("agent-host/Models") {
+export class Models extends Context.Service<
+  Models,
+  {
+    readonly generate: (request: ModelRequest) => Effect.Effect<ModelReply, ModelError>
+    /** Deltas, then exactly one Done. */
+    readonly stream: (request: ModelRequest) => Stream.Stream<ModelEvent, ModelError>
+    /** Tokens of `text` (o200k_base), for trimming history to a budget. */
+    readonly countTokens: (text: string) => number
+    /** Tokens available for system prompt, history and the new message. */
+    readonly contextBudget: (model: string) => number
+    /** What the provider may count for a prompt (`promptEstimate`), for the call's reservation. */
+    readonly promptEstimate: (model: string, tokens: number, messages: number) => number
+  }
+>()("agent-host/Models") {
   static readonly layer: Layer.Layer<Models, never, AppConfig> = Layer.effect(Models, make).pipe(
     Layer.provide(OutgoingHttp.layer)
   )

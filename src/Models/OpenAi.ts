@@ -4,7 +4,7 @@ import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as AiError from "effect/ai/AiError"
-import * as LanguageModel from "effect/ai/LanguageModel"
+import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
@@ -30,7 +30,7 @@ export interface OpenAiOptions {
 const moduleName = "OpenAiLanguageModel"
 
 const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
-  parts.flatMap((part) => part.type === "text" && part.text !== undefined ? [part.text] : []).join("")
+  parts.flatMap((part) => (part.type === "text" && part.text !== undefined ? [part.text] : [])).join("")
 
 /**
  * The name of the reply's ceiling: OpenAI's own API takes
@@ -82,22 +82,28 @@ const finishReason = (reason: string | null | undefined): Response.FinishReason 
 const Usage = Schema.Struct({
   prompt_tokens: Schema.Number,
   completion_tokens: Schema.Number,
-  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({
-    cached_tokens: Schema.optional(Schema.NullOr(Schema.Number))
-  })))
+  prompt_tokens_details: Schema.optional(
+    Schema.NullOr(
+      Schema.Struct({
+        cached_tokens: Schema.optional(Schema.NullOr(Schema.Number))
+      })
+    )
+  )
 })
 
 const ChatCompletion = Schema.Struct({
   id: Schema.optional(Schema.String),
   model: Schema.optional(Schema.String),
   created: Schema.optional(Schema.Number),
-  choices: Schema.Array(Schema.Struct({
-    message: Schema.Struct({
-      content: Schema.optional(Schema.NullOr(Schema.String)),
-      refusal: Schema.optional(Schema.NullOr(Schema.String))
-    }),
-    finish_reason: Schema.optional(Schema.NullOr(Schema.String))
-  })),
+  choices: Schema.Array(
+    Schema.Struct({
+      message: Schema.Struct({
+        content: Schema.optional(Schema.NullOr(Schema.String)),
+        refusal: Schema.optional(Schema.NullOr(Schema.String))
+      }),
+      finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+    })
+  ),
   usage: Schema.optional(Schema.NullOr(Usage))
 })
 
@@ -105,13 +111,23 @@ const ChatCompletionChunk = Schema.Struct({
   id: Schema.optional(Schema.String),
   model: Schema.optional(Schema.String),
   created: Schema.optional(Schema.Number),
-  choices: Schema.optional(Schema.NullOr(Schema.Array(Schema.Struct({
-    delta: Schema.optional(Schema.NullOr(Schema.Struct({
-      content: Schema.optional(Schema.NullOr(Schema.String)),
-      refusal: Schema.optional(Schema.NullOr(Schema.String))
-    }))),
-    finish_reason: Schema.optional(Schema.NullOr(Schema.String))
-  })))),
+  choices: Schema.optional(
+    Schema.NullOr(
+      Schema.Array(
+        Schema.Struct({
+          delta: Schema.optional(
+            Schema.NullOr(
+              Schema.Struct({
+                content: Schema.optional(Schema.NullOr(Schema.String)),
+                refusal: Schema.optional(Schema.NullOr(Schema.String))
+              })
+            )
+          ),
+          finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+        })
+      )
+    )
+  ),
   usage: Schema.optional(Schema.NullOr(Usage))
 })
 
@@ -129,14 +145,22 @@ const toUsage = (usage: typeof Usage.Type | null | undefined): typeof Response.U
   }
 })
 
-const metadata = (chunk: { readonly id?: string | undefined; readonly model?: string | undefined; readonly created?: number | undefined }): Response.ResponseMetadataPartEncoded => ({
+const metadata = (chunk: {
+  readonly id?: string | undefined
+  readonly model?: string | undefined
+  readonly created?: number | undefined
+}): Response.ResponseMetadataPartEncoded => ({
   type: "response-metadata",
   id: chunk.id,
   modelId: chunk.model,
   timestamp: chunk.created === undefined ? undefined : new Date(chunk.created * 1000).toISOString()
 })
 
-const decode = <S extends Schema.Top & { readonly DecodingServices: never }>(schema: S, method: string, what: string) => {
+const decode = <S extends Schema.Top & { readonly DecodingServices: never }>(
+  schema: S,
+  method: string,
+  what: string
+) => {
   const decodeUnknown = Schema.decodeUnknownEffect(schema)
   return (input: unknown): Effect.Effect<S["Type"], AiError.AiError> =>
     decodeUnknown(input).pipe(
@@ -158,15 +182,16 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
   const ceiling = ceilingField(options.baseUrl)
 
   return Language.make({
-    generateText: Effect.fnUntraced(function*(providerOptions) {
+    generateText: Effect.fnUntraced(function* (providerOptions) {
       const response = yield* post("generateText", {
         model: options.model,
         messages: toMessages(providerOptions.prompt),
         [ceiling]: yield* Language.MaxOutputTokens
       })
-      const completion = yield* ProviderHttp.readJson(moduleName, "generateText")(response).pipe(
-        Effect.flatMap(decodeCompletion)
-      )
+      const completion = yield* ProviderHttp.readJson(
+        moduleName,
+        "generateText"
+      )(response).pipe(Effect.flatMap(decodeCompletion))
       const choice = completion.choices[0]
       const parts: Array<Response.PartEncoded> = [metadata(completion)]
       const text = choice?.message.content ?? choice?.message.refusal ?? ""
@@ -189,7 +214,8 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
           stream: true,
           // Without it the stream carries no token counts.
           stream_options: { include_usage: true }
-        })).pipe(
+        })
+      ).pipe(
         Effect.map((response) =>
           Stream.suspend(() => {
             let started = false
@@ -206,13 +232,15 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
                 Effect.flatMap((json) => {
                   // An error after the 200 arrives as a `data:` payload of its own.
                   if (json !== null && typeof json === "object" && "error" in json) {
-                    return Effect.fail(AiError.make({
-                      module: moduleName,
-                      method: "streamText",
-                      reason: new AiError.InternalProviderError({
-                        description: ProviderHttp.providerMessage(data) ?? "The stream reported an error"
+                    return Effect.fail(
+                      AiError.make({
+                        module: moduleName,
+                        method: "streamText",
+                        reason: new AiError.InternalProviderError({
+                          description: ProviderHttp.providerMessage(data) ?? "The stream reported an error"
+                        })
                       })
-                    }))
+                    )
                   }
                   return decodeChunk(json)
                 }),
@@ -236,13 +264,16 @@ export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.Langua
             const end = Stream.suspend((): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> => {
               // Some compatible servers close after the finish reason without [DONE].
               if (!done && reason === undefined) {
-                return Stream.fail(
-                  ProviderHttp.streamCut(moduleName, "streamText", url)
-                )
+                return Stream.fail(ProviderHttp.streamCut(moduleName, "streamText", url))
               }
               return Stream.fromIterable<Response.StreamPartEncoded>([
                 ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
-                { type: "finish", reason: finishReason(reason), usage: toUsage(usage), ...Language.finishMetadata(reason) }
+                {
+                  type: "finish",
+                  reason: finishReason(reason),
+                  usage: toUsage(usage),
+                  ...Language.finishMetadata(reason)
+                }
               ])
             })
 

@@ -6,8 +6,8 @@ import * as Stream from "effect/Stream"
 import * as AiError from "effect/ai/AiError"
 import * as Sse from "effect/encoding/Sse"
 import * as Headers from "effect/http/Headers"
-import * as HttpClient from "effect/http/HttpClient"
-import * as HttpClientError from "effect/http/HttpClientError"
+import type * as HttpClient from "effect/http/HttpClient"
+import type * as HttpClientError from "effect/http/HttpClientError"
 import * as HttpClientRequest from "effect/http/HttpClientRequest"
 import type * as HttpClientResponse from "effect/http/HttpClientResponse"
 
@@ -94,7 +94,7 @@ export const streamCut = (module: string, method: string, url: string) =>
     new AiError.NetworkError({ reason: "TransportError", method: "POST", url, description: "The stream ended early" })
   )
 
-const statusFailure = Effect.fnUntraced(function*(
+const statusFailure = Effect.fnUntraced(function* (
   module: string,
   method: string,
   response: HttpClientResponse.HttpClientResponse
@@ -118,11 +118,7 @@ const statusFailure = Effect.fnUntraced(function*(
       new AiError.RateLimitError({ http, ...(retryAfter === undefined ? {} : { retryAfter }) })
     )
   }
-  return failure(
-    module,
-    method,
-    AiError.reasonFromHttpStatus({ status: response.status, http, description })
-  )
+  return failure(module, method, AiError.reasonFromHttpStatus({ status: response.status, http, description }))
 })
 
 /**
@@ -140,19 +136,21 @@ export const postJson = (options: {
   readonly headers: Record<string, string>
   readonly body: unknown
 }): Effect.Effect<HttpClientResponse.HttpClientResponse, AiError.AiError> =>
-  options.client.execute(
-    HttpClientRequest.post(options.url).pipe(
-      HttpClientRequest.setHeaders(options.headers),
-      HttpClientRequest.bodyJsonUnsafe(options.body)
+  options.client
+    .execute(
+      HttpClientRequest.post(options.url).pipe(
+        HttpClientRequest.setHeaders(options.headers),
+        HttpClientRequest.bodyJsonUnsafe(options.body)
+      )
     )
-  ).pipe(
-    Effect.mapError(fromClientError(options.module, options.method)),
-    Effect.flatMap((response) =>
-      response.status >= 200 && response.status < 300
-        ? Effect.succeed(response)
-        : Effect.flatMap(statusFailure(options.module, options.method, response), Effect.fail)
+    .pipe(
+      Effect.mapError(fromClientError(options.module, options.method)),
+      Effect.flatMap((response) =>
+        response.status >= 200 && response.status < 300
+          ? Effect.succeed(response)
+          : Effect.flatMap(statusFailure(options.module, options.method, response), Effect.fail)
+      )
     )
-  )
 
 /** The JSON body of a 2xx response. */
 export const readJson = (module: string, method: string) => (response: HttpClientResponse.HttpClientResponse) =>

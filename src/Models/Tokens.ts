@@ -6,7 +6,8 @@ import { createRequire } from "node:module"
 // than at start: a service that never chats never pays for them.
 type Encoding = typeof import("gpt-tokenizer/encoding/o200k_base")
 let encoding: Encoding | undefined
-const load = (): Encoding => (encoding ??= createRequire(import.meta.url)("gpt-tokenizer/encoding/o200k_base") as Encoding)
+const load = (): Encoding =>
+  (encoding ??= createRequire(import.meta.url)("gpt-tokenizer/encoding/o200k_base") as Encoding)
 
 // Special-token text such as "<|endoftext|>" in user input is counted as plain
 // text instead of making the tokenizer throw.
@@ -24,9 +25,17 @@ export const maxRunChars = 128
 
 // What JavaScript's \s matches: the pre-tokenizer's runs break at these.
 const isSpace = (code: number) =>
-  code === 0x20 || (code >= 0x09 && code <= 0x0d) || code === 0xa0 || code === 0x1680 ||
-  (code >= 0x2000 && code <= 0x200a) || code === 0x2028 || code === 0x2029 || code === 0x202f ||
-  code === 0x205f || code === 0x3000 || code === 0xfeff
+  code === 0x20 ||
+  (code >= 0x09 && code <= 0x0d) ||
+  code === 0xa0 ||
+  code === 0x1680 ||
+  (code >= 0x2000 && code <= 0x200a) ||
+  code === 0x2028 ||
+  code === 0x2029 ||
+  code === 0x202f ||
+  code === 0x205f ||
+  code === 0x3000 ||
+  code === 0xfeff
 
 const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff
 

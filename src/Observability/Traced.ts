@@ -16,7 +16,7 @@ export const startExporting = () => {
 /** Whether spans are exported now: code that makes its own spans asks before making them. */
 export const isExporting = () => exporting
 
-const generatorFunction = Object.getPrototypeOf(function*() {}).constructor
+const generatorFunction = Object.getPrototypeOf(function* () {}).constructor
 
 // `Effect.fnUntraced` takes only generator functions; another body keeps `Effect.fn`.
 const either = (traced: Function, untraced: () => Function, body: unknown) =>
@@ -24,8 +24,8 @@ const either = (traced: Function, untraced: () => Function, body: unknown) =>
 
 const eitherOf = (traced: Function, untraced: Function, length: number) =>
   Object.defineProperty(
-    function(this: unknown) {
-      return (exporting ? traced : untraced).apply(this, arguments)
+    function (this: unknown, ...args: Array<unknown>) {
+      return (exporting ? traced : untraced).apply(this, args)
     },
     "length",
     { value: length, configurable: true }
@@ -39,7 +39,7 @@ const eitherOf = (traced: Function, untraced: Function, length: number) =>
  * error made and thrown away) even when nothing is traced, a visible share of
  * a cached list request's CPU time.
  */
-export const fn: typeof Effect.fn = function(...args: Array<any>): any {
+export const fn: typeof Effect.fn = ((...args: Array<any>): any => {
   if (typeof args[0] === "string") {
     const [name, options] = args
     return (body: any, ...pipeables: Array<any>) =>
@@ -51,7 +51,7 @@ export const fn: typeof Effect.fn = function(...args: Array<any>): any {
   }
   const [body, ...pipeables] = args
   return either((Effect.fn as any)(body, ...pipeables), () => (Effect.fnUntraced as any)(body, ...pipeables), body)
-} as typeof Effect.fn
+}) as typeof Effect.fn
 
 /**
  * `Effect.withSpan(name, options)`, decided when the effect runs: a span only
@@ -59,8 +59,9 @@ export const fn: typeof Effect.fn = function(...args: Array<any>): any {
  * captures a stack trace each time it is applied, and it is applied on every
  * call of the repositories' functions.
  */
-export const withSpan = (name: string, options?: Tracer.SpanOptions) =>
-<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, Exclude<R, Tracer.ParentSpan>> =>
-  Effect.suspend(() =>
-    exporting ? Effect.withSpan(self, name, options) : (self as Effect.Effect<A, E, Exclude<R, Tracer.ParentSpan>>)
-  )
+export const withSpan =
+  (name: string, options?: Tracer.SpanOptions) =>
+  <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, Exclude<R, Tracer.ParentSpan>> =>
+    Effect.suspend(() =>
+      exporting ? Effect.withSpan(self, name, options) : (self as Effect.Effect<A, E, Exclude<R, Tracer.ParentSpan>>)
+    )

@@ -74,13 +74,15 @@ export const StepInput = Schema.Struct({
     Schema.isMinLength(1, { message: "Expected a non-empty prompt" }),
     Schema.isMaxLength(maxPromptLength, { message: `Expected a prompt of at most ${maxPromptLength} characters` })
   ).annotate({
-    description: "A template over `{{input}}`, `{{variables.NAME}}` and `{{steps.STEP_ID.output}}`, where " +
+    description:
+      "A template over `{{input}}`, `{{variables.NAME}}` and `{{steps.STEP_ID.output}}`, where " +
       "STEP_ID is a step this one depends on, directly or through other steps."
   }),
   dependsOn: Schema.optionalKey(
     boundedArray(Text, {
       max: maxSteps,
-      description: "Ids of the steps whose outputs this step waits for. Steps with no pending dependencies run in parallel."
+      description:
+        "Ids of the steps whose outputs this step waits for. Steps with no pending dependencies run in parallel."
     })
   )
 })
@@ -93,14 +95,11 @@ export const Steps = boundedArray(StepInput, {
   description: "The output of an execution is the output of the last step of this list."
 })
 
-const Name = text(
-  Schema.isMinLength(1, { message: "Expected a non-empty name" }),
-  Schema.isMaxLength(200)
-)
+const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
 const Description = text(Schema.isMaxLength(2000))
-const TimeoutMs = Schema.Int.check(
-  Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })
-).annotate({ description: `Milliseconds an execution may run, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).` })
+const TimeoutMs = Schema.Int.check(Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })).annotate({
+  description: `Milliseconds an execution may run, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).`
+})
 
 /**
  * An orchestration: its row, its JSON with its webhook, and what a client
@@ -127,13 +126,18 @@ export class Orchestration extends Model.Class<Orchestration>("Orchestration")({
   webhookEnabled: Entity.attached(
     WebhookState.fields.webhookEnabled,
     Schema.Boolean.annotate({
-      description: "Turns the webhook on or off (on by default once a URL is set); turning it on again re-enables a disabled one."
+      description:
+        "Turns the webhook on or off (on by default once a URL is set); turning it on again re-enables a disabled one."
     })
   ),
   webhookDisabledReason: Entity.answered(WebhookState.fields.webhookDisabledReason),
-  signingSecret: Entity.answered(Schema.optionalKey(Schema.String.annotate({
-    description: "The webhook's signing secret (`whsec_...`), only in the answer that set a first webhook URL."
-  })))
+  signingSecret: Entity.answered(
+    Schema.optionalKey(
+      Schema.String.annotate({
+        description: "The webhook's signing secret (`whsec_...`), only in the answer that set a first webhook URL."
+      })
+    )
+  )
 }) {}
 
 /** An orchestration as the management routes show it: with its webhook, and, in the one answer that made a new signing secret, that secret. */
@@ -145,7 +149,9 @@ export type UpdateOrchestration = typeof Orchestration.jsonUpdate.Type
  * An orchestration as the key-authenticated API shows it. The reference uses
  * only its id; its steps (prompts and agent ids) stay on the management routes.
  */
-export const V1Orchestration = Orchestration.json.mapFields(Struct.pick(["id", "name", "description", "status", "createdAt"]))
+export const V1Orchestration = Orchestration.json.mapFields(
+  Struct.pick(["id", "name", "description", "status", "createdAt"])
+)
 
 export const V1OrchestrationList = PageOf(V1Orchestration)
 
@@ -158,9 +164,7 @@ export type ExecutionStatus = typeof ExecutionStatus.Type
 
 export const ExecuteRequest = Schema.Struct({
   input: text(Schema.isMaxLength(maxPromptLength)),
-  variables: Schema.optionalKey(
-    textRecord(text(Schema.isMaxLength(maxPromptLength)), { max: 100 })
-  )
+  variables: Schema.optionalKey(textRecord(text(Schema.isMaxLength(maxPromptLength)), { max: 100 }))
 })
 export type ExecuteRequest = typeof ExecuteRequest.Type
 
@@ -174,13 +178,17 @@ export const ExecutionStarted = Schema.Struct({
  * The execution is stored and will run, but its start could not be confirmed
  * in time: poll it by `executionId` rather than executing again.
  */
-export class ExecutionNotStarted extends HttpApiError.Problem<ExecutionNotStarted>()("ExecutionNotStarted", {
-  type: "urn:agent-host:problem:execution-not-started",
-  status: 503,
-  title: "Service Unavailable"
-}, {
-  executionId: Schema.String
-}) {}
+export class ExecutionNotStarted extends HttpApiError.Problem<ExecutionNotStarted>()(
+  "ExecutionNotStarted",
+  {
+    type: "urn:agent-host:problem:execution-not-started",
+    status: 503,
+    title: "Service Unavailable"
+  },
+  {
+    executionId: Schema.String
+  }
+) {}
 
 export const Execution = Schema.Struct({
   id: Schema.String,
@@ -218,7 +226,9 @@ export const ExecutionEventData = Schema.Struct({
   output: Schema.optionalKey(Schema.String),
   error: Schema.optionalKey(Schema.String),
   tokens: Schema.optionalKey(Schema.Number).annotate({ description: "A completed step's tokens." }),
-  tokensUsed: Schema.optionalKey(Schema.Number).annotate({ description: "The execution's tokens, on its final event." }),
+  tokensUsed: Schema.optionalKey(Schema.Number).annotate({
+    description: "The execution's tokens, on its final event."
+  }),
   reason: Schema.optionalKey(Schema.Literals(["maxDuration", "executionTimeout"])).annotate({
     description: "Why a `stream.end` ended the stream before the execution finished."
   })
@@ -241,11 +251,13 @@ const executeSpec = {
 
 const executeDoc = {
   summary: "Execute an orchestration",
-  description: "Starts an execution on `input` and `variables`; it runs in the background (follow it by " +
+  description:
+    "Starts an execution on `input` and `variables`; it runs in the background (follow it by " +
     "`executionId`). An `Idempotency-Key` replayed within 24 hours answers with the same execution. When the " +
     "tenant has as many executions and team runs running as its plan allows (FREE_MAX_RUNNING_RUNS...), the " +
     "execution waits its turn, `pending` with a `waiting` field, unless the request says `Prefer: wait=0`.",
-  errors: "400 on invalid fields or variables the prompts use but the request lacks, 404 when the orchestration " +
+  errors:
+    "400 on invalid fields or variables the prompts use but the request lacks, 404 when the orchestration " +
     "is not the tenant's or is inactive, 409 when the `Idempotency-Key` was used with another request, 429 when " +
     "the day's model tokens are spent or, with `Prefer: wait=0`, when the tenant's runs are at the plan's cap " +
     "(with Retry-After), 503 when the execution is stored but its start is not confirmed in time " +
@@ -266,46 +278,57 @@ const executionRoutes = <const Name extends string>(
       },
       success: ExecutionList,
       error: BadRequest
-    }).annotateMerge(doc("read", {
-      summary: "List executions",
-      description: "The tenant's executions, newest first, a page at a time (`limit`, `cursor`), optionally of one " +
-        "orchestration or in one status.",
-      errors: "400 on a bad `limit`, `cursor` or `status`."
-    })),
+    }).annotateMerge(
+      doc("read", {
+        summary: "List executions",
+        description:
+          "The tenant's executions, newest first, a page at a time (`limit`, `cursor`), optionally of one " +
+          "orchestration or in one status.",
+        errors: "400 on a bad `limit`, `cursor` or `status`."
+      })
+    ),
     HttpApiEndpoint.get("get", "/:id", {
       params: { id: Text },
       success: Execution,
       error: NotFound
-    }).annotateMerge(doc("read", {
-      summary: "Get an execution",
-      description: "The execution's status, output or error, tokens and duration.",
-      errors: "404 when the execution is not the tenant's."
-    })),
+    }).annotateMerge(
+      doc("read", {
+        summary: "Get an execution",
+        description: "The execution's status, output or error, tokens and duration.",
+        errors: "404 when the execution is not the tenant's."
+      })
+    ),
     HttpApiEndpoint.get("events", "/:id/events", {
       params: { id: Text },
       success: ExecutionEvents,
       error: [NotFound, TooManyStreams]
-    }).annotateMerge(doc("read", {
-      summary: "Follow an execution's events",
-      description: "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
-        "`step.completed` (with the step's output and tokens), then one final `execution.completed`, " +
-        "`execution.failed` or `execution.cancelled`, after which the stream ends. A client that " +
-        "connects late first receives what already happened. Each event's `id` can be sent back " +
-        "as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
-        "execution's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or " +
-        "`executionTimeout`) instead.",
-      errors: "404 when the execution is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
-    })),
+    }).annotateMerge(
+      doc("read", {
+        summary: "Follow an execution's events",
+        description:
+          "The execution's progress as server-sent events: `execution.running`, `step.started`, " +
+          "`step.completed` (with the step's output and tokens), then one final `execution.completed`, " +
+          "`execution.failed` or `execution.cancelled`, after which the stream ends. A client that " +
+          "connects late first receives what already happened. Each event's `id` can be sent back " +
+          "as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, or past the " +
+          "execution's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or " +
+          "`executionTimeout`) instead.",
+        errors: "404 when the execution is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
+      })
+    ),
     HttpApiEndpoint.post("cancel", "/:id/cancel", {
       params: { id: Text },
       success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
       error: [NotFound, Conflict]
-    }).annotateMerge(doc("execute", {
-      summary: "Cancel an execution",
-      description: "Marks the execution cancelled and interrupts its running steps: their model calls are " +
-        "aborted, on whichever node runs them. An execution waiting for a slot leaves the queue.",
-      errors: "404 when the execution is not the tenant's, 409 when it has already finished."
-    }))
+    }).annotateMerge(
+      doc("execute", {
+        summary: "Cancel an execution",
+        description:
+          "Marks the execution cancelled and interrupts its running steps: their model calls are " +
+          "aborted, on whichever node runs them. An execution waiting for a slot leaves the queue.",
+        errors: "404 when the execution is not the tenant's, 409 when it has already finished."
+      })
+    )
   )
 
 const webhook = webhookEndpoints({
@@ -316,13 +339,15 @@ const webhook = webhookEndpoints({
   docs: {
     deliveries: {
       summary: "List an orchestration's webhook deliveries",
-      description: "Every attempt to deliver the orchestration's webhook events, newest first, a page at a time " +
+      description:
+        "Every attempt to deliver the orchestration's webhook events, newest first, a page at a time " +
         "(`limit`, `cursor`)."
     },
     redeliver: { summary: "Redeliver a webhook event" },
     rotateSecret: {
       summary: "Rotate the webhook signing secret",
-      description: "A new signing secret, shown once. The previous one also signs deliveries until " +
+      description:
+        "A new signing secret, shown once. The previous one also signs deliveries until " +
         "`previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP)."
     }
   }
@@ -337,23 +362,28 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
       errors: { create: [BadRequest, QuotaReached], update: [NotFound, BadRequest, QuotaReached] },
       docs: {
         list: {
-          description: "The tenant's orchestrations, active and inactive, with their steps and webhooks, a page at a " +
+          description:
+            "The tenant's orchestrations, active and inactive, with their steps and webhooks, a page at a " +
             "time (`limit`, `cursor`)."
         },
         create: {
-          description: "Creates an orchestration: steps, each an agent and a prompt template, run in the order of " +
+          description:
+            "Creates an orchestration: steps, each an agent and a prompt template, run in the order of " +
             "their `dependsOn`, and an optional webhook for finished executions (the answer then carries its " +
             "signing secret, once).",
-          errors: "400 on invalid fields, naming each: duplicate step ids, unknown or cyclic dependencies, agents " +
+          errors:
+            "400 on invalid fields, naming each: duplicate step ids, unknown or cyclic dependencies, agents " +
             "that are not the tenant's, prompts that can render past MAX_PROMPT_CHARS, a refused webhook URL. 429 " +
             "when the tenant has as many orchestrations (MAX_ORCHESTRATIONS) or webhook URLs " +
             "(MAX_WEBHOOK_ENDPOINTS) as its plan allows."
         },
         get: { description: "The orchestration, with its steps and webhook." },
         update: {
-          description: "Changes the fields sent; new `steps` replace the old ones and are checked as a whole. " +
+          description:
+            "Changes the fields sent; new `steps` replace the old ones and are checked as a whole. " +
             "Executions already started keep the steps they started with.",
-          errors: "400 on invalid fields (as for create), 404 when the orchestration is not the tenant's, 429 when a " +
+          errors:
+            "400 on invalid fields (as for create), 404 when the orchestration is not the tenant's, 429 when a " +
             "first webhook URL would pass the plan's MAX_WEBHOOK_ENDPOINTS."
         },
         remove: { description: "Deletes the orchestration and its webhook." }
@@ -362,21 +392,26 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
     webhook.deliveries,
     webhook.redeliver,
     webhook.rotateSecret,
-    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec).middleware(SessionQuota)
-      .annotateMerge(operation({
-        ...executeDoc,
-        credential: sessionCredential,
-        errors: `${executeDoc.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
-      }))
+    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec)
+      .middleware(SessionQuota)
+      .annotateMerge(
+        operation({
+          ...executeDoc,
+          credential: sessionCredential,
+          errors: `${executeDoc.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
+        })
+      )
   )
   .middleware(SessionAuth)
   .prefix("/api/orchestrations")
-  .annotateMerge(OpenApi.annotations({
-    title: "Orchestrations (management)",
-    description: "Define multi-step orchestrations of agents, and manage the signed webhook their finished " +
-      "executions are sent to."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Orchestrations (management)",
+      description:
+        "Define multi-step orchestrations of agents, and manage the signed webhook their finished " +
+        "executions are sent to."
+    })
+  ) {}
 
 export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
   .add(
@@ -384,35 +419,44 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
       query: PageQuery,
       success: V1OrchestrationList,
       error: BadRequest
-    }).annotateMerge(keyOperation("read", "bearer", {
-      summary: "List active orchestrations",
-      description: "The tenant's active orchestrations, without their steps, a page at a time (`limit`, `cursor`).",
-      errors: "400 on a bad `limit` or `cursor`."
-    })),
-    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec).annotateMerge(keyOperation("execute", "bearer", executeDoc))
+    }).annotateMerge(
+      keyOperation("read", "bearer", {
+        summary: "List active orchestrations",
+        description: "The tenant's active orchestrations, without their steps, a page at a time (`limit`, `cursor`).",
+        errors: "400 on a bad `limit` or `cursor`."
+      })
+    ),
+    HttpApiEndpoint.post("execute", "/:id/execute", executeSpec).annotateMerge(
+      keyOperation("execute", "bearer", executeDoc)
+    )
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/orchestrations")
-  .annotateMerge(OpenApi.annotations({
-    title: "Orchestrations (API key)",
-    description: "List the tenant's active orchestrations and execute them, with an API key."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Orchestrations (API key)",
+      description: "List the tenant's active orchestrations and execute them, with an API key."
+    })
+  ) {}
 
-export class ExecutionsApi extends executionRoutes("executions", (_, doc) => operation({ ...doc, credential: sessionCredential }))
+export class ExecutionsApi extends executionRoutes("executions", (_, doc) =>
+  operation({ ...doc, credential: sessionCredential })
+)
   .middleware(SessionAuth)
   .prefix("/api/executions")
-  .annotateMerge(OpenApi.annotations({
-    title: "Executions (management)",
-    description: "Follow, list and cancel the executions of orchestrations, with a session (the dashboard's view)."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Executions (management)",
+      description: "Follow, list and cancel the executions of orchestrations, with a session (the dashboard's view)."
+    })
+  ) {}
 
 export class ExecutionsV1Api extends executionRoutes("v1Executions", (scope, doc) => keyOperation(scope, "bearer", doc))
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/executions")
-  .annotateMerge(OpenApi.annotations({
-    title: "Executions (API key)",
-    description: "Follow, list and cancel the executions of orchestrations, with an API key."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Executions (API key)",
+      description: "Follow, list and cancel the executions of orchestrations, with an API key."
+    })
+  ) {}

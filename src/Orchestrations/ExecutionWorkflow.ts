@@ -63,12 +63,12 @@ class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", {
 // Repos that die on SQL errors (the request path maps those defects to
 // 503/400) have them back as typed failures here, to be retried.
 const sqlErrorsTyped = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.catchDefect(effect, (defect) => isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect))
+  Effect.catchDefect(effect, (defect) => (isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect)))
 
 const databaseFailure = (error: { readonly message: string }) =>
   storable(`The database could not be reached or refused a write: ${error.message}`)
 
-const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { readonly executionId: string }) {
+const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { readonly executionId: string }) {
   const executions = yield* ExecutionsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models
@@ -80,7 +80,11 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   // The ids an operator finds the run by, on its span and on each step's.
   yield* Effect.annotateCurrentSpan("execution.id", executionId)
   const row = yield* retryTransient(executions.begin(executionId))
-  const runAttributes = { "execution.id": executionId, "orchestration.id": row.orchestrationId, "tenant.id": row.tenantId }
+  const runAttributes = {
+    "execution.id": executionId,
+    "orchestration.id": row.orchestrationId,
+    "tenant.id": row.tenantId
+  }
   yield* Effect.annotateCurrentSpan(runAttributes)
   if (row.status !== "running") return
   const snapshot = { ...row, createdAtMs: row.createdAt.getTime() }
@@ -98,20 +102,24 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const oneStep = snapshot.steps.length === 1
 
   const stepEffect = (step: Step) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const fail = (message: string) => new StepFailed({ step: step.id, message, tokens: 0 })
       const remaining = deadline - (yield* Clock.currentTimeMillis)
       if (remaining <= 0) return yield* fail(`The execution timed out after ${snapshot.timeoutMs} ms`)
-      const databaseFailed = (error: { readonly message: string }) =>
-        fail(`Step ${step.id}: ${databaseFailure(error)}`)
-      const agent = yield* retryTransient(sqlErrorsTyped(agents.findById(snapshot.tenantId as never, AgentId.make(step.agentId))))
-        .pipe(Effect.mapError(databaseFailed))
+      const databaseFailed = (error: { readonly message: string }) => fail(`Step ${step.id}: ${databaseFailure(error)}`)
+      const agent = yield* retryTransient(
+        sqlErrorsTyped(agents.findById(snapshot.tenantId as never, AgentId.make(step.agentId)))
+      ).pipe(Effect.mapError(databaseFailed))
       if (Option.isNone(agent) || agent.value.status !== "active") {
         return yield* fail(`Step ${step.id}: agent ${step.agentId} is missing or inactive`)
       }
       // Outputs of earlier steps are as long as the models made them: only
       // now is the size known, and rendering stops as soon as it is too much.
-      const rendered = renderWithin(step.prompt, { input: snapshot.input, variables: snapshot.variables, outputs }, maxPromptChars)
+      const rendered = renderWithin(
+        step.prompt,
+        { input: snapshot.input, variables: snapshot.variables, outputs },
+        maxPromptChars
+      )
       if (Result.isFailure(rendered)) {
         return yield* fail(
           `Step ${step.id}: its prompt renders to more than ${maxPromptChars} characters (MAX_PROMPT_CHARS)`
@@ -119,20 +127,28 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
       }
       const prompt = rendered.success
       if (!oneStep) {
-        yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(Effect.mapError(databaseFailed))
+        yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(
+          Effect.mapError(databaseFailed)
+        )
       }
       // An agent with knowledge is grounded on what it holds for the step's prompt, within half of what the prompt leaves.
-      const { system } = yield* retryTransient(sqlErrorsTyped(knowledge.ground({
-        tenantId: TenantId.make(snapshot.tenantId),
-        instructions: agent.value.instructions,
-        knowledgeIds: agent.value.knowledgeIds,
-        query: prompt,
-        budget: () =>
-          Math.floor(
-            (models.contextBudget(agent.value.model) - models.countTokens(agent.value.instructions) -
-              models.countTokens(prompt)) / 2
-          )
-      }))).pipe(Effect.mapError(databaseFailed))
+      const { system } = yield* retryTransient(
+        sqlErrorsTyped(
+          knowledge.ground({
+            tenantId: TenantId.make(snapshot.tenantId),
+            instructions: agent.value.instructions,
+            knowledgeIds: agent.value.knowledgeIds,
+            query: prompt,
+            budget: () =>
+              Math.floor(
+                (models.contextBudget(agent.value.model) -
+                  models.countTokens(agent.value.instructions) -
+                  models.countTokens(prompt)) /
+                  2
+              )
+          })
+        )
+      ).pipe(Effect.mapError(databaseFailed))
       const promptTokens = models.promptEstimate(
         agent.value.model,
         models.countTokens(system) + models.countTokens(prompt),
@@ -142,9 +158,9 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
       // reserves the call's worst case of the day's tokens: the model may not
       // be one it may use (any more), and the tokens left may be spent or
       // held by calls in flight.
-      const reserve = retryTransient(sqlErrorsTyped(
-        budget.reserve(TenantId.make(snapshot.tenantId), { model: agent.value.model, promptTokens })
-      )).pipe(
+      const reserve = retryTransient(
+        sqlErrorsTyped(budget.reserve(TenantId.make(snapshot.tenantId), { model: agent.value.model, promptTokens }))
+      ).pipe(
         Effect.mapError((error) =>
           error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed"
             ? fail(`Step ${step.id}: ${error.detail}`)
@@ -152,29 +168,31 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
         )
       )
       // The step's tokens are settled before it is stored.
-      const result = yield* budget.reserving(
-        reserve,
-        (held) =>
-          models.generate({
-            model: agent.value.model,
-            system,
-            messages: [{ role: "user", content: prompt }],
-            maxOutputTokens: held.maxOutputTokens
-          }),
-        (reply, held) => {
-          const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
-          return retryTransient(sqlErrorsTyped(budget.settle(held, result.tokens))).pipe(
-            Effect.mapError(databaseFailed),
-            Effect.as(result)
-          )
-        }
-      ).pipe(
-        Effect.mapError((error) => error._tag === "ModelError" ? fail(`Step ${step.id}: ${error.message}`) : error),
-        Effect.timeoutOrElse({
-          duration: Duration.millis(remaining),
-          orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
-        })
-      )
+      const result = yield* budget
+        .reserving(
+          reserve,
+          (held) =>
+            models.generate({
+              model: agent.value.model,
+              system,
+              messages: [{ role: "user", content: prompt }],
+              maxOutputTokens: held.maxOutputTokens
+            }),
+          (reply, held) => {
+            const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
+            return retryTransient(sqlErrorsTyped(budget.settle(held, result.tokens))).pipe(
+              Effect.mapError(databaseFailed),
+              Effect.as(result)
+            )
+          }
+        )
+        .pipe(
+          Effect.mapError((error) => (error._tag === "ModelError" ? fail(`Step ${step.id}: ${error.message}`) : error)),
+          Effect.timeoutOrElse({
+            duration: Duration.millis(remaining),
+            orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
+          })
+        )
       if (!oneStep) {
         yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
           Effect.mapError(databaseFailed)
@@ -182,9 +200,11 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
       }
       yield* Effect.logInfo("Step completed").pipe(Effect.annotateLogs({ executionId, stepId: step.id }))
       return result
-    }).pipe(Traced.withSpan("ExecutionWorkflow.step", {
-      attributes: { ...runAttributes, "execution.step.id": step.id, "agent.id": step.agentId }
-    }))
+    }).pipe(
+      Traced.withSpan("ExecutionWorkflow.step", {
+        attributes: { ...runAttributes, "execution.step.id": step.id, "agent.id": step.agentId }
+      })
+    )
 
   // The step of a one-step run is not an activity: its result is stored with
   // the run's final status (the transition below), in one statement, and a
@@ -194,13 +214,19 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   // activity killed before its reply is stored does.
   // A cancel stops a step where it is, its model call aborted, on whichever node runs it.
   const cancellableStep = (step: Step) =>
-    signals.cancellable(executionId, () => new StepFailed({ step: step.id, message: "Cancelled", tokens: 0 }))(
-      stepEffect(step)
-    )
+    signals.cancellable(
+      executionId,
+      () => new StepFailed({ step: step.id, message: "Cancelled", tokens: 0 })
+    )(stepEffect(step))
   const runStep = (step: Step) =>
     oneStep
       ? cancellableStep(step)
-      : Activity.make({ name: `step:${step.id}`, success: StepResult, error: StepFailed, execute: cancellableStep(step) })
+      : Activity.make({
+          name: `step:${step.id}`,
+          success: StepResult,
+          error: StepFailed,
+          execute: cancellableStep(step)
+        })
 
   const planned = plan(snapshot.steps)
   if (Result.isFailure(planned)) {
@@ -210,13 +236,22 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
     return
   }
 
-  const run = Effect.forEach(planned.success.layers, (layer) =>
-    Effect.forEach(layer, (id) =>
-      Effect.tap(runStep(steps.get(id)!), (result) =>
-        Effect.sync(() => {
-          outputs[id] = result.output
-          tokensUsed += result.tokens
-        })), { concurrency: "unbounded", discard: true }), { discard: true })
+  const run = Effect.forEach(
+    planned.success.layers,
+    (layer) =>
+      Effect.forEach(
+        layer,
+        (id) =>
+          Effect.tap(runStep(steps.get(id)!), (result) =>
+            Effect.sync(() => {
+              outputs[id] = result.output
+              tokensUsed += result.tokens
+            })
+          ),
+        { concurrency: "unbounded", discard: true }
+      ),
+    { discard: true }
+  )
 
   const outcome = yield* Effect.result(run)
   const last = snapshot.steps[snapshot.steps.length - 1]!
@@ -224,10 +259,12 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
   const moved = yield* retryTransient(
     Result.isSuccess(outcome)
       ? executions.transition(executionId, "completed", {
-        output: outputs[last.id] ?? "",
-        tokensUsed,
-        ...(oneStep ? { stepCompleted: { stepId: last.id, data: { output: outputs[last.id] ?? "", tokens: tokensUsed } } } : {})
-      })
+          output: outputs[last.id] ?? "",
+          tokensUsed,
+          ...(oneStep
+            ? { stepCompleted: { stepId: last.id, data: { output: outputs[last.id] ?? "", tokens: tokensUsed } } }
+            : {})
+        })
       : executions.transition(executionId, "failed", { error: storable(outcome.failure.message), tokensUsed })
   )
   if (moved) yield* Metric.update(Metrics.executions(final), 1)
@@ -239,12 +276,10 @@ const run = Traced.fn("ExecutionWorkflow.run")(function*({ executionId }: { read
  * Interruptions (a cancel, a node stopping) pass: the run resumes elsewhere.
  */
 const failUnfinished = (executionId: string) => (cause: Cause.Cause<unknown>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     if (Cause.hasInterrupts(cause)) return yield* Effect.interrupt
     const error = Cause.squash(cause)
-    const message = isSqlError(error)
-      ? databaseFailure(error)
-      : "The execution failed unexpectedly"
+    const message = isSqlError(error) ? databaseFailure(error) : "The execution failed unexpectedly"
     yield* Effect.logError("Execution failed unexpectedly", cause).pipe(Effect.annotateLogs({ executionId }))
     const executions = yield* ExecutionsRepo
     const moved = yield* retryTransient(executions.transition(executionId, "failed", { error: message })).pipe(
@@ -266,7 +301,7 @@ export const layer = ExecutionWorkflow.toLayer((payload) =>
     Metric.modify(Metrics.workflowsInFlight, 1),
     // The run waits for, then holds, one of its tenant's running slots.
     () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         return yield* (yield* RunSlots).hold("execution", payload.executionId)(run(payload))
       }).pipe(Effect.catchCause(failUnfinished(payload.executionId))),
     () => Metric.modify(Metrics.workflowsInFlight, -1)

@@ -49,15 +49,19 @@ const isFinal = (status: ExecutionStatus) => status === "completed" || status ==
 
 // The same request always hashes the same, whatever the order of its variables.
 const requestHash = (orchestrationId: string, request: ExecuteRequest) =>
-  Crypto.createHash("sha256").update(JSON.stringify([
-    orchestrationId,
-    request.input,
-    Object.entries(request.variables ?? {}).sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0)
-  ])).digest("hex")
+  Crypto.createHash("sha256")
+    .update(
+      JSON.stringify([
+        orchestrationId,
+        request.input,
+        Object.entries(request.variables ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      ])
+    )
+    .digest("hex")
 
 /** Starting, reading, listing and cancelling executions. */
 export class Executions extends Context.Service<Executions>()("agent-host/Executions", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const orchestrations = yield* Orchestrations
     const repo = yield* ExecutionsRepo
     // The engine alone is provided to the workflow calls below: providing the
@@ -74,7 +78,10 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     const signals = yield* RunSignals
 
     const startWorkflow = (executionId: string) =>
-      ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
+      ExecutionWorkflow.execute({ executionId }, { discard: true }).pipe(
+        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
+        Effect.asVoid
+      )
 
     /** What is over the configured bounds in an execute request, one entry per field. */
     const requestIssues = (request: ExecuteRequest) => {
@@ -110,14 +117,19 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     // The answer to a request whose Idempotency-Key names an execution already
     // accepted: that execution where it is now, or a 409 for another request.
     const replayOf = (
-      claimed: { readonly id: string; readonly orchestrationId: string; readonly status: ExecutionStatus; readonly requestHash: string | null },
+      claimed: {
+        readonly id: string
+        readonly orchestrationId: string
+        readonly status: ExecutionStatus
+        readonly requestHash: string | null
+      },
       hash: string | null
     ) =>
       claimed.requestHash !== hash
         ? Effect.fail(new Conflict({ detail: "This Idempotency-Key was used with a different request" }))
         : Effect.succeed({ executionId: claimed.id, status: claimed.status, orchestrationId: claimed.orchestrationId })
 
-    const start = Traced.fn("Executions.start")(function*(
+    const start = Traced.fn("Executions.start")(function* (
       tenantId: TenantId,
       orchestrationId: OrchestrationId,
       request: ExecuteRequest,
@@ -137,23 +149,26 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       // A spent token budget refuses a new run up front (each step checks
       // again), but not the replay of one accepted before: that answers as
       // any replay does, with the execution the key names.
-      const spent = yield* budget.admitWork(tenantId).pipe(
-        Effect.as(undefined),
-        Effect.catchTag("TokenBudgetSpent", Effect.succeed)
-      )
+      const spent = yield* budget
+        .admitWork(tenantId)
+        .pipe(Effect.as(undefined), Effect.catchTag("TokenBudgetSpent", Effect.succeed))
       if (spent !== undefined) {
         const earlier = idempotencyKey === undefined ? Option.none() : yield* repo.claimedBy(tenantId, idempotencyKey)
         if (Option.isNone(earlier)) return yield* spent
         return yield* replayOf(earlier.value, requestHash(orchestrationId, request))
       }
       const orchestration = yield* orchestrations.get(tenantId, orchestrationId)
-      if (orchestration.status !== "active") return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
+      if (orchestration.status !== "active")
+        return yield* new NotFound({ detail: `No active orchestration ${orchestrationId}` })
       const variables = request.variables ?? {}
       const missing = [...variablesUsed(orchestration.steps)].filter((name) => !Object.hasOwn(variables, name))
       if (missing.length > 0) {
         return yield* new BadRequest({
           detail: `Missing variables: ${missing.join(", ")}`,
-          errors: missing.map((name) => ({ path: ["payload", "variables", name], message: "Used by the orchestration's prompts" }))
+          errors: missing.map((name) => ({
+            path: ["payload", "variables", name],
+            message: "Used by the orchestration's prompts"
+          }))
         })
       }
       const hash = idempotencyKey === undefined ? null : requestHash(orchestrationId, request)
@@ -166,9 +181,10 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       // So is every run when CLUSTER_CALL_TIMEOUT is zero (no time given to
       // the hand-over: each answer is the 503 that says the run is stored and
       // will start shortly).
-      const startRequest = idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
-        ? yield* localStart({ executionId: id })
-        : undefined
+      const startRequest =
+        idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
+          ? yield* localStart({ executionId: id })
+          : undefined
       // A request that would not wait takes its slot before the run is stored
       // (one statement, only then); its workflow finds the slot taken.
       if (!wait) {
@@ -205,12 +221,18 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
 
     const find = (tenantId: TenantId, id: string) =>
       Effect.flatMap(repo.get(tenantId, id), (execution) =>
-        Option.isNone(execution) ? Effect.fail(new NotFound({ detail: `No execution ${id}` })) : Effect.succeed(execution.value))
+        Option.isNone(execution)
+          ? Effect.fail(new NotFound({ detail: `No execution ${id}` }))
+          : Effect.succeed(execution.value)
+      )
 
     // Pending executions that wait for a slot say so (one statement, only when some are pending).
     const withWaiting = (tenantId: TenantId, executions: ReadonlyArray<Execution>) =>
       Effect.map(
-        runSlots.waiting(tenantId, executions.filter((execution) => execution.status === "pending").map((execution) => execution.id)),
+        runSlots.waiting(
+          tenantId,
+          executions.filter((execution) => execution.status === "pending").map((execution) => execution.id)
+        ),
         (waiting) =>
           executions.map((execution): Execution => {
             const queued = waiting.get(execution.id)
@@ -220,17 +242,20 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
           })
       )
 
-    const get = Traced.fn("Executions.get")(function*(tenantId: TenantId, id: string) {
+    const get = Traced.fn("Executions.get")(function* (tenantId: TenantId, id: string) {
       const execution = yield* find(tenantId, id)
       return (yield* withWaiting(tenantId, [execution]))[0]!
     })
 
-    const list = Traced.fn("Executions.list")(function*(tenantId: TenantId, query: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-      readonly orchestrationId?: string | undefined
-      readonly status?: ExecutionStatus | undefined
-    }) {
+    const list = Traced.fn("Executions.list")(function* (
+      tenantId: TenantId,
+      query: {
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+        readonly orchestrationId?: string | undefined
+        readonly status?: ExecutionStatus | undefined
+      }
+    ) {
       const before = yield* decodeCursor(query.cursor, isId)
       const limit = query.limit ?? defaultPageSize
       const page = yield* repo.page(tenantId, {
@@ -242,7 +267,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return { ...page, data: yield* withWaiting(tenantId, page.data) }
     })
 
-    const cancel = Traced.fn("Executions.cancel")(function*(tenantId: TenantId, id: string) {
+    const cancel = Traced.fn("Executions.cancel")(function* (tenantId: TenantId, id: string) {
       const execution = yield* find(tenantId, id)
       if (isFinal(execution.status)) {
         return yield* new Conflict({ detail: `The execution is already ${execution.status}` })
@@ -256,7 +281,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* signals.cancel(id)
       // Running steps are interrupted; the read model already says cancelled.
       yield* Effect.flatMap(ExecutionWorkflow.executionId({ executionId: id }), (workflowId) =>
-        ExecutionWorkflow.interrupt(workflowId)).pipe(
+        ExecutionWorkflow.interrupt(workflowId)
+      ).pipe(
         Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
         // The read model says cancelled for good (nothing moves an execution out
         // of a final state); a workflow that cannot be reached in time only
@@ -269,7 +295,6 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
     })
 
-
     /**
      * The execution's events as they happen: what is logged already, then
      * what follows (woken by its notifications), until the final event. Resumes after
@@ -278,7 +303,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
      * (plus a moment for its final event to be written); then it ends with a
      * `stream.end` event saying why.
      */
-    const events = Traced.fn("Executions.events")(function*(tenantId: TenantId, id: string, lastEventId: string) {
+    const events = Traced.fn("Executions.events")(function* (tenantId: TenantId, id: string, lastEventId: string) {
       const deadline = yield* repo.deadline(tenantId, id)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No execution ${id}` })
       const now = yield* Clock.currentTimeMillis
@@ -310,7 +335,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       // Runs waiting for a slot have started their workflows: not to be nudged.
       notStarted: (seconds, limit) =>
         Effect.flatMap(repo.notStarted(seconds, limit), (ids) =>
-          Effect.map(runSlots.queuedAmong(ids), (queued) => ids.filter((id) => !queued.has(id)))),
+          Effect.map(runSlots.queuedAmong(ids), (queued) => ids.filter((id) => !queued.has(id)))
+        ),
       start: startWorkflow,
       reap,
       unpruned: (limit) => repo.unpruned(Duration.toSeconds(config.executionMessagesRetention), limit),
@@ -325,7 +351,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     // died, it crashed, the database failed under it): past created_at +
     // timeoutMs (and a few seconds for a live run to record its own timeout)
     // it is failed here, and its workflow, if any, interrupted.
-    const reap = Effect.gen(function*() {
+    const reap = Effect.gen(function* () {
       const ids = yield* repo.failTimedOut(5)
       if (ids.length === 0) return
       yield* Effect.logWarning("Executions past their timeout failed by the sweep").pipe(
@@ -334,13 +360,18 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* Metric.update(Metrics.executions("failed"), ids.length)
       // Their model calls in flight stop, and those waiting for a slot leave the queue.
       yield* Effect.forEach(ids, signals.cancel, { discard: true })
-      yield* Effect.forEach(ids, (executionId) =>
-        Effect.flatMap(ExecutionWorkflow.executionId({ executionId }), (workflowId) =>
-          ExecutionWorkflow.interrupt(workflowId)).pipe(
+      yield* Effect.forEach(
+        ids,
+        (executionId) =>
+          Effect.flatMap(ExecutionWorkflow.executionId({ executionId }), (workflowId) =>
+            ExecutionWorkflow.interrupt(workflowId)
+          ).pipe(
             Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
             Effect.timeout(config.clusterCallTimeout),
             Effect.ignore
-          ), { discard: true, concurrency: 10 })
+          ),
+        { discard: true, concurrency: 10 }
+      )
     })
 
     const durable = sweeps(reap)
@@ -358,10 +389,16 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
     } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer, EventStreams.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer, EventStreams.layer])
+  )
 
   /** The sweeps of executions (DurableRuns.sweeper), a cluster singleton. */
-  static readonly sweeper = DurableRuns.sweeper("ExecutionsSweep", "Executions", Effect.gen(function*() {
-    return (yield* Executions).sweeps
-  }))
+  static readonly sweeper = DurableRuns.sweeper(
+    "ExecutionsSweep",
+    "Executions",
+    Effect.gen(function* () {
+      return (yield* Executions).sweeps
+    })
+  )
 }

@@ -78,7 +78,7 @@ interface NewExecution {
 
 /** All SQL of executions and their events. */
 export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-host/ExecutionsRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
     const webhooks = yield* Webhooks
     const cols = sql.literal(executionColumns)
@@ -106,26 +106,28 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     // together. If the statement fails, each is stored on its own (without
     // its start, which the cluster's client then sends), so only a faulty
     // one fails. Never called with no executions.
-    const insertTogether = (inputs: ReadonlyArray<NewExecution>): Effect.Effect<Array<Result.Result<Stored, unknown>>> => {
-      const starts = inputs.flatMap((input) => input.startRequest === undefined ? [] : [input.startRequest])
+    const insertTogether = (
+      inputs: ReadonlyArray<NewExecution>
+    ): Effect.Effect<Array<Result.Result<Stored, unknown>>> => {
+      const starts = inputs.flatMap((input) => (input.startRequest === undefined ? [] : [input.startRequest]))
       if (inputs.length === 1 && starts.length === 0) {
         return Effect.map(Effect.result(claim(inputs[0]!)), (result) => [result])
       }
       const stored = sql`${insertInto} VALUES ${sql.csv(inputs.map(executionValues))}
               RETURNING ${sql.literal(claimedColumns)}, true AS fresh`
       return ClusterStorage.storedWithStarts(sql, stored, starts).pipe(
-          Effect.flatMap(decodeClaimed),
-          Effect.map((rows) => {
-            const byId = new Map(rows.map((row) => [row.id, row]))
-            return inputs.map((input) =>
-              Result.map(
-                Result.fromNullishOr(byId.get(input.id), () => new Error(`Execution ${input.id} was not stored`)),
-                (row) => ({ ...row, started: input.startRequest !== undefined })
-              )
+        Effect.flatMap(decodeClaimed),
+        Effect.map((rows) => {
+          const byId = new Map(rows.map((row) => [row.id, row]))
+          return inputs.map((input) =>
+            Result.map(
+              Result.fromNullishOr(byId.get(input.id), () => new Error(`Execution ${input.id} was not stored`)),
+              (row) => ({ ...row, started: input.startRequest !== undefined })
             )
-          }),
-          Effect.catch(() => Effect.forEach(inputs, (input) => Effect.result(claim(input))))
-        )
+          )
+        }),
+        Effect.catch(() => Effect.forEach(inputs, (input) => Effect.result(claim(input))))
+      )
     }
     const unkeyed = Batcher.make({ write: insertTogether, maxSize: 200 })
 
@@ -134,11 +136,13 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
      * names (keys last 24 hours). Committed before the 202 is sent.
      */
     const insert = (input: NewExecution): Effect.Effect<Stored> =>
-      Effect.flatMap(Batcher.inTransaction(sql), (alone): Effect.Effect<Stored, unknown> =>
-        input.idempotencyKey === null && !alone ? Effect.flatMap(unkeyed.submit(input), Effect.fromResult) : claim(input)).pipe(
-        Effect.orDie,
-        Traced.withSpan("ExecutionsRepo.insert")
-      )
+      Effect.flatMap(
+        Batcher.inTransaction(sql),
+        (alone): Effect.Effect<Stored, unknown> =>
+          input.idempotencyKey === null && !alone
+            ? Effect.flatMap(unkeyed.submit(input), Effect.fromResult)
+            : claim(input)
+      ).pipe(Effect.orDie, Traced.withSpan("ExecutionsRepo.insert"))
 
     const get = SqlSchema.findOneOption({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
@@ -202,13 +206,13 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                      e.input, e.variables, e.steps, e.timeout_ms, e.created_at
               FROM executions e
               WHERE e.id IN ${sql.in(distinct)}`.pipe(
-          Effect.flatMap(decodeBegun),
-          Effect.map((rows) => {
-            const byId = new Map(rows.map(({ id, ...snapshot }) => [id, snapshot]))
-            return ids.map((id) => Result.fromNullishOr(byId.get(id), () => new Cause.NoSuchElementError()))
-          }),
-          Effect.catch(() => Effect.forEach(ids, (id) => Effect.result(begin(id))))
-        )
+            Effect.flatMap(decodeBegun),
+            Effect.map((rows) => {
+              const byId = new Map(rows.map(({ id, ...snapshot }) => [id, snapshot]))
+              return ids.map((id) => Result.fromNullishOr(byId.get(id), () => new Cause.NoSuchElementError()))
+            }),
+            Effect.catch(() => Effect.forEach(ids, (id) => Effect.result(begin(id))))
+          )
     }
     const begins = Batcher.make({ write: beginTogether, maxSize: 200 })
 
@@ -253,7 +257,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
      * transaction; the webhook's delivery starts once it is committed.
      */
     const finishWithWebhook = (id: string, to: ExecutionStatus, fields: Fields) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const rows = yield* sql`WITH updated AS (
               UPDATE executions SET ${setFinal(to, fields)}
               WHERE id = ${id} AND status IN ('pending', 'running')
@@ -262,13 +266,15 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             SELECT ${cols}, tenant_id FROM updated`
         if (rows.length === 0) return null
         const { tenantId, ...execution } = yield* decodeFinished(rows[0]).pipe(Effect.orDie)
-        return yield* webhooks.enqueue({
-          tenantId,
-          owner: { kind: "orchestration", id: execution.orchestrationId },
-          subjectId: id,
-          type: `execution.${execution.status}`,
-          data: encodeExecution(execution)
-        }).pipe(Effect.map((eventId) => ({ eventId })))
+        return yield* webhooks
+          .enqueue({
+            tenantId,
+            owner: { kind: "orchestration", id: execution.orchestrationId },
+            subjectId: id,
+            type: `execution.${execution.status}`,
+            data: encodeExecution(execution)
+          })
+          .pipe(Effect.map((eventId) => ({ eventId })))
       }).pipe(
         sql.withTransaction,
         Effect.tap((moved) =>
@@ -317,7 +323,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         }
       })
       if (again.length === 0) return finishDistinct(finals)
-      return Effect.gen(function*() {
+      return Effect.gen(function* () {
         const results = new Map(Arr.zip(firsts, yield* finishDistinct(firsts)))
         const answers = finals.map((final) => results.get(final))
         for (const i of again) answers[i] = yield* finishAlone(finals[i]!)
@@ -328,16 +334,21 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       const ids = finals.map((final) => final.id)
       return finals.length === 1
         ? Effect.forEach(finals, finishAlone)
-        : sql<{ id: string; moved: boolean; webhook: boolean }>`WITH input (id, status, output, error, tokens_used, step_id, step_data) AS (
-              VALUES ${
-          sql.csv(finals.map(({ fields, id, to }) =>
-            sql`(${id}::text, ${to}::text, ${fields.output ?? null}::text, ${fields.error ?? null}::text, ${
-              fields.tokensUsed ?? null
-            }::int, ${fields.stepCompleted?.stepId ?? null}::text, ${
-              fields.stepCompleted === undefined ? null : sql.json(fields.stepCompleted.data)
-            }::jsonb)`
-          ))
-        }
+        : sql<{
+            id: string
+            moved: boolean
+            webhook: boolean
+          }>`WITH input (id, status, output, error, tokens_used, step_id, step_data) AS (
+              VALUES ${sql.csv(
+                finals.map(
+                  ({ fields, id, to }) =>
+                    sql`(${id}::text, ${to}::text, ${fields.output ?? null}::text, ${fields.error ?? null}::text, ${
+                      fields.tokensUsed ?? null
+                    }::int, ${fields.stepCompleted?.stepId ?? null}::text, ${
+                      fields.stepCompleted === undefined ? null : sql.json(fields.stepCompleted.data)
+                    }::jsonb)`
+                )
+              )}
             ), target AS (
               SELECT executions.id, ${hasWebhook} AS webhook FROM executions
               WHERE executions.id IN ${sql.in(ids)} AND executions.status IN ('pending', 'running')
@@ -366,12 +377,14 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             SELECT input.id, input.id IN (SELECT id FROM updated) AS moved,
                    COALESCE(target.webhook, false) AS webhook
             FROM input LEFT JOIN target ON target.id = input.id`.pipe(
-          Effect.map((rows) => {
-            const byId = new Map(rows.map((row) => [row.id, { moved: row.moved === true, webhook: row.webhook === true }]))
-            return finals.map((final) => Result.succeed(byId.get(final.id) ?? { moved: false, webhook: false }))
-          }),
-          Effect.catch(() => Effect.forEach(finals, finishAlone))
-        )
+            Effect.map((rows) => {
+              const byId = new Map(
+                rows.map((row) => [row.id, { moved: row.moved === true, webhook: row.webhook === true }])
+              )
+              return finals.map((final) => Result.succeed(byId.get(final.id) ?? { moved: false, webhook: false }))
+            }),
+            Effect.catch(() => Effect.forEach(finals, finishAlone))
+          )
     }
     const finishes = Batcher.make({ write: finishTogether, maxSize: 200 })
 
@@ -386,15 +399,19 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       Effect.flatMap(Batcher.inTransaction(sql), (alone) =>
         alone || (to !== "completed" && to !== "failed" && to !== "cancelled")
           ? transitionAlone(id, to, fields)
-          : Effect.flatMap(finishes.submit({ id, to, fields }), Effect.fromResult)).pipe(
-          Effect.flatMap(({ moved, webhook }) => webhook ? finishWithWebhook(id, to, fields) : Effect.succeed(moved)),
-          Traced.withSpan("ExecutionsRepo.transition")
-        )
+          : Effect.flatMap(finishes.submit({ id, to, fields }), Effect.fromResult)
+      ).pipe(
+        Effect.flatMap(({ moved, webhook }) => (webhook ? finishWithWebhook(id, to, fields) : Effect.succeed(moved))),
+        Traced.withSpan("ExecutionsRepo.transition")
+      )
 
     /** Logs a step's progress. */
     const stepEvent = (id: string, type: "step.started" | "step.completed", stepId: string, data: object = {}) =>
       sql`INSERT INTO execution_events (execution_id, type, step_id, data)
-          VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(Effect.asVoid, Traced.withSpan("ExecutionsRepo.stepEvent"))
+          VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("ExecutionsRepo.stepEvent")
+      )
 
     /**
      * Fails every unfinished execution past its timeout (plus `graceSeconds`,
@@ -421,9 +438,10 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             row.reaped
               ? Effect.succeed(row.id)
               : Effect.map(
-                finishWithWebhook(row.id, "failed", { error: `The execution timed out after ${row.timeoutMs} ms` }),
-                (moved) => moved ? row.id : null
-              ))
+                  finishWithWebhook(row.id, "failed", { error: `The execution timed out after ${row.timeoutMs} ms` }),
+                  (moved) => (moved ? row.id : null)
+                )
+          )
         ),
         Effect.map((ids) => ids.filter((id): id is string => id !== null)),
         Effect.orDie,
@@ -442,14 +460,16 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       isId(id)
         ? sql<{ createdAt: Date; timeoutMs: number }>`
             SELECT created_at, timeout_ms FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
-          Effect.map((rows) =>
-            Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)
-          ),
-          Effect.orDie
-        )
+            Effect.map((rows) =>
+              Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)
+            ),
+            Effect.orDie
+          )
         : Effect.succeed(Option.none<number>())
 
-    const unfinished = sql<{ id: string }>`SELECT id FROM executions WHERE completed_at IS NULL AND status IN ('pending', 'running')`.pipe(
+    const unfinished = sql<{
+      id: string
+    }>`SELECT id FROM executions WHERE completed_at IS NULL AND status IN ('pending', 'running')`.pipe(
       Effect.map((rows) => rows.map((row) => row.id)),
       Effect.orDie
     )
@@ -501,13 +521,17 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       // transient and fails the execution with what is not (ExecutionWorkflow.ts).
       begin: (id: string) =>
         Effect.flatMap(Batcher.inTransaction(sql), (alone) =>
-          alone ? begin(id) : Effect.flatMap(begins.submit(id), Effect.fromResult)).pipe(Traced.withSpan("ExecutionsRepo.begin")),
-      page: (tenantId: TenantId, options: {
-        readonly orchestrationId: string | null
-        readonly status: string | null
-        readonly before: string | null
-        readonly limit: number
-      }) =>
+          alone ? begin(id) : Effect.flatMap(begins.submit(id), Effect.fromResult)
+        ).pipe(Traced.withSpan("ExecutionsRepo.begin")),
+      page: (
+        tenantId: TenantId,
+        options: {
+          readonly orchestrationId: string | null
+          readonly status: string | null
+          readonly before: string | null
+          readonly limit: number
+        }
+      ) =>
         tenantPage({
           table: "executions",
           columns: executionColumns,

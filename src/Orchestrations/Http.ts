@@ -15,7 +15,11 @@ import * as Traced from "../Observability/Traced.ts"
 
 /** Starting an execution, with a key or a session alike. */
 const executeHandler = (executions: Executions["Service"]) =>
-  Traced.fn(function*({ params, payload, headers }: {
+  Traced.fn(function* ({
+    params,
+    payload,
+    headers
+  }: {
     readonly params: { readonly id: OrchestrationId }
     readonly payload: ExecuteRequest
     readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
@@ -29,7 +33,7 @@ const executeHandler = (executions: Executions["Service"]) =>
 export const OrchestrationsHttp = HttpApiBuilder.group(
   Api,
   "orchestrations",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const orchestrations = yield* Orchestrations
     const executions = yield* Executions
     return handlers.handleAll({
@@ -46,7 +50,7 @@ export const OrchestrationsHttp = HttpApiBuilder.group(
 export const OrchestrationsV1Http = HttpApiBuilder.group(
   Api,
   "v1Orchestrations",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const orchestrations = yield* Orchestrations
     const executions = yield* Executions
     return handlers.handleAll({
@@ -60,27 +64,41 @@ type ById = { readonly params: { readonly id: string } }
 
 /** The execution handlers, for a key or a session alike. */
 const executionHandlers = (executions: Executions["Service"]) => ({
-  list: forTenant((tenantId, { query }: {
-    readonly query: PageRequest & {
-      readonly orchestrationId?: string | undefined
-      readonly status?: ExecutionStatus | undefined
-    }
-  }) => executions.list(tenantId, query)),
+  list: forTenant(
+    (
+      tenantId,
+      {
+        query
+      }: {
+        readonly query: PageRequest & {
+          readonly orchestrationId?: string | undefined
+          readonly status?: ExecutionStatus | undefined
+        }
+      }
+    ) => executions.list(tenantId, query)
+  ),
   get: forTenant((tenantId, { params }: ById) => executions.get(tenantId, params.id)),
   cancel: forTenant((tenantId, { params }: ById) => executions.cancel(tenantId, params.id)),
-  events: forTenant((tenantId, { params, request }: ById & {
-    readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
-  }) =>
-    Effect.map(
-      executions.events(tenantId, params.id, request.headers["last-event-id"] ?? "0"),
-      (events) => runEventStream(events, (event) => ({ stepId: event.stepId }))
-    ))
+  events: forTenant(
+    (
+      tenantId,
+      {
+        params,
+        request
+      }: ById & {
+        readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
+      }
+    ) =>
+      Effect.map(executions.events(tenantId, params.id, request.headers["last-event-id"] ?? "0"), (events) =>
+        runEventStream(events, (event) => ({ stepId: event.stepId }))
+      )
+  )
 })
 
 export const ExecutionsHttp = HttpApiBuilder.group(
   Api,
   "executions",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     return handlers.handleAll(executionHandlers(yield* Executions))
   })
 )
@@ -88,7 +106,7 @@ export const ExecutionsHttp = HttpApiBuilder.group(
 export const ExecutionsV1Http = HttpApiBuilder.group(
   Api,
   "v1Executions",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     return handlers.handleAll(executionHandlers(yield* Executions))
   })
 )

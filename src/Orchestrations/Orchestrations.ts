@@ -10,13 +10,7 @@ import type { PageRequest } from "../Domain/Page.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
 import type { WebhookState } from "../Webhooks/Api.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
-import {
-  type CreateOrchestration,
-  type Orchestration,
-  type OrchestrationView,
-  type Step,
-  type UpdateOrchestration
-} from "./Api.ts"
+import type { CreateOrchestration, Orchestration, OrchestrationView, Step, UpdateOrchestration } from "./Api.ts"
 import { OrchestrationsRepo } from "./Repo.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -73,10 +67,10 @@ const parseTemplateNow = (template: string): ReadonlyArray<TemplatePart> => {
       inner === "input"
         ? { _tag: "Input" }
         : variable !== null
-        ? { _tag: "Variable", name: variable[1]! }
-        : stepOutput !== null
-        ? { _tag: "StepOutput", step: stepOutput[1]! }
-        : { _tag: "Unknown", placeholder: match[0] }
+          ? { _tag: "Variable", name: variable[1]! }
+          : stepOutput !== null
+            ? { _tag: "StepOutput", step: stepOutput[1]! }
+            : { _tag: "Unknown", placeholder: match[0] }
     )
   }
   if (last < template.length) parts.push({ _tag: "Text", text: template.slice(last) })
@@ -292,9 +286,15 @@ export const stepIssues = (steps: ReadonlyArray<Step>): ReadonlyArray<Issue> => 
   steps.forEach((step, index) => {
     ;(step.dependsOn ?? []).forEach((dependency, position) => {
       if (dependency === step.id) {
-        structure.push({ path: at(index, "dependsOn", position), message: `Step \`${step.id}\` cannot depend on itself` })
+        structure.push({
+          path: at(index, "dependsOn", position),
+          message: `Step \`${step.id}\` cannot depend on itself`
+        })
       } else if (!firstIndex.has(dependency)) {
-        structure.push({ path: at(index, "dependsOn", position), message: `No step \`${dependency}\` in this orchestration` })
+        structure.push({
+          path: at(index, "dependsOn", position),
+          message: `No step \`${dependency}\` in this orchestration`
+        })
       }
     })
   })
@@ -360,7 +360,8 @@ export const boundIssues = (
     if (largest.chars > limits.maxPromptChars) {
       issues.push({
         path: ["payload", "steps", index, "prompt"],
-        message: `Step \`${step.id}\` can render to ${largest.chars} characters ` +
+        message:
+          `Step \`${step.id}\` can render to ${largest.chars} characters ` +
           `(${largest.inputs} {{input}} of up to ${limits.maxInputChars}, ` +
           `${largest.variables} variables of up to ${limits.maxVariableChars}), ` +
           `over the ${limits.maxPromptChars} allowed (MAX_PROMPT_CHARS)`
@@ -388,7 +389,7 @@ const notFound = (id: string) => new NotFound({ detail: `No orchestration ${id}`
 
 /** Orchestration definitions of a tenant. */
 export class Orchestrations extends Context.Service<Orchestrations>()("agent-host/Orchestrations", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* OrchestrationsRepo
     const config = yield* AppConfig
     const webhooks = yield* Webhooks
@@ -407,7 +408,7 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
      * be reactivated before a run, and one can be deactivated after saving
      * anyway), so executions check agents again when they start.
      */
-    const checkSteps = Traced.fn("Orchestrations.checkSteps")(function*(
+    const checkSteps = Traced.fn("Orchestrations.checkSteps")(function* (
       tenantId: TenantId,
       steps: ReadonlyArray<Step>
     ) {
@@ -442,9 +443,13 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
         : { url: input.outputWebhookUrl, enabled: input.webhookEnabled }
 
     /** The management routes' list: each orchestration with its webhook. */
-    const listViews = Traced.fn("Orchestrations.listViews")(function*(tenantId: TenantId, query: PageRequest) {
+    const listViews = Traced.fn("Orchestrations.listViews")(function* (tenantId: TenantId, query: PageRequest) {
       const page = yield* list(tenantId, query)
-      const states = yield* webhooks.states(tenantId, "orchestration", page.data.map((orchestration) => orchestration.id))
+      const states = yield* webhooks.states(
+        tenantId,
+        "orchestration",
+        page.data.map((orchestration) => orchestration.id)
+      )
       return {
         ...page,
         data: page.data.map((orchestration) =>
@@ -455,32 +460,32 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
 
     // The webhook is set once the orchestration exists; a URL it refuses
     // (400) takes the new orchestration away again.
-    const create = Traced.fn("Orchestrations.create")(function*(tenantId: TenantId, input: CreateOrchestration) {
+    const create = Traced.fn("Orchestrations.create")(function* (tenantId: TenantId, input: CreateOrchestration) {
       const { outputWebhookUrl: _url, webhookEnabled: _enabled, ...fields } = input
       yield* checkSteps(tenantId, input.steps)
       const orchestration = yield* quotas.admit(tenantId, "orchestrations", repo.insert(tenantId, fields))
       const change = webhookChange(input)
       if (change === undefined) return withWebhook(orchestration, { state: noWebhook, signingSecret: null })
-      const webhook = yield* webhooks.configure(tenantId, ownerOf(orchestration.id), change, ["payload", "outputWebhookUrl"]).pipe(
-        Effect.tapError(() => repo.remove(tenantId, orchestration.id))
-      )
+      const webhook = yield* webhooks
+        .configure(tenantId, ownerOf(orchestration.id), change, ["payload", "outputWebhookUrl"])
+        .pipe(Effect.tapError(() => repo.remove(tenantId, orchestration.id)))
       return withWebhook(orchestration, webhook)
     })
 
-    const get = Traced.fn("Orchestrations.get")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const get = Traced.fn("Orchestrations.get")(function* (tenantId: TenantId, id: OrchestrationId) {
       const orchestration = yield* repo.findById(tenantId, id)
       if (Option.isNone(orchestration)) return yield* notFound(id)
       return orchestration.value
     })
 
-    const view = Traced.fn("Orchestrations.view")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const view = Traced.fn("Orchestrations.view")(function* (tenantId: TenantId, id: OrchestrationId) {
       const orchestration = yield* get(tenantId, id)
       return withWebhook(orchestration, { state: yield* webhooks.state(tenantId, ownerOf(id)), signingSecret: null })
     })
 
     // Invalid steps are refused before the lookup, the same way for a missing
     // orchestration and another tenant's: the answer tells nothing about either.
-    const update = Traced.fn("Orchestrations.update")(function*(
+    const update = Traced.fn("Orchestrations.update")(function* (
       tenantId: TenantId,
       id: OrchestrationId,
       input: UpdateOrchestration
@@ -488,34 +493,46 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       if (input.steps !== undefined) yield* checkSteps(tenantId, input.steps)
       const change = webhookChange(input)
       // A refused webhook URL changes nothing else: it is set (and checked) first, on an orchestration that exists.
-      const webhook = change === undefined
-        ? { state: yield* webhooks.state(tenantId, ownerOf(id)), signingSecret: null }
-        : yield* Effect.andThen(get(tenantId, id), webhooks.configure(tenantId, ownerOf(id), change, ["payload", "outputWebhookUrl"]))
+      const webhook =
+        change === undefined
+          ? { state: yield* webhooks.state(tenantId, ownerOf(id)), signingSecret: null }
+          : yield* Effect.andThen(
+              get(tenantId, id),
+              webhooks.configure(tenantId, ownerOf(id), change, ["payload", "outputWebhookUrl"])
+            )
       const orchestration = yield* repo.update(tenantId, id, input)
       if (Option.isNone(orchestration)) return yield* notFound(id)
       return withWebhook(orchestration.value, webhook)
     })
 
-    const remove = Traced.fn("Orchestrations.remove")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const remove = Traced.fn("Orchestrations.remove")(function* (tenantId: TenantId, id: OrchestrationId) {
       const removed = yield* repo.remove(tenantId, id)
       if (!removed) return yield* notFound(id)
       yield* webhooks.remove(tenantId, ownerOf(id))
     })
 
-    const deliveries = Traced.fn("Orchestrations.deliveries")(function*(tenantId: TenantId, id: OrchestrationId, query: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
+    const deliveries = Traced.fn("Orchestrations.deliveries")(function* (
+      tenantId: TenantId,
+      id: OrchestrationId,
+      query: {
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+      }
+    ) {
       yield* get(tenantId, id)
       return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
     })
 
-    const redeliver = Traced.fn("Orchestrations.redeliver")(function*(tenantId: TenantId, id: OrchestrationId, eventId: string) {
+    const redeliver = Traced.fn("Orchestrations.redeliver")(function* (
+      tenantId: TenantId,
+      id: OrchestrationId,
+      eventId: string
+    ) {
       yield* get(tenantId, id)
       return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
     })
 
-    const rotateSecret = Traced.fn("Orchestrations.rotateSecret")(function*(tenantId: TenantId, id: OrchestrationId) {
+    const rotateSecret = Traced.fn("Orchestrations.rotateSecret")(function* (tenantId: TenantId, id: OrchestrationId) {
       yield* get(tenantId, id)
       return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
     })

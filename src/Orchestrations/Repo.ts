@@ -13,7 +13,7 @@ export const orchestrationChangedChannel = "orchestration_changed"
 
 /** All SQL of orchestration definitions; every statement is scoped by tenant. Executions: ExecutionsRepo.ts. */
 export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("agent-host/OrchestrationsRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     // Steps are stored as given, so they keep `agentId` and `dependsOn`.
     const orchestrations = yield* TenantRepo.make(Orchestration, {
@@ -46,7 +46,10 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
         const candidates = ids.filter(isId)
         return candidates.length === 0
           ? Effect.succeed(new Set<string>())
-          : existingAgents(tenantId, candidates).pipe(Effect.orDie, Traced.withSpan("OrchestrationsRepo.existingAgents"))
+          : existingAgents(tenantId, candidates).pipe(
+              Effect.orDie,
+              Traced.withSpan("OrchestrationsRepo.existingAgents")
+            )
       }
     } as const
   })

@@ -25,9 +25,8 @@ import * as RunnerTransport from "./RunnerTransport.ts"
  * and take over well within that bound.
  */
 export const shardingSettings = (config: AppSettings): Partial<ShardingConfig.ShardingConfig["Service"]> => {
-  const expiration = Option.getOrElse(
-    config.shardLockExpiration,
-    () => Option.isSome(config.runnerAddress) ? Duration.seconds(6) : Duration.seconds(30)
+  const expiration = Option.getOrElse(config.shardLockExpiration, () =>
+    Option.isSome(config.runnerAddress) ? Duration.seconds(6) : Duration.seconds(30)
   )
   const refresh = Duration.max(Duration.seconds(1), Duration.divideUnsafe(expiration, 4))
   return {
@@ -72,11 +71,13 @@ const singleNode = (config: AppSettings, storage: ClusterStorage.StorageChoice) 
     Layer.provideMerge(messageStorage(storage)),
     Layer.provide([Layer.orDie(ClusterStorage.runnerStorageLayer(storage)), RunnerHealth.layerNoop]),
     // The runner address only names this node in storage: nothing listens on it.
-    Layer.provide(ShardingConfig.layer({
-      ...shardingSettings(config),
-      runnerAddress: ShardingConfig.defaults.runnerAddress,
-      runnerListenAddress: Option.none()
-    })),
+    Layer.provide(
+      ShardingConfig.layer({
+        ...shardingSettings(config),
+        runnerAddress: ShardingConfig.defaults.runnerAddress,
+        runnerListenAddress: Option.none()
+      })
+    ),
     Layer.provide(NodeCrypto.layerDigest)
   )
 
@@ -93,12 +94,7 @@ const multiNode = (config: AppSettings, credential: RunnerCredential, storage: C
   const listen = Option.getOrElse(config.runnerListen, () => Option.getOrThrow(config.runnerAddress))
   const clientProtocol = RunnerTransport.layerClientProtocol(tls)
   return SocketRunner.layer.pipe(
-    Layer.provide(
-      RunnerHealth.layerPing.pipe(
-        Layer.provide(Runners.layerRpc),
-        Layer.provide(clientProtocol)
-      )
-    ),
+    Layer.provide(RunnerHealth.layerPing.pipe(Layer.provide(Runners.layerRpc), Layer.provide(clientProtocol))),
     Layer.provide([RunnerTransport.layerServer(listen, tls), clientProtocol]),
     Layer.provideMerge(messageStorage(storage)),
     Layer.provide(Layer.orDie(ClusterStorage.runnerStorageLayer(storage))),
@@ -129,12 +125,9 @@ export const entityIdleTime = (types: ReadonlySet<string>, maxIdleTime: Duration
       Sharding.Sharding.of({
         ...sharding,
         registerEntity: (entity, build, options) =>
-          sharding.registerEntity(
-            entity,
-            build,
-            types.has(entity.type) ? { ...options, maxIdleTime } : options
-          )
-      }))
+          sharding.registerEntity(entity, build, types.has(entity.type) ? { ...options, maxIdleTime } : options)
+      })
+    )
   )
 
 /**
@@ -143,15 +136,18 @@ export const entityIdleTime = (types: ReadonlySet<string>, maxIdleTime: Duration
  * the version check of ClusterStorage.choose); with what features do with
  * those tables (ClusterTables).
  */
-export const layer = Layer.unwrap(Effect.gen(function*() {
-  const config = yield* AppConfig
-  const settings = shardingSettings(config)
-  const storage = yield* ClusterStorage.choose(config.clusterStorage)
-  const cluster = Option.isSome(config.runnerAddress) && Option.isSome(config.runnerCredential)
-    ? multiNode(config, config.runnerCredential.value, storage)
-    : singleNode(config, storage)
-  return ClusterStorage.ClusterTables.layer(storage).pipe(
-    Layer.provideMerge(entityIdleTime(shortLived, Duration.fromInputUnsafe(settings.entityMaxIdleTime!))),
-    Layer.provideMerge(cluster)
-  )
-}))
+export const layer = Layer.unwrap(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const settings = shardingSettings(config)
+    const storage = yield* ClusterStorage.choose(config.clusterStorage)
+    const cluster =
+      Option.isSome(config.runnerAddress) && Option.isSome(config.runnerCredential)
+        ? multiNode(config, config.runnerCredential.value, storage)
+        : singleNode(config, storage)
+    return ClusterStorage.ClusterTables.layer(storage).pipe(
+      Layer.provideMerge(entityIdleTime(shortLived, Duration.fromInputUnsafe(settings.entityMaxIdleTime!))),
+      Layer.provideMerge(cluster)
+    )
+  })
+)

@@ -113,10 +113,12 @@ export const VerifiedWith = Context.Reference<StorageVersions>("agent-host/Clust
 })
 
 const migrationIds = (loader: Effect.Effect<ReadonlyArray<readonly [number, string, unknown]>, unknown>) =>
-  Effect.map(Effect.orDie(loader), (migrations) => migrations.map(([id, name]) => `${String(id).padStart(4, "0")}_${name}`))
+  Effect.map(Effect.orDie(loader), (migrations) =>
+    migrations.map(([id, name]) => `${String(id).padStart(4, "0")}_${name}`)
+  )
 
 /** The installed effect's version and cluster migrations. */
-export const installed: Effect.Effect<StorageVersions> = Effect.gen(function*() {
+export const installed: Effect.Effect<StorageVersions> = Effect.gen(function* () {
   return {
     effect: effectPackage.version,
     messageMigrations: yield* migrationIds(SqlMessageStorage.migrations()),
@@ -130,12 +132,17 @@ export const mismatch = (found: StorageVersions, verified: StorageVersions): str
   if (found.effect !== verified.effect) {
     reasons.push(`effect ${found.effect} is installed, this storage was verified with ${verified.effect}`)
   }
-  const same = (a: ReadonlyArray<string>, b: ReadonlyArray<string>) => a.length === b.length && a.every((id, i) => id === b[i])
+  const same = (a: ReadonlyArray<string>, b: ReadonlyArray<string>) =>
+    a.length === b.length && a.every((id, i) => id === b[i])
   if (!same(found.messageMigrations, verified.messageMigrations)) {
-    reasons.push(`effect's message storage migrations are [${found.messageMigrations.join(", ")}], verified [${verified.messageMigrations.join(", ")}]`)
+    reasons.push(
+      `effect's message storage migrations are [${found.messageMigrations.join(", ")}], verified [${verified.messageMigrations.join(", ")}]`
+    )
   }
   if (!same(found.runnerMigrations, verified.runnerMigrations)) {
-    reasons.push(`effect's runner storage migrations are [${found.runnerMigrations.join(", ")}], verified [${verified.runnerMigrations.join(", ")}]`)
+    reasons.push(
+      `effect's runner storage migrations are [${found.runnerMigrations.join(", ")}], verified [${verified.runnerMigrations.join(", ")}]`
+    )
   }
   return reasons.length === 0 ? undefined : reasons.join("; ")
 }
@@ -144,13 +151,11 @@ export const mismatch = (found: StorageVersions, verified: StorageVersions): str
 export type StorageSetting = "auto" | "effect"
 
 /** Which storage the cluster runs on, and why effect's when it does. */
-export type StorageChoice =
-  | { readonly _tag: "Ours" }
-  | { readonly _tag: "Effect"; readonly reason: string }
+export type StorageChoice = { readonly _tag: "Ours" } | { readonly _tag: "Effect"; readonly reason: string }
 
 /** Compares the installed effect with `VerifiedWith` (unless `setting` is `effect`), and logs a fallback and why. */
 export const choose = (setting: StorageSetting): Effect.Effect<StorageChoice> =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     if (setting === "effect") {
       yield* Effect.logInfo("The cluster runs on effect's own SQL storage (CLUSTER_STORAGE=effect)")
       return { _tag: "Effect", reason: "CLUSTER_STORAGE=effect" } as const
@@ -159,7 +164,7 @@ export const choose = (setting: StorageSetting): Effect.Effect<StorageChoice> =>
     if (reason === undefined) return { _tag: "Ours" } as const
     yield* Effect.logWarning(
       `The cluster runs on effect's own SQL storage, without this service's faster statements: ${reason}. ` +
-        "See \"Upgrading effect\" in docs/architecture.md."
+        'See "Upgrading effect" in docs/architecture.md.'
     )
     return { _tag: "Effect", reason } as const
   })
@@ -220,14 +225,15 @@ export const makeSaveReply = (client: SqlClient.SqlClient): MessageStorage.Encod
     finals.length === 1
       ? Effect.map(Effect.result(saveOne(finals[0]!)), (result) => [result])
       : saveTogether(finals).pipe(
-        Effect.as(finals.map(() => Result.succeed<void>(undefined))),
-        Effect.catch(() => Effect.forEach(finals, (reply) => Effect.result(saveOne(reply))))
-      )
+          Effect.as(finals.map(() => Result.succeed<void>(undefined))),
+          Effect.catch(() => Effect.forEach(finals, (reply) => Effect.result(saveOne(reply))))
+        )
   const finals = Batcher.make({ write: saveFinals, maxSize: maxSavedTogether })
   return (reply) =>
     reply._tag === "WithExit"
       ? Effect.flatMap(Batcher.inTransaction(client), (alone) =>
-        alone ? saveOne(reply) : Effect.flatMap(finals.submit(reply), Effect.fromResult))
+          alone ? saveOne(reply) : Effect.flatMap(finals.submit(reply), Effect.fromResult)
+        )
       : saveOne(reply)
 }
 
@@ -243,7 +249,11 @@ const anyShard = ShardId.make("default", 0)
 /** The primary key of a workflow's interrupt, as the engine looks it up when the workflow's entity starts. */
 export const interruptKey = (entityType: string, entityId: string) =>
   Envelope.primaryKeyByAddress({
-    address: EntityAddress.make({ shardId: anyShard, entityType: EntityType.make(entityType), entityId: EntityId.make(entityId) }),
+    address: EntityAddress.make({
+      shardId: anyShard,
+      entityType: EntityType.make(entityType),
+      entityId: EntityId.make(entityId)
+    }),
     tag: "deferred",
     id: interruptSignal
   })
@@ -262,8 +272,7 @@ export const prefetchedFor = Duration.seconds(2)
 /** At most this many prefetched answers are kept (the oldest go first). */
 const maxPrefetched = 20_000
 
-const lookups = (source: "prefetched" | "database") =>
-  Metric.update(Metrics.workflowStartLookups(source), 1)
+const lookups = (source: "prefetched" | "database") => Metric.update(Metrics.workflowStartLookups(source), 1)
 
 /**
  * Message storage whose reads of unprocessed messages also look up, in one
@@ -315,29 +324,37 @@ export const prefetchStartLookups = (
   const prefetch = (keys: ReadonlyArray<string>) =>
     Effect.suspend(() => {
       const seenBefore = interruptsSeen
-      return forEachChunk(keys, (chunk) =>
-        sql<{ readonly message_id: string; readonly id: bigint }>`
+      return forEachChunk(
+        keys,
+        (chunk) =>
+          sql<{ readonly message_id: string; readonly id: bigint }>`
           SELECT message_id, id FROM ${messages} WHERE message_id IN ${sql.in(chunk)}
-        `.unprepared).pipe(
-          Effect.provideService(SqlClient.SafeIntegers, true),
-          Effect.map((chunks) => {
-            if (interruptsSeen !== seenBefore) return
-            const now = Date.now()
-            const found = new Map(chunks.flat().map((row) => [row.message_id, Snowflake.Snowflake(row.id)]))
-            for (const key of keys) {
-              prefetched.delete(key)
-              prefetched.set(key, { at: now, id: Option.fromNullishOr(found.get(key)) })
-            }
-            evict(now)
-          }),
-          Effect.catchCause((cause) =>
-            Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause as Cause.Cause<never>) : Effect.andThen(
-              Effect.sync(() => keys.forEach((key) => prefetched.delete(key))),
-              Effect.logWarning("Could not look up the interrupts of workflows starting; each is looked up on its own", cause)
-            )
-          ),
-          withTracerDisabled
-        )
+        `.unprepared
+      ).pipe(
+        Effect.provideService(SqlClient.SafeIntegers, true),
+        Effect.map((chunks) => {
+          if (interruptsSeen !== seenBefore) return
+          const now = Date.now()
+          const found = new Map(chunks.flat().map((row) => [row.message_id, Snowflake.Snowflake(row.id)]))
+          for (const key of keys) {
+            prefetched.delete(key)
+            prefetched.set(key, { at: now, id: Option.fromNullishOr(found.get(key)) })
+          }
+          evict(now)
+        }),
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause)
+            ? Effect.failCause(cause as Cause.Cause<never>)
+            : Effect.andThen(
+                Effect.sync(() => keys.forEach((key) => prefetched.delete(key))),
+                Effect.logWarning(
+                  "Could not look up the interrupts of workflows starting; each is looked up on its own",
+                  cause
+                )
+              )
+        ),
+        withTracerDisabled
+      )
     })
 
   // The interrupt signals among messages read here drop their workflows' answers.
@@ -426,7 +443,10 @@ export const requestRow = ({ deliverAt, envelope, primaryKey }: RequestSave): Re
  * answers it, as a duplicate with its original id and last reply; so does
  * it each request of a statement that failed.
  */
-export const batchRequestSaves = (encoded: MessageStorage.Encoded, client: SqlClient.SqlClient): MessageStorage.Encoded => {
+export const batchRequestSaves = (
+  encoded: MessageStorage.Encoded,
+  client: SqlClient.SqlClient
+): MessageStorage.Encoded => {
   const sql = client.withoutTransforms()
   const messages = sql("cluster_messages")
   // Never called with no saves (Batcher).
@@ -452,12 +472,15 @@ export const batchRequestSaves = (encoded: MessageStorage.Encoded, client: SqlCl
     saveEnvelope: (save) => {
       const { envelope, primaryKey } = save
       // Longer keys are stored hashed by effect's storage: those are saved by it.
-      if (envelope._tag !== "Request" || primaryKey === null || primaryKey.length > 255) return encoded.saveEnvelope(save)
+      if (envelope._tag !== "Request" || primaryKey === null || primaryKey.length > 255)
+        return encoded.saveEnvelope(save)
       return Effect.flatMap(Batcher.inTransaction(client), (alone) =>
-        alone ? encoded.saveEnvelope(save) : Effect.flatMap(
-          batcher.submit({ ...save, envelope }),
-          (inserted) => inserted ? Effect.succeed(MessageStorage.SaveResultEncoded.Success()) : encoded.saveEnvelope(save)
-        ))
+        alone
+          ? encoded.saveEnvelope(save)
+          : Effect.flatMap(batcher.submit({ ...save, envelope }), (inserted) =>
+              inserted ? Effect.succeed(MessageStorage.SaveResultEncoded.Success()) : encoded.saveEnvelope(save)
+            )
+      )
     }
   }
 }
@@ -467,7 +490,7 @@ export const batchRequestSaves = (encoded: MessageStorage.Encoded, client: SqlCl
  * tables made by its migrations), requests with a key stored together, each
  * reply saved in one statement, and workflow starts' lookups prefetched.
  */
-export const makeEncoded = Effect.gen(function*() {
+export const makeEncoded = Effect.gen(function* () {
   const client = yield* SqlClient.SqlClient
   const encoded = prefetchStartLookups(batchRequestSaves(yield* SqlMessageStorage.makeEncoded(), client), client)
   return { ...encoded, saveReply: makeSaveReply(client) } satisfies MessageStorage.Encoded
@@ -480,7 +503,7 @@ export const makeEncoded = Effect.gen(function*() {
  */
 const ourMessageStorage = Layer.effect(
   MessageStorage.MessageStorage,
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const storage = yield* MessageStorage.makeEncoded(yield* makeEncoded)
     yield* Effect.forkScoped(indexClusterMessages)
     return storage
@@ -490,8 +513,11 @@ const ourMessageStorage = Layer.effect(
 /** The cluster's message storage: ours, or effect's own, unchanged. */
 export const messageStorageLayer = (
   choice: StorageChoice
-): Layer.Layer<MessageStorage.MessageStorage, never, SqlClient.SqlClient | ShardingConfig.ShardingConfig | Digest.Digest> =>
-  choice._tag === "Ours" ? ourMessageStorage : SqlMessageStorage.layer
+): Layer.Layer<
+  MessageStorage.MessageStorage,
+  never,
+  SqlClient.SqlClient | ShardingConfig.ShardingConfig | Digest.Digest
+> => (choice._tag === "Ours" ? ourMessageStorage : SqlMessageStorage.layer)
 
 // --- start messages ---------------------------------------------------------
 
@@ -513,18 +539,24 @@ export interface StartMessage {
 export const startMessage = <W extends Workflow.Any>(sharding: Sharding.Sharding["Service"], workflow: W) => {
   const entityType = EntityType.make(`Workflow/${workflow._tag}`)
   const shardGroup = Context.get(workflow.annotations, ClusterSchema.ShardGroup)
-  const encode = Schema.encodeSync(Schema.toCodecJson(workflow.payloadSchema) as unknown as Schema.Codec<unknown, unknown>)
+  const encode = Schema.encodeSync(
+    Schema.toCodecJson(workflow.payloadSchema) as unknown as Schema.Codec<unknown, unknown>
+  )
   return (payload: W["payloadSchema"]["Type"]): Effect.Effect<StartMessage | undefined> =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const entityId = EntityId.make(yield* workflow.executionId(payload))
       const shardId = sharding.getShardId(entityId, shardGroup(entityId))
       if (!sharding.hasShardId(shardId)) return undefined
       const requestId = String(yield* sharding.getSnowflake)
       // The span the client would open for the request: the run continues its trace.
-      const span = yield* Effect.useSpan(`${entityType}.client.run`, {
-        kind: "client",
-        attributes: { "rpc.system.name": "effect_rpc", "rpc.method": "run" }
-      }, Effect.succeed)
+      const span = yield* Effect.useSpan(
+        `${entityType}.client.run`,
+        {
+          kind: "client",
+          attributes: { "rpc.system.name": "effect_rpc", "rpc.method": "run" }
+        },
+        Effect.succeed
+      )
       // The workflow entity's `run` request has the empty primary key.
       const primaryKey = Envelope.primaryKeyByAddress({
         address: EntityAddress.make({ shardId, entityType, entityId }),
@@ -562,7 +594,9 @@ export const storedWithStarts = <A extends object>(
   stored: Statement.Statement<A>,
   starts: ReadonlyArray<StartMessage>
 ): Statement.Statement<A> =>
-  starts.length === 0 ? stored : sql<A>`WITH stored AS (${stored}),
+  starts.length === 0
+    ? stored
+    : sql<A>`WITH stored AS (${stored}),
     started AS (INSERT INTO cluster_messages ${sql.insert(starts.map((start) => start.row) as [Record<string, unknown>, ...Array<Record<string, unknown>>])})
     SELECT * FROM stored`
 
@@ -580,16 +614,17 @@ export const deleteEntityMessages = (
   client: SqlClient.SqlClient,
   entityType: string,
   entityIds: ReadonlyArray<string>
-) => forEachChunk(entityIds, (chunk) => deleteChunk(client, entityType, chunk).pipe(client.withTransaction)).pipe(
-  Effect.map((counts) => counts.reduce((total, n) => total + n, 0))
-)
+) =>
+  forEachChunk(entityIds, (chunk) => deleteChunk(client, entityType, chunk).pipe(client.withTransaction)).pipe(
+    Effect.map((counts) => counts.reduce((total, n) => total + n, 0))
+  )
 
 // The two statements; in the caller's transaction.
 const deleteChunk = (client: SqlClient.SqlClient, entityType: string, entityIds: ReadonlyArray<string>) => {
   const sql = client.withoutTransforms()
   const messages = sql("cluster_messages")
   const replies = sql("cluster_replies")
-  return Effect.gen(function*() {
+  return Effect.gen(function* () {
     yield* sql`DELETE FROM ${replies} WHERE request_id IN (
                  SELECT id FROM ${messages} WHERE entity_type = ${entityType} AND entity_id IN ${sql.in(entityIds)})`
     const deleted = yield* sql<{ readonly n: number }>`
@@ -639,7 +674,7 @@ const replacedIndex = "cluster_messages_unprocessed_idx"
 export const isWaitingIndex = (definition: string | undefined) =>
   definition !== undefined && /\(shard_id, rowid\) WHERE \(NOT processed\)$/.test(definition)
 
-export const indexClusterMessages = Effect.gen(function*() {
+export const indexClusterMessages = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const connection = yield* sql.reserve
   // Any fixed pair of numbers: the lock only keeps two nodes from building the indexes at once.
@@ -655,9 +690,9 @@ export const indexClusterMessages = Effect.gen(function*() {
         `SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = '${name}'`,
         []
       ),
-      ([row]) => row === undefined ? undefined : { text: row[0] as string, valid: row[1] === true }
+      ([row]) => (row === undefined ? undefined : { text: row[0] as string, valid: row[1] === true })
     )
-  yield* Effect.gen(function*() {
+  yield* Effect.gen(function* () {
     const [fill] = yield* connection.executeValues(
       "SELECT coalesce('fillfactor=70' = ANY (reloptions), false) FROM pg_class WHERE relname = 'cluster_messages'",
       []
@@ -668,25 +703,32 @@ export const indexClusterMessages = Effect.gen(function*() {
       []
     )
     if (Number(target?.[0]) !== shardStatisticsTarget) {
-      yield* connection.executeRaw(`ALTER TABLE cluster_messages ALTER COLUMN shard_id SET STATISTICS ${shardStatisticsTarget}`, [])
+      yield* connection.executeRaw(
+        `ALTER TABLE cluster_messages ALTER COLUMN shard_id SET STATISTICS ${shardStatisticsTarget}`,
+        []
+      )
     }
     const swapped = isWaitingIndex((yield* definition("cluster_messages_shard_idx"))?.text)
     yield* Effect.forEach(clusterMessageIndexes, ([name, index]) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         if (name === "cluster_messages_waiting_idx" && swapped) return
         const existing = yield* definition(name)
         if (existing?.valid === true) return
         if (existing !== undefined) yield* connection.executeRaw(`DROP INDEX CONCURRENTLY IF EXISTS ${name}`, [])
         yield* connection.executeRaw(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${name} ${index}`, [])
-      }))
+      })
+    )
     if (!swapped) {
       // Dropping effect's index takes the table's lock for a moment: at most
       // 5 s of waiting for it, or the next start tries again.
       yield* connection.executeRaw("BEGIN", [])
-      yield* Effect.gen(function*() {
+      yield* Effect.gen(function* () {
         yield* connection.executeRaw("SET LOCAL lock_timeout = '5s'", [])
         yield* connection.executeRaw("DROP INDEX IF EXISTS cluster_messages_shard_idx", [])
-        yield* connection.executeRaw("ALTER INDEX cluster_messages_waiting_idx RENAME TO cluster_messages_shard_idx", [])
+        yield* connection.executeRaw(
+          "ALTER INDEX cluster_messages_waiting_idx RENAME TO cluster_messages_shard_idx",
+          []
+        )
         yield* connection.executeRaw("COMMIT", [])
       }).pipe(Effect.onError(() => Effect.ignore(connection.executeRaw("ROLLBACK", []))))
     }
@@ -732,7 +774,7 @@ export const coalesceRefreshes = (
   storage: RunnerStorage.RunnerStorage["Service"],
   gather: Duration.Duration = refreshGatherWindow
 ) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const scope = yield* Effect.scope
     let next: PendingRefresh | undefined
     let running = false
@@ -756,16 +798,18 @@ export const coalesceRefreshes = (
     // The window, then the drain; ended early (the node stopping), it leaves
     // no confirmation waiting.
     const gathered = Effect.andThen(wallClockSleep(gather), drain).pipe(
-      Effect.onInterrupt(() => Effect.suspend(() => next === undefined ? Effect.void : Deferred.interrupt(next.done)))
+      Effect.onInterrupt(() => Effect.suspend(() => (next === undefined ? Effect.void : Deferred.interrupt(next.done))))
     )
 
     // Starts the drain unless it runs; the flag and the fork are one step, so
     // an interrupted caller cannot leave the flag set with nothing draining.
-    const ensureDraining = Effect.uninterruptible(Effect.suspend(() => {
-      if (running) return Effect.void
-      running = true
-      return Effect.asVoid(Effect.forkIn(gathered, scope, { startImmediately: true }))
-    }))
+    const ensureDraining = Effect.uninterruptible(
+      Effect.suspend(() => {
+        if (running) return Effect.void
+        running = true
+        return Effect.asVoid(Effect.forkIn(gathered, scope, { startImmediately: true }))
+      })
+    )
 
     const sameAddress = (a: RunnerAddress.RunnerAddress, b: RunnerAddress.RunnerAddress) =>
       a.host === b.host && a.port === b.port
@@ -776,7 +820,7 @@ export const coalesceRefreshes = (
         if (asked.length === 0) return storage.refresh(address, asked)
         // Only this node's own address is ever refreshed; anything else is not gathered.
         if (next !== undefined && !sameAddress(next.address, address)) return storage.refresh(address, asked)
-        const batch = next ??= { address, shards: new Set(), done: Deferred.makeUnsafe() }
+        const batch = (next ??= { address, shards: new Set(), done: Deferred.makeUnsafe() })
         for (const shardId of asked) batch.shards.add(shardId)
         return Effect.andThen(ensureDraining, Deferred.await(batch.done)).pipe(
           Effect.map((held) => asked.filter((shardId) => held.includes(shardId)))
@@ -808,35 +852,40 @@ type AnyWorkflow = Workflow.Any
  * cluster runs: on ours, the statements above; on effect's own, its public
  * API only.
  */
-export class ClusterTables extends Context.Service<ClusterTables, {
-  readonly storage: StorageChoice
-  /**
-   * `startMessage` for this node's runs of `workflow`: with effect's own
-   * storage, always `undefined` (the cluster's client sends every start).
-   */
-  readonly startMessage: <W extends AnyWorkflow>(workflow: W) => (payload: W["payloadSchema"]["Type"]) => Effect.Effect<StartMessage | undefined>
-  /**
-   * Deletes the stored messages and replies of these finished workflows
-   * (their entity ids), then runs `mark` (the feature records them pruned):
-   * on our storage in one transaction; on effect's, by its `clearAddress`,
-   * each entity's in a transaction of its own, then `mark`.
-   */
-  readonly pruneMessages: <E, R>(
-    workflow: AnyWorkflow,
-    entityIds: ReadonlyArray<string>,
-    mark: Effect.Effect<unknown, E, R>
-  ) => Effect.Effect<void, E | SqlError | ClusterError.PersistenceError, R>
-  /** Deletes the stored messages and replies of these finished workflows, a chunk at a time. */
-  readonly deleteMessages: (
-    workflow: AnyWorkflow,
-    entityIds: ReadonlyArray<string>
-  ) => Effect.Effect<void, SqlError | ClusterError.PersistenceError>
-}>()("agent-host/ClusterTables") {
+export class ClusterTables extends Context.Service<
+  ClusterTables,
+  {
+    readonly storage: StorageChoice
+    /**
+     * `startMessage` for this node's runs of `workflow`: with effect's own
+     * storage, always `undefined` (the cluster's client sends every start).
+     */
+    readonly startMessage: <W extends AnyWorkflow>(
+      workflow: W
+    ) => (payload: W["payloadSchema"]["Type"]) => Effect.Effect<StartMessage | undefined>
+    /**
+     * Deletes the stored messages and replies of these finished workflows
+     * (their entity ids), then runs `mark` (the feature records them pruned):
+     * on our storage in one transaction; on effect's, by its `clearAddress`,
+     * each entity's in a transaction of its own, then `mark`.
+     */
+    readonly pruneMessages: <E, R>(
+      workflow: AnyWorkflow,
+      entityIds: ReadonlyArray<string>,
+      mark: Effect.Effect<unknown, E, R>
+    ) => Effect.Effect<void, E | SqlError | ClusterError.PersistenceError, R>
+    /** Deletes the stored messages and replies of these finished workflows, a chunk at a time. */
+    readonly deleteMessages: (
+      workflow: AnyWorkflow,
+      entityIds: ReadonlyArray<string>
+    ) => Effect.Effect<void, SqlError | ClusterError.PersistenceError>
+  }
+>()("agent-host/ClusterTables") {
   /** Over the cluster's sharding and message storage, as `choose` chose them. */
   static readonly layer = (storage: StorageChoice) =>
     Layer.effect(
       ClusterTables,
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* SqlClient.SqlClient
         const sharding = yield* Sharding.Sharding
         const messageStorage = yield* MessageStorage.MessageStorage
@@ -846,22 +895,31 @@ export class ClusterTables extends Context.Service<ClusterTables, {
             storage,
             startMessage: (workflow) => startMessage(sharding, workflow),
             pruneMessages: (workflow, entityIds, mark) =>
-              Effect.andThen(forEachChunk(entityIds, (chunk) => deleteChunk(client, entityType(workflow), chunk)), mark).pipe(
-                client.withTransaction,
-                Effect.asVoid
-              ),
-            deleteMessages: (workflow, entityIds) => Effect.asVoid(deleteEntityMessages(client, entityType(workflow), entityIds))
+              Effect.andThen(
+                forEachChunk(entityIds, (chunk) => deleteChunk(client, entityType(workflow), chunk)),
+                mark
+              ).pipe(client.withTransaction, Effect.asVoid),
+            deleteMessages: (workflow, entityIds) =>
+              Effect.asVoid(deleteEntityMessages(client, entityType(workflow), entityIds))
           })
         }
         const clear = (workflow: AnyWorkflow, entityIds: ReadonlyArray<string>) => {
           const shardGroup = Context.get(workflow.annotations, ClusterSchema.ShardGroup)
           const type = EntityType.make(entityType(workflow))
-          return Effect.forEach(entityIds, (id) => {
-            const entityId = EntityId.make(id)
-            return messageStorage.clearAddress(
-              EntityAddress.make({ shardId: sharding.getShardId(entityId, shardGroup(entityId)), entityType: type, entityId })
-            )
-          }, { discard: true })
+          return Effect.forEach(
+            entityIds,
+            (id) => {
+              const entityId = EntityId.make(id)
+              return messageStorage.clearAddress(
+                EntityAddress.make({
+                  shardId: sharding.getShardId(entityId, shardGroup(entityId)),
+                  entityType: type,
+                  entityId
+                })
+              )
+            },
+            { discard: true }
+          )
         }
         return ClusterTables.of({
           storage,

@@ -27,7 +27,12 @@ const startTakenWithin = Duration.minutes(1)
  * A row that was not new (an idempotency key replayed) is returned as it is,
  * with `fresh` false, for the caller to answer as a replay.
  */
-export const startStored = <C extends { readonly id: string; readonly fresh: boolean; readonly started?: boolean }, E, R, N>(options: {
+export const startStored = <
+  C extends { readonly id: string; readonly fresh: boolean; readonly started?: boolean },
+  E,
+  R,
+  N
+>(options: {
   readonly insert: Effect.Effect<C, E, R>
   readonly start: (id: string) => Effect.Effect<void, unknown>
   /** Has this node read the start requests stored with their rows (`started`, ClusterTables.startMessage). */
@@ -39,25 +44,35 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
   /** The workflow's name, for `workflow_starts_total`. */
   readonly workflow: string
 }): Effect.Effect<C, E | N, R> =>
-  Effect.gen(function*() {
-    const { claimed, starting } = yield* Effect.uninterruptible(Effect.gen(function*() {
-      const claimed = yield* options.insert
-      if (claimed.fresh) {
-        yield* Metric.update(Metrics.workflowStarts(options.workflow, claimed.started === true ? "with_row" : "by_client"), 1)
-      }
-      if (claimed.started === true && options.poll !== undefined) {
-        yield* options.poll
-        return { claimed, starting: undefined }
-      }
-      // The workflow's start message is stored by the cluster before this completes.
-      const starting = claimed.fresh
-        ? yield* Effect.forkDetach(options.start(claimed.id).pipe(Effect.timeoutOrElse({
-          duration: startTakenWithin,
-          orElse: () => Effect.logWarning(`${options.what}'s start was not taken within a minute; the sweeps will start it`)
-        })))
-        : undefined
-      return { claimed, starting }
-    }))
+  Effect.gen(function* () {
+    const { claimed, starting } = yield* Effect.uninterruptible(
+      Effect.gen(function* () {
+        const claimed = yield* options.insert
+        if (claimed.fresh) {
+          yield* Metric.update(
+            Metrics.workflowStarts(options.workflow, claimed.started === true ? "with_row" : "by_client"),
+            1
+          )
+        }
+        if (claimed.started === true && options.poll !== undefined) {
+          yield* options.poll
+          return { claimed, starting: undefined }
+        }
+        // The workflow's start message is stored by the cluster before this completes.
+        const starting = claimed.fresh
+          ? yield* Effect.forkDetach(
+              options.start(claimed.id).pipe(
+                Effect.timeoutOrElse({
+                  duration: startTakenWithin,
+                  orElse: () =>
+                    Effect.logWarning(`${options.what}'s start was not taken within a minute; the sweeps will start it`)
+                })
+              )
+            )
+          : undefined
+        return { claimed, starting }
+      })
+    )
     if (starting === undefined) return claimed
     // Made only when needed: an error captures its stack when made.
     const notStarted = () => options.notStarted(claimed.id)
@@ -65,14 +80,14 @@ export const startStored = <C extends { readonly id: string; readonly fresh: boo
       Effect.timeoutOrElse({ duration: options.timeout, orElse: () => Effect.fail(notStarted()) }),
       Effect.catchCause((cause) =>
         Cause.hasInterruptsOnly(cause)
-          // The answer itself was interrupted (the client went away).
-          ? Effect.failCause(cause as Cause.Cause<never>)
+          ? // The answer itself was interrupted (the client went away).
+            Effect.failCause(cause as Cause.Cause<never>)
           : Effect.andThen(
-            Effect.logWarning(`${options.what}'s start failed; the sweeps will start it`, cause).pipe(
-              Effect.annotateLogs({ runId: claimed.id })
-            ),
-            Effect.fail(notStarted())
-          )
+              Effect.logWarning(`${options.what}'s start failed; the sweeps will start it`, cause).pipe(
+                Effect.annotateLogs({ runId: claimed.id })
+              ),
+              Effect.fail(notStarted())
+            )
       )
     )
     return claimed
@@ -110,7 +125,7 @@ export const nudgeLimit = 200
  * minute's sweep still starts every unfinished run again).
  */
 export const nudge = (sweeps: Sweeps, what: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const ids = yield* sweeps.notStarted(10, nudgeLimit)
     if (ids.length === 0) return
     yield* Effect.logWarning(`${what} accepted over 10 s ago have not started; starting them again`).pipe(
@@ -125,7 +140,7 @@ export const nudge = (sweeps: Sweeps, what: string) =>
  * batch at a time. Returns how many runs were pruned.
  */
 export const prune = (sweeps: Sweeps) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     let pruned = 0
     for (let batch = 0; batch < 20; batch++) {
       const ids = yield* sweeps.unpruned(500)
@@ -147,7 +162,7 @@ export const prune = (sweeps: Sweeps) =>
 export const sweeper = <R>(name: string, what: string, make: Effect.Effect<Sweeps, never, R>) =>
   Singleton.make(
     name,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const sweeps = yield* make
       // Runs past their timeout are failed before anything is started again: a run that brought its node
       // down (a poison document) is not resumed by the restart it caused.

@@ -46,7 +46,7 @@ export const defaults: Options = {
 }
 
 /** V8's collector with its options (as `--expose-gc` gives it), taken without exposing it globally. */
-const collector = (): (options: { type: "major"; execution: "sync"; flavor: "last-resort" }) => void => {
+const collector = (): ((options: { type: "major"; execution: "sync"; flavor: "last-resort" }) => void) => {
   V8.setFlagsFromString("--expose-gc")
   try {
     return Vm.runInNewContext("gc")
@@ -136,10 +136,12 @@ const logReduction = (message: string) => (reduction: Reduction) =>
  * default thresholds. Built before the server listens (Server.ts), so a node
  * is ready with that memory given back, for a pause of about 100 ms.
  */
-export const layer = Layer.effectDiscard(Effect.gen(function*() {
-  const config = yield* AppConfig
-  if (!config.memoryReducer) return
-  const startup = reduceNow()
-  yield* logReduction("Start-up memory given back to the OS")(startup)
-  yield* Effect.forkScoped(run(defaults, logReduction("Memory given back to the OS"), startup.rssAfter))
-}))
+export const layer = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    if (!config.memoryReducer) return
+    const startup = reduceNow()
+    yield* logReduction("Start-up memory given back to the OS")(startup)
+    yield* Effect.forkScoped(run(defaults, logReduction("Memory given back to the OS"), startup.rssAfter))
+  })
+)

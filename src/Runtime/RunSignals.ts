@@ -26,30 +26,37 @@ const rememberedAtMost = 10_000
  * activity's provider call stayed open until MODEL_TIMEOUT. Interrupting the
  * call aborts its HTTP request (effect's client aborts on interruption).
  */
-export class RunSignals extends Context.Service<RunSignals, {
-  /** Tells every node (this one at once) that the run was cancelled. */
-  readonly cancel: (runId: string) => Effect.Effect<void>
-  /**
-   * Runs `effect` until the run is cancelled: then it is interrupted and
-   * fails with `onCancel()`. A run cancelled already fails at once.
-   */
-  readonly cancellable: <E2>(
-    runId: string,
-    onCancel: () => E2
-  ) => <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | E2, R>
-  /**
-   * Watches the run's signals for the scope: `next` waits for one heard
-   * since the last `next` (or since the watch began), at most `timeout`.
-   */
-  readonly watch: (runId: string) => Effect.Effect<{
-    readonly next: (timeout: Duration.Input) => Effect.Effect<void>
-  }, never, Scope.Scope>
-  /** Whether this node heard of the run's cancel. */
-  readonly isCancelled: (runId: string) => boolean
-}>()("agent-host/RunSignals") {
+export class RunSignals extends Context.Service<
+  RunSignals,
+  {
+    /** Tells every node (this one at once) that the run was cancelled. */
+    readonly cancel: (runId: string) => Effect.Effect<void>
+    /**
+     * Runs `effect` until the run is cancelled: then it is interrupted and
+     * fails with `onCancel()`. A run cancelled already fails at once.
+     */
+    readonly cancellable: <E2>(
+      runId: string,
+      onCancel: () => E2
+    ) => <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | E2, R>
+    /**
+     * Watches the run's signals for the scope: `next` waits for one heard
+     * since the last `next` (or since the watch began), at most `timeout`.
+     */
+    readonly watch: (runId: string) => Effect.Effect<
+      {
+        readonly next: (timeout: Duration.Input) => Effect.Effect<void>
+      },
+      never,
+      Scope.Scope
+    >
+    /** Whether this node heard of the run's cancel. */
+    readonly isCancelled: (runId: string) => boolean
+  }
+>()("agent-host/RunSignals") {
   static readonly layer = Layer.effect(
     RunSignals,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const repo = yield* RunSlotsRepo
       const listener = yield* ListenerSql
       const waiting = new Map<string, Set<(signal: RunSignal) => void>>()
@@ -89,7 +96,7 @@ export class RunSignals extends Context.Service<RunSignals, {
             })
         )
 
-      yield* Effect.gen(function*() {
+      yield* Effect.gen(function* () {
         const signals = yield* listener.listen(runSignalsChannel)
         while (true) {
           const { payload } = yield* Queue.take(signals)
@@ -107,40 +114,50 @@ export class RunSignals extends Context.Service<RunSignals, {
       const cancel = (runId: string) =>
         Effect.andThen(
           Effect.sync(() => deliver("cancelled", runId)),
-          repo.signalCancelled(runId).pipe(
-            Effect.catchCause((cause) => Effect.logWarning("Could not signal a cancel to the other nodes", cause))
-          )
+          repo
+            .signalCancelled(runId)
+            .pipe(
+              Effect.catchCause((cause) => Effect.logWarning("Could not signal a cancel to the other nodes", cause))
+            )
         )
 
-      const cancellable = <E2>(runId: string, onCancel: () => E2) =>
-      <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | E2, R> =>
-        Effect.suspend(() => {
-          if (isCancelled(runId)) return Effect.fail(onCancel())
-          const heard = Deferred.makeUnsafe<void>()
-          return Effect.scoped(Effect.andThen(
-            on(runId, (signal) => {
-              if (signal === "cancelled") Deferred.doneUnsafe(heard, Exit.void)
-            }),
-            // The call runs interruptibly even inside an activity (which the
-            // cluster runs uninterruptibly): only the cancel interrupts it.
-            Effect.raceFirst(
-              Effect.interruptible(effect),
-              Effect.andThen(Deferred.await(heard), Effect.suspend(() => Effect.fail(onCancel())))
+      const cancellable =
+        <E2>(runId: string, onCancel: () => E2) =>
+        <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | E2, R> =>
+          Effect.suspend(() => {
+            if (isCancelled(runId)) return Effect.fail(onCancel())
+            const heard = Deferred.makeUnsafe<void>()
+            return Effect.scoped(
+              Effect.andThen(
+                on(runId, (signal) => {
+                  if (signal === "cancelled") Deferred.doneUnsafe(heard, Exit.void)
+                }),
+                // The call runs interruptibly even inside an activity (which the
+                // cluster runs uninterruptibly): only the cancel interrupts it.
+                Effect.raceFirst(
+                  Effect.interruptible(effect),
+                  Effect.andThen(
+                    Deferred.await(heard),
+                    Effect.suspend(() => Effect.fail(onCancel()))
+                  )
+                )
+              )
             )
-          ))
-        })
+          })
 
       const watch = (runId: string) =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           let heard = Deferred.makeUnsafe<void>()
           yield* on(runId, () => Deferred.doneUnsafe(heard, Exit.void))
           return {
             next: (timeout: Duration.Input) =>
               Deferred.await(heard).pipe(
                 Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.void }),
-                Effect.ensuring(Effect.sync(() => {
-                  heard = Deferred.makeUnsafe<void>()
-                }))
+                Effect.ensuring(
+                  Effect.sync(() => {
+                    heard = Deferred.makeUnsafe<void>()
+                  })
+                )
               )
           }
         })

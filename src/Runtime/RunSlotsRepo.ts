@@ -27,7 +27,7 @@ export const runSignalsChannel = "run_signals"
 
 /** All SQL of run slots and run signals; the statements' logic is in migration 0022's functions. */
 export class RunSlotsRepo extends Context.Service<RunSlotsRepo>()("agent-host/RunSlotsRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
 
     // The caps of the plans, free, pro and business, as migration 0022's functions take them.

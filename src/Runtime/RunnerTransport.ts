@@ -33,7 +33,9 @@ const pskCiphers = "ECDHE-PSK-CHACHA20-POLY1305"
 
 /** The key both ends of a PSK handshake hold: never the secret itself. */
 const pskFromSecret = (secret: Redacted.Redacted<string>) =>
-  Buffer.from(Crypto.hkdfSync("sha256", Buffer.from(Redacted.value(secret).trim(), "base64"), "agent-host", "runner psk v1", 32))
+  Buffer.from(
+    Crypto.hkdfSync("sha256", Buffer.from(Redacted.value(secret).trim(), "base64"), "agent-host", "runner psk v1", 32)
+  )
 
 interface TlsSettings {
   readonly server: Tls.TlsOptions
@@ -49,7 +51,7 @@ export const tlsSettings = (credential: RunnerCredential): TlsSettings => {
         ciphers: pskCiphers,
         minVersion: "TLSv1.2",
         maxVersion: "TLSv1.2",
-        pskCallback: (_socket, identity) => identity === pskIdentity ? psk : null
+        pskCallback: (_socket, identity) => (identity === pskIdentity ? psk : null)
       },
       client: {
         ciphers: pskCiphers,
@@ -75,17 +77,15 @@ export const tlsSettings = (credential: RunnerCredential): TlsSettings => {
 }
 
 /** The client side: every connection to another runner is a TLS connection. */
-export const layerClientProtocol = (settings: TlsSettings): Layer.Layer<
-  Runners.RpcClientProtocol,
-  never,
-  RpcSerialization.RpcSerialization
-> =>
+export const layerClientProtocol = (
+  settings: TlsSettings
+): Layer.Layer<Runners.RpcClientProtocol, never, RpcSerialization.RpcSerialization> =>
   Layer.effect(Runners.RpcClientProtocol)(
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const serialization = yield* RpcSerialization.RpcSerialization
       return {
         codecFor: serialization.codecFor,
-        make: Effect.fnUntraced(function*(address) {
+        make: Effect.fnUntraced(function* (address) {
           const socket = yield* NodeSocket.makeTls({
             ...settings.client,
             openTimeout: 1000,
@@ -107,7 +107,7 @@ export const layerClientProtocol = (settings: TlsSettings): Layer.Layer<
  * reach the cluster's handler only after a completed handshake; a refused one
  * is logged with the peer's address and closed.
  */
-export const makeServer = Effect.fnUntraced(function*(listen: RunnerEndpoint, settings: TlsSettings) {
+export const makeServer = Effect.fnUntraced(function* (listen: RunnerEndpoint, settings: TlsSettings) {
   const services = yield* Effect.context<never>()
   const logRefusal = (error: Error, socket: Net.Socket) =>
     Effect.runForkWith(services)(
@@ -142,7 +142,9 @@ export const makeServer = Effect.fnUntraced(function*(listen: RunnerEndpoint, se
   )
   yield* Effect.callback<void, SocketServer.SocketServerError>((resume) => {
     const failed = (cause: Error) =>
-      resume(Effect.fail(new SocketServer.SocketServerError({ reason: new SocketServer.SocketServerOpenError({ cause }) })))
+      resume(
+        Effect.fail(new SocketServer.SocketServerError({ reason: new SocketServer.SocketServerOpenError({ cause }) }))
+      )
     server.once("error", failed)
     server.listen({ host: listen.host, port: listen.port }, () => {
       server.off("error", failed)
@@ -153,10 +155,12 @@ export const makeServer = Effect.fnUntraced(function*(listen: RunnerEndpoint, se
 
   const bound = server.address() as Net.AddressInfo
   const address = yield* Effect.fromResult(NetAddress.inetAddressFromIpString(bound.address, bound.port)).pipe(
-    Effect.mapError((cause) => new SocketServer.SocketServerError({ reason: new SocketServer.SocketServerOpenError({ cause }) }))
+    Effect.mapError(
+      (cause) => new SocketServer.SocketServerError({ reason: new SocketServer.SocketServerOpenError({ cause }) })
+    )
   )
 
-  const run = Effect.fnUntraced(function*<R, E, _>(handler: (socket: Socket.Socket) => Effect.Effect<_, E, R>) {
+  const run = Effect.fnUntraced(function* <R, E, _>(handler: (socket: Socket.Socket) => Effect.Effect<_, E, R>) {
     const scope = yield* Scope.make()
     const handlerServices = Context.omit(Scope.Scope)(yield* Effect.context<R>()) as Context.Context<R>
     const track = Fiber.runIn(scope)

@@ -4,7 +4,12 @@ import * as NodeCrypto from "node:crypto"
 type Crypto = NodeCrypto.webcrypto.Crypto
 
 // Web Crypto names of the digests node:crypto computes the same way.
-const algorithms: Record<string, string> = { "SHA-1": "sha1", "SHA-256": "sha256", "SHA-384": "sha384", "SHA-512": "sha512" }
+const algorithms: Record<string, string> = {
+  "SHA-1": "sha1",
+  "SHA-256": "sha256",
+  "SHA-384": "sha384",
+  "SHA-512": "sha512"
+}
 
 /**
  * The platform's Web Crypto, whose `subtle.digest` of the usual hashes is
@@ -14,7 +19,10 @@ const algorithms: Record<string, string> = { "SHA-1": "sha1", "SHA-256": "sha256
  * platform's own.
  */
 export const make = (platform: Crypto = NodeCrypto.webcrypto): Crypto => {
-  const digest = (algorithm: NodeCrypto.webcrypto.AlgorithmIdentifier, data: NodeCrypto.webcrypto.BufferSource): Promise<ArrayBuffer> => {
+  const digest = (
+    algorithm: NodeCrypto.webcrypto.AlgorithmIdentifier,
+    data: NodeCrypto.webcrypto.BufferSource
+  ): Promise<ArrayBuffer> => {
     const name = algorithms[(typeof algorithm === "string" ? algorithm : algorithm.name).toUpperCase()]
     if (name === undefined) return platform.subtle.digest(algorithm, data)
     const bytes = ArrayBuffer.isView(data)

@@ -6,7 +6,14 @@ import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { PageOf, PageQuery, pageQuery } from "../Domain/Page.ts"
-import { ApiKeyAuth, ApiKeyHeaderAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
+import {
+  ApiKeyAuth,
+  ApiKeyHeaderAuth,
+  keyOperation,
+  SessionAuth,
+  sessionCredential,
+  SessionQuota
+} from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import * as Entity from "../Domain/Entity.ts"
 import { eventStream } from "../Domain/EventStream.ts"
@@ -60,8 +67,9 @@ export type Member = typeof Member.Type
 export const MemberInput = Schema.Struct({
   agentId: AgentId.check(Schema.isMaxLength(200)),
   role: Schema.optionalKey(
-    text(Schema.isMaxLength(maxRoleLength, { message: `Expected a role of at most ${maxRoleLength} characters` }))
-      .annotate({ description: "Free text shown to the other members (what this member does in the room)." })
+    text(
+      Schema.isMaxLength(maxRoleLength, { message: `Expected a role of at most ${maxRoleLength} characters` })
+    ).annotate({ description: "Free text shown to the other members (what this member does in the room)." })
   )
 })
 
@@ -73,32 +81,35 @@ const Members = boundedArray(MemberInput, {
   description: "Distinct agents of the tenant, in speaking order for `round_robin`."
 })
 
-const Name = text(
-  Schema.isMinLength(1, { message: "Expected a non-empty name" }),
-  Schema.isMaxLength(200)
-)
+const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
 const Description = text(Schema.isMaxLength(2000))
 const MaxTurns = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxMaxTurns })).annotate({
-  description: `Turns a run may take, 1 to ${maxMaxTurns} and at most the plan's (FREE_TEAM_MAX_TURNS...) (default ` +
+  description:
+    `Turns a run may take, 1 to ${maxMaxTurns} and at most the plan's (FREE_TEAM_MAX_TURNS...) (default ` +
     `${defaultMaxTurns}, or the plan's bound when lower); a closing turn follows at the limit.`
 })
 const TokenBudgetLimit = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxTokenBudget })).annotate({
-  description: `Model tokens a run may spend, 1 to ${maxTokenBudget} and at most the plan's (FREE_TEAM_TOKEN_BUDGET...) ` +
+  description:
+    `Model tokens a run may spend, 1 to ${maxTokenBudget} and at most the plan's (FREE_TEAM_TOKEN_BUDGET...) ` +
     `(default ${defaultTokenBudget}, or the plan's bound when lower).`
 })
 const TimeoutMs = Schema.Int.check(Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })).annotate({
-  description: `Milliseconds a run may take, ${minTimeoutMs} to ${maxTimeoutMs} and at most the plan's (FREE_TEAM_TIMEOUT...) ` +
+  description:
+    `Milliseconds a run may take, ${minTimeoutMs} to ${maxTimeoutMs} and at most the plan's (FREE_TEAM_TIMEOUT...) ` +
     `(default ${defaultTimeoutMs}, or the plan's bound when lower).`
 })
 const LeaderAgentId = Schema.NullOr(AgentId.check(Schema.isMaxLength(200))).annotate({
-  description: "The member who picks each next speaker and writes the final answer; required for `leader`, null otherwise."
+  description:
+    "The member who picks each next speaker and writes the final answer; required for `leader`, null otherwise."
 })
 
 export const Room = Schema.Struct({
   ...WebhookState.fields,
-  signingSecret: Schema.optionalKey(Schema.String.annotate({
-    description: "Only in the response that set the webhook URL where there was none: shown once."
-  }))
+  signingSecret: Schema.optionalKey(
+    Schema.String.annotate({
+      description: "Only in the response that set the webhook URL where there was none: shown once."
+    })
+  )
 })
 export type Room = typeof Room.Type
 
@@ -152,7 +163,9 @@ export type RunRequest = typeof RunRequest.Type
 
 export const RunHandle = Schema.Struct({
   runId: Schema.String,
-  status: RunStatus.annotate({ description: "`pending` for a new run; an Idempotency-Key replay shows the run's status now." }),
+  status: RunStatus.annotate({
+    description: "`pending` for a new run; an Idempotency-Key replay shows the run's status now."
+  }),
   mode: TeamMode
 })
 
@@ -198,13 +211,17 @@ export const TranscriptPageQuery = pageQuery(isTranscriptIndex)
  * The run is stored and will run, but its start could not be confirmed in
  * time: poll it by `runId` rather than running the team again.
  */
-export class RunNotStarted extends HttpApiError.Problem<RunNotStarted>()("RunNotStarted", {
-  type: "urn:agent-host:problem:team-run-not-started",
-  status: 503,
-  title: "Service Unavailable"
-}, {
-  runId: Schema.String
-}) {}
+export class RunNotStarted extends HttpApiError.Problem<RunNotStarted>()(
+  "RunNotStarted",
+  {
+    type: "urn:agent-host:problem:team-run-not-started",
+    status: 503,
+    title: "Service Unavailable"
+  },
+  {
+    runId: Schema.String
+  }
+) {}
 
 /** The events of a team run's stream, in the order they can come. */
 export const runEventNames = [
@@ -228,7 +245,9 @@ export const RunEventData = Schema.Struct({
   role: Schema.optionalKey(Schema.String),
   content: Schema.optionalKey(Schema.String),
   tokens: Schema.optionalKey(Schema.Number),
-  closing: Schema.optionalKey(Schema.Boolean).annotate({ description: "A closing turn asked for the final answer at a limit." }),
+  closing: Schema.optionalKey(Schema.Boolean).annotate({
+    description: "A closing turn asked for the final answer at a limit."
+  }),
   result: Schema.optionalKey(Schema.String),
   error: Schema.optionalKey(Schema.NullOr(Schema.String)),
   stopReason: Schema.optionalKey(Schema.NullOr(StopReason)),
@@ -247,12 +266,14 @@ const runParams = { id: TeamId, runId: Text }
 const runDocs = {
   run: {
     summary: "Run a team",
-    description: "Starts a run of the team on `mission`; it runs in the background and its result goes to the " +
+    description:
+      "Starts a run of the team on `mission`; it runs in the background and its result goes to the " +
       "room's output webhook. An `Idempotency-Key` replayed within 24 hours answers with the same run. When the " +
       "tenant has as many executions and team runs running as its plan allows (FREE_MAX_RUNNING_RUNS...), the run " +
       "waits its turn, `pending` with a `waiting` field, unless the request says `Prefer: wait=0`. The team's " +
       "`maxTurns`, `tokenBudget` and `timeoutMs` are held to the plan's bounds.",
-    errors: "400 on an empty or too long (MAX_MESSAGE_CHARS) mission, 404 when the team is not the tenant's or is " +
+    errors:
+      "400 on an empty or too long (MAX_MESSAGE_CHARS) mission, 404 when the team is not the tenant's or is " +
       "inactive, 409 when the `Idempotency-Key` was used with another request, 429 when the day's model tokens " +
       "are spent or, with `Prefer: wait=0`, when the tenant's runs are at the plan's cap (with Retry-After), 503 " +
       "when the run is stored but its start is not confirmed in time (it will run: poll it by `runId`)."
@@ -264,7 +285,8 @@ const runDocs = {
   },
   getRun: {
     summary: "Get a team run",
-    description: "The run (status, result or error, why it stopped, turns, tokens), with the first page of its " +
+    description:
+      "The run (status, result or error, why it stopped, turns, tokens), with the first page of its " +
       "transcript (`transcript.nextCursor` pages on through `/transcript`).",
     errors: "404 when the team or the run is not the tenant's."
   },
@@ -275,13 +297,15 @@ const runDocs = {
   },
   cancel: {
     summary: "Cancel a team run",
-    description: "Marks the run cancelled and interrupts the turn in flight: its model call is aborted, on " +
+    description:
+      "Marks the run cancelled and interrupts the turn in flight: its model call is aborted, on " +
       "whichever node runs it. A run waiting for a slot leaves the queue.",
     errors: "404 when the team or the run is not the tenant's, 409 when the run has already finished."
   },
   events: {
     summary: "Follow a team run's events",
-    description: "The run's progress as server-sent events: `run.running`, `turn.started`, `turn.completed` (with " +
+    description:
+      "The run's progress as server-sent events: `run.running`, `turn.started`, `turn.completed` (with " +
       "the speaker, its content and tokens), then one final `run.completed`, `run.failed` or `run.cancelled`, " +
       "after which the stream ends. A client that connects late first receives what already happened. Each " +
       "event's `id` can be sent back as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, " +
@@ -303,7 +327,8 @@ const runSpec = {
 } as const
 
 /** `{ success: true, data }`: the bodies of the key-authenticated team routes. */
-export const envelope = <S extends Schema.Top>(schema: S) => Schema.Struct({ success: Schema.Literal(true), data: schema })
+export const envelope = <S extends Schema.Top>(schema: S) =>
+  Schema.Struct({ success: Schema.Literal(true), data: schema })
 
 const ListEnvelope = Schema.Struct({ success: Schema.Literal(true), ...TeamList.fields })
 
@@ -320,7 +345,8 @@ const room = webhookEndpoints({
     redeliver: { summary: "Redeliver a room event" },
     rotateSecret: {
       summary: "Rotate the room's signing secret",
-      description: "A new signing secret for the room's webhook, shown once. The previous one also signs " +
+      description:
+        "A new signing secret for the room's webhook, shown once. The previous one also signs " +
         "deliveries until `previousSecretExpiresAt` (WEBHOOK_ROTATION_OVERLAP).",
       errors: "404 when the team is not the tenant's, 409 when its room has no webhook URL."
     }
@@ -336,23 +362,28 @@ export class TeamsApi extends HttpApiGroup.make("teams")
       errors: { create: [BadRequest, QuotaReached], update: [NotFound, BadRequest, QuotaReached] },
       docs: {
         list: {
-          description: "The tenant's teams, active and inactive, with their members and rooms, a page at a time " +
+          description:
+            "The tenant's teams, active and inactive, with their members and rooms, a page at a time " +
             "(`limit`, `cursor`)."
         },
         create: {
-          description: "Creates a team: member agents with roles, the turn-taking (`round_robin`, or `leader` with a " +
+          description:
+            "Creates a team: member agents with roles, the turn-taking (`round_robin`, or `leader` with a " +
             "leader among the members), the limits of a run, and optionally the room's webhook (the answer then " +
             "carries its signing secret, once).",
-          errors: "400 on invalid fields, naming each: members that are not distinct agents of the tenant, a leader " +
+          errors:
+            "400 on invalid fields, naming each: members that are not distinct agents of the tenant, a leader " +
             "missing, not a member or given for `round_robin`, a refused webhook URL, a `maxTurns`, `tokenBudget` or " +
             "`timeoutMs` past the plan's bound (FREE_TEAM_MAX_TURNS...). 429 when the tenant has as " +
             "many teams (MAX_TEAMS) or webhook URLs (MAX_WEBHOOK_ENDPOINTS) as its plan allows."
         },
         get: { description: "The team, with its members and room." },
         update: {
-          description: "Changes the fields sent and checks the team as a whole again. Runs already started keep the " +
+          description:
+            "Changes the fields sent and checks the team as a whole again. Runs already started keep the " +
             "team they started with.",
-          errors: "400 on invalid fields (as for create), 404 when the team is not the tenant's, 429 when a first " +
+          errors:
+            "400 on invalid fields (as for create), 404 when the team is not the tenant's, 429 when a first " +
             "webhook URL for the room would pass the plan's MAX_WEBHOOK_ENDPOINTS."
         },
         remove: { description: "Deletes the team and its room's webhook." }
@@ -363,11 +394,13 @@ export class TeamsApi extends HttpApiGroup.make("teams")
     room.redeliver,
     HttpApiEndpoint.post("run", "/:id/run", { ...runSpec, success: RunHandle.pipe(HttpApiSchema.status(202)) })
       .middleware(SessionQuota)
-      .annotateMerge(operation({
-        ...runDocs.run,
-        credential: sessionCredential,
-        errors: `${runDocs.run.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
-      })),
+      .annotateMerge(
+        operation({
+          ...runDocs.run,
+          credential: sessionCredential,
+          errors: `${runDocs.run.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
+        })
+      ),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
       query: PageQuery,
@@ -398,12 +431,14 @@ export class TeamsApi extends HttpApiGroup.make("teams")
   )
   .middleware(SessionAuth)
   .prefix("/api/teams")
-  .annotateMerge(OpenApi.annotations({
-    title: "Teams (management)",
-    description: "Define teams of agents that work a mission together in a room, manage the room's signed " +
-      "webhook, and follow the teams' runs."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Teams (management)",
+      description:
+        "Define teams of agents that work a mission together in a room, manage the room's signed " +
+        "webhook, and follow the teams' runs."
+    })
+  ) {}
 
 /** The key-authenticated team routes; /api/v1 and /api/public answer the same bodies. */
 const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header") =>
@@ -412,12 +447,17 @@ const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header
       query: PageQuery,
       success: ListEnvelope,
       error: BadRequest
-    }).annotateMerge(keyOperation("teams", via, {
-      summary: "List active teams",
-      description: "The tenant's active teams, a page at a time (`limit`, `cursor`).",
-      errors: "400 on a bad `limit` or `cursor`."
-    })),
-    HttpApiEndpoint.post("run", "/:id/run", { ...runSpec, success: envelope(RunHandle).pipe(HttpApiSchema.status(202)) }).annotateMerge(keyOperation("teams", via, runDocs.run)),
+    }).annotateMerge(
+      keyOperation("teams", via, {
+        summary: "List active teams",
+        description: "The tenant's active teams, a page at a time (`limit`, `cursor`).",
+        errors: "400 on a bad `limit` or `cursor`."
+      })
+    ),
+    HttpApiEndpoint.post("run", "/:id/run", {
+      ...runSpec,
+      success: envelope(RunHandle).pipe(HttpApiSchema.status(202))
+    }).annotateMerge(keyOperation("teams", via, runDocs.run)),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
       query: PageQuery,
@@ -450,18 +490,21 @@ const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header
 export class TeamsV1Api extends keyGroup("v1Teams", "bearer")
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/teams")
-  .annotateMerge(OpenApi.annotations({
-    title: "Teams (API key, bearer)",
-    description: "Run the tenant's active teams and follow their runs, with an API key as a bearer token. " +
-      "Bodies are `{ success: true, data }`."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Teams (API key, bearer)",
+      description:
+        "Run the tenant's active teams and follow their runs, with an API key as a bearer token. " +
+        "Bodies are `{ success: true, data }`."
+    })
+  ) {}
 
 export class TeamsPublicApi extends keyGroup("publicTeams", "header")
   .middleware(ApiKeyHeaderAuth)
   .prefix("/api/public/teams")
-  .annotateMerge(OpenApi.annotations({
-    title: "Teams (API key, X-API-Key)",
-    description: "The same routes and bodies as /api/v1/teams, with the API key in the `X-API-Key` header."
-  }))
-{}
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Teams (API key, X-API-Key)",
+      description: "The same routes and bodies as /api/v1/teams, with the API key in the `X-API-Key` header."
+    })
+  ) {}

@@ -14,35 +14,52 @@ type RunParams = { readonly params: { readonly id: string; readonly runId: strin
 
 /** The run routes' handlers, with a session or a key alike. */
 const runHandlers = (runs: TeamRuns["Service"]) => ({
-  run: forTenant((tenantId, { headers, params, payload }: {
-    readonly params: { readonly id: string }
-    readonly payload: { readonly mission: string }
-    readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
-  }) =>
-    withBudgetHeaders(
-      runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
-    )),
-  runs: forTenant((tenantId, { params, query }: { readonly params: { readonly id: string }; readonly query: PageRequest }) =>
-    runs.list(tenantId, params.id, query)
+  run: forTenant(
+    (
+      tenantId,
+      {
+        headers,
+        params,
+        payload
+      }: {
+        readonly params: { readonly id: string }
+        readonly payload: { readonly mission: string }
+        readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
+      }
+    ) =>
+      withBudgetHeaders(
+        runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
+      )
+  ),
+  runs: forTenant(
+    (tenantId, { params, query }: { readonly params: { readonly id: string }; readonly query: PageRequest }) =>
+      runs.list(tenantId, params.id, query)
   ),
   getRun: forTenant((tenantId, { params }: RunParams) => runs.get(tenantId, params.id, params.runId)),
   transcript: forTenant((tenantId, { params, query }: RunParams & { readonly query: PageRequest }) =>
     runs.transcript(tenantId, params.id, params.runId, query)
   ),
   cancel: forTenant((tenantId, { params }: RunParams) => runs.cancel(tenantId, params.id, params.runId)),
-  events: forTenant((tenantId, { params, request }: RunParams & {
-    readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
-  }) =>
-    Effect.map(
-      runs.events(tenantId, params.id, params.runId, request.headers["last-event-id"] ?? "0"),
-      (events) => runEventStream(events, (event) => ({ turn: event.turn }))
-    ))
+  events: forTenant(
+    (
+      tenantId,
+      {
+        params,
+        request
+      }: RunParams & {
+        readonly request: { readonly headers: Readonly<Record<string, string | undefined>> }
+      }
+    ) =>
+      Effect.map(runs.events(tenantId, params.id, params.runId, request.headers["last-event-id"] ?? "0"), (events) =>
+        runEventStream(events, (event) => ({ turn: event.turn }))
+      )
+  )
 })
 
 export const TeamsHttp = HttpApiBuilder.group(
   Api,
   "teams",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     const teams = yield* Teams
     const runs = yield* TeamRuns
     return handlers.handleAll({
@@ -60,11 +77,13 @@ export const TeamsHttp = HttpApiBuilder.group(
 )
 
 /** `{ success: true, data }`: a body of the key-authenticated groups. */
-const enveloped = <Request, A, E, R>(handle: (request: Request) => Effect.Effect<A, E, R>) => (request: Request) =>
-  Effect.map(handle(request), (data) => ({ success: true as const, data }))
+const enveloped =
+  <Request, A, E, R>(handle: (request: Request) => Effect.Effect<A, E, R>) =>
+  (request: Request) =>
+    Effect.map(handle(request), (data) => ({ success: true as const, data }))
 
 /** The handlers of the key-authenticated groups: /api/v1/teams and /api/public/teams answer alike. */
-const keyHandlers = Effect.gen(function*() {
+const keyHandlers = Effect.gen(function* () {
   const teams = yield* Teams
   const { events, ...handlers } = runHandlers(yield* TeamRuns)
   return {
@@ -83,7 +102,7 @@ const keyHandlers = Effect.gen(function*() {
 export const TeamsV1Http = HttpApiBuilder.group(
   Api,
   "v1Teams",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     return handlers.handleAll(yield* keyHandlers)
   })
 )
@@ -91,7 +110,7 @@ export const TeamsV1Http = HttpApiBuilder.group(
 export const TeamsPublicHttp = HttpApiBuilder.group(
   Api,
   "publicTeams",
-  Traced.fn(function*(handlers) {
+  Traced.fn(function* (handlers) {
     return handlers.handleAll(yield* keyHandlers)
   })
 )

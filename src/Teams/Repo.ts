@@ -70,7 +70,7 @@ const decodeRuns = Schema.decodeUnknownEffect(Schema.Array(TeamRun))
 
 /** All SQL of teams, team runs, their transcripts and events; every statement is scoped by tenant or by a run id. */
 export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
     const runCols = sql.literal(runColumns)
     const teams = yield* TenantRepo.make(Team, {
@@ -111,24 +111,22 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
     const insertRun = (input: NewRun): Effect.Effect<Claimed & { readonly started?: boolean }> =>
       (input.startRequest !== undefined && input.idempotencyKey === null
         ? ClusterStorage.storedWithStarts(
-          sql,
-          sql`${insertRunValues(input)} RETURNING ${sql.literal(claimedColumns)}, true AS fresh`,
-          [input.startRequest]
-        ).pipe(
+            sql,
+            sql`${insertRunValues(input)} RETURNING ${sql.literal(claimedColumns)}, true AS fresh`,
+            [input.startRequest]
+          ).pipe(
             Effect.flatMap((rows) => decodeClaimed(rows[0])),
             Effect.map((claimed) => ({ ...claimed, started: true }))
           )
         : claimKeyed({
-          table: "team_runs",
-          returning: claimedColumns,
-          claimed: Claimed,
-          tenantId: input.tenantId,
-          idempotencyKey: input.idempotencyKey,
-          insert: insertRunValues(input)
-        }).pipe(Effect.provideService(SqlClient.SqlClient, sql))).pipe(
-          Effect.orDie,
-          Traced.withSpan("TeamsRepo.insertRun")
-        )
+            table: "team_runs",
+            returning: claimedColumns,
+            claimed: Claimed,
+            tenantId: input.tenantId,
+            idempotencyKey: input.idempotencyKey,
+            insert: insertRunValues(input)
+          }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      ).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.insertRun"))
 
     const getRun = SqlSchema.findOneOption({
       Request: Schema.Struct({ tenantId: Schema.String, teamId: Schema.String, runId: Schema.String }),
@@ -210,20 +208,27 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
             RETURNING id
           )
           INSERT INTO team_run_events (run_id, type, turn, data)
-          VALUES (${runId}, ${type}, ${turn}, ${sql.json(data)})`.pipe(Effect.asVoid, Traced.withSpan("TeamsRepo.turnEvent"))
+          VALUES (${runId}, ${type}, ${turn}, ${sql.json(data)})`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("TeamsRepo.turnEvent")
+      )
 
     /**
      * Moves an unfinished run to a final status and logs it as an event, in
      * one statement; final statuses never change again. The run as GET shows
      * it when it moved, nothing when it was already final.
      */
-    const finish = (runId: string, to: "completed" | "failed" | "cancelled", fields: {
-      readonly result?: string | null
-      readonly error?: string | null
-      readonly stopReason: StopReason
-      readonly turns?: number
-      readonly tokensUsed?: number
-    }) =>
+    const finish = (
+      runId: string,
+      to: "completed" | "failed" | "cancelled",
+      fields: {
+        readonly result?: string | null
+        readonly error?: string | null
+        readonly stopReason: StopReason
+        readonly turns?: number
+        readonly tokensUsed?: number
+      }
+    ) =>
       sql`WITH updated AS (
             UPDATE team_runs SET
               status = ${to},
@@ -245,10 +250,9 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         Effect.flatMap((rows) =>
           rows.length === 0
             ? Effect.succeed(Option.none<{ readonly tenantId: TenantId; readonly run: TeamRun }>())
-            : Effect.map(
-              decodeRuns(rows),
-              ([run]) => Option.some({ tenantId: TenantId.make(String(rows[0]!.tenantId)), run: run! })
-            )
+            : Effect.map(decodeRuns(rows), ([run]) =>
+                Option.some({ tenantId: TenantId.make(String(rows[0]!.tenantId)), run: run! })
+              )
         ),
         Traced.withSpan("TeamsRepo.finish")
       )
@@ -273,7 +277,9 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
           )
           SELECT tenant_id, ${sql.literal(runColumns)} FROM reaped`.pipe(
         Effect.flatMap((rows) =>
-          Effect.map(decodeRuns(rows), (runs) => runs.map((run, i) => ({ tenantId: TenantId.make(String(rows[i]!.tenantId)), run })))
+          Effect.map(decodeRuns(rows), (runs) =>
+            runs.map((run, i) => ({ tenantId: TenantId.make(String(rows[i]!.tenantId)), run }))
+          )
         ),
         Effect.orDie,
         Traced.withSpan("TeamsRepo.failTimedOut")
@@ -290,7 +296,9 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
     const deadline = (tenantId: TenantId, teamId: string, runId: string) =>
       sql<{ createdAt: Date; timeoutMs: number }>`
         SELECT created_at, timeout_ms FROM team_runs WHERE tenant_id = ${tenantId} AND team_id = ${teamId} AND id = ${runId}`.pipe(
-        Effect.map((rows) => Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)),
+        Effect.map((rows) =>
+          Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)
+        ),
         Effect.orDie
       )
 

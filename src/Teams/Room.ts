@@ -52,8 +52,12 @@ export const pickedNext = (room: Room, content: string): string | undefined => {
   const matches = [...content.matchAll(/^[ \t>*_#-]*NEXT\s*:[ \t]*(.+)$/gim)]
   const last = matches.at(-1)
   if (last === undefined) return undefined
-  const named = last[1]!.replace(/[*_`"'.]+/g, " ").trim().toLowerCase()
-  const member = room.members.find((m) => m.agentId.toLowerCase() === named) ??
+  const named = last[1]!
+    .replace(/[*_`"'.]+/g, " ")
+    .trim()
+    .toLowerCase()
+  const member =
+    room.members.find((m) => m.agentId.toLowerCase() === named) ??
     room.members.find((m) => m.name.trim().toLowerCase() === named)
   return member?.agentId
 }
@@ -107,7 +111,8 @@ const describe = (room: Room, member: RoomMember) =>
   }`
 
 /** The transcript as the prompt shows it. */
-export const transcriptLine = (room: Room, turn: SpokenTurn) => `[${turn.index}] ${nameOf(room, turn.agentId)}: ${turn.content}`
+export const transcriptLine = (room: Room, turn: SpokenTurn) =>
+  `[${turn.index}] ${nameOf(room, turn.agentId)}: ${turn.content}`
 
 export interface PromptInput {
   readonly room: Room

@@ -70,7 +70,7 @@ class TurnFailed extends Schema.TaggedError<TurnFailed>()("TurnFailed", {
 
 // Repos that die on SQL errors have them back as typed failures here, to be retried.
 const sqlErrorsTyped = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.catchDefect(effect, (defect) => isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect))
+  Effect.catchDefect(effect, (defect) => (isSqlError(defect) ? Effect.fail(defect) : Effect.die(defect)))
 
 const databaseFailure = (error: { readonly message: string }) =>
   storable(`The database could not be reached or refused a write: ${error.message}`)
@@ -83,7 +83,7 @@ const encodeRun = Schema.encodeSync(Schema.toCodecJson(TeamRun))
  * hands the event to delivery once committed. False when the run was
  * already final.
  */
-export const finishRun = Traced.fn("TeamRuns.finish")(function*(
+export const finishRun = Traced.fn("TeamRuns.finish")(function* (
   runId: string,
   to: "completed" | "failed" | "cancelled",
   fields: {
@@ -96,19 +96,21 @@ export const finishRun = Traced.fn("TeamRuns.finish")(function*(
 ) {
   const repo = yield* TeamsRepo
   const webhooks = yield* Webhooks
-  const moved = yield* repo.withTransaction(Effect.gen(function*() {
-    const finished = yield* repo.finish(runId, to, fields)
-    if (Option.isNone(finished)) return Option.none<string | null>()
-    const { run, tenantId } = finished.value
-    const eventId = yield* webhooks.enqueue({
-      tenantId,
-      owner: { kind: "team", id: run.teamId },
-      subjectId: runId,
-      type: `team.run.${to}`,
-      data: encodeRun(run)
+  const moved = yield* repo.withTransaction(
+    Effect.gen(function* () {
+      const finished = yield* repo.finish(runId, to, fields)
+      if (Option.isNone(finished)) return Option.none<string | null>()
+      const { run, tenantId } = finished.value
+      const eventId = yield* webhooks.enqueue({
+        tenantId,
+        owner: { kind: "team", id: run.teamId },
+        subjectId: runId,
+        type: `team.run.${to}`,
+        data: encodeRun(run)
+      })
+      return Option.some(eventId)
     })
-    return Option.some(eventId)
-  }))
+  )
   if (Option.isNone(moved)) return false
   yield* Metric.update(Metrics.teamRuns(to), 1)
   // Delivery starts once committed, on its own (the outbox sweep catches what this misses).
@@ -117,24 +119,26 @@ export const finishRun = Traced.fn("TeamRuns.finish")(function*(
 })
 
 /** Runs failed by the sweep past their timeout: their webhook events in the same transaction, delivered after. */
-export const reapTimedOut = Traced.fn("TeamRuns.reap")(function*(graceSeconds: number) {
+export const reapTimedOut = Traced.fn("TeamRuns.reap")(function* (graceSeconds: number) {
   const repo = yield* TeamsRepo
   const webhooks = yield* Webhooks
-  const reaped = yield* repo.withTransaction(Effect.gen(function*() {
-    const runs = yield* repo.failTimedOut(graceSeconds)
-    const events: Array<string> = []
-    for (const { run, tenantId } of runs) {
-      const eventId = yield* webhooks.enqueue({
-        tenantId,
-        owner: { kind: "team", id: run.teamId },
-        subjectId: run.runId,
-        type: "team.run.failed",
-        data: encodeRun(run)
-      })
-      if (eventId !== null) events.push(eventId)
-    }
-    return { runIds: runs.map(({ run }) => run.runId), events }
-  }))
+  const reaped = yield* repo.withTransaction(
+    Effect.gen(function* () {
+      const runs = yield* repo.failTimedOut(graceSeconds)
+      const events: Array<string> = []
+      for (const { run, tenantId } of runs) {
+        const eventId = yield* webhooks.enqueue({
+          tenantId,
+          owner: { kind: "team", id: run.teamId },
+          subjectId: run.runId,
+          type: "team.run.failed",
+          data: encodeRun(run)
+        })
+        if (eventId !== null) events.push(eventId)
+      }
+      return { runIds: runs.map(({ run }) => run.runId), events }
+    })
+  )
   if (reaped.runIds.length > 0) {
     yield* Metric.update(Metrics.teamRuns("failed"), reaped.runIds.length)
   }
@@ -148,7 +152,7 @@ const limitText: Record<"max_turns" | "token_budget" | "timeout", string> = {
   timeout: "the team's time limit"
 }
 
-const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly runId: string }) {
+const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly runId: string }) {
   const repo = yield* TeamsRepo
   const agents = yield* AgentsRepo
   const models = yield* Models
@@ -182,133 +186,175 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
       success: TurnOutcome,
       error: TurnFailed,
       // A cancel stops the turn where it is, its model call aborted, on whichever node runs it.
-      execute: signals.cancellable(runId, () => new TurnFailed({ message: "Cancelled" }))(Effect.gen(function*() {
-        const silent = (stop: NonNullable<TurnOutcome["stop"]>): TurnOutcome => ({
-          stop,
-          agentId: speaker,
-          content: "",
-          tokens: 0,
-          final: null
-        })
-        const fail = (message: string) => new TurnFailed({ message: storable(`Turn ${index}: ${message}`) })
-        const databaseFailed = (error: { readonly message: string }) => fail(databaseFailure(error))
-        const now = yield* Clock.currentTimeMillis
-        // The closing turn has its own short time, past the deadline if need be.
-        const allowed = closing === undefined ? deadline - now : Duration.toMillis(config.teamClosingTurnTimeout)
-        if (allowed <= 0) return silent("timeout")
+      execute: signals.cancellable(
+        runId,
+        () => new TurnFailed({ message: "Cancelled" })
+      )(
+        Effect.gen(function* () {
+          const silent = (stop: NonNullable<TurnOutcome["stop"]>): TurnOutcome => ({
+            stop,
+            agentId: speaker,
+            content: "",
+            tokens: 0,
+            final: null
+          })
+          const fail = (message: string) => new TurnFailed({ message: storable(`Turn ${index}: ${message}`) })
+          const databaseFailed = (error: { readonly message: string }) => fail(databaseFailure(error))
+          const now = yield* Clock.currentTimeMillis
+          // The closing turn has its own short time, past the deadline if need be.
+          const allowed = closing === undefined ? deadline - now : Duration.toMillis(config.teamClosingTurnTimeout)
+          if (allowed <= 0) return silent("timeout")
 
-        // The agent is read at each turn: its model and instructions as they are now.
-        const agent = yield* retryTransient(sqlErrorsTyped(agents.findById(tenantId, AgentId.make(speaker)))).pipe(
-          Effect.mapError(databaseFailed)
-        )
-        if (Option.isNone(agent) || agent.value.status !== "active") {
-          if (closing !== undefined) return silent("failed")
-          return yield* fail(`agent ${speaker} is missing or inactive`)
-        }
-        const rules = Room.systemPrompt(agent.value.instructions, room, speaker)
-        const bare = Room.userPrompt({ room, mission: begun.mission, speaker, transcript: [], omitted: 0, turns, closing })
-        // An agent with knowledge is grounded on what it holds for the mission and the latest turn, within half
-        // of what the rules and the bare prompt leave; the transcript gets the rest.
-        const { system } = yield* retryTransient(sqlErrorsTyped(knowledge.ground({
-          tenantId,
-          instructions: rules,
-          knowledgeIds: agent.value.knowledgeIds,
-          query: turns.length === 0 ? begun.mission : `${begun.mission}\n${turns[turns.length - 1]!.content}`,
-          budget: () => Math.floor((models.contextBudget(agent.value.model) - models.countTokens(rules) - models.countTokens(bare)) / 2)
-        }))).pipe(Effect.mapError(databaseFailed))
-        // The transcript is trimmed from its oldest turn to what the model's context holds.
-        const room_budget = models.contextBudget(agent.value.model) - models.countTokens(system) - models.countTokens(bare)
-        const trimmed = Room.trimTranscript(
-          turns.map((turn) => Room.transcriptLine(room, turn)),
-          Math.max(0, room_budget),
-          models.countTokens
-        )
-        const prompt = Room.userPrompt({
-          room,
-          mission: begun.mission,
-          speaker,
-          transcript: trimmed.kept,
-          omitted: trimmed.omitted,
-          turns,
-          closing
-        })
-        const promptTokens = models.countTokens(system) + models.countTokens(prompt)
-        if (closing === undefined) {
-          const estimate = promptTokens + replyTokensEstimate
-          if (tokensUsed + estimate > snapshot.tokenBudget) return silent("token_budget")
-        }
-        // Every turn, the closing one too, reserves its worst case of the
-        // tenant's day (the plan read now) before its model call.
-        const reserve = retryTransient(sqlErrorsTyped(budget.reserve(tenantId, {
-          model: agent.value.model,
-          promptTokens: models.promptEstimate(agent.value.model, promptTokens, system === "" ? 1 : 2)
-        }))).pipe(
-          Effect.mapError((error) =>
-            error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed" ? error : databaseFailed(error)
+          // The agent is read at each turn: its model and instructions as they are now.
+          const agent = yield* retryTransient(sqlErrorsTyped(agents.findById(tenantId, AgentId.make(speaker)))).pipe(
+            Effect.mapError(databaseFailed)
           )
-        )
-        // The turn's tokens are settled before it is stored.
-        const reply = yield* budget.reserving(
-          reserve,
-          (held) =>
-            retryTransient(repo.turnEvent(runId, "turn.started", index, { index, agentId: speaker, closing: closing !== undefined }))
-              .pipe(
-                Effect.mapError(databaseFailed),
-                Effect.andThen(models.generate({
-                  model: agent.value.model,
-                  system,
-                  messages: [{ role: "user", content: prompt }],
-                  maxOutputTokens: held.maxOutputTokens
-                }))
-              ),
-          (reply, held) =>
-            retryTransient(sqlErrorsTyped(budget.settle(held, reply.inputTokens + reply.outputTokens))).pipe(
-              Effect.mapError(databaseFailed),
-              Effect.as(reply)
+          if (Option.isNone(agent) || agent.value.status !== "active") {
+            if (closing !== undefined) return silent("failed")
+            return yield* fail(`agent ${speaker} is missing or inactive`)
+          }
+          const rules = Room.systemPrompt(agent.value.instructions, room, speaker)
+          const bare = Room.userPrompt({
+            room,
+            mission: begun.mission,
+            speaker,
+            transcript: [],
+            omitted: 0,
+            turns,
+            closing
+          })
+          // An agent with knowledge is grounded on what it holds for the mission and the latest turn, within half
+          // of what the rules and the bare prompt leave; the transcript gets the rest.
+          const { system } = yield* retryTransient(
+            sqlErrorsTyped(
+              knowledge.ground({
+                tenantId,
+                instructions: rules,
+                knowledgeIds: agent.value.knowledgeIds,
+                query: turns.length === 0 ? begun.mission : `${begun.mission}\n${turns[turns.length - 1]!.content}`,
+                budget: () =>
+                  Math.floor(
+                    (models.contextBudget(agent.value.model) - models.countTokens(rules) - models.countTokens(bare)) / 2
+                  )
+              })
             )
-        ).pipe(
-            Effect.map(Option.some),
-            Effect.timeoutOrElse({ duration: Duration.millis(allowed), orElse: () => Effect.succeed(Option.none()) }),
-            Effect.catch((error) => {
-              switch (error._tag) {
-                // The closing turn fails quietly: the run ends with what it has.
-                case "ModelError":
-                  return closing === undefined ? Effect.fail(fail(error.message)) : Effect.succeed(Option.none())
-                case "TokenBudgetSpent":
-                case "ModelNotAllowed":
-                  return closing === undefined ? Effect.fail(fail(error.detail ?? error.title)) : Effect.succeed(Option.none())
-                default:
-                  return Effect.fail(error)
-              }
-            })
+          ).pipe(Effect.mapError(databaseFailed))
+          // The transcript is trimmed from its oldest turn to what the model's context holds.
+          const room_budget =
+            models.contextBudget(agent.value.model) - models.countTokens(system) - models.countTokens(bare)
+          const trimmed = Room.trimTranscript(
+            turns.map((turn) => Room.transcriptLine(room, turn)),
+            Math.max(0, room_budget),
+            models.countTokens
           )
-        if (Option.isNone(reply)) return silent(closing === undefined ? "timeout" : "failed")
-        const content = storable(reply.value.text)
-        const tokens = reply.value.inputTokens + reply.value.outputTokens
-        const declared = Room.finalAnswer(content)
-        const final = closing !== undefined ? declared ?? content : Room.mayFinish(room, speaker) ? declared ?? null : null
-        yield* retryTransient(repo.saveTurn({ tenantId, runId, index, agentId: speaker, role: roleOf(speaker), content, tokens }))
-          .pipe(Effect.mapError(databaseFailed))
-        yield* retryTransient(repo.turnEvent(runId, "turn.completed", index, {
-          index,
-          agentId: speaker,
-          role: roleOf(speaker),
-          content,
-          tokens
-        })).pipe(Effect.mapError(databaseFailed))
-        yield* Effect.logInfo("Team turn completed").pipe(Effect.annotateLogs({ runId, turn: index }))
-        return { stop: null, agentId: speaker, content, tokens, final } satisfies TurnOutcome
-      }).pipe(Traced.withSpan("TeamRunWorkflow.turn", {
-        attributes: {
-          ...runAttributes,
-          "team_run.turn.index": index,
-          "team_run.turn.closing": closing !== undefined,
-          "agent.id": speaker
-        }
-      })))
+          const prompt = Room.userPrompt({
+            room,
+            mission: begun.mission,
+            speaker,
+            transcript: trimmed.kept,
+            omitted: trimmed.omitted,
+            turns,
+            closing
+          })
+          const promptTokens = models.countTokens(system) + models.countTokens(prompt)
+          if (closing === undefined) {
+            const estimate = promptTokens + replyTokensEstimate
+            if (tokensUsed + estimate > snapshot.tokenBudget) return silent("token_budget")
+          }
+          // Every turn, the closing one too, reserves its worst case of the
+          // tenant's day (the plan read now) before its model call.
+          const reserve = retryTransient(
+            sqlErrorsTyped(
+              budget.reserve(tenantId, {
+                model: agent.value.model,
+                promptTokens: models.promptEstimate(agent.value.model, promptTokens, system === "" ? 1 : 2)
+              })
+            )
+          ).pipe(
+            Effect.mapError((error) =>
+              error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed" ? error : databaseFailed(error)
+            )
+          )
+          // The turn's tokens are settled before it is stored.
+          const reply = yield* budget
+            .reserving(
+              reserve,
+              (held) =>
+                retryTransient(
+                  repo.turnEvent(runId, "turn.started", index, {
+                    index,
+                    agentId: speaker,
+                    closing: closing !== undefined
+                  })
+                ).pipe(
+                  Effect.mapError(databaseFailed),
+                  Effect.andThen(
+                    models.generate({
+                      model: agent.value.model,
+                      system,
+                      messages: [{ role: "user", content: prompt }],
+                      maxOutputTokens: held.maxOutputTokens
+                    })
+                  )
+                ),
+              (reply, held) =>
+                retryTransient(sqlErrorsTyped(budget.settle(held, reply.inputTokens + reply.outputTokens))).pipe(
+                  Effect.mapError(databaseFailed),
+                  Effect.as(reply)
+                )
+            )
+            .pipe(
+              Effect.map(Option.some),
+              Effect.timeoutOrElse({ duration: Duration.millis(allowed), orElse: () => Effect.succeed(Option.none()) }),
+              Effect.catch((error) => {
+                switch (error._tag) {
+                  // The closing turn fails quietly: the run ends with what it has.
+                  case "ModelError":
+                    return closing === undefined ? Effect.fail(fail(error.message)) : Effect.succeed(Option.none())
+                  case "TokenBudgetSpent":
+                  case "ModelNotAllowed":
+                    return closing === undefined
+                      ? Effect.fail(fail(error.detail ?? error.title))
+                      : Effect.succeed(Option.none())
+                  default:
+                    return Effect.fail(error)
+                }
+              })
+            )
+          if (Option.isNone(reply)) return silent(closing === undefined ? "timeout" : "failed")
+          const content = storable(reply.value.text)
+          const tokens = reply.value.inputTokens + reply.value.outputTokens
+          const declared = Room.finalAnswer(content)
+          const final =
+            closing !== undefined ? (declared ?? content) : Room.mayFinish(room, speaker) ? (declared ?? null) : null
+          yield* retryTransient(
+            repo.saveTurn({ tenantId, runId, index, agentId: speaker, role: roleOf(speaker), content, tokens })
+          ).pipe(Effect.mapError(databaseFailed))
+          yield* retryTransient(
+            repo.turnEvent(runId, "turn.completed", index, {
+              index,
+              agentId: speaker,
+              role: roleOf(speaker),
+              content,
+              tokens
+            })
+          ).pipe(Effect.mapError(databaseFailed))
+          yield* Effect.logInfo("Team turn completed").pipe(Effect.annotateLogs({ runId, turn: index }))
+          return { stop: null, agentId: speaker, content, tokens, final } satisfies TurnOutcome
+        }).pipe(
+          Traced.withSpan("TeamRunWorkflow.turn", {
+            attributes: {
+              ...runAttributes,
+              "team_run.turn.index": index,
+              "team_run.turn.closing": closing !== undefined,
+              "agent.id": speaker
+            }
+          })
+        )
+      )
     })
 
-  const conversation = Effect.gen(function*() {
+  const conversation = Effect.gen(function* () {
     for (let index = 0; index < snapshot.maxTurns; index++) {
       const outcome = yield* speak(index, Room.nextSpeaker(room, turns))
       if (outcome.stop === "timeout" || outcome.stop === "token_budget") return outcome.stop
@@ -320,12 +366,14 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
   })
 
   /** The run's final status, with the turns and tokens it took. */
-  const finish = (to: "completed" | "failed", fields: {
-    readonly result?: string
-    readonly error?: string
-    readonly stopReason: StopReason
-  }) =>
-    retryTransient(finishRun(runId, to, { ...fields, turns: turns.length, tokensUsed }))
+  const finish = (
+    to: "completed" | "failed",
+    fields: {
+      readonly result?: string
+      readonly error?: string
+      readonly stopReason: StopReason
+    }
+  ) => retryTransient(finishRun(runId, to, { ...fields, turns: turns.length, tokensUsed }))
 
   const outcome = yield* Effect.result(conversation)
   if (Result.isFailure(outcome)) {
@@ -357,7 +405,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function*({ runId }: { readonly run
  * cancel, a node stopping) pass: the run resumes elsewhere.
  */
 const failUnfinished = (runId: string) => (cause: Cause.Cause<unknown>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     if (Cause.hasInterrupts(cause)) return yield* Effect.interrupt
     const error = Cause.squash(cause)
     const message = isSqlError(error) ? databaseFailure(error) : "The run failed unexpectedly"
@@ -377,7 +425,7 @@ export const layer = TeamRunWorkflow.toLayer((payload) =>
     Metric.modify(Metrics.workflowsInFlight, 1),
     // The run waits for, then holds, one of its tenant's running slots.
     () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         return yield* (yield* RunSlots).hold("team_run", payload.runId)(run(payload))
       }).pipe(Effect.catchCause(failUnfinished(payload.runId))),
     () => Metric.modify(Metrics.workflowsInFlight, -1)

@@ -22,7 +22,7 @@ import { isTranscriptIndex, RunNotStarted, type RunRequest, type RunStatus, type
 import { type Claimed, TeamsRepo } from "./Repo.ts"
 import { finishRun, reapTimedOut, TeamRunWorkflow } from "./TeamRunWorkflow.ts"
 import { Teams, withinPlan } from "./Teams.ts"
-import { Webhooks } from "../Webhooks/Webhooks.ts"
+import type { Webhooks } from "../Webhooks/Webhooks.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 export interface RunEvent {
@@ -44,11 +44,13 @@ const finalEvents = new Set(["run.completed", "run.failed", "run.cancelled"])
 const isFinal = (status: RunStatus) => status === "completed" || status === "failed" || status === "cancelled"
 
 const requestHash = (teamId: string, request: RunRequest) =>
-  Crypto.createHash("sha256").update(JSON.stringify([teamId, request.mission])).digest("hex")
+  Crypto.createHash("sha256")
+    .update(JSON.stringify([teamId, request.mission]))
+    .digest("hex")
 
 /** Starting, reading, listing and cancelling team runs, and their sweeps. */
 export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const teams = yield* Teams
     const repo = yield* TeamsRepo
     const engine = yield* WorkflowEngine.WorkflowEngine
@@ -64,7 +66,10 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const finishing = yield* Effect.context<TeamsRepo | Webhooks>()
 
     const startWorkflow = (runId: string) =>
-      TeamRunWorkflow.execute({ runId }, { discard: true }).pipe(Effect.provideService(WorkflowEngine.WorkflowEngine, engine), Effect.asVoid)
+      TeamRunWorkflow.execute({ runId }, { discard: true }).pipe(
+        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
+        Effect.asVoid
+      )
 
     // An Idempotency-Key that names a run already accepted: that run, or a 409 for another request.
     const replayOf = (claimed: Claimed, hash: string | null) =>
@@ -72,7 +77,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         ? Effect.fail(new Conflict({ detail: "This Idempotency-Key was used with a different request" }))
         : Effect.succeed({ runId: claimed.id, status: claimed.status, mode: "chat" as const })
 
-    const start = Traced.fn("TeamRuns.start")(function*(
+    const start = Traced.fn("TeamRuns.start")(function* (
       tenantId: TenantId,
       teamId: string,
       request: RunRequest,
@@ -82,15 +87,17 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     ) {
       if (request.mission.trim() === "") return yield* invalidField("mission", "Expected a non-empty mission")
       if (request.mission.length > config.maxMessageChars) {
-        return yield* invalidField("mission", `Expected at most ${config.maxMessageChars} characters (MAX_MESSAGE_CHARS)`)
+        return yield* invalidField(
+          "mission",
+          `Expected at most ${config.maxMessageChars} characters (MAX_MESSAGE_CHARS)`
+        )
       }
       const hash = idempotencyKey === undefined ? null : requestHash(teamId, request)
       // A spent token budget refuses a new run up front (each turn checks
       // again), but not the replay of one accepted before.
-      const spent = yield* budget.admitWork(tenantId).pipe(
-        Effect.as(undefined),
-        Effect.catchTag("TokenBudgetSpent", Effect.succeed)
-      )
+      const spent = yield* budget
+        .admitWork(tenantId)
+        .pipe(Effect.as(undefined), Effect.catchTag("TokenBudgetSpent", Effect.succeed))
       if (spent !== undefined) {
         const earlier = idempotencyKey === undefined ? Option.none() : yield* repo.claimedBy(tenantId, idempotencyKey)
         if (Option.isNone(earlier)) return yield* spent
@@ -99,13 +106,17 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       // A team set under a larger plan runs within this plan's bounds.
       const team = withinPlan(yield* teams.active(tenantId, teamId), (yield* teams.boundsOf(tenantId)).bounds)
       // The members' names are fixed with the rest; their models and instructions are read at each turn.
-      const agents = yield* repo.agentsAmong(tenantId, team.members.map((member) => member.agentId))
+      const agents = yield* repo.agentsAmong(
+        tenantId,
+        team.members.map((member) => member.agentId)
+      )
       const id = newId()
       // As an execute's (Executions.start): without a key, a run this node
       // will run is stored with its workflow's start request.
-      const startRequest = idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
-        ? yield* localStart({ runId: id })
-        : undefined
+      const startRequest =
+        idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
+          ? yield* localStart({ runId: id })
+          : undefined
       if (!wait) {
         const refused = yield* runSlots.reserve("team_run", tenantId, id)
         if (refused !== undefined) return yield* refuseRunning(refused.refusedAt)
@@ -148,18 +159,29 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     /** The team must be the tenant's (any status: its runs stay readable). */
     const ensureTeam = (tenantId: TenantId, teamId: string) =>
       Effect.flatMap(repo.findById(tenantId, teamId), (team) =>
-        Option.isNone(team) ? Effect.fail(new NotFound({ detail: `No team ${teamId}` })) : Effect.void)
+        Option.isNone(team) ? Effect.fail(new NotFound({ detail: `No team ${teamId}` })) : Effect.void
+      )
 
-    const transcript = Traced.fn("TeamRuns.transcript")(function*(tenantId: TenantId, teamId: string, runId: string, query: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
+    const transcript = Traced.fn("TeamRuns.transcript")(function* (
+      tenantId: TenantId,
+      teamId: string,
+      runId: string,
+      query: {
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+      }
+    ) {
       yield* findRun(tenantId, teamId, runId)
       const after = yield* decodeCursor(query.cursor, isTranscriptIndex)
-      return yield* repo.transcript(tenantId, runId, after === null ? null : Number(after), query.limit ?? defaultPageSize)
+      return yield* repo.transcript(
+        tenantId,
+        runId,
+        after === null ? null : Number(after),
+        query.limit ?? defaultPageSize
+      )
     })
 
-    const findRun = Traced.fn("TeamRuns.find")(function*(tenantId: TenantId, teamId: string, runId: string) {
+    const findRun = Traced.fn("TeamRuns.find")(function* (tenantId: TenantId, teamId: string, runId: string) {
       const run = yield* repo.getRun(tenantId, teamId, runId)
       if (Option.isNone(run)) return yield* new NotFound({ detail: `No run ${runId} of team ${teamId}` })
       return run.value
@@ -168,7 +190,10 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     // Pending runs that wait for a slot say so (one statement, only when some are pending).
     const withWaiting = <R extends TeamRun>(tenantId: TenantId, runs: ReadonlyArray<R>) =>
       Effect.map(
-        runSlots.waiting(tenantId, runs.filter((run) => run.status === "pending").map((run) => run.runId)),
+        runSlots.waiting(
+          tenantId,
+          runs.filter((run) => run.status === "pending").map((run) => run.runId)
+        ),
         (waiting) =>
           runs.map((run): R => {
             const queued = waiting.get(run.runId)
@@ -178,23 +203,27 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
           })
       )
 
-    const get = Traced.fn("TeamRuns.get")(function*(tenantId: TenantId, teamId: string, runId: string) {
+    const get = Traced.fn("TeamRuns.get")(function* (tenantId: TenantId, teamId: string, runId: string) {
       const [run] = yield* withWaiting(tenantId, [yield* findRun(tenantId, teamId, runId)])
       const firstPage = yield* repo.transcript(tenantId, runId, null, defaultPageSize)
       return { ...run!, transcript: firstPage }
     })
 
-    const list = Traced.fn("TeamRuns.list")(function*(tenantId: TenantId, teamId: string, query: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
+    const list = Traced.fn("TeamRuns.list")(function* (
+      tenantId: TenantId,
+      teamId: string,
+      query: {
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+      }
+    ) {
       yield* ensureTeam(tenantId, teamId)
       const before = yield* decodeCursor(query.cursor, isId)
       const page = yield* repo.runs(tenantId, teamId, before, query.limit ?? defaultPageSize)
       return { ...page, data: yield* withWaiting(tenantId, page.data) }
     })
 
-    const cancel = Traced.fn("TeamRuns.cancel")(function*(tenantId: TenantId, teamId: string, runId: string) {
+    const cancel = Traced.fn("TeamRuns.cancel")(function* (tenantId: TenantId, teamId: string, runId: string) {
       const run = yield* findRun(tenantId, teamId, runId)
       if (isFinal(run.status)) return yield* new Conflict({ detail: `The run is already ${run.status}` })
       const cancelled = yield* finishRun(runId, "cancelled", { error: "Cancelled", stopReason: "cancelled" }).pipe(
@@ -207,7 +236,9 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       // effect when the workflow next suspends).
       yield* signals.cancel(runId)
       // The turn in flight is interrupted; the read model already says cancelled for good.
-      yield* Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) => TeamRunWorkflow.interrupt(workflowId)).pipe(
+      yield* Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) =>
+        TeamRunWorkflow.interrupt(workflowId)
+      ).pipe(
         Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
         Effect.timeoutOrElse({
           duration: config.clusterCallTimeout,
@@ -217,14 +248,18 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return yield* findRun(tenantId, teamId, runId)
     })
 
-
     /**
      * The run's events as they happen: what is logged already, then what
      * follows (woken by its notifications), until the final event; resumes after
      * `lastEventId`. At most EVENT_STREAM_MAX_DURATION, never past the run's
      * timeout plus its closing turn; then a `stream.end` event says why.
      */
-    const events = Traced.fn("TeamRuns.events")(function*(tenantId: TenantId, teamId: string, runId: string, lastEventId: string) {
+    const events = Traced.fn("TeamRuns.events")(function* (
+      tenantId: TenantId,
+      teamId: string,
+      runId: string,
+      lastEventId: string
+    ) {
       const deadline = yield* repo.deadline(tenantId, teamId, runId)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No run ${runId} of team ${teamId}` })
       const now = yield* Clock.currentTimeMillis
@@ -251,24 +286,33 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       // Runs waiting for a slot have started their workflows: not to be nudged.
       notStarted: (seconds, limit) =>
         Effect.flatMap(repo.notStarted(seconds, limit), (ids) =>
-          Effect.map(runSlots.queuedAmong(ids), (queued) => ids.filter((id) => !queued.has(id)))),
+          Effect.map(runSlots.queuedAmong(ids), (queued) => ids.filter((id) => !queued.has(id)))
+        ),
       start: startWorkflow,
       // Past its timeout, its closing turn and a few seconds for a live run to record its own end.
-      reap: Effect.gen(function*() {
+      reap: Effect.gen(function* () {
         const ids = yield* reapTimedOut(Duration.toSeconds(config.teamClosingTurnTimeout) + 5).pipe(
           Effect.provideContext(finishing),
           Effect.orDie
         )
         if (ids.length === 0) return
-        yield* Effect.logWarning("Team runs past their timeout failed by the sweep").pipe(Effect.annotateLogs({ count: ids.length }))
+        yield* Effect.logWarning("Team runs past their timeout failed by the sweep").pipe(
+          Effect.annotateLogs({ count: ids.length })
+        )
         // Their model calls in flight stop, and those waiting for a slot leave the queue.
         yield* Effect.forEach(ids, signals.cancel, { discard: true })
-        yield* Effect.forEach(ids, (runId) =>
-          Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) => TeamRunWorkflow.interrupt(workflowId)).pipe(
-            Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
-            Effect.timeout(config.clusterCallTimeout),
-            Effect.ignore
-          ), { discard: true, concurrency: 10 })
+        yield* Effect.forEach(
+          ids,
+          (runId) =>
+            Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) =>
+              TeamRunWorkflow.interrupt(workflowId)
+            ).pipe(
+              Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
+              Effect.timeout(config.clusterCallTimeout),
+              Effect.ignore
+            ),
+          { discard: true, concurrency: 10 }
+        )
       }),
       unpruned: (limit) => repo.unpruned(Duration.toSeconds(config.teamRunMessagesRetention), limit),
       prune: (ids) =>
@@ -279,13 +323,17 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     }
 
     /** Cancels every unfinished run of the team (it is being deleted). */
-    const cancelUnfinished = Traced.fn("TeamRuns.cancelUnfinished")(function*(tenantId: TenantId, teamId: string) {
+    const cancelUnfinished = Traced.fn("TeamRuns.cancelUnfinished")(function* (tenantId: TenantId, teamId: string) {
       const ids = yield* repo.unfinishedOf(tenantId, teamId)
-      yield* Effect.forEach(ids, (runId) =>
-        cancel(tenantId, teamId, runId).pipe(
-          // A run that finished meanwhile is as good as cancelled here.
-          Effect.catchTag("Conflict", () => Effect.void)
-        ), { concurrency: 5, discard: true })
+      yield* Effect.forEach(
+        ids,
+        (runId) =>
+          cancel(tenantId, teamId, runId).pipe(
+            // A run that finished meanwhile is as good as cancelled here.
+            Effect.catchTag("Conflict", () => Effect.void)
+          ),
+        { concurrency: 5, discard: true }
+      )
     })
 
     return { start, get, list, transcript, cancel, cancelUnfinished, events, sweeps } as const
@@ -296,7 +344,11 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
   )
 
   /** The sweeps of team runs (DurableRuns.sweeper), a cluster singleton. */
-  static readonly sweeper = DurableRuns.sweeper("TeamRunsSweep", "Team runs", Effect.gen(function*() {
-    return (yield* TeamRuns).sweeps
-  }))
+  static readonly sweeper = DurableRuns.sweeper(
+    "TeamRunsSweep",
+    "Team runs",
+    Effect.gen(function* () {
+      return (yield* TeamRuns).sweeps
+    })
+  )
 }

@@ -31,7 +31,11 @@ const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false,
 export const ownerOf = (teamId: string) => ({ kind: "team" as const, id: teamId })
 
 // A team's limits and the settings that bound them per plan.
-const limitSettings = { maxTurns: "TEAM_MAX_TURNS", tokenBudget: "TEAM_TOKEN_BUDGET", timeoutMs: "TEAM_TIMEOUT" } as const
+const limitSettings = {
+  maxTurns: "TEAM_MAX_TURNS",
+  tokenBudget: "TEAM_TOKEN_BUDGET",
+  timeoutMs: "TEAM_TIMEOUT"
+} as const
 const limitUnits = { maxTurns: "turns", tokenBudget: "tokens", timeoutMs: "ms" } as const
 
 /** A team's limits held to its plan's bounds: what a run of it may take, whenever the team was set. */
@@ -75,16 +79,14 @@ const settle = (input: UpdateTeam, current: TeamFields): TeamFields => {
     description: input.description ?? current.description,
     mode: input.mode ?? current.mode,
     status: input.status ?? current.status,
-    members: input.members === undefined
-      ? current.members
-      : input.members.map((member) => ({ agentId: member.agentId, role: member.role ?? "" })),
+    members:
+      input.members === undefined
+        ? current.members
+        : input.members.map((member) => ({ agentId: member.agentId, role: member.role ?? "" })),
     turnTaking,
     // Moving to round robin drops the leader unless one is given.
-    leaderAgentId: input.leaderAgentId !== undefined
-      ? input.leaderAgentId
-      : turnTaking === "leader"
-      ? current.leaderAgentId
-      : null,
+    leaderAgentId:
+      input.leaderAgentId !== undefined ? input.leaderAgentId : turnTaking === "leader" ? current.leaderAgentId : null,
     maxTurns: input.maxTurns ?? current.maxTurns,
     tokenBudget: input.tokenBudget ?? current.tokenBudget,
     timeoutMs: input.timeoutMs ?? current.timeoutMs
@@ -93,7 +95,7 @@ const settle = (input: UpdateTeam, current: TeamFields): TeamFields => {
 
 /** Team definitions of a tenant, with their rooms' webhooks. */
 export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const repo = yield* TeamsRepo
     const webhooks = yield* Webhooks
     const limits = yield* Limits
@@ -101,7 +103,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
     const config = yield* AppConfig
 
     /** The plan's bounds on a team's limits (read now: a plan change applies at once). */
-    const boundsOf = Effect.fnUntraced(function*(tenantId: TenantId) {
+    const boundsOf = Effect.fnUntraced(function* (tenantId: TenantId) {
       const { plan } = yield* budget.standing(tenantId)
       return { plan, bounds: config.teamLimits[plan] }
     })
@@ -110,11 +112,16 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
     const overPlan = (plan: Plan, bounds: TeamLimits, sent: Partial<TeamLimits>): ReadonlyArray<Issue> =>
       (["maxTurns", "tokenBudget", "timeoutMs"] as const).flatMap((limit) => {
         const value = sent[limit]
-        return value === undefined || value <= bounds[limit] ? [] : [{
-          path: ["payload", limit],
-          message: `The ${plan} plan allows at most ${bounds[limit]} ${limitUnits[limit]} ` +
-            `(${plan.toUpperCase()}_${limitSettings[limit]})`
-        }]
+        return value === undefined || value <= bounds[limit]
+          ? []
+          : [
+              {
+                path: ["payload", limit],
+                message:
+                  `The ${plan} plan allows at most ${bounds[limit]} ${limitUnits[limit]} ` +
+                  `(${plan.toUpperCase()}_${limitSettings[limit]})`
+              }
+            ]
       })
 
     const withRoom = (row: Team, room: WebhookState, signingSecret: string | null = null): TeamView => ({
@@ -127,55 +134,77 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
      * that are not distinct agents of the tenant, a leader that is missing,
      * not a member, or given for round robin.
      */
-    const issuesOf = Traced.fn("Teams.validate")(function*(tenantId: TenantId, team: TeamFields) {
+    const issuesOf = Traced.fn("Teams.validate")(function* (tenantId: TenantId, team: TeamFields) {
       const issues: Array<Issue> = []
-      const agents = yield* repo.agentsAmong(tenantId, team.members.map((member) => member.agentId))
+      const agents = yield* repo.agentsAmong(
+        tenantId,
+        team.members.map((member) => member.agentId)
+      )
       const seen = new Set<string>()
       team.members.forEach((member, i) => {
         if (seen.has(member.agentId)) {
           issues.push({ path: ["payload", "members", i, "agentId"], message: "Expected each agent at most once" })
         } else if (!agents.has(member.agentId)) {
-          issues.push({ path: ["payload", "members", i, "agentId"], message: `No agent ${member.agentId} in this account` })
+          issues.push({
+            path: ["payload", "members", i, "agentId"],
+            message: `No agent ${member.agentId} in this account`
+          })
         }
         seen.add(member.agentId)
       })
       if (team.turnTaking === "leader") {
         if (team.leaderAgentId === null) {
-          issues.push({ path: ["payload", "leaderAgentId"], message: "Expected the leader's agentId for `leader` turn-taking" })
+          issues.push({
+            path: ["payload", "leaderAgentId"],
+            message: "Expected the leader's agentId for `leader` turn-taking"
+          })
         } else if (!seen.has(team.leaderAgentId)) {
           issues.push({ path: ["payload", "leaderAgentId"], message: "Expected one of the members' agentIds" })
         }
       } else if (team.leaderAgentId !== null) {
-        issues.push({ path: ["payload", "leaderAgentId"], message: "Expected null: only `leader` turn-taking has a leader" })
+        issues.push({
+          path: ["payload", "leaderAgentId"],
+          message: "Expected null: only `leader` turn-taking has a leader"
+        })
       }
       return issues
     })
 
     const validate = (tenantId: TenantId, team: TeamFields) =>
-      Effect.flatMap(issuesOf(tenantId, team), (issues) => issues.length > 0 ? Effect.fail(badRequest(issues)) : Effect.void)
+      Effect.flatMap(issuesOf(tenantId, team), (issues) =>
+        issues.length > 0 ? Effect.fail(badRequest(issues)) : Effect.void
+      )
 
     const configureRoom = (tenantId: TenantId, teamId: string, room: RoomInput | undefined) =>
       room === undefined || (room.outputWebhookUrl === undefined && room.webhookEnabled === undefined)
         ? Effect.map(webhooks.state(tenantId, ownerOf(teamId)), (state) => ({ state, signingSecret: null }))
-        : webhooks.configure(
-          tenantId,
-          ownerOf(teamId),
-          { url: room.outputWebhookUrl, enabled: room.webhookEnabled },
-          ["payload", "room", "outputWebhookUrl"]
-        )
+        : webhooks.configure(tenantId, ownerOf(teamId), { url: room.outputWebhookUrl, enabled: room.webhookEnabled }, [
+            "payload",
+            "room",
+            "outputWebhookUrl"
+          ])
 
     /** A page of the tenant's teams with their rooms; the key-authenticated list shows the active ones only. */
-    const list = Traced.fn("Teams.list")(function*(tenantId: TenantId, query: PageRequest, options?: {
-      readonly activeOnly: boolean
-    }) {
+    const list = Traced.fn("Teams.list")(function* (
+      tenantId: TenantId,
+      query: PageRequest,
+      options?: {
+        readonly activeOnly: boolean
+      }
+    ) {
       const page = yield* repo.list(tenantId, query, options?.activeOnly ? "active" : undefined)
-      const rooms = page.data.length === 0
-        ? new Map<string, WebhookState>()
-        : yield* webhooks.states(tenantId, "team", page.data.map((team) => team.id))
+      const rooms =
+        page.data.length === 0
+          ? new Map<string, WebhookState>()
+          : yield* webhooks.states(
+              tenantId,
+              "team",
+              page.data.map((team) => team.id)
+            )
       return { ...page, data: page.data.map((row) => withRoom(row, rooms.get(row.id) ?? noWebhook)) }
     })
 
-    const create = Traced.fn("Teams.create")(function*(tenantId: TenantId, input: CreateTeam) {
+    const create = Traced.fn("Teams.create")(function* (tenantId: TenantId, input: CreateTeam) {
       const fields = settle(input, defaults)
       // Limits past the plan's are refused; a default past them is the plan's bound.
       const { bounds, plan } = yield* boundsOf(tenantId)
@@ -191,21 +220,24 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
     })
 
     const find = (tenantId: TenantId, id: string) =>
-      Effect.flatMap(repo.findById(tenantId, id), (row) => Option.isNone(row) ? Effect.fail(notFound(id)) : Effect.succeed(row.value))
+      Effect.flatMap(repo.findById(tenantId, id), (row) =>
+        Option.isNone(row) ? Effect.fail(notFound(id)) : Effect.succeed(row.value)
+      )
 
-    const get = Traced.fn("Teams.get")(function*(tenantId: TenantId, id: string) {
+    const get = Traced.fn("Teams.get")(function* (tenantId: TenantId, id: string) {
       const row = yield* find(tenantId, id)
       return withRoom(row, yield* webhooks.state(tenantId, ownerOf(id)))
     })
 
     /** An active team of the tenant, for a run; anything else is not found. */
-    const active = Traced.fn("Teams.active")(function*(tenantId: TenantId, id: string) {
+    const active = Traced.fn("Teams.active")(function* (tenantId: TenantId, id: string) {
       const row = yield* repo.findById(tenantId, id)
-      if (Option.isNone(row) || row.value.status !== "active") return yield* new NotFound({ detail: `No active team ${id}` })
+      if (Option.isNone(row) || row.value.status !== "active")
+        return yield* new NotFound({ detail: `No active team ${id}` })
       return row.value
     })
 
-    const update = Traced.fn("Teams.update")(function*(tenantId: TenantId, id: string, input: UpdateTeam) {
+    const update = Traced.fn("Teams.update")(function* (tenantId: TenantId, id: string, input: UpdateTeam) {
       const fields = settle(input, yield* find(tenantId, id))
       // Only the limits sent are checked: a team set under a larger plan keeps
       // its limits, and its runs are held to the plan's bounds (TeamRuns.start).
@@ -222,26 +254,30 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
       return withRoom(row.value, room.state, room.signingSecret)
     })
 
-    const remove = Traced.fn("Teams.remove")(function*(tenantId: TenantId, id: string) {
+    const remove = Traced.fn("Teams.remove")(function* (tenantId: TenantId, id: string) {
       const removed = yield* repo.remove(tenantId, id)
       if (!removed) return yield* notFound(id)
       yield* webhooks.remove(tenantId, ownerOf(id))
     })
 
-    const rotateSecret = Traced.fn("Teams.rotateSecret")(function*(tenantId: TenantId, id: string) {
+    const rotateSecret = Traced.fn("Teams.rotateSecret")(function* (tenantId: TenantId, id: string) {
       yield* find(tenantId, id)
       return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
     })
 
-    const deliveries = Traced.fn("Teams.deliveries")(function*(tenantId: TenantId, id: string, query: {
-      readonly limit?: number | undefined
-      readonly cursor?: string | undefined
-    }) {
+    const deliveries = Traced.fn("Teams.deliveries")(function* (
+      tenantId: TenantId,
+      id: string,
+      query: {
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+      }
+    ) {
       yield* find(tenantId, id)
       return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
     })
 
-    const redeliver = Traced.fn("Teams.redeliver")(function*(tenantId: TenantId, id: string, eventId: string) {
+    const redeliver = Traced.fn("Teams.redeliver")(function* (tenantId: TenantId, id: string, eventId: string) {
       yield* find(tenantId, id)
       return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
     })
@@ -249,5 +285,7 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
     return { list, create, get, active, update, remove, rotateSecret, deliveries, redeliver, boundsOf } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([TeamsRepo.layer, Limits.layer, TokenBudget.layer]))
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([TeamsRepo.layer, Limits.layer, TokenBudget.layer])
+  )
 }

@@ -24,14 +24,17 @@ export const WebhookState = Schema.Struct({
   outputWebhookUrl: Schema.NullOr(Schema.String),
   webhookEnabled: Schema.Boolean,
   webhookDisabledReason: Schema.NullOr(Schema.String).annotate({
-    description: "Why the service disabled the webhook (a 410 answer, or failing for WEBHOOK_DISABLE_AFTER); null otherwise."
+    description:
+      "Why the service disabled the webhook (a 410 answer, or failing for WEBHOOK_DISABLE_AFTER); null otherwise."
   })
 })
 export type WebhookState = typeof WebhookState.Type
 
 /** The signing secret, shown once: when a webhook URL is first set, and on each rotation. */
 export const SigningSecret = Schema.Struct({
-  signingSecret: Schema.String.annotate({ description: "`whsec_` + base64 of the HMAC-SHA256 key (Standard Webhooks)." }),
+  signingSecret: Schema.String.annotate({
+    description: "`whsec_` + base64 of the HMAC-SHA256 key (Standard Webhooks)."
+  }),
   previousSecretExpiresAt: Schema.NullOr(Schema.Date).annotate({
     description: "Until then, deliveries also carry a signature with the previous secret."
   })
@@ -42,14 +45,20 @@ export const DeliveryAttempt = Schema.Struct({
   eventId: Schema.String.annotate({ description: "The `webhook-id` header: the same on every attempt of one event." }),
   type: Schema.String,
   subjectId: Schema.String.annotate({ description: "The run or execution the event is about." }),
-  attempt: Schema.Int.annotate({ description: "1 for the first attempt of a delivery; a redelivery starts again at 1." }),
+  attempt: Schema.Int.annotate({
+    description: "1 for the first attempt of a delivery; a redelivery starts again at 1."
+  }),
   redelivery: Schema.Int.annotate({ description: "0 for the original delivery, n for the n-th redelivery." }),
   at: Schema.Date,
   url: Schema.String,
   httpStatus: Schema.NullOr(Schema.Int),
-  error: Schema.NullOr(Schema.String).annotate({ description: "Why the attempt failed: refused address, timeout, connection error, redirect, status." }),
+  error: Schema.NullOr(Schema.String).annotate({
+    description: "Why the attempt failed: refused address, timeout, connection error, redirect, status."
+  }),
   durationMs: Schema.Int,
-  response: Schema.NullOr(Schema.String).annotate({ description: "The first 1 KB of the response body; null for a private target." })
+  response: Schema.NullOr(Schema.String).annotate({
+    description: "The first 1 KB of the response body; null for a private target."
+  })
 })
 export type DeliveryAttempt = typeof DeliveryAttempt.Type
 
@@ -68,7 +77,8 @@ export const Redelivery = Schema.Struct({
 export const RedeliveryErrors = [NotFound, RedeliveryLimitReached, RedeliveryRateLimited] as const
 
 /** How a redelivery route's refusals read in its documentation. */
-export const redeliveryRefusals = "409 `redelivery-limit-reached` when the event was redelivered WEBHOOK_MAX_REDELIVERIES " +
+export const redeliveryRefusals =
+  "409 `redelivery-limit-reached` when the event was redelivered WEBHOOK_MAX_REDELIVERIES " +
   "times (10 by default); 429 `redelivery-rate-limited` with Retry-After past WEBHOOK_REDELIVERIES_PER_TENANT " +
   "redeliveries per WEBHOOK_REDELIVERY_WINDOW for the tenant (30 per 10 minutes by default)."
 
@@ -115,22 +125,29 @@ export const webhookEndpoints = <Id extends Schema.Top, const SecretPath extends
       query: DeliveryPageQuery,
       success: DeliveryList,
       error: [NotFound, BadRequest]
-    }).annotateMerge(operation({ errors: `400 on a bad \`limit\` or \`cursor\`, ${notFound}.`, ...docs.deliveries, credential })),
+    }).annotateMerge(
+      operation({ errors: `400 on a bad \`limit\` or \`cursor\`, ${notFound}.`, ...docs.deliveries, credential })
+    ),
     redeliver: HttpApiEndpoint.post("redeliver", "/:id/deliveries/:eventId/redeliver", {
       params: { id: owner.id, eventId: Text },
       success: Redelivery.pipe(HttpApiSchema.status(202)),
       error: RedeliveryErrors
-    }).annotateMerge(operation({
-      description: "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
-        "schedule.",
-      errors: `${notFound} or has no such event; ${redeliveryRefusals}`,
-      ...docs.redeliver,
-      credential
-    })),
+    }).annotateMerge(
+      operation({
+        description:
+          "Sends an event again: the same `webhook-id`, a new timestamp and signature, and a fresh retry " +
+          "schedule.",
+        errors: `${notFound} or has no such event; ${redeliveryRefusals}`,
+        ...docs.redeliver,
+        credential
+      })
+    ),
     rotateSecret: HttpApiEndpoint.post("rotateSecret", owner.secretPath, {
       params: { id: owner.id },
       success: SigningSecret,
       error: [NotFound, Conflict]
-    }).annotateMerge(operation({ errors: `${notFound}, 409 when it has no webhook URL.`, ...docs.rotateSecret, credential }))
+    }).annotateMerge(
+      operation({ errors: `${notFound}, 409 when it has no webhook URL.`, ...docs.rotateSecret, credential })
+    )
   } as const
 }

@@ -34,7 +34,7 @@ type Outcome = typeof Outcome.Type
 export const userAgent = "agent-host-webhooks/1.0"
 const maxResponseBytes = 1024
 
-const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, redelivery: number, attempt: number) {
+const attemptOnce = Traced.fn("Webhooks.attempt")(function* (eventId: string, redelivery: number, attempt: number) {
   const repo = yield* WebhooksRepo
   const box = yield* SecretBox
   const config = yield* AppConfig
@@ -45,43 +45,51 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
   // Another redelivery of the event has begun, or this one is over.
   if (event.redelivery !== redelivery || event.status !== "pending") return "stop" as const
   if (!event.enabled || event.disabledReason !== null) {
-    yield* retryTransient(repo.failed(
-      eventId,
-      redelivery,
-      `Not sent: the webhook is ${event.disabledReason !== null ? `disabled (${event.disabledReason})` : "turned off"}`
-    ))
+    yield* retryTransient(
+      repo.failed(
+        eventId,
+        redelivery,
+        `Not sent: the webhook is ${event.disabledReason !== null ? `disabled (${event.disabledReason})` : "turned off"}`
+      )
+    )
     return "stop" as const
   }
   const started = yield* Clock.currentTimeMillis
   const record = (result: { httpStatus: number | null; error: string | null; response: string | null }) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const durationMs = Math.max(0, Math.round((yield* Clock.currentTimeMillis) - started))
-      yield* retryTransient(repo.recordAttempt({
-        eventId,
-        endpointId: event.endpointId,
-        redelivery,
-        attempt,
-        at: new Date(started),
-        url: event.url,
-        httpStatus: result.httpStatus,
-        error: result.error === null ? null : storable(result.error),
-        durationMs,
-        response: result.response === null ? null : storable(result.response)
-      }))
+      yield* retryTransient(
+        repo.recordAttempt({
+          eventId,
+          endpointId: event.endpointId,
+          redelivery,
+          attempt,
+          at: new Date(started),
+          url: event.url,
+          httpStatus: result.httpStatus,
+          error: result.error === null ? null : storable(result.error),
+          durationMs,
+          response: result.response === null ? null : storable(result.response)
+        })
+      )
     })
 
   const failure = (result: { httpStatus: number | null; error: string; response: string | null }) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       yield* record(result)
       yield* Effect.logWarning("Webhook delivery attempt failed").pipe(
         Effect.annotateLogs({ eventId, attempt, redelivery, endpointId: event.endpointId, error: result.error })
       )
       if (result.httpStatus === 410) {
         yield* retryTransient(repo.disable(event.endpointId, "The receiver answered 410 Gone"))
-        yield* retryTransient(repo.failed(eventId, redelivery, "The receiver answered 410 Gone; the webhook is disabled"))
+        yield* retryTransient(
+          repo.failed(eventId, redelivery, "The receiver answered 410 Gone; the webhook is disabled")
+        )
         return "stop" as const
       }
-      const expired = yield* retryTransient(repo.failing(event.endpointId, Duration.toMillis(config.webhookDisableAfter)))
+      const expired = yield* retryTransient(
+        repo.failing(event.endpointId, Duration.toMillis(config.webhookDisableAfter))
+      )
       if (expired) {
         const reason = `Every delivery failed for ${Duration.format(config.webhookDisableAfter)} (WEBHOOK_DISABLE_AFTER)`
         yield* retryTransient(repo.disable(event.endpointId, reason))
@@ -96,7 +104,8 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
   if (secret === undefined) {
     return yield* failure({
       httpStatus: null,
-      error: "The signing secret cannot be decrypted: WEBHOOK_SECRET_KEY changed since it was stored, or it was not " +
+      error:
+        "The signing secret cannot be decrypted: WEBHOOK_SECRET_KEY changed since it was stored, or it was not " +
         "stored for this webhook; rotate the secret",
       response: null
     })
@@ -112,20 +121,22 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
   const signatures = [secret, ...(previous === undefined ? [] : [previous])].map((key) =>
     sign(key, eventId, timestamp, event.body)
   )
-  const answer = yield* Effect.result(Guard.post({
-    url: url.success,
-    address: target.success.addresses[0]!,
-    headers: {
-      "content-type": "application/json",
-      "user-agent": userAgent,
-      "webhook-id": eventId,
-      "webhook-timestamp": String(timestamp),
-      "webhook-signature": signatures.join(" ")
-    },
-    body: event.body,
-    timeout: config.webhookTimeout,
-    maxBody: maxResponseBytes
-  }))
+  const answer = yield* Effect.result(
+    Guard.post({
+      url: url.success,
+      address: target.success.addresses[0]!,
+      headers: {
+        "content-type": "application/json",
+        "user-agent": userAgent,
+        "webhook-id": eventId,
+        "webhook-timestamp": String(timestamp),
+        "webhook-signature": signatures.join(" ")
+      },
+      body: event.body,
+      timeout: config.webhookTimeout,
+      maxBody: maxResponseBytes
+    })
+  )
   if (Result.isFailure(answer)) return yield* failure({ httpStatus: null, error: answer.failure, response: null })
   const { status, location } = answer.success
   // A private target's answer stays out of the log the tenant reads: it would read internal services back.
@@ -137,14 +148,21 @@ const attemptOnce = Traced.fn("Webhooks.attempt")(function*(eventId: string, red
   }
   return yield* failure({
     httpStatus: status,
-    error: status >= 300 && status < 400
-      ? `Redirect not followed (HTTP ${status}${location === undefined ? "" : `, Location: ${location}`})`
-      : `HTTP ${status}`,
+    error:
+      status >= 300 && status < 400
+        ? `Redirect not followed (HTTP ${status}${location === undefined ? "" : `, Location: ${location}`})`
+        : `HTTP ${status}`,
     response: body
   })
 })
 
-const run = Traced.fn("Webhooks.deliver")(function*({ eventId, redelivery }: { readonly eventId: string; readonly redelivery: number }) {
+const run = Traced.fn("Webhooks.deliver")(function* ({
+  eventId,
+  redelivery
+}: {
+  readonly eventId: string
+  readonly redelivery: number
+}) {
   const { webhookRetrySchedule } = yield* AppConfig
   const repo = yield* WebhooksRepo
   const attempts = webhookRetrySchedule.length + 1

@@ -50,11 +50,11 @@ type Address = ipaddr.IPv4 | ipaddr.IPv6
  */
 const embeddedIpv4 = (address: ipaddr.IPv6): ipaddr.IPv4 | undefined => {
   const parts = address.parts
-  const low = (high: number, lowPart: number) =>
-    new ipaddr.IPv4([high >> 8, high & 0xff, lowPart >> 8, lowPart & 0xff])
+  const low = (high: number, lowPart: number) => new ipaddr.IPv4([high >> 8, high & 0xff, lowPart >> 8, lowPart & 0xff])
   if (address.isIPv4MappedAddress()) return address.toIPv4Address()
   const range = address.range()
-  if (parts.slice(0, 6).every((part) => part === 0) && (parts[6] !== 0 || parts[7]! > 1)) return low(parts[6]!, parts[7]!)
+  if (parts.slice(0, 6).every((part) => part === 0) && (parts[6] !== 0 || parts[7]! > 1))
+    return low(parts[6]!, parts[7]!)
   if (range === "rfc6052" && !address.match(localNat64)) return low(parts[6]!, parts[7]!)
   if (range === "6to4") return low(parts[1]!, parts[2]!)
   return undefined
@@ -71,7 +71,8 @@ export const refusal = (raw: string, allowPrivate: boolean): string | undefined 
   const shown = address.toString()
   if (address.kind() === "ipv6") {
     const v6 = address as ipaddr.IPv6
-    if (v6.match(localNat64)) return `${shown} is a local-use NAT64 address (64:ff9b:1::/48), which may stand for any IPv4 address`
+    if (v6.match(localNat64))
+      return `${shown} is a local-use NAT64 address (64:ff9b:1::/48), which may stand for any IPv4 address`
     const embedded = embeddedIpv4(v6)
     if (embedded !== undefined) {
       const inner = refusal(embedded.toString(), allowPrivate)
@@ -89,7 +90,7 @@ export const refusal = (raw: string, allowPrivate: boolean): string | undefined 
   return `${shown} is a ${range} address`
 }
 
-export const defaultPort = (url: URL) => url.port !== "" ? Number(url.port) : url.protocol === "https:" ? 443 : 80
+export const defaultPort = (url: URL) => (url.port !== "" ? Number(url.port) : url.protocol === "https:" ? 443 : 80)
 
 /** The URL if it may be a webhook's (http(s), a host, no credentials), or why not; addresses are checked apart. */
 export const parseUrl = (raw: string): Result.Result<URL, string> => {
@@ -162,7 +163,10 @@ const noRecord = new Set(["ENODATA", "ENOTFOUND"])
  * file I/O share, for the name server's full timeout. Each lookup has its own
  * channel so an abandoned one can be cancelled.
  */
-const lookup = (host: string, servers: ReadonlyArray<string> | undefined): Effect.Effect<ReadonlyArray<string>, string> =>
+const lookup = (
+  host: string,
+  servers: ReadonlyArray<string> | undefined
+): Effect.Effect<ReadonlyArray<string>, string> =>
   Effect.tryPromise({
     try: async (signal) => {
       const resolver = new Dns.Resolver(resolverOptions)
@@ -173,7 +177,7 @@ const lookup = (host: string, servers: ReadonlyArray<string> | undefined): Effec
     catch: (error) => `${host} could not be resolved (${String(error)})`
   }).pipe(
     Effect.flatMap((results) => {
-      const found = results.flatMap((result) => result.status === "fulfilled" ? result.value : [])
+      const found = results.flatMap((result) => (result.status === "fulfilled" ? result.value : []))
       if (found.length > 0) return Effect.succeed(found)
       const codes = results.flatMap((result) =>
         result.status === "rejected" ? [String((result.reason as { code?: string }).code ?? result.reason)] : []
@@ -203,13 +207,20 @@ export const make = (options: {
     const addressesOf = (host: string): Effect.Effect<ReadonlyArray<string>, string> => {
       if (Net.isIP(host) !== 0) return Effect.succeed([host])
       if (isLocalhost(host)) return Effect.succeed(["127.0.0.1", "::1"])
-      return permits.withPermits(1)(lookup(host, options.servers)).pipe(
-        Effect.timeoutOrElse({ duration: lookupBound, orElse: () => Effect.fail(`${host} could not be resolved in time`) })
-      )
+      return permits
+        .withPermits(1)(lookup(host, options.servers))
+        .pipe(
+          Effect.timeoutOrElse({
+            duration: lookupBound,
+            orElse: () => Effect.fail(`${host} could not be resolved in time`)
+          })
+        )
     }
     return {
       check: (url) =>
-        addressesOf(hostOf(url)).pipe(Effect.flatMap((addresses) => Effect.fromResult(admit(url, addresses, options.policy))))
+        addressesOf(hostOf(url)).pipe(
+          Effect.flatMap((addresses) => Effect.fromResult(admit(url, addresses, options.policy)))
+        )
     }
   })
 
@@ -217,12 +228,14 @@ export const make = (options: {
 export class EgressGuard extends Context.Service<EgressGuard, EgressGuardShape>()("agent-host/Webhooks/EgressGuard") {
   static readonly layer = Layer.effect(
     EgressGuard,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const config = yield* AppConfig
-      return EgressGuard.of(yield* make({
-        policy: { allowPrivate: config.webhookAllowPrivate, allowedPorts: config.webhookAllowedPorts },
-        concurrency: config.webhookDnsConcurrency
-      }))
+      return EgressGuard.of(
+        yield* make({
+          policy: { allowPrivate: config.webhookAllowPrivate, allowedPorts: config.webhookAllowedPorts },
+          concurrency: config.webhookDnsConcurrency
+        })
+      )
     })
   )
 }
@@ -254,57 +267,65 @@ export const post = (options: {
   const { url } = options
   const timeoutMs = Duration.toMillis(options.timeout)
   const noAnswer = `No answer within ${timeoutMs} ms (WEBHOOK_TIMEOUT)`
-  const send = (headers: Readonly<Record<string, string>>) => Effect.callback<Answer, string>((resume) => {
-    const host = hostOf(url)
-    const transport = url.protocol === "https:" ? Https : Http
-    let settled = false
-    const done = (result: Effect.Effect<Answer, string>) => {
-      if (settled) return
-      settled = true
-      resume(result)
-    }
-    const request = transport.request({
-      host: options.address,
-      port: defaultPort(url),
-      path: `${url.pathname}${url.search}`,
-      method: "POST",
-      // The name the certificate must match, not the address connected to.
-      ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
-      headers: { ...headers, host: url.host, "content-length": String(Buffer.byteLength(options.body)) },
-      agent: false
-    }, (response) => {
-      const chunks: Array<Buffer> = []
-      let size = 0
-      const finish = () => {
-        const location = response.headers.location
-        done(Effect.succeed({
-          status: response.statusCode ?? 0,
-          location: typeof location === "string" ? location : undefined,
-          body: Buffer.concat(chunks).subarray(0, options.maxBody).toString("utf8")
-        }))
-        request.destroy()
+  const send = (headers: Readonly<Record<string, string>>) =>
+    Effect.callback<Answer, string>((resume) => {
+      const host = hostOf(url)
+      const transport = url.protocol === "https:" ? Https : Http
+      let settled = false
+      const done = (result: Effect.Effect<Answer, string>) => {
+        if (settled) return
+        settled = true
+        resume(result)
       }
-      response.on("data", (chunk: Buffer) => {
-        chunks.push(chunk)
-        size += chunk.length
-        if (size >= options.maxBody) finish()
+      const request = transport.request(
+        {
+          host: options.address,
+          port: defaultPort(url),
+          path: `${url.pathname}${url.search}`,
+          method: "POST",
+          // The name the certificate must match, not the address connected to.
+          ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
+          headers: { ...headers, host: url.host, "content-length": String(Buffer.byteLength(options.body)) },
+          agent: false
+        },
+        (response) => {
+          const chunks: Array<Buffer> = []
+          let size = 0
+          const finish = () => {
+            const location = response.headers.location
+            done(
+              Effect.succeed({
+                status: response.statusCode ?? 0,
+                location: typeof location === "string" ? location : undefined,
+                body: Buffer.concat(chunks).subarray(0, options.maxBody).toString("utf8")
+              })
+            )
+            request.destroy()
+          }
+          response.on("data", (chunk: Buffer) => {
+            chunks.push(chunk)
+            size += chunk.length
+            if (size >= options.maxBody) finish()
+          })
+          response.on("end", finish)
+          response.on("error", finish)
+        }
+      )
+      request.on("error", (error: NodeJS.ErrnoException) =>
+        done(Effect.fail(`Connection to ${options.address} failed: ${error.code ?? error.message}`))
+      )
+      request.end(options.body)
+      return Effect.sync(() => request.destroy())
+    }).pipe(
+      Effect.timeoutOrElse({
+        duration: options.timeout,
+        orElse: () => Effect.fail(noAnswer)
       })
-      response.on("end", finish)
-      response.on("error", finish)
-    })
-    request.on("error", (error: NodeJS.ErrnoException) =>
-      done(Effect.fail(`Connection to ${options.address} failed: ${error.code ?? error.message}`))
     )
-    request.end(options.body)
-    return Effect.sync(() => request.destroy())
-  }).pipe(
-    Effect.timeoutOrElse({
-      duration: options.timeout,
-      orElse: () => Effect.fail(noAnswer)
-    })
-  )
   return Effect.suspend(() =>
-    Traced.isExporting() ? traced({ url, address: options.address, noAnswer }, options.headers, send) : send(options.headers)
+    Traced.isExporting()
+      ? traced({ url, address: options.address, noAnswer }, options.headers, send)
+      : send(options.headers)
   )
 }
 

@@ -67,7 +67,7 @@ export interface PruneKey {
 
 /** All SQL of outbound webhooks; what a client reaches is scoped by tenant and owner. */
 export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/WebhooksRepo", {
-  make: Effect.gen(function*() {
+  make: Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
     const endpointCols = sql.literal("id, owner_id, url, enabled, disabled_reason")
 
@@ -79,11 +79,16 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
       )
 
     const endpoints = (tenantId: TenantId, kind: Owner["kind"], ids: ReadonlyArray<string>) =>
-      forEachChunk(ids, (chunk) =>
-        sql<EndpointRow>`
+      forEachChunk(
+        ids,
+        (chunk) =>
+          sql<EndpointRow>`
           SELECT ${endpointCols} FROM webhook_endpoints
           WHERE tenant_id = ${tenantId} AND owner_kind = ${kind} AND owner_id IN ${sql.in(chunk)}`
-      ).pipe(Effect.map((chunks): ReadonlyArray<EndpointRow> => chunks.flat()), Effect.orDie)
+      ).pipe(
+        Effect.map((chunks): ReadonlyArray<EndpointRow> => chunks.flat()),
+        Effect.orDie
+      )
 
     const insertEndpoint = (input: {
       readonly id: string
@@ -96,21 +101,34 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
       sql<EndpointRow>`INSERT INTO webhook_endpoints (id, tenant_id, owner_kind, owner_id, url, enabled, secret)
         VALUES (${input.id}, ${input.tenantId}, ${input.owner.kind}, ${input.owner.id}, ${input.url}, ${input.enabled}, ${input.secret})
         ON CONFLICT (tenant_id, owner_kind, owner_id) DO NOTHING
-        RETURNING ${endpointCols}`.pipe(Effect.map((rows) => Option.fromNullishOr(rows[0])), Effect.orDie)
+        RETURNING ${endpointCols}`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0])),
+        Effect.orDie
+      )
 
     /** A new URL or switch; either re-enables a disabled endpoint and forgets its failures. */
-    const updateEndpoint = (tenantId: TenantId, owner: Owner, change: { readonly url: string | null; readonly enabled: boolean | null }) =>
+    const updateEndpoint = (
+      tenantId: TenantId,
+      owner: Owner,
+      change: { readonly url: string | null; readonly enabled: boolean | null }
+    ) =>
       sql<EndpointRow>`UPDATE webhook_endpoints SET
           url = COALESCE(${change.url}, url),
           enabled = COALESCE(${change.enabled}, enabled),
           disabled_reason = NULL, disabled_at = NULL, failing_since = NULL,
           updated_at = now()
         WHERE tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}
-        RETURNING ${endpointCols}`.pipe(Effect.map((rows) => Option.fromNullishOr(rows[0])), Effect.orDie)
+        RETURNING ${endpointCols}`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0])),
+        Effect.orDie
+      )
 
     const removeEndpoint = (tenantId: TenantId, owner: Owner) =>
       sql`DELETE FROM webhook_endpoints
-        WHERE tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}`.pipe(Effect.asVoid, Effect.orDie)
+        WHERE tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}`.pipe(
+        Effect.asVoid,
+        Effect.orDie
+      )
 
     /** The new secret signs from now on; the current one goes on signing for `overlapMs`. */
     const rotate = (tenantId: TenantId, owner: Owner, secret: string, overlapMs: number) =>
@@ -151,12 +169,16 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
         WHERE e.id = ${eventId}`.pipe(Effect.map((rows) => Option.fromNullishOr(rows[0])))
 
     const redeliveryOf = (eventId: string) =>
-      sql<{ redelivery: number }>`SELECT redelivery FROM webhook_events WHERE id = ${eventId} AND status = 'pending'`.pipe(
+      sql<{
+        redelivery: number
+      }>`SELECT redelivery FROM webhook_events WHERE id = ${eventId} AND status = 'pending'`.pipe(
         Effect.map((rows) => Option.map(Option.fromNullishOr(rows[0]), (row) => row.redelivery))
       )
 
     const markStarted = (eventId: string, redelivery: number) =>
-      sql`UPDATE webhook_events SET started = true WHERE id = ${eventId} AND redelivery = ${redelivery}`.pipe(Effect.asVoid)
+      sql`UPDATE webhook_events SET started = true WHERE id = ${eventId} AND redelivery = ${redelivery}`.pipe(
+        Effect.asVoid
+      )
 
     /**
      * Logs an attempt. An attempt run again (its node was lost before its
@@ -176,11 +198,13 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
     }) =>
       sql`INSERT INTO webhook_attempts (event_id, endpoint_id, redelivery, attempt, at, url, http_status, error, duration_ms, response)
         VALUES (${attempt.eventId}, ${attempt.endpointId}, ${attempt.redelivery}, ${attempt.attempt}, ${attempt.at}, ${attempt.url},
-                ${attempt.httpStatus}, ${attempt.error}, ${attempt.durationMs}, ${attempt.response})`.pipe(Effect.asVoid)
+                ${attempt.httpStatus}, ${attempt.error}, ${attempt.durationMs}, ${attempt.response})`.pipe(
+        Effect.asVoid
+      )
 
     /** The event reached its endpoint: it is delivered and the endpoint is no longer failing. */
     const delivered = (eventId: string, redelivery: number, endpointId: string) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* sql`UPDATE webhook_events SET status = 'delivered', outcome = NULL, updated_at = now()
                    WHERE id = ${eventId} AND redelivery = ${redelivery}`
         yield* sql`UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ${endpointId} AND failing_since IS NOT NULL`
@@ -226,9 +250,14 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
       limits: { readonly maxRedeliveries: number; readonly capacity: number; readonly perSecond: number },
       entityIdOf: (redelivery: number) => Effect.Effect<string>
     ) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const drained = sql`GREATEST(0, b.level - EXTRACT(EPOCH FROM now() - b.updated_at)::float8 * ${limits.perSecond})`
-        const rows = yield* sql<{ previous: number; level: number | null; refused: boolean | null; redelivery: number | null }>`
+        const rows = yield* sql<{
+          previous: number
+          level: number | null
+          refused: boolean | null
+          redelivery: number | null
+        }>`
           WITH event AS (
             SELECT e.id, e.redelivery FROM webhook_events e JOIN webhook_endpoints w ON w.id = e.endpoint_id
             WHERE e.id = ${eventId} AND w.tenant_id = ${tenantId} AND w.owner_kind = ${owner.kind} AND w.owner_id = ${owner.id}
@@ -254,8 +283,8 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
         if (row === undefined) return { _tag: "NotFound" } as const
         if (row.redelivery === null) {
           return row.refused === true
-            ? { _tag: "RateLimited", level: row.level ?? limits.capacity } as const
-            : { _tag: "LimitReached", redeliveries: row.previous } as const
+            ? ({ _tag: "RateLimited", level: row.level ?? limits.capacity } as const)
+            : ({ _tag: "LimitReached", redeliveries: row.previous } as const)
         }
         const entityId = yield* entityIdOf(row.redelivery)
         yield* sql`INSERT INTO webhook_redeliveries (event_id, redelivery, entity_id)
@@ -265,11 +294,13 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
 
     /** Redelivery buckets untouched for `seconds` have drained: forget them. */
     const forgetIdleBuckets = (seconds: number) =>
-      sql`DELETE FROM webhook_redelivery_buckets WHERE updated_at < now() - make_interval(secs => ${seconds})`.pipe(Effect.asVoid)
+      sql`DELETE FROM webhook_redelivery_buckets WHERE updated_at < now() - make_interval(secs => ${seconds})`.pipe(
+        Effect.asVoid
+      )
 
     /** The owner's attempts, newest first, after the `before` attempt id. */
     const attempts = (tenantId: TenantId, owner: Owner, before: string | null, limit: number) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const rows = yield* sql<AttemptRow & { total: number }>`
           SELECT a.id::text AS id, a.event_id, e.type, e.subject_id, a.attempt, a.redelivery, a.at, a.url,
                  a.http_status, a.error, a.duration_ms, a.response,
@@ -337,14 +368,18 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
         ORDER BY id LIMIT ${limit}`
 
     /** Writes re-sealed secrets into the row if it still holds what was read; whether it did. */
-    const resealSecrets = (read: SealedSecretsRow, sealed: { readonly secret: string; readonly previousSecret: string | null }) =>
-      sql<{ id: string }>`UPDATE webhook_endpoints SET secret = ${sealed.secret}, previous_secret = ${sealed.previousSecret}
+    const resealSecrets = (
+      read: SealedSecretsRow,
+      sealed: { readonly secret: string; readonly previousSecret: string | null }
+    ) =>
+      sql<{
+        id: string
+      }>`UPDATE webhook_endpoints SET secret = ${sealed.secret}, previous_secret = ${sealed.previousSecret}
         WHERE id = ${read.id} AND secret = ${read.secret} AND previous_secret IS NOT DISTINCT FROM ${read.previousSecret}
         RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
 
-    const markSecretsUpgraded = sql`INSERT INTO webhook_secret_upgrades (version) VALUES ('v2') ON CONFLICT DO NOTHING`.pipe(
-      Effect.asVoid
-    )
+    const markSecretsUpgraded =
+      sql`INSERT INTO webhook_secret_upgrades (version) VALUES ('v2') ON CONFLICT DO NOTHING`.pipe(Effect.asVoid)
 
     return {
       secretsUpgraded,

@@ -52,7 +52,8 @@ const sealWith = (key: Buffer, version: "v2", secret: string, aad: Buffer): stri
 
 const openWith = (key: Buffer, sealed: string, version: "v1" | "v2", aad: Buffer | undefined): string | undefined => {
   const [found, iv, tag, data, extra] = sealed.split(".")
-  if (found !== version || iv === undefined || tag === undefined || data === undefined || extra !== undefined) return undefined
+  if (found !== version || iv === undefined || tag === undefined || data === undefined || extra !== undefined)
+    return undefined
   try {
     const decipher = Crypto.createDecipheriv("aes-256-gcm", key, Buffer.from(iv, "base64"))
     if (aad !== undefined) decipher.setAAD(aad)
@@ -79,25 +80,30 @@ export const isLegacy = (sealed: string | null): sealed is string => sealed !== 
  * is refused: a v1 value copied into a row later does not open. Until this
  * node's pass has finished, v1 still opens, so deliveries go on meanwhile.
  */
-export class SecretBox extends Context.Service<SecretBox, {
-  readonly seal: (secret: string, owner: SecretOwner) => string
-  /**
-   * The secret, or undefined when it cannot be opened: the key changed, it
-   * was sealed for another owner, or it is a v1 value once v1 is refused.
-   */
-  readonly open: (sealed: string, owner: SecretOwner) => string | undefined
-}>()("agent-host/Webhooks/SecretBox") {
+export class SecretBox extends Context.Service<
+  SecretBox,
+  {
+    readonly seal: (secret: string, owner: SecretOwner) => string
+    /**
+     * The secret, or undefined when it cannot be opened: the key changed, it
+     * was sealed for another owner, or it is a v1 value once v1 is refused.
+     */
+    readonly open: (sealed: string, owner: SecretOwner) => string | undefined
+  }
+>()("agent-host/Webhooks/SecretBox") {
   static readonly layer = Layer.effect(
     SecretBox,
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const config = yield* AppConfig
       const repo = yield* WebhooksRepo
       const key = Option.isSome(config.webhookSecretKey)
         ? Buffer.from(Redacted.value(config.webhookSecretKey.value).trim(), "base64")
-        : yield* keyFile(Option.match(config.embeddedPostgresDataDir, {
-          onNone: () => Path.resolve(".data", "webhook-secret.key"),
-          onSome: (dir) => Path.join(Path.dirname(dir), "webhook-secret.key")
-        }))
+        : yield* keyFile(
+            Option.match(config.embeddedPostgresDataDir, {
+              onNone: () => Path.resolve(".data", "webhook-secret.key"),
+              onSome: (dir) => Path.join(Path.dirname(dir), "webhook-secret.key")
+            })
+          )
       // v1 opens only while the re-seal has not finished: false once the
       // record says it has (or this node's pass finished).
       let legacyOpens = !(yield* repo.secretsUpgraded.pipe(Effect.retry(startRetry), Effect.orDie))
@@ -107,8 +113,14 @@ export class SecretBox extends Context.Service<SecretBox, {
           const secret = openWith(key, sealed, "v1", undefined)
           return secret === undefined ? undefined : seal(secret, owner)
         }).pipe(
-          Effect.tap(() => Effect.sync(() => { legacyOpens = false })),
-          Effect.tapError((error) => Effect.logWarning("Re-sealing webhook signing secrets failed; trying again", error)),
+          Effect.tap(() =>
+            Effect.sync(() => {
+              legacyOpens = false
+            })
+          ),
+          Effect.tapError((error) =>
+            Effect.logWarning("Re-sealing webhook signing secrets failed; trying again", error)
+          ),
           Effect.retry(Schedule.spaced("10 seconds")),
           Effect.forkScoped
         )
@@ -119,8 +131,8 @@ export class SecretBox extends Context.Service<SecretBox, {
           sealed.startsWith("v2.")
             ? openWith(key, sealed, "v2", aadOf(owner))
             : legacyOpens
-            ? openWith(key, sealed, "v1", undefined)
-            : undefined
+              ? openWith(key, sealed, "v1", undefined)
+              : undefined
       })
     })
   ).pipe(Layer.provide(WebhooksRepo.layer))
@@ -143,21 +155,22 @@ const resealLegacy = (
   repo: WebhooksRepo["Service"],
   reseal: (sealed: string, owner: SecretOwner) => string | undefined
 ) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     let resealed = 0
     let unreadable = 0
-    for (let round = 1;; round++) {
+    for (let round = 1; ; round++) {
       // Rows that keep changing under the pass: it fails, and is started again later.
-      if (round > 5) return yield* Effect.fail(new Error("Webhook endpoints kept changing while their secrets were re-sealed"))
+      if (round > 5)
+        return yield* Effect.fail(new Error("Webhook endpoints kept changing while their secrets were re-sealed"))
       let after = ""
       let changedMeanwhile = 0
       while (true) {
         const rows = yield* repo.legacySecrets(after, resealBatch)
         for (const row of rows) {
           const owner = { tenantId: row.tenantId, kind: row.ownerKind, id: row.ownerId }
-          const secret = isLegacy(row.secret) ? reseal(row.secret, owner) ?? row.secret : row.secret
+          const secret = isLegacy(row.secret) ? (reseal(row.secret, owner) ?? row.secret) : row.secret
           const previous = isLegacy(row.previousSecret)
-            ? reseal(row.previousSecret, owner) ?? row.previousSecret
+            ? (reseal(row.previousSecret, owner) ?? row.previousSecret)
             : row.previousSecret
           unreadable += (isLegacy(secret) ? 1 : 0) + (isLegacy(previous) ? 1 : 0)
           if (secret === row.secret && previous === row.previousSecret) continue
@@ -175,7 +188,9 @@ const resealLegacy = (
     if (resealed > 0 || unreadable > 0) {
       yield* Effect.logInfo(
         `Re-sealed ${resealed} webhook endpoints' signing secrets bound to their owners` +
-          (unreadable === 0 ? "" : `; ${unreadable} stored secrets could not be opened with this key and stay unreadable`)
+          (unreadable === 0
+            ? ""
+            : `; ${unreadable} stored secrets could not be opened with this key and stay unreadable`)
       )
     }
   }).pipe(Traced.withSpan("SecretBox.resealLegacy"))
@@ -187,7 +202,7 @@ export class SecretKeyFileError extends Data.TaggedError("SecretKeyFileError")<{
 // file that cannot be read or decoded stops the start: replacing it would make
 // every stored signing secret unreadable.
 const keyFile = (file: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const existing = yield* readKeyFile(file)
     if (existing !== undefined) return existing
     const key = Crypto.randomBytes(32)
@@ -230,13 +245,16 @@ const readKeyFile = (file: string) =>
     Effect.flatMap((text) => {
       if (text === undefined) return Effect.succeed(undefined)
       const key = Buffer.from(text.trim(), "base64")
-      return key.length === 32 ? Effect.succeed(key) : Effect.fail(unusable(file, "does not hold the base64 of 32 bytes"))
+      return key.length === 32
+        ? Effect.succeed(key)
+        : Effect.fail(unusable(file, "does not hold the base64 of 32 bytes"))
     })
   )
 
 const unusable = (file: string, problem: string) =>
   new SecretKeyFileError({
-    message: `The webhook secret key file ${file} ${problem}. It is left as it is: replacing it would make every ` +
+    message:
+      `The webhook secret key file ${file} ${problem}. It is left as it is: replacing it would make every ` +
       "stored webhook signing secret unreadable. Restore the file, or set WEBHOOK_SECRET_KEY to the key " +
       "(base64 of 32 bytes); remove the file only if the stored signing secrets may be lost."
   })

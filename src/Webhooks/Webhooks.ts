@@ -15,8 +15,21 @@ import { AppConfig } from "../Config.ts"
 import { maxIdsPerStatement } from "../Database/Chunks.ts"
 import { decodeCursor, encodeCursor, type Page } from "../Domain/Cursor.ts"
 import { newId, type TenantId } from "../Domain/Ids.ts"
-import { BadRequest, Conflict, NotFound, QuotaReached, RedeliveryLimitReached, RedeliveryRateLimited } from "../Domain/Problems.ts"
-import { defaultDeliveryPageSize, type DeliveryAttempt, isAttemptKey, type SigningSecret, type WebhookState } from "./Api.ts"
+import {
+  BadRequest,
+  Conflict,
+  NotFound,
+  type QuotaReached,
+  RedeliveryLimitReached,
+  RedeliveryRateLimited
+} from "../Domain/Problems.ts"
+import {
+  defaultDeliveryPageSize,
+  type DeliveryAttempt,
+  isAttemptKey,
+  type SigningSecret,
+  type WebhookState
+} from "./Api.ts"
 import { DeliveryWorkflow } from "./Delivery.ts"
 import * as Guard from "./Guard.ts"
 import { type EndpointRow, type PruneKey, WebhooksRepo } from "./Repo.ts"
@@ -84,17 +97,25 @@ export interface WebhooksShape {
    * WEBHOOK_REDELIVERIES_PER_TENANT per WEBHOOK_REDELIVERY_WINDOW per tenant
    * (then 429 with Retry-After).
    */
-  readonly redeliver: (tenantId: TenantId, owner: Owner, eventId: string) => Effect.Effect<{
-    readonly eventId: string
-    readonly status: "pending"
-  }, NotFound | RedeliveryLimitReached | RedeliveryRateLimited>
+  readonly redeliver: (
+    tenantId: TenantId,
+    owner: Owner,
+    eventId: string
+  ) => Effect.Effect<
+    {
+      readonly eventId: string
+      readonly status: "pending"
+    },
+    NotFound | RedeliveryLimitReached | RedeliveryRateLimited
+  >
 }
 
 /** Retry-After on whatever response the current request gets (nothing outside a request). */
 const retryAfterHeader = (seconds: number) =>
   Effect.withFiber((fiber) => {
     HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (_request, response) =>
-      Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(seconds))))
+      Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(seconds)))
+    )
     return Effect.void
   })
 
@@ -103,7 +124,7 @@ const retryAfterHeader = (seconds: number) =>
  * stores the start before this returns), then marks the event handed over.
  */
 const startDelivery = (eventId: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const repo = yield* WebhooksRepo
     const redelivery = yield* repo.redeliveryOf(eventId)
     if (Option.isNone(redelivery)) return
@@ -117,7 +138,7 @@ const startDelivery = (eventId: string) =>
  * retries, the delivery log, redelivery and the SSRF guard).
  */
 export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-host/Webhooks") {
-  static readonly make = Effect.gen(function*() {
+  static readonly make = Effect.gen(function* () {
     const repo = yield* WebhooksRepo
     const box = yield* SecretBox
     const config = yield* AppConfig
@@ -137,42 +158,46 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
 
     /** The URL, normalised, if it may be a webhook's: its scheme, host and every address it resolves to. */
     const checkUrl = (raw: string, field: ReadonlyArray<string>) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const url = Guard.parseUrl(raw.trim())
         if (Result.isFailure(url)) return yield* refused(field, url.failure)
-        yield* guard.check(url.success).pipe(
-          Effect.mapError((why) => refused(field, why))
-        )
+        yield* guard.check(url.success).pipe(Effect.mapError((why) => refused(field, why)))
         return url.success.toString()
       })
 
-    const configure: WebhooksShape["configure"] = Traced.fn("Webhooks.configure")(function*(tenantId, owner, change, field) {
-      if (change.url === null) {
-        yield* repo.removeEndpoint(tenantId, owner)
-        return { state: noWebhook, signingSecret: null }
+    const configure: WebhooksShape["configure"] = Traced.fn("Webhooks.configure")(
+      function* (tenantId, owner, change, field) {
+        if (change.url === null) {
+          yield* repo.removeEndpoint(tenantId, owner)
+          return { state: noWebhook, signingSecret: null }
+        }
+        const url = change.url === undefined ? null : yield* checkUrl(change.url, field)
+        const existing = yield* repo.findEndpoint(tenantId, owner)
+        if (Option.isNone(existing)) {
+          if (url === null) return { state: noWebhook, signingSecret: null }
+          const secret = newSecret()
+          const inserted = yield* limits.admit(
+            tenantId,
+            "webhookEndpoints",
+            repo.insertEndpoint({
+              id: newId(),
+              tenantId,
+              owner,
+              url,
+              enabled: change.enabled ?? true,
+              secret: box.seal(secret, { tenantId, ...owner })
+            })
+          )
+          // Another request set it at the same moment: this one changes it, with the secret already made.
+          if (Option.isSome(inserted)) return { state: stateOf(inserted.value), signingSecret: secret }
+        }
+        if (url === null && change.enabled === undefined) {
+          return { state: Option.match(existing, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
+        }
+        const updated = yield* repo.updateEndpoint(tenantId, owner, { url, enabled: change.enabled ?? null })
+        return { state: Option.match(updated, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
       }
-      const url = change.url === undefined ? null : yield* checkUrl(change.url, field)
-      const existing = yield* repo.findEndpoint(tenantId, owner)
-      if (Option.isNone(existing)) {
-        if (url === null) return { state: noWebhook, signingSecret: null }
-        const secret = newSecret()
-        const inserted = yield* limits.admit(tenantId, "webhookEndpoints", repo.insertEndpoint({
-          id: newId(),
-          tenantId,
-          owner,
-          url,
-          enabled: change.enabled ?? true,
-          secret: box.seal(secret, { tenantId, ...owner })
-        }))
-        // Another request set it at the same moment: this one changes it, with the secret already made.
-        if (Option.isSome(inserted)) return { state: stateOf(inserted.value), signingSecret: secret }
-      }
-      if (url === null && change.enabled === undefined) {
-        return { state: Option.match(existing, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
-      }
-      const updated = yield* repo.updateEndpoint(tenantId, owner, { url, enabled: change.enabled ?? null })
-      return { state: Option.match(updated, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
-    })
+    )
 
     const state: WebhooksShape["state"] = (tenantId, owner) =>
       Effect.map(repo.findEndpoint(tenantId, owner), Option.match({ onNone: () => noWebhook, onSome: stateOf }))
@@ -183,9 +208,14 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         return new Map(ids.map((id) => [id, byOwner.get(id) ?? noWebhook] as const))
       })
 
-    const rotateSecret: WebhooksShape["rotateSecret"] = Traced.fn("Webhooks.rotateSecret")(function*(tenantId, owner) {
+    const rotateSecret: WebhooksShape["rotateSecret"] = Traced.fn("Webhooks.rotateSecret")(function* (tenantId, owner) {
       const secret = newSecret()
-      const expires = yield* repo.rotate(tenantId, owner, box.seal(secret, { tenantId, ...owner }), Duration.toMillis(config.webhookRotationOverlap))
+      const expires = yield* repo.rotate(
+        tenantId,
+        owner,
+        box.seal(secret, { tenantId, ...owner }),
+        Duration.toMillis(config.webhookRotationOverlap)
+      )
       if (Option.isNone(expires)) return yield* new Conflict({ detail: "There is no webhook URL to sign for" })
       return { signingSecret: secret, previousSecretExpiresAt: expires.value }
     })
@@ -205,7 +235,11 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         })
       }).pipe(Traced.withSpan("Webhooks.enqueue"))
 
-    const start = (eventId: string) => startDelivery(eventId).pipe(Effect.provideService(WebhooksRepo, repo), Effect.provideService(WorkflowEngine.WorkflowEngine, engine))
+    const start = (eventId: string) =>
+      startDelivery(eventId).pipe(
+        Effect.provideService(WebhooksRepo, repo),
+        Effect.provideService(WorkflowEngine.WorkflowEngine, engine)
+      )
 
     const deliver: WebhooksShape["deliver"] = (eventId) =>
       start(eventId).pipe(
@@ -221,25 +255,29 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         Traced.withSpan("Webhooks.deliver")
       )
 
-    const deliveries: WebhooksShape["deliveries"] = Traced.fn("Webhooks.deliveries")(function*(tenantId, owner, query) {
-      const before = yield* decodeCursor(query.cursor, isAttemptKey)
-      const limit = query.limit ?? defaultDeliveryPageSize
-      const { rows, total } = yield* repo.attempts(tenantId, owner, before, limit + 1)
-      const data = rows.slice(0, limit).map((row): DeliveryAttempt => ({
-        eventId: row.eventId,
-        type: row.type,
-        subjectId: row.subjectId,
-        attempt: row.attempt,
-        redelivery: row.redelivery,
-        at: new Date(row.at),
-        url: row.url,
-        httpStatus: row.httpStatus,
-        error: row.error,
-        durationMs: row.durationMs,
-        response: row.response
-      }))
-      return { data, total, nextCursor: rows.length > limit ? encodeCursor(rows[limit - 1]!.id) : null }
-    })
+    const deliveries: WebhooksShape["deliveries"] = Traced.fn("Webhooks.deliveries")(
+      function* (tenantId, owner, query) {
+        const before = yield* decodeCursor(query.cursor, isAttemptKey)
+        const limit = query.limit ?? defaultDeliveryPageSize
+        const { rows, total } = yield* repo.attempts(tenantId, owner, before, limit + 1)
+        const data = rows.slice(0, limit).map(
+          (row): DeliveryAttempt => ({
+            eventId: row.eventId,
+            type: row.type,
+            subjectId: row.subjectId,
+            attempt: row.attempt,
+            redelivery: row.redelivery,
+            at: new Date(row.at),
+            url: row.url,
+            httpStatus: row.httpStatus,
+            error: row.error,
+            durationMs: row.durationMs,
+            response: row.response
+          })
+        )
+        return { data, total, nextCursor: rows.length > limit ? encodeCursor(rows[limit - 1]!.id) : null }
+      }
+    )
 
     const redeliveryWindowSeconds = Math.max(1, Duration.toSeconds(config.webhookRedeliveryWindow))
     const redeliveryLimits = {
@@ -247,9 +285,10 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
       capacity: config.webhookRedeliveriesPerTenant,
       perSecond: config.webhookRedeliveriesPerTenant / redeliveryWindowSeconds
     }
-    const entityIdOf = (eventId: string) => (redelivery: number) => DeliveryWorkflow.executionId({ eventId, redelivery })
+    const entityIdOf = (eventId: string) => (redelivery: number) =>
+      DeliveryWorkflow.executionId({ eventId, redelivery })
 
-    const redeliver: WebhooksShape["redeliver"] = Traced.fn("Webhooks.redeliver")(function*(tenantId, owner, eventId) {
+    const redeliver: WebhooksShape["redeliver"] = Traced.fn("Webhooks.redeliver")(function* (tenantId, owner, eventId) {
       if (eventId.length > 64) return yield* new NotFound({ detail: `No event ${eventId}` })
       const outcome = yield* repo.redeliver(tenantId, owner, eventId, redeliveryLimits, entityIdOf(eventId))
       switch (outcome._tag) {
@@ -263,10 +302,14 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
           })
         case "RateLimited": {
           // Time until one more redelivery fits in the bucket.
-          const retryAfter = Math.max(1, Math.ceil((outcome.level + 1 - redeliveryLimits.capacity) / redeliveryLimits.perSecond))
+          const retryAfter = Math.max(
+            1,
+            Math.ceil((outcome.level + 1 - redeliveryLimits.capacity) / redeliveryLimits.perSecond)
+          )
           yield* retryAfterHeader(retryAfter)
           return yield* new RedeliveryRateLimited({
-            detail: `Too many redeliveries: at most ${redeliveryLimits.capacity} per ${Duration.format(config.webhookRedeliveryWindow)} ` +
+            detail:
+              `Too many redeliveries: at most ${redeliveryLimits.capacity} per ${Duration.format(config.webhookRedeliveryWindow)} ` +
               `(WEBHOOK_REDELIVERIES_PER_TENANT); try again in ${retryAfter} s`,
             setting: "WEBHOOK_REDELIVERIES_PER_TENANT",
             limit: redeliveryLimits.capacity,
@@ -297,13 +340,16 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
    */
   static readonly sweeper = Singleton.make(
     "WebhooksSweep",
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const repo = yield* WebhooksRepo
       const config = yield* AppConfig
       // Idempotent: a delivery already under way is keyed by the same event and redelivery.
-      const sweep = Effect.gen(function*() {
+      const sweep = Effect.gen(function* () {
         const ids = yield* repo.unstarted(500)
-        yield* Effect.forEach(ids, (eventId) => Effect.ignore(startDelivery(eventId)), { discard: true, concurrency: 10 })
+        yield* Effect.forEach(ids, (eventId) => Effect.ignore(startDelivery(eventId)), {
+          discard: true,
+          concurrency: 10
+        })
       })
       const tables = yield* ClusterStorage.ClusterTables
       const batchSize = 200
@@ -315,8 +361,10 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
        * nothing depends on how many redeliveries an event had.
        */
       const pruneEvents = (eventIds: ReadonlyArray<string>) =>
-        Effect.gen(function*() {
-          const firsts = yield* Effect.forEach(eventIds, (eventId) => DeliveryWorkflow.executionId({ eventId, redelivery: 0 }))
+        Effect.gen(function* () {
+          const firsts = yield* Effect.forEach(eventIds, (eventId) =>
+            DeliveryWorkflow.executionId({ eventId, redelivery: 0 })
+          )
           yield* tables.deleteMessages(DeliveryWorkflow, firsts)
           while (true) {
             const stored = yield* repo.storedRedeliveries(eventIds, maxIdsPerStatement)
@@ -336,23 +384,34 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         pruneEvents(eventIds).pipe(
           Effect.catchCause((cause) =>
             Effect.logWarning("A webhook message prune batch failed; pruning its events one by one", cause).pipe(
-              Effect.andThen(Effect.forEach(eventIds, (eventId) =>
-                pruneEvents([eventId]).pipe(
-                  Effect.catchCause((cause) =>
-                    Effect.logWarning("Webhook message prune of an event failed; skipped until the next prune", cause).pipe(
-                      Effect.annotateLogs({ eventId })
-                    )
-                  )
-                ), { discard: true }))
+              Effect.andThen(
+                Effect.forEach(
+                  eventIds,
+                  (eventId) =>
+                    pruneEvents([eventId]).pipe(
+                      Effect.catchCause((cause) =>
+                        Effect.logWarning(
+                          "Webhook message prune of an event failed; skipped until the next prune",
+                          cause
+                        ).pipe(Effect.annotateLogs({ eventId }))
+                      )
+                    ),
+                  { discard: true }
+                )
+              )
             )
           )
         )
 
-      const prune = Effect.gen(function*() {
+      const prune = Effect.gen(function* () {
         const seconds = Duration.toSeconds(config.webhookMessagesRetention)
         let after: PruneKey | null = null
         for (let batch = 0; batch < 20; batch++) {
-          const events: ReadonlyArray<{ readonly id: string; readonly at: string }> = yield* repo.unpruned(seconds, batchSize, after)
+          const events: ReadonlyArray<{ readonly id: string; readonly at: string }> = yield* repo.unpruned(
+            seconds,
+            batchSize,
+            after
+          )
           if (events.length === 0) break
           const last = events[events.length - 1]!
           after = { at: last.at, id: last.id }
@@ -361,9 +420,11 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
         }
       })
       // Buckets idle for a whole window have drained.
-      const forgetBuckets = repo.forgetIdleBuckets(Math.max(1, Duration.toSeconds(config.webhookRedeliveryWindow))).pipe(
-        Effect.catchCause((cause) => Effect.logWarning("Forgetting idle webhook redelivery buckets failed", cause))
-      )
+      const forgetBuckets = repo
+        .forgetIdleBuckets(Math.max(1, Duration.toSeconds(config.webhookRedeliveryWindow)))
+        .pipe(
+          Effect.catchCause((cause) => Effect.logWarning("Forgetting idle webhook redelivery buckets failed", cause))
+        )
       yield* prune.pipe(
         Effect.catchCause((cause) => Effect.logWarning("Webhook message prune failed", cause)),
         Effect.andThen(forgetBuckets),

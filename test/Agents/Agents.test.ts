@@ -6,7 +6,7 @@ import { TestClient } from "../support/TestServer.ts"
 layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestServices: true })("agents", (it) => {
   describe("management", () => {
     it.effect("creates with defaults, reads, updates partially and deletes", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const auth = { headers: TestServer.bearer(account.token) }
@@ -41,42 +41,56 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         const gone = yield* client.request("GET", `/api/agents/${id}`, auth)
         assert.strictEqual(gone.status, 404)
         assert.strictEqual(gone.headers.get("content-type"), "application/problem+json")
-      }))
+      })
+    )
 
-    it.effect("lists show every change at once on this node; the API-key list has the active agents in the reference's fields, without instructions", () =>
-      Effect.gen(function*() {
-        const client = yield* TestClient
-        const account = yield* TestServer.signUp()
-        const auth = { headers: TestServer.bearer(account.token) }
-        const key = { headers: TestServer.bearer((yield* TestServer.createKey(account)).key) }
-        const ids = (response: { readonly body: any }) => (response.body.data as Array<{ id: string }>).map((a) => a.id)
-        const first = yield* client.request("POST", "/api/agents", { ...auth, body: { name: "First", instructions: "Secret." } })
-        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [first.body.id])
-        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [first.body.id])
-        // Each change shows in the very next list, read twice (the second from what the node kept).
-        const second = yield* client.request("POST", "/api/agents", { ...auth, body: { name: "Second", status: "inactive" } })
-        for (let i = 0; i < 2; i++) {
-          const all = yield* client.request("GET", "/api/agents", auth)
-          assert.deepStrictEqual(all.body, { data: [first.body, second.body], total: 2, nextCursor: null })
-          const active = yield* client.request("GET", "/api/v1/agents", key)
-          assert.strictEqual(active.headers.get("content-type"), "application/json")
-          const { id, name, description, model, status, memoryEnabled, createdAt } = first.body
-          assert.deepStrictEqual(active.body, {
-            data: [{ id, name, description, model, status, memoryEnabled, createdAt }],
-            total: 1,
-            nextCursor: null
+    it.effect(
+      "lists show every change at once on this node; the API-key list has the active agents in the reference's fields, without instructions",
+      () =>
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const account = yield* TestServer.signUp()
+          const auth = { headers: TestServer.bearer(account.token) }
+          const key = { headers: TestServer.bearer((yield* TestServer.createKey(account)).key) }
+          const ids = (response: { readonly body: any }) =>
+            (response.body.data as Array<{ id: string }>).map((a) => a.id)
+          const first = yield* client.request("POST", "/api/agents", {
+            ...auth,
+            body: { name: "First", instructions: "Secret." }
           })
-        }
-        yield* client.request("PUT", `/api/agents/${second.body.id}`, { ...auth, body: { status: "active" } })
-        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [first.body.id, second.body.id])
-        assert.strictEqual((yield* client.request("GET", "/api/v1/agents?limit=1", key)).body.total, 2)
-        yield* client.request("DELETE", `/api/agents/${first.body.id}`, auth)
-        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [second.body.id])
-        assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [second.body.id])
-      }))
+          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [first.body.id])
+          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [first.body.id])
+          // Each change shows in the very next list, read twice (the second from what the node kept).
+          const second = yield* client.request("POST", "/api/agents", {
+            ...auth,
+            body: { name: "Second", status: "inactive" }
+          })
+          for (let i = 0; i < 2; i++) {
+            const all = yield* client.request("GET", "/api/agents", auth)
+            assert.deepStrictEqual(all.body, { data: [first.body, second.body], total: 2, nextCursor: null })
+            const active = yield* client.request("GET", "/api/v1/agents", key)
+            assert.strictEqual(active.headers.get("content-type"), "application/json")
+            const { id, name, description, model, status, memoryEnabled, createdAt } = first.body
+            assert.deepStrictEqual(active.body, {
+              data: [{ id, name, description, model, status, memoryEnabled, createdAt }],
+              total: 1,
+              nextCursor: null
+            })
+          }
+          yield* client.request("PUT", `/api/agents/${second.body.id}`, { ...auth, body: { status: "active" } })
+          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [
+            first.body.id,
+            second.body.id
+          ])
+          assert.strictEqual((yield* client.request("GET", "/api/v1/agents?limit=1", key)).body.total, 2)
+          yield* client.request("DELETE", `/api/agents/${first.body.id}`, auth)
+          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [second.body.id])
+          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [second.body.id])
+        })
+    )
 
     it.effect("names the bad field on create and update", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const auth = { headers: TestServer.bearer(account.token) }
@@ -98,10 +112,11 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         const badUpdate = yield* client.request("PUT", `/api/agents/${agent.id}`, { ...auth, body: { name: "" } })
         assert.strictEqual(badUpdate.status, 400)
         assert.deepStrictEqual(badUpdate.body.errors[0].path, ["payload", "name"])
-      }))
+      })
+    )
 
     it.effect("another tenant's agent is 404 on read, update and delete, and absent from lists", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const owner = yield* TestServer.signUp()
         const stranger = yield* TestServer.signUp()
@@ -111,7 +126,10 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         const read = yield* client.request("GET", `/api/agents/${agent.id}`, strangerAuth)
         assert.strictEqual(read.status, 404)
         assert.deepStrictEqual({ ...read.body, detail: undefined }, { ...missing.body, detail: undefined })
-        const update = yield* client.request("PUT", `/api/agents/${agent.id}`, { ...strangerAuth, body: { name: "Mine" } })
+        const update = yield* client.request("PUT", `/api/agents/${agent.id}`, {
+          ...strangerAuth,
+          body: { name: "Mine" }
+        })
         assert.strictEqual(update.status, 404)
         const remove = yield* client.request("DELETE", `/api/agents/${agent.id}`, strangerAuth)
         assert.strictEqual(remove.status, 404)
@@ -124,22 +142,24 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
           headers: TestServer.bearer(owner.token)
         })
         assert.strictEqual(ownerRead.body.name, "Helper")
-      }))
+      })
+    )
 
     it.effect("an id that cannot exist is simply not found", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const response = yield* client.request("GET", "/api/agents/not-a-uuid", {
           headers: TestServer.bearer(account.token)
         })
         assert.strictEqual(response.status, 404)
-      }))
+      })
+    )
   })
 
   describe("GET /api/v1/agents", () => {
     it.effect("lists only active agents, paginated by cursor, with the full total", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(account, ["read"])
@@ -153,11 +173,24 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         const first = yield* client.request("GET", "/api/v1/agents?limit=2", { headers })
         assert.strictEqual(first.status, 200)
         assert.strictEqual(first.body.total, 5)
-        assert.deepStrictEqual(first.body.data.map((a: { id: string }) => a.id), created.slice(0, 2))
-        const second = yield* client.request("GET", `/api/v1/agents?limit=2&cursor=${first.body.nextCursor}`, { headers })
-        assert.deepStrictEqual(second.body.data.map((a: { id: string }) => a.id), created.slice(2, 4))
-        const third = yield* client.request("GET", `/api/v1/agents?limit=2&cursor=${second.body.nextCursor}`, { headers })
-        assert.deepStrictEqual(third.body.data.map((a: { id: string }) => a.id), created.slice(4))
+        assert.deepStrictEqual(
+          first.body.data.map((a: { id: string }) => a.id),
+          created.slice(0, 2)
+        )
+        const second = yield* client.request("GET", `/api/v1/agents?limit=2&cursor=${first.body.nextCursor}`, {
+          headers
+        })
+        assert.deepStrictEqual(
+          second.body.data.map((a: { id: string }) => a.id),
+          created.slice(2, 4)
+        )
+        const third = yield* client.request("GET", `/api/v1/agents?limit=2&cursor=${second.body.nextCursor}`, {
+          headers
+        })
+        assert.deepStrictEqual(
+          third.body.data.map((a: { id: string }) => a.id),
+          created.slice(4)
+        )
         assert.isNull(third.body.nextCursor)
         assert.strictEqual(third.body.total, 5)
 
@@ -166,10 +199,11 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         assert.isTrue(all.body.data.every((a: { status: string }) => a.status === "active"))
         const management = yield* client.request("GET", "/api/agents", { headers: TestServer.bearer(account.token) })
         assert.strictEqual(management.body.total, 6)
-      }))
+      })
+    )
 
     it.effect("rejects a bad limit or cursor with 400 naming the query parameter", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(account)
@@ -182,6 +216,7 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         const cursor = yield* client.request("GET", "/api/v1/agents?cursor=%%%", { headers })
         assert.strictEqual(cursor.status, 400)
         assert.deepStrictEqual(cursor.body.errors[0].path, ["query", "cursor"])
-      }))
+      })
+    )
   })
 })

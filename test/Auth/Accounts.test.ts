@@ -6,7 +6,7 @@ import { TestClient } from "../support/TestServer.ts"
 layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions", (it) => {
   describe("register", () => {
     it.effect("creates a tenant on the free plan with the user as owner", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const response = yield* client.request("POST", "/api/auth/register", {
           body: { email: "owner@example.com", password: "12345678" }
@@ -18,10 +18,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         assert.strictEqual(response.body.tenant.plan, "free")
         assert.isString(response.body.tenant.id)
         assert.notProperty(response.body.user, "passwordHash")
-      }))
+      })
+    )
 
     it.effect("refuses a duplicate e-mail, whatever its case, with 409", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const first = yield* client.request("POST", "/api/auth/register", {
           body: { email: "twice@example.com", password: "12345678" }
@@ -33,17 +34,21 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         assert.strictEqual(second.status, 409)
         assert.strictEqual(second.headers.get("content-type"), "application/problem+json")
         assert.strictEqual(second.body.status, 409)
-      }))
+      })
+    )
 
     it.effect("names the bad field: invalid e-mail, short password, missing field", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const badEmail = yield* client.request("POST", "/api/auth/register", {
           body: { email: "not-an-email", password: "12345678" }
         })
         assert.strictEqual(badEmail.status, 400)
         assert.strictEqual(badEmail.headers.get("content-type"), "application/problem+json")
-        assert.deepStrictEqual(badEmail.body.errors.map((e: { path: Array<string> }) => e.path), [["payload", "email"]])
+        assert.deepStrictEqual(
+          badEmail.body.errors.map((e: { path: Array<string> }) => e.path),
+          [["payload", "email"]]
+        )
 
         const shortPassword = yield* client.request("POST", "/api/auth/register", {
           body: { email: "short@example.com", password: "1234567" }
@@ -55,12 +60,13 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         const missing = yield* client.request("POST", "/api/auth/register", { body: { password: "12345678" } })
         assert.strictEqual(missing.status, 400)
         assert.deepStrictEqual(missing.body.errors[0].path, ["payload", "email"])
-      }))
+      })
+    )
   })
 
   describe("login", () => {
     it.effect("returns a token, its expiry and the user, and sets an HttpOnly session cookie", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         yield* client.request("POST", "/api/auth/register", {
           body: { email: "login@example.com", password: "12345678", name: "Lou" }
@@ -84,10 +90,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         assert.strictEqual(me.status, 200)
         assert.strictEqual(me.body.user.email, "login@example.com")
         assert.strictEqual(me.body.tenant.plan, "free")
-      }))
+      })
+    )
 
     it.effect("answers an unknown e-mail and a wrong password with the same 401", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         yield* client.request("POST", "/api/auth/register", {
           body: { email: "known@example.com", password: "12345678" }
@@ -102,12 +109,13 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         assert.strictEqual(unknownEmail.status, 401)
         assert.deepStrictEqual(wrongPassword.body, unknownEmail.body)
         assert.isNull(wrongPassword.headers.get("set-cookie"))
-      }))
+      })
+    )
   })
 
   describe("logout", () => {
     it.effect("revokes the bearer session server-side", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const before = yield* client.request("GET", "/api/auth/me", { headers: TestServer.bearer(account.token) })
@@ -117,10 +125,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         const after = yield* client.request("GET", "/api/auth/me", { headers: TestServer.bearer(account.token) })
         assert.strictEqual(after.status, 401)
         assert.strictEqual(after.headers.get("content-type"), "application/problem+json")
-      }))
+      })
+    )
 
     it.effect("revokes the cookie session and expires the cookie", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const logout = yield* client.request("POST", "/api/auth/logout", { headers: { cookie: account.cookie } })
@@ -128,10 +137,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         assert.match(logout.headers.get("set-cookie") ?? "", /^session=;.*(Max-Age=0|Expires=Thu, 01 Jan 1970)/i)
         const after = yield* client.request("GET", "/api/auth/me", { headers: { cookie: account.cookie } })
         assert.strictEqual(after.status, 401)
-      }))
+      })
+    )
 
     it.effect("refuses management routes without a session, or with an API key instead", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(account)
@@ -141,13 +151,14 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
         assert.strictEqual(withKey.status, 401)
         const garbage = yield* client.request("GET", "/api/agents", { headers: TestServer.bearer("st_nope") })
         assert.strictEqual(garbage.status, 401)
-      }))
+      })
+    )
   })
 })
 
 layer(TestServer.layer({ cookieSecure: true }), { excludeTestServices: true })("behind HTTPS", (it) => {
   it.effect("COOKIE_SECURE names the session cookie __Host-session and marks it Secure", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const account = yield* TestServer.signUp()
       const client = yield* TestClient
       const login = yield* client.request("POST", "/api/auth/login", {
@@ -155,5 +166,6 @@ layer(TestServer.layer({ cookieSecure: true }), { excludeTestServices: true })("
       })
       assert.match(login.headers.get("set-cookie") ?? "", /^__Host-session=st_/)
       assert.match(login.headers.get("set-cookie") ?? "", /;\s*Secure/i)
-    }))
+    })
+  )
 })

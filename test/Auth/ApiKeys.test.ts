@@ -8,7 +8,7 @@ import { TestClient } from "../support/TestServer.ts"
 layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
   describe("management", () => {
     it.effect("shows the plaintext once; the list has no key, only its prefix", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
         const api = yield* TestServer.apiClient(account.token)
         const created = yield* api.keys.create({ payload: { name: "ci", scopes: ["read", "chat"] } })
@@ -21,18 +21,20 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         assert.strictEqual(list.total, 1)
         assert.notInclude(yield* response.text, created.key)
         assert.strictEqual(list.data[0]!.prefix, created.prefix)
-      }))
+      })
+    )
 
     it.effect("gives a key without a scopes list every scope", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
         const api = yield* TestServer.apiClient(account.token)
         const created = yield* api.keys.create({ payload: { name: "all" } })
         assert.deepStrictEqual(created.scopes, ["read", "chat", "execute", "teams"])
-      }))
+      })
+    )
 
     it.effect("rejects unknown scopes, an empty scopes list and a missing name with 400", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const unknown = yield* client.request("POST", "/api/keys", {
@@ -53,12 +55,13 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         })
         assert.strictEqual(noName.status, 400)
         assert.deepStrictEqual(noName.body.errors[0].path, ["payload", "name"])
-      }))
+      })
+    )
   })
 
   describe("authentication on /api/v1", () => {
     it.effect("401 for a missing, malformed, unknown or non-bearer key", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(account)
@@ -79,18 +82,20 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         }
         const ok = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
         assert.strictEqual(ok.status, 200)
-      }))
+      })
+    )
 
     it.effect("refuses a session token where an API key is required", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const response = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(account.token) })
         assert.strictEqual(response.status, 401)
-      }))
+      })
+    )
 
     it.effect("a revoked key stops working at once, even after it was cached", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(account)
@@ -103,10 +108,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         assert.strictEqual((yield* api.keys.list()).total, 0)
         const again = yield* Effect.flip(api.keys.revoke({ params: { id: ApiKeyId.make(key.id) } }))
         assert.instanceOf(again, NotFound)
-      }))
+      })
+    )
 
     it.effect("a key outside its scopes gets 403 naming the scope", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const chatOnly = yield* TestServer.createKey(account, ["chat"])
@@ -114,10 +120,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         assert.strictEqual(response.status, 403)
         assert.strictEqual(response.body.requiredScope, "read")
         assert.strictEqual(response.headers.get("content-type"), "application/problem+json")
-      }))
+      })
+    )
 
     it.effect("another tenant cannot revoke my key", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const mine = yield* TestServer.signUp()
         const theirs = yield* TestServer.signUp()
@@ -127,6 +134,7 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         assert.instanceOf(attempt, NotFound)
         const still = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
         assert.strictEqual(still.status, 200)
-      }))
+      })
+    )
   })
 })

@@ -8,12 +8,13 @@ const foreign = "https://evil.example"
 /** Creates an agent with the given headers; the response. */
 const createAgent = (headers: Record<string, string>) =>
   Effect.flatMap(TestClient, (client) =>
-    client.request("POST", "/api/agents", { headers, body: { name: "Origin test" } }))
+    client.request("POST", "/api/agents", { headers, body: { name: "Origin test" } })
+  )
 
 describe("Origin check on cookie-authenticated writes", () => {
   layer(TestServer.layer(), { excludeTestServices: true })((it) => {
     it.effect("a cookie write from a foreign Origin is a 403 problem and changes nothing", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const created = yield* createAgent({ cookie: account.cookie, origin: foreign })
@@ -36,12 +37,15 @@ describe("Origin check on cookie-authenticated writes", () => {
         const keys = yield* client.request("GET", "/api/keys", { headers: TestServer.bearer(account.token) })
         assert.strictEqual(keys.body.total, 1)
         // Reads are not writes: a foreign page cannot read the answer anyway (no CORS).
-        const read = yield* client.request("GET", "/api/agents", { headers: { cookie: account.cookie, origin: foreign } })
+        const read = yield* client.request("GET", "/api/agents", {
+          headers: { cookie: account.cookie, origin: foreign }
+        })
         assert.strictEqual(read.status, 200)
-      }))
+      })
+    )
 
     it.effect("same-origin cookie writes, bearer-token writes and writes without Origin pass", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const own = client.baseUrl
@@ -67,17 +71,25 @@ describe("Origin check on cookie-authenticated writes", () => {
         // ...unless the browser's fetch metadata says the request is cross-site.
         const crossSite = yield* createAgent({ cookie: account.cookie, "sec-fetch-site": "cross-site" })
         assert.strictEqual(crossSite.status, 403)
-      }))
+      })
+    )
   })
 
   layer(TestServer.layer({ allowedOrigins: ["https://app.example.com"] }), { excludeTestServices: true })((it) => {
     it.effect("ALLOWED_ORIGINS admits the listed origins besides the service's own", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
-        assert.strictEqual((yield* createAgent({ cookie: account.cookie, origin: "https://app.example.com" })).status, 201)
+        assert.strictEqual(
+          (yield* createAgent({ cookie: account.cookie, origin: "https://app.example.com" })).status,
+          201
+        )
         assert.strictEqual((yield* createAgent({ cookie: account.cookie, origin: client.baseUrl })).status, 201)
-        assert.strictEqual((yield* createAgent({ cookie: account.cookie, origin: "https://other.example.com" })).status, 403)
-      }))
+        assert.strictEqual(
+          (yield* createAgent({ cookie: account.cookie, origin: "https://other.example.com" })).status,
+          403
+        )
+      })
+    )
   })
 })

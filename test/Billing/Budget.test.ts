@@ -8,17 +8,18 @@ import { type Account, TestClient } from "../support/TestServer.ts"
 
 // Free: 1,000 tokens a day and two models; pro: any OpenAI model.
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey, {
-    freeDailyTokens: 1000,
-    freeModels: Option.some(["local", "openai/gpt-4o-mini"]),
-    proModels: Option.some(["local", "openai/*"])
+  freeDailyTokens: 1000,
+  freeModels: Option.some(["local", "openai/gpt-4o-mini"]),
+  proModels: Option.some(["local", "openai/*"])
 })
 
 const billing = (account: Account) =>
   Effect.flatMap(TestClient, (client) =>
-    client.request("GET", "/api/billing", { headers: TestServer.bearer(account.token) }))
+    client.request("GET", "/api/billing", { headers: TestServer.bearer(account.token) })
+  )
 
 const setUp = (model = "openai/gpt-4o-mini") =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const account = yield* TestServer.signUp()
     const { key } = yield* TestServer.createKey(account)
@@ -36,7 +37,7 @@ const secondsToUtcMidnight = () => Math.ceil((86_400_000 - (Date.now() % 86_400_
 layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
   describe("the daily token budget", () => {
     it.effect("chat is refused with 429 once the day's tokens are spent; billing reports them", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ text: "Sure.", usage: { input: 400, output: 200 } })
@@ -91,10 +92,11 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
           tokensUsedToday: 1200,
           tokensRemainingToday: 0
         })
-      }))
+      })
+    )
 
     it.effect("an execution's next step fails with a clear error once the budget is spent", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ text: "Done.", usage: { input: 900, output: 150 } })
@@ -142,69 +144,99 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
         assert.strictEqual(fresh.status, 429, fresh.text)
         assert.strictEqual(fresh.body.type, "urn:agent-host:problem:token-budget-spent")
         assert.strictEqual(fake.requests.length, 1)
-      }))
+      })
+    )
 
     it.effect("the count is exact under concurrent chats: it is the sum of the turns' tokens", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({})
         const n = 30
-        fake.script(...Array.from({ length: n }, (_, i) => ({ text: `Reply ${i}`, usage: { input: 10 + i, output: 2 * i + 1 } })))
+        fake.script(
+          ...Array.from({ length: n }, (_, i) => ({ text: `Reply ${i}`, usage: { input: 10 + i, output: 2 * i + 1 } }))
+        )
         const { account, chat } = yield* setUp()
         const sql = yield* SqlClient.SqlClient
         yield* sql`UPDATE tenants SET plan = 'business' WHERE id = ${account.tenantId}`
-        const responses = yield* Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) =>
-          chat(`m${i}`, {}, `c${i}`), { concurrency: "unbounded" })
-        assert.deepStrictEqual(responses.map((r) => r.status), Array(n).fill(200))
+        const responses = yield* Effect.forEach(
+          Array.from({ length: n }, (_, i) => i),
+          (i) => chat(`m${i}`, {}, `c${i}`),
+          { concurrency: "unbounded" }
+        )
+        assert.deepStrictEqual(
+          responses.map((r) => r.status),
+          Array(n).fill(200)
+        )
         const sum = responses.reduce((total, r) => total + (r.body.tokens as number), 0)
         const expected = Array.from({ length: n }, (_, i) => 10 + i + 2 * i + 1).reduce((a, b) => a + b, 0)
         assert.strictEqual(sum, expected)
         const status = yield* billing(account)
         assert.deepInclude(status.body, { plan: "business", tokenBudget: null, tokensRemainingToday: null })
         assert.strictEqual(status.body.tokensUsedToday, expected)
-      }))
+      })
+    )
   })
 
   describe("the tokens of runs' steps", () => {
-    it.effect("concurrent steps are each charged before their run is final, and the day's count is their exact sum", () =>
-      Effect.gen(function*() {
-        const fake = yield* FakeOpenAi
-        fake.reset()
-        fake.setDefault({})
-        const n = 24
-        fake.script(...Array.from({ length: n }, (_, i) => ({ text: `Done ${i}`, usage: { input: 5 + i, output: 3 * i + 2 } })))
-        const client = yield* TestClient
-        const { account, agentId, key } = yield* setUp()
-        const sql = yield* SqlClient.SqlClient
-        yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${account.tenantId}`
-        const created = yield* client.request("POST", "/api/orchestrations", {
-          headers: TestServer.bearer(account.token),
-          body: { name: "One", steps: [{ id: "only", agentId, prompt: "Do {{input}}" }] }
-        })
-        assert.strictEqual(created.status, 201, created.text)
-        const started = yield* Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) =>
-          client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
-            headers: TestServer.bearer(key),
-            body: { input: `run ${i}` }
-          }), { concurrency: "unbounded" })
-        assert.deepStrictEqual(started.map((r) => r.status), Array(n).fill(202))
-        const finals = yield* Effect.forEach(started, (r) => waitFinal(key, r.body.executionId), { concurrency: "unbounded" })
-        assert.deepStrictEqual(finals.map((e) => e.status), Array(n).fill("completed"))
-        const expected = Array.from({ length: n }, (_, i) => 5 + i + 3 * i + 2).reduce((a, b) => a + b, 0)
-        assert.strictEqual(finals.reduce((total, e) => total + (e.tokensUsed as number), 0), expected)
-        // Read straight from the table, not through the service (which would
-        // wait for this node's writes in flight): the charges landed before
-        // the runs were final.
-        const rows = yield* sql<{ tokens: number }>`
+    it.effect(
+      "concurrent steps are each charged before their run is final, and the day's count is their exact sum",
+      () =>
+        Effect.gen(function* () {
+          const fake = yield* FakeOpenAi
+          fake.reset()
+          fake.setDefault({})
+          const n = 24
+          fake.script(
+            ...Array.from({ length: n }, (_, i) => ({ text: `Done ${i}`, usage: { input: 5 + i, output: 3 * i + 2 } }))
+          )
+          const client = yield* TestClient
+          const { account, agentId, key } = yield* setUp()
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${account.tenantId}`
+          const created = yield* client.request("POST", "/api/orchestrations", {
+            headers: TestServer.bearer(account.token),
+            body: { name: "One", steps: [{ id: "only", agentId, prompt: "Do {{input}}" }] }
+          })
+          assert.strictEqual(created.status, 201, created.text)
+          const started = yield* Effect.forEach(
+            Array.from({ length: n }, (_, i) => i),
+            (i) =>
+              client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
+                headers: TestServer.bearer(key),
+                body: { input: `run ${i}` }
+              }),
+            { concurrency: "unbounded" }
+          )
+          assert.deepStrictEqual(
+            started.map((r) => r.status),
+            Array(n).fill(202)
+          )
+          const finals = yield* Effect.forEach(started, (r) => waitFinal(key, r.body.executionId), {
+            concurrency: "unbounded"
+          })
+          assert.deepStrictEqual(
+            finals.map((e) => e.status),
+            Array(n).fill("completed")
+          )
+          const expected = Array.from({ length: n }, (_, i) => 5 + i + 3 * i + 2).reduce((a, b) => a + b, 0)
+          assert.strictEqual(
+            finals.reduce((total, e) => total + (e.tokensUsed as number), 0),
+            expected
+          )
+          // Read straight from the table, not through the service (which would
+          // wait for this node's writes in flight): the charges landed before
+          // the runs were final.
+          const rows = yield* sql<{ tokens: number }>`
           SELECT coalesce(sum(tokens), 0)::int AS tokens FROM daily_usage WHERE tenant_id = ${account.tenantId}`
-        assert.strictEqual(rows[0]!.tokens, expected)
-      }))
+          assert.strictEqual(rows[0]!.tokens, expected)
+        })
+    )
   })
 
   describe("the models a plan may use", () => {
     it.effect("refused at agent create and update, and at chat and run time after a plan change", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ usage: { input: 5, output: 5 } })
@@ -237,7 +269,10 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
         yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${account.tenantId}`
         const big = yield* TestServer.createAgent(account, { model: "openai/gpt-4o" })
         const chatBig = () =>
-          client.request("POST", `/api/v1/agents/${big.id}/chat`, { headers: TestServer.bearer(key), body: { message: "hi" } })
+          client.request("POST", `/api/v1/agents/${big.id}/chat`, {
+            headers: TestServer.bearer(key),
+            body: { message: "hi" }
+          })
         assert.strictEqual((yield* chatBig()).status, 200)
         const orchestration = yield* client.request("POST", "/api/orchestrations", {
           headers: auth,
@@ -264,7 +299,8 @@ layer(withFake, { excludeTestServices: true })("model cost per plan", (it) => {
         assert.strictEqual(execution.status, "failed")
         assert.include(execution.error, `Step s: The free plan may not use the model "openai/gpt-4o"`)
         assert.strictEqual(fake.requests.length, calls)
-      }))
+      })
+    )
   })
 })
 
@@ -278,4 +314,5 @@ const waitFinal = (key: string, id: string) =>
         return response.body
       }),
       { timeoutMs: 15_000 }
-    ))
+    )
+  )

@@ -13,7 +13,11 @@ import { type Account, TestClient, type TestResponse } from "../support/TestServ
 // in the database as an operator (or the Stripe webhook) would.
 
 type Plan = "free" | "pro" | "business"
-const plans: ReadonlyArray<readonly [Plan, number]> = [["free", 1], ["pro", 2], ["business", 3]]
+const plans: ReadonlyArray<readonly [Plan, number]> = [
+  ["free", 1],
+  ["pro", 2],
+  ["business", 3]
+]
 
 // n is 1, 2, 3 for free, pro, business. Documents and orchestrations get one
 // more place than what is tested beside them (bytes, webhook URLs), so that
@@ -44,7 +48,7 @@ const hook = "http://127.0.0.1:9/hook"
 const session = (account: Account) => TestServer.bearer(account.token)
 
 const tenantOn = (plan: Plan) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const account = yield* TestServer.signUp()
     const sql = yield* SqlClient.SqlClient
     yield* sql`UPDATE tenants SET plan = ${plan} WHERE id = ${account.tenantId}`
@@ -56,7 +60,8 @@ const post = (account: Account, path: string, body: unknown) =>
 
 const request = (account: Account, method: string, path: string, body?: unknown) =>
   Effect.flatMap(TestClient, (client) =>
-    client.request(method, path, { headers: session(account), ...(body === undefined ? {} : { body }) }))
+    client.request(method, path, { headers: session(account), ...(body === undefined ? {} : { body }) })
+  )
 
 const created = (response: TestResponse, what: string) => {
   assert.include([200, 201, 202], response.status, `${what}: ${response.text}`)
@@ -76,17 +81,23 @@ const setting: Record<keyof PlanQuotas, string> = {
 }
 
 /** The refusal names the quota, its setting, the plan, the limit, what the tenant has and what it asked for. */
-const assertRefused = (response: TestResponse, expected: {
-  readonly quota: keyof PlanQuotas
-  readonly plan: Plan
-  readonly limit: number
-  readonly used: number
-  readonly requested?: number
-}) => {
+const assertRefused = (
+  response: TestResponse,
+  expected: {
+    readonly quota: keyof PlanQuotas
+    readonly plan: Plan
+    readonly limit: number
+    readonly used: number
+    readonly requested?: number
+  }
+) => {
   const storage = expected.quota === "storedBytes"
   assert.strictEqual(response.status, storage ? 413 : 429, response.text)
   assert.strictEqual(response.headers.get("content-type"), "application/problem+json")
-  assert.strictEqual(response.body.type, `urn:agent-host:problem:${storage ? "storage-quota-exceeded" : "quota-reached"}`)
+  assert.strictEqual(
+    response.body.type,
+    `urn:agent-host:problem:${storage ? "storage-quota-exceeded" : "quota-reached"}`
+  )
   assert.deepInclude(response.body, {
     quota: expected.quota,
     setting: `${expected.plan.toUpperCase()}_${setting[expected.quota]}`,
@@ -123,7 +134,10 @@ const documentsOf = (response: TestResponse): ReadonlyArray<any> =>
 /** A text of sentences that the splitter cuts into exactly `count` chunks under `chunking`, as ingestion does. */
 const textOfChunks = (count: number, chunking: Chunking, also?: (text: string) => boolean) => {
   for (let sentences = 1; sentences < 2_000; sentences++) {
-    const text = Array.from({ length: sentences }, (_, i) => `Sentence number ${i} talks about lanterns and harbours.`).join(" ")
+    const text = Array.from(
+      { length: sentences },
+      (_, i) => `Sentence number ${i} talks about lanterns and harbours.`
+    ).join(" ")
     if (split({ text, kind: "text" }, chunking).length === count && (also?.(text) ?? true)) return text
   }
   throw new Error(`No text of ${count} chunks`)
@@ -134,28 +148,32 @@ const chunking64: Chunking = { strategy: "auto", chunkSize: 64, chunkOverlap: 0 
 
 layer(TestServer.layer(settings), { excludeTestServices: true })("per-plan quotas", (it) => {
   describe("definitions, created one at a time", () => {
-    it.effect("agents: each plan's MAX_AGENTS are created, the next is a 429 naming the quota; a deletion frees a place", () =>
-      Effect.gen(function*() {
-        for (const [plan, n] of plans) {
-          const account = yield* tenantOn(plan)
-          const ids: Array<string> = []
-          for (let i = 0; i < n; i++) ids.push(created(yield* createAgent(account), `${plan} agent ${i}`).id)
-          assertRefused(yield* createAgent(account), { quota: "agents", plan, limit: n, used: n })
-          const listed = yield* request(account, "GET", "/api/agents")
-          assert.strictEqual(listed.body.total, n, plan)
-          assert.strictEqual((yield* request(account, "DELETE", `/api/agents/${ids[0]}`)).status, 204)
-          created(yield* createAgent(account), `${plan} agent after a deletion`)
-          assertRefused(yield* createAgent(account), { quota: "agents", plan, limit: n, used: n })
-        }
-      }))
+    it.effect(
+      "agents: each plan's MAX_AGENTS are created, the next is a 429 naming the quota; a deletion frees a place",
+      () =>
+        Effect.gen(function* () {
+          for (const [plan, n] of plans) {
+            const account = yield* tenantOn(plan)
+            const ids: Array<string> = []
+            for (let i = 0; i < n; i++) ids.push(created(yield* createAgent(account), `${plan} agent ${i}`).id)
+            assertRefused(yield* createAgent(account), { quota: "agents", plan, limit: n, used: n })
+            const listed = yield* request(account, "GET", "/api/agents")
+            assert.strictEqual(listed.body.total, n, plan)
+            assert.strictEqual((yield* request(account, "DELETE", `/api/agents/${ids[0]}`)).status, 204)
+            created(yield* createAgent(account), `${plan} agent after a deletion`)
+            assertRefused(yield* createAgent(account), { quota: "agents", plan, limit: n, used: n })
+          }
+        })
+    )
 
     it.effect("orchestrations: each plan's MAX_ORCHESTRATIONS, then 429", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         for (const [plan, n] of plans) {
           const account = yield* tenantOn(plan)
           const agent = created(yield* createAgent(account), "agent")
           const orchestration = { name: "One", steps: [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }] }
-          for (let i = 0; i < n + 1; i++) created(yield* post(account, "/api/orchestrations", orchestration), `${plan} orchestration ${i}`)
+          for (let i = 0; i < n + 1; i++)
+            created(yield* post(account, "/api/orchestrations", orchestration), `${plan} orchestration ${i}`)
           assertRefused(yield* post(account, "/api/orchestrations", orchestration), {
             quota: "orchestrations",
             plan,
@@ -163,10 +181,11 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("per-plan quota
             used: n + 1
           })
         }
-      }))
+      })
+    )
 
     it.effect("teams: each plan's MAX_TEAMS, then 429", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         for (const [plan, n] of plans) {
           const account = yield* tenantOn(plan)
           const agent = created(yield* createAgent(account), "agent")
@@ -174,69 +193,105 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("per-plan quota
           for (let i = 0; i < n; i++) created(yield* post(account, "/api/teams", team), `${plan} team ${i}`)
           assertRefused(yield* post(account, "/api/teams", team), { quota: "teams", plan, limit: n, used: n })
         }
-      }))
+      })
+    )
 
     it.effect("API keys: each plan's MAX_API_KEYS, then 429; a revoked key frees its place", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         for (const [plan, n] of plans) {
           const account = yield* tenantOn(plan)
           const ids: Array<string> = []
-          for (let i = 0; i < n; i++) ids.push(created(yield* post(account, "/api/keys", { name: `key ${i}` }), `${plan} key ${i}`).id)
-          assertRefused(yield* post(account, "/api/keys", { name: "one more" }), { quota: "apiKeys", plan, limit: n, used: n })
-          assert.strictEqual((yield* request(account, "DELETE", `/api/keys/${ids[0]}`)).status, 204)
-          created(yield* post(account, "/api/keys", { name: "in its place" }), `${plan} key after a revocation`)
-        }
-      }))
-
-    it.effect("webhook URLs: each plan's MAX_WEBHOOK_ENDPOINTS, then 429 on create (nothing left behind) and on update", () =>
-      Effect.gen(function*() {
-        for (const [plan, n] of plans) {
-          const account = yield* tenantOn(plan)
-          const agent = created(yield* createAgent(account), "agent")
-          const steps = [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }]
-          // A team's room counts as an orchestration's webhook does.
-          created(yield* post(account, "/api/teams", { name: "Team", members: [{ agentId: agent.id }], room: { outputWebhookUrl: hook } }), "team")
-          for (let i = 1; i < n; i++) created(yield* post(account, "/api/orchestrations", { name: `O${i}`, steps, outputWebhookUrl: hook }), `${plan} o${i}`)
-          const refused = yield* post(account, "/api/orchestrations", { name: "Past", steps, outputWebhookUrl: hook })
-          assertRefused(refused, { quota: "webhookEndpoints", plan, limit: n, used: n })
-          const listed = yield* request(account, "GET", "/api/orchestrations")
-          assert.deepStrictEqual(listed.body.data.map((o: any) => o.name).sort(), Array.from({ length: n - 1 }, (_, i) => `O${i + 1}`).sort())
-          const plain = created(yield* post(account, "/api/orchestrations", { name: "Plain", steps }), "without a webhook")
-          assertRefused(yield* request(account, "PUT", `/api/orchestrations/${plain.id}`, { outputWebhookUrl: hook }), {
-            quota: "webhookEndpoints",
+          for (let i = 0; i < n; i++)
+            ids.push(created(yield* post(account, "/api/keys", { name: `key ${i}` }), `${plan} key ${i}`).id)
+          assertRefused(yield* post(account, "/api/keys", { name: "one more" }), {
+            quota: "apiKeys",
             plan,
             limit: n,
             used: n
           })
+          assert.strictEqual((yield* request(account, "DELETE", `/api/keys/${ids[0]}`)).status, 204)
+          created(yield* post(account, "/api/keys", { name: "in its place" }), `${plan} key after a revocation`)
         }
-      }))
+      })
+    )
+
+    it.effect(
+      "webhook URLs: each plan's MAX_WEBHOOK_ENDPOINTS, then 429 on create (nothing left behind) and on update",
+      () =>
+        Effect.gen(function* () {
+          for (const [plan, n] of plans) {
+            const account = yield* tenantOn(plan)
+            const agent = created(yield* createAgent(account), "agent")
+            const steps = [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }]
+            // A team's room counts as an orchestration's webhook does.
+            created(
+              yield* post(account, "/api/teams", {
+                name: "Team",
+                members: [{ agentId: agent.id }],
+                room: { outputWebhookUrl: hook }
+              }),
+              "team"
+            )
+            for (let i = 1; i < n; i++)
+              created(
+                yield* post(account, "/api/orchestrations", { name: `O${i}`, steps, outputWebhookUrl: hook }),
+                `${plan} o${i}`
+              )
+            const refused = yield* post(account, "/api/orchestrations", { name: "Past", steps, outputWebhookUrl: hook })
+            assertRefused(refused, { quota: "webhookEndpoints", plan, limit: n, used: n })
+            const listed = yield* request(account, "GET", "/api/orchestrations")
+            assert.deepStrictEqual(
+              listed.body.data.map((o: any) => o.name).sort(),
+              Array.from({ length: n - 1 }, (_, i) => `O${i + 1}`).sort()
+            )
+            const plain = created(
+              yield* post(account, "/api/orchestrations", { name: "Plain", steps }),
+              "without a webhook"
+            )
+            assertRefused(
+              yield* request(account, "PUT", `/api/orchestrations/${plain.id}`, { outputWebhookUrl: hook }),
+              {
+                quota: "webhookEndpoints",
+                plan,
+                limit: n,
+                used: n
+              }
+            )
+          }
+        })
+    )
 
     it.effect("knowledge bases: each plan's MAX_KNOWLEDGE_BASES, then 429", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         for (const [plan, n] of plans) {
           const account = yield* tenantOn(plan)
           for (let i = 0; i < n; i++) created(yield* createBase(account), `${plan} base ${i}`)
           assertRefused(yield* createBase(account), { quota: "knowledgeBases", plan, limit: n, used: n })
         }
-      }))
+      })
+    )
 
     it.effect("concurrent creates of one tenant never pass the limit together", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* tenantOn("pro")
-        const responses = yield* Effect.forEach(Array.from({ length: 30 }), () => createAgent(account), { concurrency: "unbounded" })
+        const responses = yield* Effect.forEach(Array.from({ length: 30 }), () => createAgent(account), {
+          concurrency: "unbounded"
+        })
         assert.deepStrictEqual(responses.map((r) => r.status).sort(), [201, 201, ...Array(28).fill(429)])
         assert.strictEqual((yield* request(account, "GET", "/api/agents")).body.total, 2)
-      }))
+      })
+    )
   })
 
   describe("knowledge", () => {
     it.effect("documents: each plan's MAX_DOCUMENTS; an upload that would pass it stores none of its files", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         for (const [plan, n] of plans) {
           const account = yield* tenantOn(plan)
           const base = created(yield* createBase(account), "base")
-          for (let i = 0; i < n; i++) created(yield* upload(account, base.id, `d${i}.txt`, `Document ${i}.`), `${plan} document ${i}`)
+          for (let i = 0; i < n; i++)
+            created(yield* upload(account, base.id, `d${i}.txt`, `Document ${i}.`), `${plan} document ${i}`)
           // Two files with one place left: refused as a whole.
           const form = new FormData()
           form.append("files", new Blob(["First of two."], { type: "text/plain" }), "a.txt")
@@ -260,10 +315,11 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("per-plan quota
             used: n + 1
           })
         }
-      }))
+      })
+    )
 
     it.effect("stored bytes: each plan's MAX_STORED_BYTES exactly, then 413", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         for (const [plan, n] of plans) {
           const account = yield* tenantOn(plan)
           const limit = 20_000 * n
@@ -272,51 +328,78 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("per-plan quota
           created(first, `${plan} big`)
           assert.strictEqual(documentsOf(first)[0].bytes, limit - 10)
           created(yield* upload(account, base.id, "ten.txt", "0123456789"), `${plan} to the byte`)
-          assertRefused(yield* upload(account, base.id, "one.txt", "1"), { quota: "storedBytes", plan, limit, used: limit })
-        }
-      }))
-
-    it.effect("chunks: each plan's MAX_CHUNKS at upload, at ingestion (failed, chunk_limit) and at rechunk (old chunks kept)", () =>
-      Effect.gen(function*() {
-        for (const [plan, n] of plans) {
-          const limit = 1 + 2 * n
-          const account = yield* tenantOn(plan)
-          const base = created(yield* createBase(account, chunking128), "base")
-          // Exactly the limit: ready.
-          const full = documentsOf(yield* upload(account, base.id, "full.txt", textOfChunks(limit, chunking128)))[0]
-          const ready = yield* settled(account, base.id, full.id)
-          assert.deepInclude(ready, { status: "ready", chunkCount: limit }, plan)
-          // Nothing left: an upload is refused before it is stored.
-          assertRefused(yield* upload(account, base.id, "more.txt", "More."), { quota: "chunks", plan, limit, used: limit })
-          assert.strictEqual((yield* request(account, "DELETE", `/api/knowledge/${base.id}/documents/${full.id}`)).status, 204)
-          // One chunk too many: the document ends failed, with the reason, and keeps nothing.
-          const over = documentsOf(yield* upload(account, base.id, "over.txt", textOfChunks(limit + 1, chunking128)))[0]
-          const failed = yield* settled(account, base.id, over.id)
-          assert.strictEqual(failed.status, "failed", plan)
-          assert.strictEqual(failed.error.code, "chunk_limit")
-          assert.include(failed.error.message, `${plan.toUpperCase()}_MAX_CHUNKS`)
-          assert.strictEqual(failed.chunkCount, 0)
-          // A rechunk that would pass the limit is refused; the document keeps its chunks.
-          const text = textOfChunks(limit - 1, chunking128, (candidate) => split({ text: candidate, kind: "text" }, chunking64).length > limit)
-          const small = documentsOf(yield* upload(account, base.id, "small.txt", text))[0]
-          assert.strictEqual((yield* settled(account, base.id, small.id)).chunkCount, limit - 1)
-          const rechunk = `/api/knowledge/${base.id}/documents/${small.id}/rechunk`
-          assertRefused(yield* post(account, rechunk, { chunkSize: 64 }), {
-            quota: "chunks",
+          assertRefused(yield* upload(account, base.id, "one.txt", "1"), {
+            quota: "storedBytes",
             plan,
             limit,
-            used: 0,
-            requested: split({ text, kind: "text" }, chunking64).length
+            used: limit
           })
-          const chunks = yield* request(account, "GET", `/api/knowledge/${base.id}/chunks?documentId=${small.id}&limit=100`)
-          assert.strictEqual(chunks.body.total, limit - 1)
-          const bigger = yield* post(account, rechunk, { chunkSize: 512 })
-          assert.strictEqual(bigger.status, 200, bigger.text)
         }
-      }))
+      })
+    )
+
+    it.effect(
+      "chunks: each plan's MAX_CHUNKS at upload, at ingestion (failed, chunk_limit) and at rechunk (old chunks kept)",
+      () =>
+        Effect.gen(function* () {
+          for (const [plan, n] of plans) {
+            const limit = 1 + 2 * n
+            const account = yield* tenantOn(plan)
+            const base = created(yield* createBase(account, chunking128), "base")
+            // Exactly the limit: ready.
+            const full = documentsOf(yield* upload(account, base.id, "full.txt", textOfChunks(limit, chunking128)))[0]
+            const ready = yield* settled(account, base.id, full.id)
+            assert.deepInclude(ready, { status: "ready", chunkCount: limit }, plan)
+            // Nothing left: an upload is refused before it is stored.
+            assertRefused(yield* upload(account, base.id, "more.txt", "More."), {
+              quota: "chunks",
+              plan,
+              limit,
+              used: limit
+            })
+            assert.strictEqual(
+              (yield* request(account, "DELETE", `/api/knowledge/${base.id}/documents/${full.id}`)).status,
+              204
+            )
+            // One chunk too many: the document ends failed, with the reason, and keeps nothing.
+            const over = documentsOf(
+              yield* upload(account, base.id, "over.txt", textOfChunks(limit + 1, chunking128))
+            )[0]
+            const failed = yield* settled(account, base.id, over.id)
+            assert.strictEqual(failed.status, "failed", plan)
+            assert.strictEqual(failed.error.code, "chunk_limit")
+            assert.include(failed.error.message, `${plan.toUpperCase()}_MAX_CHUNKS`)
+            assert.strictEqual(failed.chunkCount, 0)
+            // A rechunk that would pass the limit is refused; the document keeps its chunks.
+            const text = textOfChunks(
+              limit - 1,
+              chunking128,
+              (candidate) => split({ text: candidate, kind: "text" }, chunking64).length > limit
+            )
+            const small = documentsOf(yield* upload(account, base.id, "small.txt", text))[0]
+            assert.strictEqual((yield* settled(account, base.id, small.id)).chunkCount, limit - 1)
+            const rechunk = `/api/knowledge/${base.id}/documents/${small.id}/rechunk`
+            assertRefused(yield* post(account, rechunk, { chunkSize: 64 }), {
+              quota: "chunks",
+              plan,
+              limit,
+              used: 0,
+              requested: split({ text, kind: "text" }, chunking64).length
+            })
+            const chunks = yield* request(
+              account,
+              "GET",
+              `/api/knowledge/${base.id}/chunks?documentId=${small.id}&limit=100`
+            )
+            assert.strictEqual(chunks.body.total, limit - 1)
+            const bigger = yield* post(account, rechunk, { chunkSize: 512 })
+            assert.strictEqual(bigger.status, 200, bigger.text)
+          }
+        })
+    )
 
     it.effect("concurrent uploads of one tenant never pass MAX_DOCUMENTS together", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* tenantOn("free")
         const base = created(yield* createBase(account), "base")
         const responses = yield* Effect.forEach(
@@ -326,34 +409,42 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("per-plan quota
         )
         assert.strictEqual(responses.filter((r) => r.status === 429).length, 4, responses.map((r) => r.status).join())
         assert.strictEqual((yield* request(account, "GET", `/api/knowledge/${base.id}/documents`)).body.total, 2)
-      }))
+      })
+    )
 
-    it.effect("a document is rechunked RECHUNK_BURST times, then 429 with Retry-After until RECHUNK_INTERVAL pays one back", () =>
-      Effect.gen(function*() {
-        const account = yield* tenantOn("free")
-        const base = created(yield* createBase(account), "base")
-        const document = documentsOf(yield* upload(account, base.id, "r.txt", "Rechunked text about harbours."))[0]
-        assert.strictEqual((yield* settled(account, base.id, document.id)).status, "ready")
-        const rechunk = `/api/knowledge/${base.id}/documents/${document.id}/rechunk`
-        // Refused settings take nothing.
-        assert.strictEqual((yield* post(account, rechunk, { chunkSize: 64, chunkOverlap: 100 })).status, 400)
-        assert.strictEqual((yield* post(account, rechunk, { chunkSize: 128 })).status, 200)
-        assert.strictEqual((yield* post(account, rechunk, { chunkSize: 256 })).status, 200)
-        const refused = yield* post(account, rechunk, { chunkSize: 512 })
-        assert.strictEqual(refused.status, 429, refused.text)
-        assert.strictEqual(refused.body.type, "urn:agent-host:problem:rechunk-rate-limited")
-        const retryAfter = Number(refused.headers.get("retry-after"))
-        assert.strictEqual(refused.body.retryAfter, retryAfter)
-        assert.isTrue(retryAfter > 3_500 && retryAfter <= 3_600, `${retryAfter}`)
-        // The allowance is the document's: another document of the tenant is rechunked at once.
-        const other = documentsOf(yield* upload(account, base.id, "s.txt", "Another text about lanterns."))[0]
-        assert.strictEqual((yield* settled(account, base.id, other.id)).status, "ready")
-        assert.strictEqual((yield* post(account, `/api/knowledge/${base.id}/documents/${other.id}/rechunk`, { chunkSize: 128 })).status, 200)
-        // Once an interval has passed (moved back in the database), one more is allowed.
-        const sql = yield* SqlClient.SqlClient
-        yield* sql`UPDATE knowledge_documents SET rechunk_tat = rechunk_tat - interval '1 hour' WHERE id = ${document.id}`
-        assert.strictEqual((yield* post(account, rechunk, { chunkSize: 512 })).status, 200)
-        assert.strictEqual((yield* post(account, rechunk, { chunkSize: 128 })).status, 429)
-      }))
+    it.effect(
+      "a document is rechunked RECHUNK_BURST times, then 429 with Retry-After until RECHUNK_INTERVAL pays one back",
+      () =>
+        Effect.gen(function* () {
+          const account = yield* tenantOn("free")
+          const base = created(yield* createBase(account), "base")
+          const document = documentsOf(yield* upload(account, base.id, "r.txt", "Rechunked text about harbours."))[0]
+          assert.strictEqual((yield* settled(account, base.id, document.id)).status, "ready")
+          const rechunk = `/api/knowledge/${base.id}/documents/${document.id}/rechunk`
+          // Refused settings take nothing.
+          assert.strictEqual((yield* post(account, rechunk, { chunkSize: 64, chunkOverlap: 100 })).status, 400)
+          assert.strictEqual((yield* post(account, rechunk, { chunkSize: 128 })).status, 200)
+          assert.strictEqual((yield* post(account, rechunk, { chunkSize: 256 })).status, 200)
+          const refused = yield* post(account, rechunk, { chunkSize: 512 })
+          assert.strictEqual(refused.status, 429, refused.text)
+          assert.strictEqual(refused.body.type, "urn:agent-host:problem:rechunk-rate-limited")
+          const retryAfter = Number(refused.headers.get("retry-after"))
+          assert.strictEqual(refused.body.retryAfter, retryAfter)
+          assert.isTrue(retryAfter > 3_500 && retryAfter <= 3_600, `${retryAfter}`)
+          // The allowance is the document's: another document of the tenant is rechunked at once.
+          const other = documentsOf(yield* upload(account, base.id, "s.txt", "Another text about lanterns."))[0]
+          assert.strictEqual((yield* settled(account, base.id, other.id)).status, "ready")
+          assert.strictEqual(
+            (yield* post(account, `/api/knowledge/${base.id}/documents/${other.id}/rechunk`, { chunkSize: 128 }))
+              .status,
+            200
+          )
+          // Once an interval has passed (moved back in the database), one more is allowed.
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`UPDATE knowledge_documents SET rechunk_tat = rechunk_tat - interval '1 hour' WHERE id = ${document.id}`
+          assert.strictEqual((yield* post(account, rechunk, { chunkSize: 512 })).status, 200)
+          assert.strictEqual((yield* post(account, rechunk, { chunkSize: 128 })).status, 429)
+        })
+    )
   })
 })

@@ -17,7 +17,7 @@ const shiftedClock: Clock.Clock = {
   sleep: (duration) => realClock.sleep(duration)
 }
 
-const setUp = Effect.gen(function*() {
+const setUp = Effect.gen(function* () {
   const account = yield* TestServer.signUp()
   const key = yield* TestServer.createKey(account)
   return { account, key: key.key }
@@ -38,7 +38,7 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
   (it) => {
     describe("exact under concurrency", () => {
       it.effect("150 concurrent requests from a fresh free tenant: exactly 100 succeed and 50 get 429", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const { account, key } = yield* setUp
           const responses = yield* Effect.forEach(Array.from({ length: 150 }), () => listAgents(key), {
             concurrency: "unbounded"
@@ -47,47 +47,57 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.strictEqual(statuses.filter((s) => s === 200).length, 100)
           assert.strictEqual(statuses.filter((s) => s === 429).length, 50)
           // Each success was told a different remaining count: 99 down to 0.
-          const remaining = responses.filter((r) => r.status === 200).map((r) => Number(r.headers.get("ratelimit-remaining")))
-          assert.deepStrictEqual([...remaining].sort((a, b) => a - b), Array.from({ length: 100 }, (_, i) => i))
+          const remaining = responses
+            .filter((r) => r.status === 200)
+            .map((r) => Number(r.headers.get("ratelimit-remaining")))
+          assert.deepStrictEqual(
+            [...remaining].sort((a, b) => a - b),
+            Array.from({ length: 100 }, (_, i) => i)
+          )
           const status = yield* billing(account)
           assert.deepInclude(status, { plan: "free", limit: 100, usedToday: 100, remainingToday: 0 })
-        }))
+        })
+      )
     })
 
     describe("headers and the 429", () => {
-      it.effect("counted responses carry RateLimit headers; the 429 says the plan, the limit and when to come back", () =>
-        Effect.gen(function*() {
-          const { key } = yield* setUp
-          const first = yield* listAgents(key)
-          assert.strictEqual(first.headers.get("ratelimit-limit"), "100")
-          assert.strictEqual(first.headers.get("ratelimit-remaining"), "99")
-          const reset = Number(first.headers.get("ratelimit-reset"))
-          assert.isTrue(Math.abs(reset - secondsToUtcMidnight()) <= 2, `${reset}`)
-          for (let i = 0; i < 99; i++) yield* listAgents(key)
-          const refused = yield* listAgents(key)
-          assert.strictEqual(refused.status, 429)
-          assert.strictEqual(refused.headers.get("content-type"), "application/problem+json")
-          assert.strictEqual(refused.headers.get("ratelimit-remaining"), "0")
-          assert.strictEqual(refused.headers.get("retry-after"), refused.headers.get("ratelimit-reset"))
-          assert.strictEqual(refused.body.plan, "free")
-          assert.strictEqual(refused.body.limit, 100)
-          assert.strictEqual(new Date(refused.body.resetAt).getTime() % 86_400_000, 0)
-          assert.include(refused.body.detail, "100 requests per day")
-        }))
+      it.effect(
+        "counted responses carry RateLimit headers; the 429 says the plan, the limit and when to come back",
+        () =>
+          Effect.gen(function* () {
+            const { key } = yield* setUp
+            const first = yield* listAgents(key)
+            assert.strictEqual(first.headers.get("ratelimit-limit"), "100")
+            assert.strictEqual(first.headers.get("ratelimit-remaining"), "99")
+            const reset = Number(first.headers.get("ratelimit-reset"))
+            assert.isTrue(Math.abs(reset - secondsToUtcMidnight()) <= 2, `${reset}`)
+            for (let i = 0; i < 99; i++) yield* listAgents(key)
+            const refused = yield* listAgents(key)
+            assert.strictEqual(refused.status, 429)
+            assert.strictEqual(refused.headers.get("content-type"), "application/problem+json")
+            assert.strictEqual(refused.headers.get("ratelimit-remaining"), "0")
+            assert.strictEqual(refused.headers.get("retry-after"), refused.headers.get("ratelimit-reset"))
+            assert.strictEqual(refused.body.plan, "free")
+            assert.strictEqual(refused.body.limit, 100)
+            assert.strictEqual(new Date(refused.body.resetAt).getTime() % 86_400_000, 0)
+            assert.include(refused.body.detail, "100 requests per day")
+          })
+      )
 
       it.effect("errors after the count still carry the headers", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const { key } = yield* setUp
           const client = yield* TestClient
           const response = yield* client.request("GET", "/api/v1/agents?limit=0", { headers: TestServer.bearer(key) })
           assert.strictEqual(response.status, 400)
           assert.strictEqual(response.headers.get("ratelimit-limit"), "100")
-        }))
+        })
+      )
     })
 
     describe("what counts", () => {
       it.effect("refusals for auth, scope or quota and session routes are not counted", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const { account, key } = yield* setUp
           const client = yield* TestClient
           const chatOnly = yield* TestServer.createKey(account, ["chat"])
@@ -99,10 +109,11 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.strictEqual((yield* billing(account)).usedToday, 0)
           yield* listAgents(key)
           assert.strictEqual((yield* billing(account)).usedToday, 1)
-        }))
+        })
+      )
 
       it.effect("all of a tenant's keys share one count; another tenant has its own", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const { account, key } = yield* setUp
           const second = yield* TestServer.createKey(account)
           yield* listAgents(key)
@@ -110,12 +121,13 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.strictEqual((yield* billing(account)).usedToday, 2)
           const other = yield* setUp
           assert.strictEqual((yield* billing(other.account)).usedToday, 0)
-        }))
+        })
+      )
     })
 
     describe("plans", () => {
       it.effect("an upgrade lifts the limit on the very next request; business has no limit headers", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const { account, key } = yield* setUp
           const sql = yield* SqlClient.SqlClient
           for (let i = 0; i < 100; i++) yield* listAgents(key)
@@ -131,43 +143,47 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.isNull(business.headers.get("ratelimit-limit"))
           const status = yield* billing(account)
           assert.deepInclude(status, { plan: "business", limit: null, remainingToday: null, usedToday: 102 })
-        }))
+        })
+      )
 
-      it.effect("business requests do not wait for their count, yet every one is counted; a downgrade is refused once announced", () =>
-        Effect.gen(function*() {
-          const { account, key } = yield* setUp
-          const sql = yield* SqlClient.SqlClient
-          yield* sql`UPDATE tenants SET plan = 'business' WHERE id = ${account.tenantId}`
-          // The first count tells this node the plan; the next ones go on without waiting.
-          assert.strictEqual((yield* listAgents(key)).status, 200)
-          const responses = yield* Effect.forEach(Array.from({ length: 120 }), () => listAgents(key), {
-            concurrency: "unbounded"
+      it.effect(
+        "business requests do not wait for their count, yet every one is counted; a downgrade is refused once announced",
+        () =>
+          Effect.gen(function* () {
+            const { account, key } = yield* setUp
+            const sql = yield* SqlClient.SqlClient
+            yield* sql`UPDATE tenants SET plan = 'business' WHERE id = ${account.tenantId}`
+            // The first count tells this node the plan; the next ones go on without waiting.
+            assert.strictEqual((yield* listAgents(key)).status, 200)
+            const responses = yield* Effect.forEach(Array.from({ length: 120 }), () => listAgents(key), {
+              concurrency: "unbounded"
+            })
+            assert.deepStrictEqual(new Set(responses.map((r) => r.status)), new Set([200]))
+            assert.isTrue(responses.every((r) => r.headers.get("ratelimit-limit") === null))
+            // The standing waits for the counts still on their way.
+            assert.deepInclude(yield* billing(account), { plan: "business", usedToday: 121 })
+            // An operator's downgrade below what is used today: once the change is
+            // announced, every request is refused again.
+            yield* sql`UPDATE tenants SET plan = 'free' WHERE id = ${account.tenantId}`
+            let passed = 0
+            let refused = false
+            for (let i = 0; i < 200 && !refused; i++) {
+              const response = yield* listAgents(key)
+              if (response.status === 429) refused = true
+              else passed++
+              if (!refused) yield* Effect.sleep("10 millis")
+            }
+            assert.isTrue(refused, "a request was refused after the downgrade")
+            for (let i = 0; i < 5; i++) assert.strictEqual((yield* listAgents(key)).status, 429)
+            // What passed before the announcement was counted, past the free limit.
+            assert.deepInclude(yield* billing(account), { plan: "free", usedToday: 121 + passed, limit: 100 })
           })
-          assert.deepStrictEqual(new Set(responses.map((r) => r.status)), new Set([200]))
-          assert.isTrue(responses.every((r) => r.headers.get("ratelimit-limit") === null))
-          // The standing waits for the counts still on their way.
-          assert.deepInclude(yield* billing(account), { plan: "business", usedToday: 121 })
-          // An operator's downgrade below what is used today: once the change is
-          // announced, every request is refused again.
-          yield* sql`UPDATE tenants SET plan = 'free' WHERE id = ${account.tenantId}`
-          let passed = 0
-          let refused = false
-          for (let i = 0; i < 200 && !refused; i++) {
-            const response = yield* listAgents(key)
-            if (response.status === 429) refused = true
-            else passed++
-            if (!refused) yield* Effect.sleep("10 millis")
-          }
-          assert.isTrue(refused, "a request was refused after the downgrade")
-          for (let i = 0; i < 5; i++) assert.strictEqual((yield* listAgents(key)).status, 429)
-          // What passed before the announcement was counted, past the free limit.
-          assert.deepInclude(yield* billing(account), { plan: "free", usedToday: 121 + passed, limit: 100 })
-        }))
+      )
     })
 
     describe("a missing day row", () => {
       it.effect("deleting the tenant's daily_usage row starts the count again instead of failing", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const { account, key } = yield* setUp
           const sql = yield* SqlClient.SqlClient
           for (let i = 0; i < 3; i++) assert.strictEqual((yield* listAgents(key)).status, 200)
@@ -176,18 +192,25 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           const responses = yield* Effect.forEach(Array.from({ length: 5 }), () => listAgents(key), {
             concurrency: "unbounded"
           })
-          assert.deepStrictEqual(responses.map((r) => r.status), [200, 200, 200, 200, 200])
+          assert.deepStrictEqual(
+            responses.map((r) => r.status),
+            [200, 200, 200, 200, 200]
+          )
           const remaining = responses.map((r) => Number(r.headers.get("ratelimit-remaining")))
-          assert.deepStrictEqual([...remaining].sort((a, b) => a - b), [95, 96, 97, 98, 99])
+          assert.deepStrictEqual(
+            [...remaining].sort((a, b) => a - b),
+            [95, 96, 97, 98, 99]
+          )
           assert.strictEqual((yield* billing(account)).usedToday, 5)
           yield* sql`DELETE FROM daily_usage WHERE tenant_id = ${account.tenantId}`
           assert.strictEqual((yield* listAgents(key)).headers.get("ratelimit-remaining"), "99")
-        }))
+        })
+      )
     })
 
     describe("the UTC day", () => {
       it.effect("usage per day: requests and tokens of each UTC day, oldest first, zero-filled, ending today", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const client = yield* TestClient
           const { account, key } = yield* setUp
           const session = TestServer.bearer(account.token)
@@ -232,10 +255,11 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           assert.isAbove(status.tokensUsedToday, 0)
           const withTokens = yield* api.billing.usage({ query: { days: 1 } })
           assert.deepStrictEqual(withTokens.days, [{ day: today, requests: 3, tokens: status.tokensUsedToday }])
-        }))
+        })
+      )
 
       it.effect("the count starts again at midnight UTC", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const { account, key } = yield* setUp
           for (let i = 0; i < 100; i++) yield* listAgents(key)
           assert.strictEqual((yield* listAgents(key)).status, 429)
@@ -248,7 +272,8 @@ layer(TestServer.layer().pipe(Layer.provide(Layer.succeed(Clock.Clock, shiftedCl
           const status = yield* billing(account)
           assert.strictEqual(status.usedToday, 1)
           assert.strictEqual(status.resetAt.getTime(), before.resetAt.getTime() + 86_400_000)
-        }))
+        })
+      )
     })
   }
 )

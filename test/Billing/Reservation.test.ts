@@ -18,35 +18,37 @@ const freeMaxOutput = 200
 const proMaxOutput = 600
 const businessMaxOutput = 900
 
-const withFakes = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  const anthropic = yield* FakeAnthropic.make({ apiKey: anthropicKey })
-  return TestServer.layer({
-    openaiBaseUrl: openai.url,
-    openaiApiKey: Option.some(Redacted.make(openaiKey)),
-    anthropicBaseUrl: anthropic.url,
-    anthropicApiKey: Option.some(Redacted.make(anthropicKey)),
-    modelTimeout: Duration.seconds(3),
-    modelMaxRetries: 0,
-    freeDailyTokens: budget,
-    proDailyTokens: budget,
-    // Requests are not what is measured here.
-    freeDailyLimit: 100_000,
-    freeMaxOutputTokens: freeMaxOutput,
-    proMaxOutputTokens: proMaxOutput,
-    businessMaxOutputTokens: businessMaxOutput
-  }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)), Layer.merge(Layer.succeed(FakeAnthropic, anthropic)))
-}))
+const withFakes = Layer.unwrap(
+  Effect.gen(function* () {
+    const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
+    const anthropic = yield* FakeAnthropic.make({ apiKey: anthropicKey })
+    return TestServer.layer({
+      openaiBaseUrl: openai.url,
+      openaiApiKey: Option.some(Redacted.make(openaiKey)),
+      anthropicBaseUrl: anthropic.url,
+      anthropicApiKey: Option.some(Redacted.make(anthropicKey)),
+      modelTimeout: Duration.seconds(3),
+      modelMaxRetries: 0,
+      freeDailyTokens: budget,
+      proDailyTokens: budget,
+      // Requests are not what is measured here.
+      freeDailyLimit: 100_000,
+      freeMaxOutputTokens: freeMaxOutput,
+      proMaxOutputTokens: proMaxOutput,
+      businessMaxOutputTokens: businessMaxOutput
+    }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)), Layer.merge(Layer.succeed(FakeAnthropic, anthropic)))
+  })
+)
 
 // --- what the providers saw --------------------------------------------------
 
-const fakes = Effect.gen(function*() {
+const fakes = Effect.gen(function* () {
   return { openai: yield* FakeOpenAi, anthropic: yield* FakeAnthropic }
 })
 
 /** Both fakes answer after `delayMs` (so calls overlap), billing the whole max_tokens of each request. */
 const expensive = (delayMs = 120) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const { anthropic, openai } = yield* fakes
     for (const fake of [openai, anthropic]) {
       fake.reset()
@@ -72,7 +74,7 @@ const billed = (fake: FakeServer) => fake.reported.reduce((total, usage) => tota
 
 /** Today's row of the tenant: tokens used and reserved. */
 const usageOf = (tenantId: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const rows = yield* sql<{ tokens: number; reserved: number }>`
       SELECT coalesce(sum(tokens), 0)::int AS tokens, coalesce(sum(reserved), 0)::int AS reserved
@@ -90,7 +92,7 @@ const usageOf = (tenantId: string) =>
  * and at most every call's reservation.
  */
 const expectWithinBudget = (account: Account, options: { readonly ceiling: number; readonly interrupted: boolean }) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const { anthropic, openai } = yield* fakes
     const requests = [
       ...openai.requests.map((request) => ({ provider: "openai" as const, request })),
@@ -114,11 +116,14 @@ const expectWithinBudget = (account: Account, options: { readonly ceiling: numbe
     const abandoned = requests.filter(({ request }) => !answered.has(request))
     const settled = yield* TestServer.waitFor(
       "every reservation settled",
-      Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined)
+      Effect.map(usageOf(account.tenantId), (row) => (row.reserved === 0 ? row : undefined))
     )
     if (options.interrupted) {
       assert.isAtLeast(settled.tokens, charged)
-      assert.isAtMost(settled.tokens, requests.reduce((total, { provider, request }) => total + reservationOf(provider, request), 0))
+      assert.isAtMost(
+        settled.tokens,
+        requests.reduce((total, { provider, request }) => total + reservationOf(provider, request), 0)
+      )
     } else {
       assert.deepStrictEqual(abandoned, [])
       assert.strictEqual(settled.tokens, charged)
@@ -127,9 +132,12 @@ const expectWithinBudget = (account: Account, options: { readonly ceiling: numbe
   })
 
 const countWordsOf = (request: RecordedRequest) => {
-  const words = (text: unknown) => typeof text === "string" ? text.split(/\s+/).filter((word) => word !== "").length : 0
-  return words(request.body.system) +
+  const words = (text: unknown) =>
+    typeof text === "string" ? text.split(/\s+/).filter((word) => word !== "").length : 0
+  return (
+    words(request.body.system) +
     request.body.messages.reduce((total: number, message: { content: string }) => total + words(message.content), 0)
+  )
 }
 
 // --- the service's routes ------------------------------------------------------
@@ -139,7 +147,8 @@ const chat = (key: string, agentId: string, body: Record<string, unknown>, strea
     client.request("POST", `/api/v1/agents/${agentId}/chat`, {
       headers: { ...bearer(key), ...(stream ? { accept: "text/event-stream" } : {}) },
       body
-    }))
+    })
+  )
 
 /** A chat's outcome: "ok", "spent" (the budget refused it, as a 429 or a stream's error event), or what else came. */
 const outcomeOf = (response: TestServer.TestResponse, stream: boolean): string => {
@@ -151,10 +160,13 @@ const outcomeOf = (response: TestServer.TestResponse, stream: boolean): string =
     }
     return `${response.status} ${response.text}`
   }
-  const events = response.text.split("\n\n").filter((block) => block !== "").map((block) => ({
-    event: block.split("\n")[0]!.slice("event: ".length),
-    data: JSON.parse(block.split("\n")[1]!.slice("data: ".length))
-  }))
+  const events = response.text
+    .split("\n\n")
+    .filter((block) => block !== "")
+    .map((block) => ({
+      event: block.split("\n")[0]!.slice("event: ".length),
+      data: JSON.parse(block.split("\n")[1]!.slice("data: ".length))
+    }))
   const last = events.at(-1)
   if (last?.event === "done") return "ok"
   if (last?.event === "error" && last.data.type === "urn:agent-host:problem:token-budget-spent") return "spent"
@@ -163,24 +175,29 @@ const outcomeOf = (response: TestServer.TestResponse, stream: boolean): string =
 
 const execute = (key: string, orchestrationId: string, input: string) =>
   Effect.flatMap(TestClient, (client) =>
-    client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, { headers: bearer(key), body: { input } }))
+    client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
+      headers: bearer(key),
+      body: { input }
+    })
+  )
 
 const waitExecution = (key: string, id: string) =>
   TestServer.waitFor(
     `execution ${id} final`,
     Effect.flatMap(TestClient, (client) =>
-      Effect.map(
-        client.request("GET", `/api/v1/executions/${id}`, { headers: bearer(key) }),
-        (response) => ["completed", "failed", "cancelled"].includes(response.body?.status) ? response.body : undefined
-      )),
+      Effect.map(client.request("GET", `/api/v1/executions/${id}`, { headers: bearer(key) }), (response) =>
+        ["completed", "failed", "cancelled"].includes(response.body?.status) ? response.body : undefined
+      )
+    ),
     60_000
   )
 
 const startRun = (key: string, teamId: string, mission: string) =>
   Effect.flatMap(TestClient, (client) =>
-    client.request("POST", `/api/v1/teams/${teamId}/run`, { headers: bearer(key), body: { mission } }))
+    client.request("POST", `/api/v1/teams/${teamId}/run`, { headers: bearer(key), body: { mission } })
+  )
 
-const setUp = Effect.gen(function*() {
+const setUp = Effect.gen(function* () {
   const account = yield* TestServer.signUp()
   const { key } = yield* TestServer.createKey(account, ["read", "chat", "execute", "teams"])
   return { account, key }
@@ -188,7 +205,7 @@ const setUp = Effect.gen(function*() {
 
 /** An orchestration of `steps` independent steps on one agent. */
 const wideOrchestration = (account: Account, agentId: string, steps: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const created = yield* client.request("POST", "/api/orchestrations", {
       headers: bearer(account.token),
@@ -204,10 +221,13 @@ const wideOrchestration = (account: Account, agentId: string, steps: number) =>
 layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
   describe("concurrent work of one tenant against a small budget", () => {
     it.effect("executions of many independent steps, several at once", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* expensive()
         const { account, key } = yield* setUp
-        const agent = yield* TestServer.createAgent(account, { model: openaiModel, instructions: "You write one part." })
+        const agent = yield* TestServer.createAgent(account, {
+          model: openaiModel,
+          instructions: "You write one part."
+        })
         const orchestrationId = yield* wideOrchestration(account, agent.id, 10)
         // 40 calls of more than 200 tokens each: about three times the budget.
         const started = yield* Effect.forEach(
@@ -215,7 +235,10 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
           (i) => execute(key, orchestrationId, `run ${i}`),
           { concurrency: "unbounded" }
         )
-        assert.deepStrictEqual(started.map((response) => response.status), [202, 202, 202, 202])
+        assert.deepStrictEqual(
+          started.map((response) => response.status),
+          [202, 202, 202, 202]
+        )
         const finals = yield* Effect.forEach(started, (response) => waitExecution(key, response.body.executionId), {
           concurrency: "unbounded"
         })
@@ -223,10 +246,11 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         assert.isAbove(refused.length, 0)
         for (const execution of refused) assert.include(execution.error, "model tokens per day")
         yield* expectWithinBudget(account, { ceiling: freeMaxOutput, interrupted: true })
-      }))
+      })
+    )
 
     it.effect("team runs, closing turns included", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* expensive()
         const { account, key } = yield* setUp
         // Pro: more of its runs run at once, each turn asking for up to 600 tokens.
@@ -239,10 +263,17 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
           (i) => startRun(key, team.id, `Mission ${i}`),
           { concurrency: "unbounded" }
         )
-        assert.deepStrictEqual(started.map((response) => response.status), Array(6).fill(202))
-        const runs = yield* Effect.forEach(started, (response) => awaitRun(account, team.id, response.body.data.runId, 60_000), {
-          concurrency: "unbounded"
-        })
+        assert.deepStrictEqual(
+          started.map((response) => response.status),
+          Array(6).fill(202)
+        )
+        const runs = yield* Effect.forEach(
+          started,
+          (response) => awaitRun(account, team.id, response.body.data.runId, 60_000),
+          {
+            concurrency: "unbounded"
+          }
+        )
         // A turn refused fails its run; a closing turn refused leaves the run to end with what it has.
         assert.isTrue(
           runs.some((run) => run.status === "failed" && run.error.includes("model tokens per day")) ||
@@ -251,11 +282,15 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         )
         // A run's turns follow one another: none is interrupted, and each run counts what it spent.
         const { charged } = yield* expectWithinBudget(account, { ceiling: proMaxOutput, interrupted: false })
-        assert.strictEqual(runs.reduce((total, run) => total + run.tokensUsed, 0), charged)
-      }))
+        assert.strictEqual(
+          runs.reduce((total, run) => total + run.tokensUsed, 0),
+          charged
+        )
+      })
+    )
 
     it.effect("chats with and without memory, streamed or not, on both providers", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* expensive()
         const { account, key } = yield* setUp
         const remembering = yield* TestServer.createAgent(account, { model: anthropicModel, memoryEnabled: true })
@@ -268,17 +303,19 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         }))
         const outcomes = yield* Effect.forEach(
           asks,
-          (ask) => Effect.map(chat(key, ask.agentId, ask.body, ask.stream), (response) => outcomeOf(response, ask.stream)),
+          (ask) =>
+            Effect.map(chat(key, ask.agentId, ask.body, ask.stream), (response) => outcomeOf(response, ask.stream)),
           { concurrency: "unbounded" }
         )
         for (const outcome of outcomes) assert.include(["ok", "spent"], outcome)
         assert.include(outcomes, "spent")
         assert.include(outcomes, "ok")
         yield* expectWithinBudget(account, { ceiling: freeMaxOutput, interrupted: false })
-      }))
+      })
+    )
 
     it.effect("executions, team runs and chats all at once", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         yield* expensive()
         const { account, key } = yield* setUp
         const agent = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: true })
@@ -287,10 +324,15 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const executions = Effect.forEach([0, 1, 2], (i) => execute(key, orchestrationId, `run ${i}`), {
           concurrency: "unbounded"
         })
-        const runs = Effect.forEach([0, 1, 2], (i) => startRun(key, team.id, `Mission ${i}`), { concurrency: "unbounded" })
+        const runs = Effect.forEach([0, 1, 2], (i) => startRun(key, team.id, `Mission ${i}`), {
+          concurrency: "unbounded"
+        })
         const chats = Effect.forEach(
           Array.from({ length: 12 }, (_, i) => i),
-          (i) => Effect.map(chat(key, agent.id, { message: `Hello ${i}`, conversationId: `m${i % 3}` }, i % 2 === 0), (r) => outcomeOf(r, i % 2 === 0)),
+          (i) =>
+            Effect.map(chat(key, agent.id, { message: `Hello ${i}`, conversationId: `m${i % 3}` }, i % 2 === 0), (r) =>
+              outcomeOf(r, i % 2 === 0)
+            ),
           { concurrency: "unbounded" }
         )
         const [executed, started, chatted] = yield* Effect.all([executions, runs, chats], { concurrency: "unbounded" })
@@ -308,67 +350,82 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
           { concurrency: "unbounded" }
         )
         // The work asked for more than the budget: something was refused.
-        const refusals = [...executed, ...started].filter((r) => r.status === 429).length +
+        const refusals =
+          [...executed, ...started].filter((r) => r.status === 429).length +
           chatted.filter((outcome) => outcome === "spent").length +
           [...finals, ...runsDone].filter((final) => (final.error ?? "").includes("model tokens per day")).length
         assert.isAbove(refusals, 0)
         yield* expectWithinBudget(account, { ceiling: freeMaxOutput, interrupted: true })
-      }))
+      })
+    )
   })
 
   describe("what a call holds and settles", () => {
-    it.effect("a call in flight holds its prompt and the plan's max_tokens; business holds nothing and gets its own ceiling", () =>
-      Effect.gen(function*() {
-        const { anthropic, openai } = yield* fakes
-        openai.reset()
-        anthropic.reset()
-        openai.setDefault({ delayMs: 1500 })
-        const { account, key } = yield* setUp
-        const agent = yield* TestServer.createAgent(account, { model: openaiModel, instructions: "You are Scout, a hiking guide." })
+    it.effect(
+      "a call in flight holds its prompt and the plan's max_tokens; business holds nothing and gets its own ceiling",
+      () =>
+        Effect.gen(function* () {
+          const { anthropic, openai } = yield* fakes
+          openai.reset()
+          anthropic.reset()
+          openai.setDefault({ delayMs: 1500 })
+          const { account, key } = yield* setUp
+          const agent = yield* TestServer.createAgent(account, {
+            model: openaiModel,
+            instructions: "You are Scout, a hiking guide."
+          })
 
-        const inFlight = yield* Effect.forkChild(chat(key, agent.id, { message: "Where should I hike this weekend?" }))
-        const held = yield* TestServer.waitFor(
-          "the reservation",
-          Effect.map(usageOf(account.tenantId), (row) => row.reserved > 0 ? row : undefined)
-        )
-        assert.strictEqual(openai.requests.length, 1)
-        assert.strictEqual(ceilingOf(openai.requests[0]!), freeMaxOutput)
-        assert.strictEqual(held.reserved, reservationOf("openai", openai.requests[0]!))
-        assert.strictEqual(held.tokens, 0)
-        const answered = yield* Fiber.join(inFlight)
-        assert.strictEqual(answered.status, 200, answered.text)
-        const settled = yield* TestServer.waitFor(
-          "the settlement",
-          Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined)
-        )
-        assert.strictEqual(settled.tokens, billed(openai))
-        assert.strictEqual(settled.tokens, answered.body.tokens)
+          const inFlight = yield* Effect.forkChild(
+            chat(key, agent.id, { message: "Where should I hike this weekend?" })
+          )
+          const held = yield* TestServer.waitFor(
+            "the reservation",
+            Effect.map(usageOf(account.tenantId), (row) => (row.reserved > 0 ? row : undefined))
+          )
+          assert.strictEqual(openai.requests.length, 1)
+          assert.strictEqual(ceilingOf(openai.requests[0]!), freeMaxOutput)
+          assert.strictEqual(held.reserved, reservationOf("openai", openai.requests[0]!))
+          assert.strictEqual(held.tokens, 0)
+          const answered = yield* Fiber.join(inFlight)
+          assert.strictEqual(answered.status, 200, answered.text)
+          const settled = yield* TestServer.waitFor(
+            "the settlement",
+            Effect.map(usageOf(account.tenantId), (row) => (row.reserved === 0 ? row : undefined))
+          )
+          assert.strictEqual(settled.tokens, billed(openai))
+          assert.strictEqual(settled.tokens, answered.body.tokens)
 
-        const sql = yield* SqlClient.SqlClient
-        yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${account.tenantId}`
-        openai.setDefault({})
-        assert.strictEqual((yield* chat(key, agent.id, { message: "And on Sunday?" })).status, 200)
-        assert.strictEqual(ceilingOf(openai.requests[1]!), proMaxOutput)
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${account.tenantId}`
+          openai.setDefault({})
+          assert.strictEqual((yield* chat(key, agent.id, { message: "And on Sunday?" })).status, 200)
+          assert.strictEqual(ceilingOf(openai.requests[1]!), proMaxOutput)
 
-        yield* sql`UPDATE tenants SET plan = 'business' WHERE id = ${account.tenantId}`
-        openai.setDefault({ delayMs: 1000 })
-        const before = yield* usageOf(account.tenantId)
-        // The request's own count tells business apart: the chat reserves nothing.
-        const business = yield* Effect.forkChild(chat(key, agent.id, { message: "And next month?" }))
-        yield* TestServer.waitFor("the business call", Effect.sync(() => openai.requests.length === 3 ? true : undefined))
-        assert.strictEqual((yield* usageOf(account.tenantId)).reserved, 0)
-        assert.strictEqual(ceilingOf(openai.requests[2]!), businessMaxOutput)
-        const answer = yield* Fiber.join(business)
-        assert.strictEqual(answer.status, 200, answer.text)
-        // Its tokens still count.
-        yield* TestServer.waitFor(
-          "the business tokens",
-          Effect.map(usageOf(account.tenantId), (row) => row.tokens === before.tokens + answer.body.tokens ? true : undefined)
-        )
-      }))
+          yield* sql`UPDATE tenants SET plan = 'business' WHERE id = ${account.tenantId}`
+          openai.setDefault({ delayMs: 1000 })
+          const before = yield* usageOf(account.tenantId)
+          // The request's own count tells business apart: the chat reserves nothing.
+          const business = yield* Effect.forkChild(chat(key, agent.id, { message: "And next month?" }))
+          yield* TestServer.waitFor(
+            "the business call",
+            Effect.sync(() => (openai.requests.length === 3 ? true : undefined))
+          )
+          assert.strictEqual((yield* usageOf(account.tenantId)).reserved, 0)
+          assert.strictEqual(ceilingOf(openai.requests[2]!), businessMaxOutput)
+          const answer = yield* Fiber.join(business)
+          assert.strictEqual(answer.status, 200, answer.text)
+          // Its tokens still count.
+          yield* TestServer.waitFor(
+            "the business tokens",
+            Effect.map(usageOf(account.tenantId), (row) =>
+              row.tokens === before.tokens + answer.body.tokens ? true : undefined
+            )
+          )
+        })
+    )
 
     it.effect("a refused call gives its reservation back; a timed-out or cut one is charged its whole worst case", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const { anthropic, openai } = yield* fakes
         openai.reset()
         anthropic.reset()
@@ -377,7 +434,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const agent = yield* TestServer.createAgent(account, { model: openaiModel, instructions: "You are brief." })
         const settledRow = TestServer.waitFor(
           "the settlement",
-          Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined)
+          Effect.map(usageOf(account.tenantId), (row) => (row.reserved === 0 ? row : undefined))
         )
 
         // Refused by the provider (an HTTP error): nothing billed, nothing charged.
@@ -404,10 +461,11 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const afterCut = yield* settledRow
         assert.strictEqual(afterCut.tokens, worstCase + reservationOf("openai", openai.requests[2]!))
         assert.strictEqual(openai.reported.length, 0)
-      }))
+      })
+    )
 
     it.effect("a reservation never settled holds the budget for the rest of its day only", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const { anthropic, openai } = yield* fakes
         openai.reset()
         anthropic.reset()
@@ -415,7 +473,10 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const { account, key } = yield* setUp
         const agent = yield* TestServer.createAgent(account, { model: openaiModel })
         assert.strictEqual((yield* chat(key, agent.id, { message: "Hi" })).status, 200)
-        yield* TestServer.waitFor("the settlement", Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined))
+        yield* TestServer.waitFor(
+          "the settlement",
+          Effect.map(usageOf(account.tenantId), (row) => (row.reserved === 0 ? row : undefined))
+        )
         // As a process killed in the middle of its calls leaves it.
         const sql = yield* SqlClient.SqlClient
         yield* sql`UPDATE daily_usage SET reserved = ${budget} WHERE tenant_id = ${account.tenantId}`
@@ -441,20 +502,23 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         const nextDay = yield* chat(key, agent.id, { message: "Good morning" })
         assert.strictEqual(nextDay.status, 200, nextDay.text)
         assert.strictEqual(openai.requests.length, calls + 1)
-      }))
+      })
+    )
   })
 
   describe("streamed chats: refusals before the stream", () => {
     /** Open streams of the tenant's, on any node. */
     const placesOf = (tenantId: string) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient
-        const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM event_stream_slots WHERE tenant_id = ${tenantId}`
+        const rows = yield* sql<{
+          n: number
+        }>`SELECT count(*)::int AS n FROM event_stream_slots WHERE tenant_id = ${tenantId}`
         return rows[0]!.n
       }).pipe(Effect.orDie)
 
     it.effect("at the stream cap, an unknown agent is 404 and a bad message 400; a good chat meets the cap", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const { openai } = yield* fakes
         openai.reset()
         openai.setDefault({})
@@ -489,72 +553,93 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         assert.strictEqual(openai.requests.length, 0)
         assert.strictEqual(yield* placesOf(account.tenantId), 10)
         assert.deepStrictEqual(yield* usageOf(account.tenantId), { tokens: 0, reserved: 0 })
-      }))
+      })
+    )
 
-    it.effect("a streamed chat refused for tokens reserved in flight is a 429 problem with Retry-After, with or without memory", () =>
-      Effect.gen(function*() {
-        const { openai } = yield* fakes
-        openai.reset()
-        openai.setDefault({})
-        const { account, key } = yield* setUp
-        const remembering = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: true })
-        const forgetting = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: false })
-        assert.strictEqual((yield* chat(key, remembering.id, { message: "Hi", conversationId: "held" })).status, 200)
-        yield* TestServer.waitFor("the settlement", Effect.map(usageOf(account.tenantId), (row) => row.reserved === 0 ? row : undefined))
-        // What is left of the day is held by calls in flight (as a killed process leaves it).
-        const sql = yield* SqlClient.SqlClient
-        yield* sql`UPDATE daily_usage SET reserved = ${budget} WHERE tenant_id = ${account.tenantId}`
-        const calls = openai.requests.length
-        for (const agent of [remembering, forgetting]) {
-          const refused = yield* chat(key, agent.id, { message: "Again", conversationId: "held" }, true)
-          assert.strictEqual(refused.status, 429, refused.text)
-          assert.match(refused.headers.get("content-type") ?? "", /^application\/problem\+json/)
-          assert.strictEqual(refused.body.type, "urn:agent-host:problem:token-budget-spent")
-          assert.include(refused.body.detail, "reserved by model calls in flight")
-          assert.strictEqual(refused.headers.get("ratelimit-remaining"), "0")
-          assert.isNotNull(refused.headers.get("retry-after"))
-        }
-        assert.strictEqual(openai.requests.length, calls)
-        // The places the refused streams took are given back.
-        yield* TestServer.waitFor("the places released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
+    it.effect(
+      "a streamed chat refused for tokens reserved in flight is a 429 problem with Retry-After, with or without memory",
+      () =>
+        Effect.gen(function* () {
+          const { openai } = yield* fakes
+          openai.reset()
+          openai.setDefault({})
+          const { account, key } = yield* setUp
+          const remembering = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: true })
+          const forgetting = yield* TestServer.createAgent(account, { model: openaiModel, memoryEnabled: false })
+          assert.strictEqual((yield* chat(key, remembering.id, { message: "Hi", conversationId: "held" })).status, 200)
+          yield* TestServer.waitFor(
+            "the settlement",
+            Effect.map(usageOf(account.tenantId), (row) => (row.reserved === 0 ? row : undefined))
+          )
+          // What is left of the day is held by calls in flight (as a killed process leaves it).
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`UPDATE daily_usage SET reserved = ${budget} WHERE tenant_id = ${account.tenantId}`
+          const calls = openai.requests.length
+          for (const agent of [remembering, forgetting]) {
+            const refused = yield* chat(key, agent.id, { message: "Again", conversationId: "held" }, true)
+            assert.strictEqual(refused.status, 429, refused.text)
+            assert.match(refused.headers.get("content-type") ?? "", /^application\/problem\+json/)
+            assert.strictEqual(refused.body.type, "urn:agent-host:problem:token-budget-spent")
+            assert.include(refused.body.detail, "reserved by model calls in flight")
+            assert.strictEqual(refused.headers.get("ratelimit-remaining"), "0")
+            assert.isNotNull(refused.headers.get("retry-after"))
+          }
+          assert.strictEqual(openai.requests.length, calls)
+          // The places the refused streams took are given back.
+          yield* TestServer.waitFor(
+            "the places released",
+            Effect.map(placesOf(account.tenantId), (n) => (n === 0 ? true : undefined))
+          )
 
-        // With the budget free again, the same stream runs: its place is taken, then given back.
-        yield* sql`UPDATE daily_usage SET reserved = 0 WHERE tenant_id = ${account.tenantId}`
-        const streamed = yield* chat(key, remembering.id, { message: "Once more", conversationId: "held" }, true)
-        assert.strictEqual(outcomeOf(streamed, true), "ok")
-        // Deltas, then one done: nothing of the turn's start reaches the client.
-        const names = streamed.text.split("\n\n").filter((block) => block !== "").map((block) => block.split("\n")[0])
-        assert.isAbove(names.length, 1)
-        assert.deepStrictEqual(names, [...Array(names.length - 1).fill("event: delta"), "event: done"])
-        yield* TestServer.waitFor("the place released", Effect.map(placesOf(account.tenantId), (n) => n === 0 ? true : undefined))
-      }))
+          // With the budget free again, the same stream runs: its place is taken, then given back.
+          yield* sql`UPDATE daily_usage SET reserved = 0 WHERE tenant_id = ${account.tenantId}`
+          const streamed = yield* chat(key, remembering.id, { message: "Once more", conversationId: "held" }, true)
+          assert.strictEqual(outcomeOf(streamed, true), "ok")
+          // Deltas, then one done: nothing of the turn's start reaches the client.
+          const names = streamed.text
+            .split("\n\n")
+            .filter((block) => block !== "")
+            .map((block) => block.split("\n")[0])
+          assert.isAbove(names.length, 1)
+          assert.deepStrictEqual(names, [...Array(names.length - 1).fill("event: delta"), "event: done"])
+          yield* TestServer.waitFor(
+            "the place released",
+            Effect.map(placesOf(account.tenantId), (n) => (n === 0 ? true : undefined))
+          )
+        })
+    )
   })
 })
 
-const unenforced = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  return TestServer.layer({
-    openaiBaseUrl: openai.url,
-    openaiApiKey: Option.some(Redacted.make(openaiKey)),
-    modelMaxRetries: 0,
-    enforceDailyLimits: false,
-    // Spent by the first call, were it enforced.
-    freeDailyTokens: 10,
-    freeMaxOutputTokens: freeMaxOutput,
-    businessMaxOutputTokens: businessMaxOutput
-  }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-}))
+const unenforced = Layer.unwrap(
+  Effect.gen(function* () {
+    const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
+    return TestServer.layer({
+      openaiBaseUrl: openai.url,
+      openaiApiKey: Option.some(Redacted.make(openaiKey)),
+      modelMaxRetries: 0,
+      enforceDailyLimits: false,
+      // Spent by the first call, were it enforced.
+      freeDailyTokens: 10,
+      freeMaxOutputTokens: freeMaxOutput,
+      businessMaxOutputTokens: businessMaxOutput
+    }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
+  })
+)
 
 layer(unenforced, { excludeTestServices: true })("token reservations with ENFORCE_DAILY_LIMITS off", (it) => {
   it.effect("nothing is reserved or refused, and every call gets the business ceiling", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const openai = yield* FakeOpenAi
       openai.reset()
       openai.setDefault({ delayMs: 300, fillMaxTokens: true })
       const { account, key } = yield* setUp
       const agent = yield* TestServer.createAgent(account, { model: openaiModel })
       const inFlight = yield* Effect.forkChild(chat(key, agent.id, { message: "One" }))
-      yield* TestServer.waitFor("the call", Effect.sync(() => openai.requests.length === 1 ? true : undefined))
+      yield* TestServer.waitFor(
+        "the call",
+        Effect.sync(() => (openai.requests.length === 1 ? true : undefined))
+      )
       assert.deepStrictEqual(yield* usageOf(account.tenantId), { tokens: 0, reserved: 0 })
       assert.strictEqual((yield* Fiber.join(inFlight)).status, 200)
       const again = yield* chat(key, agent.id, { message: "Two" })
@@ -562,5 +647,6 @@ layer(unenforced, { excludeTestServices: true })("token reservations with ENFORC
       assert.deepStrictEqual(openai.requests.map(ceilingOf), [businessMaxOutput, businessMaxOutput])
       assert.strictEqual(billed(openai), 2 * businessMaxOutput + 2)
       assert.deepStrictEqual(yield* usageOf(account.tenantId), { tokens: 0, reserved: 0 })
-    }))
+    })
+  )
 })

@@ -24,7 +24,7 @@ interface Tenant {
 }
 
 /** A tenant with a key, an agent on the local model, a one-step orchestration over it and a team of it. */
-const tenant = Effect.gen(function*() {
+const tenant = Effect.gen(function* () {
   const client = yield* TestClient
   const account = yield* TestServer.signUp()
   const { key } = yield* TestServer.createKey(account)
@@ -40,7 +40,13 @@ const tenant = Effect.gen(function*() {
     body: { name: "Team", members: [{ agentId: agent.id, role: "helper" }], maxTurns: 1 }
   })
   assert.strictEqual(team.status, 201, team.text)
-  return { account, key, agentId: agent.id, orchestrationId: orchestration.body.id, teamId: team.body.id } satisfies Tenant
+  return {
+    account,
+    key,
+    agentId: agent.id,
+    orchestrationId: orchestration.body.id,
+    teamId: team.body.id
+  } satisfies Tenant
 })
 
 type Credential = "key" | "session"
@@ -52,9 +58,10 @@ const operations = {
     body: { message: "Hello", conversationId: "twins" }
   }),
   execute: (t: Tenant, via: Credential) => ({
-    path: via === "key"
-      ? `/api/v1/orchestrations/${t.orchestrationId}/execute`
-      : `/api/orchestrations/${t.orchestrationId}/execute`,
+    path:
+      via === "key"
+        ? `/api/v1/orchestrations/${t.orchestrationId}/execute`
+        : `/api/orchestrations/${t.orchestrationId}/execute`,
     body: { input: "twins" }
   }),
   run: (t: Tenant, via: Credential) => ({
@@ -77,7 +84,8 @@ const usedToday = (t: Tenant) =>
     Effect.map(
       client.request("GET", "/api/billing", { headers: TestServer.bearer(t.account.token) }),
       (response) => response.body.usedToday as number
-    ))
+    )
+  )
 
 const limitHeaders = (response: TestResponse) => ({
   limit: response.headers.get("ratelimit-limit"),
@@ -101,41 +109,48 @@ const statuses = (responses: ReadonlyArray<TestResponse>) => responses.map((resp
 layer(TestServer.layer(settings), { excludeTestServices: true })("session twins", (it) => {
   describe("the same count as the key twins", () => {
     for (const operation of ["chat", "execute", "run"] as const) {
-      it.effect(`${operation}: a session alone is refused at the same count as a key alone, with the same problem and headers`, () =>
-        Effect.gen(function*() {
-          const byKey = yield* tenant
-          const bySession = yield* tenant
-          const keyResponses: Array<TestResponse> = []
-          const sessionResponses: Array<TestResponse> = []
-          for (let i = 0; i < freeLimit + 2; i++) {
-            keyResponses.push(yield* call(byKey, operation, "key"))
-            sessionResponses.push(yield* call(bySession, operation, "session"))
-          }
-          const accepted = operation === "chat" ? 200 : 202
-          const expected = [...Array(freeLimit).fill(accepted), 429, 429]
-          assert.deepStrictEqual(statuses(keyResponses), expected, keyResponses.at(-1)!.text)
-          assert.deepStrictEqual(statuses(sessionResponses), expected, sessionResponses.at(-1)!.text)
-          // Counted responses carry the same RateLimit headers, request by request.
-          assert.deepStrictEqual(sessionResponses.map(limitHeaders), keyResponses.map(limitHeaders))
-          assert.deepStrictEqual(limitHeaders(sessionResponses[0]!), { limit: String(freeLimit), remaining: String(freeLimit - 1), retryAfter: null })
-          // The same 429.
-          const refused = refusal(sessionResponses.at(-1)!)
-          assert.deepStrictEqual(refused, refusal(keyResponses.at(-1)!))
-          assert.deepInclude(refused, {
-            status: 429,
-            contentType: "application/problem+json",
-            type: "urn:agent-host:problem:daily-limit-reached",
-            plan: "free",
-            limit: freeLimit
+      it.effect(
+        `${operation}: a session alone is refused at the same count as a key alone, with the same problem and headers`,
+        () =>
+          Effect.gen(function* () {
+            const byKey = yield* tenant
+            const bySession = yield* tenant
+            const keyResponses: Array<TestResponse> = []
+            const sessionResponses: Array<TestResponse> = []
+            for (let i = 0; i < freeLimit + 2; i++) {
+              keyResponses.push(yield* call(byKey, operation, "key"))
+              sessionResponses.push(yield* call(bySession, operation, "session"))
+            }
+            const accepted = operation === "chat" ? 200 : 202
+            const expected = [...Array(freeLimit).fill(accepted), 429, 429]
+            assert.deepStrictEqual(statuses(keyResponses), expected, keyResponses.at(-1)!.text)
+            assert.deepStrictEqual(statuses(sessionResponses), expected, sessionResponses.at(-1)!.text)
+            // Counted responses carry the same RateLimit headers, request by request.
+            assert.deepStrictEqual(sessionResponses.map(limitHeaders), keyResponses.map(limitHeaders))
+            assert.deepStrictEqual(limitHeaders(sessionResponses[0]!), {
+              limit: String(freeLimit),
+              remaining: String(freeLimit - 1),
+              retryAfter: null
+            })
+            // The same 429.
+            const refused = refusal(sessionResponses.at(-1)!)
+            assert.deepStrictEqual(refused, refusal(keyResponses.at(-1)!))
+            assert.deepInclude(refused, {
+              status: 429,
+              contentType: "application/problem+json",
+              type: "urn:agent-host:problem:daily-limit-reached",
+              plan: "free",
+              limit: freeLimit
+            })
+            assert.deepStrictEqual(refused.headers, { limit: String(freeLimit), remaining: "0", retryAfter: "set" })
+            assert.strictEqual(yield* usedToday(byKey), freeLimit)
+            assert.strictEqual(yield* usedToday(bySession), freeLimit)
           })
-          assert.deepStrictEqual(refused.headers, { limit: String(freeLimit), remaining: "0", retryAfter: "set" })
-          assert.strictEqual(yield* usedToday(byKey), freeLimit)
-          assert.strictEqual(yield* usedToday(bySession), freeLimit)
-        }))
+      )
     }
 
     it.effect("key and session requests of one tenant share one count: whichever comes past the limit is refused", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const t = yield* tenant
         const responses = [
           yield* call(t, "chat", "key"),
@@ -148,12 +163,16 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("session twins"
           yield* call(t, "run", "session")
         ]
         assert.deepStrictEqual(statuses(responses), [200, 200, 202, 202, 202, 429, 429, 429])
-        assert.deepStrictEqual(responses.map((r) => r.headers.get("ratelimit-remaining")), ["4", "3", "2", "1", "0", "0", "0", "0"])
+        assert.deepStrictEqual(
+          responses.map((r) => r.headers.get("ratelimit-remaining")),
+          ["4", "3", "2", "1", "0", "0", "0", "0"]
+        )
         assert.strictEqual(yield* usedToday(t), freeLimit)
-      }))
+      })
+    )
 
     it.effect("a streamed session chat is counted like any other; so are key requests on /api/public", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const t = yield* tenant
         const streamed = yield* call(t, "chat", "session", { accept: "text/event-stream" })
@@ -170,10 +189,11 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("session twins"
         const refused = yield* call(t, "chat", "session", { accept: "text/event-stream" })
         assert.strictEqual(refused.status, 429)
         assert.strictEqual(refused.body.type, "urn:agent-host:problem:daily-limit-reached")
-      }))
+      })
+    )
 
     it.effect("the plan's own limit applies: pro is refused at PRO_DAILY_LIMIT, business never, without headers", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient
         const pro = yield* tenant
         yield* sql`UPDATE tenants SET plan = 'pro' WHERE id = ${pro.account.tenantId}`
@@ -189,12 +209,13 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("session twins"
           assert.strictEqual(response.status, 200, response.text)
           assert.isNull(response.headers.get("ratelimit-limit"))
         }
-      }))
+      })
+    )
   })
 
   describe("what is not counted", () => {
     it.effect("the dashboard's reads stay uncounted", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const t = yield* tenant
         const auth = TestServer.bearer(t.account.token)
@@ -225,55 +246,78 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("session twins"
           }
         }
         assert.strictEqual(yield* usedToday(t), 2)
-      }))
+      })
+    )
   })
 
   describe("knowledge", () => {
-    it.effect("uploads, rechunks and searches count against the daily limit and are refused with the same 429 past it", () =>
-      Effect.gen(function*() {
-        const client = yield* TestClient
-        const t = yield* tenant
-        const auth = TestServer.bearer(t.account.token)
-        const base = yield* client.request("POST", "/api/knowledge", { headers: auth, body: { name: "Docs" } })
-        assert.strictEqual(base.status, 201, base.text)
-        const uploaded = yield* client.request("POST", `/api/knowledge/${base.body.id}/upload`, {
-          headers: auth,
-          body: { filename: "a.txt", content: "Lanterns light the harbour." }
+    it.effect(
+      "uploads, rechunks and searches count against the daily limit and are refused with the same 429 past it",
+      () =>
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const t = yield* tenant
+          const auth = TestServer.bearer(t.account.token)
+          const base = yield* client.request("POST", "/api/knowledge", { headers: auth, body: { name: "Docs" } })
+          assert.strictEqual(base.status, 201, base.text)
+          const uploaded = yield* client.request("POST", `/api/knowledge/${base.body.id}/upload`, {
+            headers: auth,
+            body: { filename: "a.txt", content: "Lanterns light the harbour." }
+          })
+          assert.strictEqual(uploaded.headers.get("ratelimit-remaining"), String(freeLimit - 1), uploaded.text)
+          const documentId = (uploaded.status === 201 ? uploaded.body : uploaded.body.data[0]).id as string
+          for (let i = 0; i < 200; i++) {
+            const got = yield* client.request("GET", `/api/knowledge/${base.body.id}/documents/${documentId}`, {
+              headers: auth
+            })
+            if (got.body.status !== "processing") break
+            yield* Effect.sleep("50 millis")
+          }
+          const rechunked = yield* client.request(
+            "POST",
+            `/api/knowledge/${base.body.id}/documents/${documentId}/rechunk`,
+            {
+              headers: auth,
+              body: { chunkSize: 128 }
+            }
+          )
+          assert.strictEqual(rechunked.status, 200, rechunked.text)
+          assert.strictEqual(rechunked.headers.get("ratelimit-remaining"), String(freeLimit - 2))
+          const searches: Array<TestResponse> = []
+          for (let i = 0; i < 4; i++) {
+            searches.push(
+              yield* client.request("POST", `/api/knowledge/${base.body.id}/search`, {
+                headers: auth,
+                body: { query: "harbour" }
+              })
+            )
+          }
+          assert.deepStrictEqual(statuses(searches), [200, 200, 200, 429])
+          assert.strictEqual(searches[0]!.body.data.length, 1)
+          const refused = searches.at(-1)!
+          assert.deepInclude(refusal(refused), {
+            type: "urn:agent-host:problem:daily-limit-reached",
+            plan: "free",
+            limit: freeLimit
+          })
+          assert.deepStrictEqual(refusal(refused).headers, {
+            limit: String(freeLimit),
+            remaining: "0",
+            retryAfter: "set"
+          })
+          const refusedUpload = yield* client.request("POST", `/api/knowledge/${base.body.id}/upload`, {
+            headers: auth,
+            body: { filename: "b.txt", content: "Past the limit." }
+          })
+          assert.strictEqual(refusedUpload.status, 429)
+          assert.strictEqual(refusedUpload.body.type, "urn:agent-host:problem:daily-limit-reached")
+          // Nothing of the refused upload was stored; reads of the base are not counted.
+          const documents = yield* client.request("GET", `/api/knowledge/${base.body.id}/documents`, { headers: auth })
+          assert.strictEqual(documents.status, 200)
+          assert.strictEqual(documents.body.total, 1)
+          assert.strictEqual(yield* usedToday(t), freeLimit)
         })
-        assert.strictEqual(uploaded.headers.get("ratelimit-remaining"), String(freeLimit - 1), uploaded.text)
-        const documentId = (uploaded.status === 201 ? uploaded.body : uploaded.body.data[0]).id as string
-        for (let i = 0; i < 200; i++) {
-          const got = yield* client.request("GET", `/api/knowledge/${base.body.id}/documents/${documentId}`, { headers: auth })
-          if (got.body.status !== "processing") break
-          yield* Effect.sleep("50 millis")
-        }
-        const rechunked = yield* client.request("POST", `/api/knowledge/${base.body.id}/documents/${documentId}/rechunk`, {
-          headers: auth,
-          body: { chunkSize: 128 }
-        })
-        assert.strictEqual(rechunked.status, 200, rechunked.text)
-        assert.strictEqual(rechunked.headers.get("ratelimit-remaining"), String(freeLimit - 2))
-        const searches: Array<TestResponse> = []
-        for (let i = 0; i < 4; i++) {
-          searches.push(yield* client.request("POST", `/api/knowledge/${base.body.id}/search`, { headers: auth, body: { query: "harbour" } }))
-        }
-        assert.deepStrictEqual(statuses(searches), [200, 200, 200, 429])
-        assert.strictEqual(searches[0]!.body.data.length, 1)
-        const refused = searches.at(-1)!
-        assert.deepInclude(refusal(refused), { type: "urn:agent-host:problem:daily-limit-reached", plan: "free", limit: freeLimit })
-        assert.deepStrictEqual(refusal(refused).headers, { limit: String(freeLimit), remaining: "0", retryAfter: "set" })
-        const refusedUpload = yield* client.request("POST", `/api/knowledge/${base.body.id}/upload`, {
-          headers: auth,
-          body: { filename: "b.txt", content: "Past the limit." }
-        })
-        assert.strictEqual(refusedUpload.status, 429)
-        assert.strictEqual(refusedUpload.body.type, "urn:agent-host:problem:daily-limit-reached")
-        // Nothing of the refused upload was stored; reads of the base are not counted.
-        const documents = yield* client.request("GET", `/api/knowledge/${base.body.id}/documents`, { headers: auth })
-        assert.strictEqual(documents.status, 200)
-        assert.strictEqual(documents.body.total, 1)
-        assert.strictEqual(yield* usedToday(t), freeLimit)
-      }))
+    )
   })
 })
 
@@ -282,11 +326,11 @@ layer(TestServer.layer({ freeDailyTokens: 40, authAttemptsPerAddress: 10_000 }),
   "session twins and the token budget",
   (it) => {
     it.effect("session and key chats spend one budget and are refused at the same point with the same problem", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const sessionFirst = yield* tenant
         const keyFirst = yield* tenant
         const until429 = (t: Tenant, via: Credential) =>
-          Effect.gen(function*() {
+          Effect.gen(function* () {
             for (let i = 0; i < 50; i++) {
               const response = yield* call(t, "chat", via)
               if (response.status !== 200) return { accepted: i, response }
@@ -301,8 +345,15 @@ layer(TestServer.layer({ freeDailyTokens: 40, authAttemptsPerAddress: 10_000 }),
           assert.strictEqual(response.body.type, "urn:agent-host:problem:token-budget-spent")
         }
         // Spent by sessions, the budget refuses the key too, and the other way round.
-        assert.strictEqual((yield* call(sessionFirst, "chat", "key")).body.type, "urn:agent-host:problem:token-budget-spent")
-        assert.strictEqual((yield* call(keyFirst, "chat", "session")).body.type, "urn:agent-host:problem:token-budget-spent")
-      }))
+        assert.strictEqual(
+          (yield* call(sessionFirst, "chat", "key")).body.type,
+          "urn:agent-host:problem:token-budget-spent"
+        )
+        assert.strictEqual(
+          (yield* call(keyFirst, "chat", "session")).body.type,
+          "urn:agent-host:problem:token-budget-spent"
+        )
+      })
+    )
   }
 )

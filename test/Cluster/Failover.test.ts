@@ -25,7 +25,7 @@ const stepDelayMs = 2_000
  * had completed may be asked of the model again.
  */
 const scenario = (signal: "SIGKILL" | "SIGTERM") =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const databaseUrl = yield* TestDatabaseUrl
     const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
     fake.setDefault({ delayMs: stepDelayMs, text: "step-done" })
@@ -38,7 +38,7 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
       FREE_MAX_RUNNING_RUNS: "0"
     })
     const urls = nodes.map((node) => node.baseUrl)
-    const [survivorA, survivorB, victim] = nodes as [typeof nodes[0], typeof nodes[0], typeof nodes[0]]
+    const [survivorA, survivorB, victim] = nodes as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]]
     // Shards settle once every runner has joined.
     yield* Effect.sleep("3 seconds")
 
@@ -50,13 +50,18 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
 
     const asked = (prefix: string) =>
       fake.requests.filter((r) => (r.body.messages.at(-1).content as string).startsWith(prefix))
-    yield* Effect.promise(() => eventually(() => assert.strictEqual(asked("B ").length, count, "every step b asked"), { timeoutMs: 60_000, intervalMs: 10 }))
+    yield* Effect.promise(() =>
+      eventually(() => assert.strictEqual(asked("B ").length, count, "every step b asked"), {
+        timeoutMs: 60_000,
+        intervalMs: 10
+      })
+    )
     yield* Effect.sleep("100 millis") // the nodes' log batches
     // The executions the victim was running: it completed their step a.
     const victims = new Set(
       linesWith([victim], "Step completed").map(({ line }) => line.annotations.executionId as string)
     )
-    const victimRuns = setup.ids.flatMap((id, i) => victims.has(id) ? [i] : [])
+    const victimRuns = setup.ids.flatMap((id, i) => (victims.has(id) ? [i] : []))
     assert.isAbove(victimRuns.length, 0, "the victim ran no execution")
     const askedBefore = fake.requests.length
 
@@ -67,23 +72,33 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
       headers: setup.bearer,
       body: { message: "in flight", conversationId: slowProbe.conversationId }
     }).then((reply) => ({ ...reply, after: Date.now() - inFlightAt }))
-    yield* Effect.promise(() => eventually(() => assert.strictEqual(asked("in flight").length, 1, "the chat turn reached the model"), { timeoutMs: 10_000, intervalMs: 10 }))
+    yield* Effect.promise(() =>
+      eventually(() => assert.strictEqual(asked("in flight").length, 1, "the chat turn reached the model"), {
+        timeoutMs: 10_000,
+        intervalMs: 10
+      })
+    )
 
     const signalledAt = Date.now()
     victim.child.kill(signal)
     // Steps b of the victim asked again by a survivor: the work it had in
     // flight, resumed where its shards went.
     const reasked = () =>
-      fake.requests.slice(askedBefore).filter((r) =>
-        victimRuns.some((i) => (r.body.messages.at(-1).content as string).startsWith(`B run-${i} `))
-      ).length
+      fake.requests
+        .slice(askedBefore)
+        .filter((r) => victimRuns.some((i) => (r.body.messages.at(-1).content as string).startsWith(`B run-${i} `)))
+        .length
     // After kill -9 every step in flight is asked again; the first such request
     // is the moment the survivors answer for the victim's entities.
-    const takeOver = signal === "SIGKILL"
-      ? yield* Effect.promise(() =>
-        eventually(() => assert.isAbove(reasked(), 0, "the survivors took over"), { timeoutMs: 30_000, intervalMs: 10 }).then(() => Date.now() - signalledAt)
-      )
-      : undefined
+    const takeOver =
+      signal === "SIGKILL"
+        ? yield* Effect.promise(() =>
+            eventually(() => assert.isAbove(reasked(), 0, "the survivors took over"), {
+              timeoutMs: 30_000,
+              intervalMs: 10
+            }).then(() => Date.now() - signalledAt)
+          )
+        : undefined
     // The time until a survivor answers the victim's conversation.
     const handOver = yield* Effect.promise(async () => {
       for (;;) {
@@ -101,7 +116,9 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
     // The turn in flight was answered (finished, or run again by the new owner)
     // or refused with a 503: either way within bounds, never left hanging.
     const interrupted = yield* Effect.promise(() => inFlight)
-    console.log(`${signal}: the chat turn in flight on the stopped node answered ${interrupted.status} after ${interrupted.after} ms`)
+    console.log(
+      `${signal}: the chat turn in flight on the stopped node answered ${interrupted.status} after ${interrupted.after} ms`
+    )
     assert.oneOf(interrupted.status, [200, 503], interrupted.text)
     // It went on with its history, on a survivor.
     const history = yield* Effect.promise(() =>
@@ -109,7 +126,10 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
         headers: setup.session
       })
     )
-    assert.deepStrictEqual(history.data.map((turn: any) => turn.message), ["probe", "still there?"])
+    assert.deepStrictEqual(
+      history.data.map((turn: any) => turn.message),
+      ["probe", "still there?"]
+    )
     const victimIds = victimRuns.map((i) => setup.ids[i]!)
     const survivors = [survivorA.baseUrl, survivorB.baseUrl]
     const victimDone = yield* Effect.promise(() =>
@@ -120,9 +140,7 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
     const exitCode = yield* Effect.promise(() => victim.exited)
     const exitedAfter = Date.now() - signalledAt
 
-    console.log(
-      `${signal}: the survivors answered a conversation of the stopped node ${handOver} ms after the signal`
-    )
+    console.log(`${signal}: the survivors answered a conversation of the stopped node ${handOver} ms after the signal`)
     console.log(
       `${signal} of a node running ${victimRuns.length} of ${count} executions (each step takes ${stepDelayMs} ms): ` +
         `${reasked()} of its steps in flight were asked again on the survivors` +
@@ -130,9 +148,16 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
         `its executions completed ` +
         `${victimDone} ms after the signal, all ${count} after ${allDone} ms`
     )
-    assert.deepStrictEqual(finals.map((e) => e.status), Array(count).fill("completed"))
+    assert.deepStrictEqual(
+      finals.map((e) => e.status),
+      Array(count).fill("completed")
+    )
     for (let i = 0; i < count; i++) {
-      assert.strictEqual(asked(`A run-${i}`).filter((r) => r.body.messages.at(-1).content === `A run-${i}`).length, 1, `step a of run-${i}`)
+      assert.strictEqual(
+        asked(`A run-${i}`).filter((r) => r.body.messages.at(-1).content === `A run-${i}`).length,
+        1,
+        `step a of run-${i}`
+      )
       // Only the victim's steps in flight may be asked again, once.
       const b = asked(`B run-${i} `).length
       if (victimRuns.includes(i)) assert.oneOf(b, [1, 2], `step b of run-${i}`)
@@ -160,8 +185,8 @@ const conversationOn = async (
       body: { message: "probe" }
     })
     await new Promise((resolve) => setTimeout(resolve, 100)) // the node's log batch
-    const lives = linesWith([node], "Conversation turn").some(({ line }) =>
-      line.annotations.conversationId === reply.conversationId
+    const lives = linesWith([node], "Conversation turn").some(
+      ({ line }) => line.annotations.conversationId === reply.conversationId
     )
     if (lives) return { agentId: agent.id as string, conversationId: reply.conversationId as string }
   }
@@ -169,24 +194,36 @@ const conversationOn = async (
 }
 
 describe("failover between three nodes", () => {
-  it.live("kill -9 of a node with executions in flight: the survivors take over within 10 s and finish them all", () =>
-    Effect.gen(function*() {
-      const { exitCode, handOver, reasked, takeOver, victimRuns } = yield* scenario("SIGKILL")
-      assert.strictEqual(exitCode, null) // killed, not exited
-      // Every step b in flight on the killed node was lost with it and asked again.
-      assert.strictEqual(reasked, victimRuns.length)
-      assert.isAtMost(takeOver!, 10_000)
-      assert.isAtMost(handOver, 10_000)
-    }), 180_000)
+  it.live(
+    "kill -9 of a node with executions in flight: the survivors take over within 10 s and finish them all",
+    () =>
+      Effect.gen(function* () {
+        const { exitCode, handOver, reasked, takeOver, victimRuns } = yield* scenario("SIGKILL")
+        assert.strictEqual(exitCode, null) // killed, not exited
+        // Every step b in flight on the killed node was lost with it and asked again.
+        assert.strictEqual(reasked, victimRuns.length)
+        assert.isAtMost(takeOver!, 10_000)
+        assert.isAtMost(handOver, 10_000)
+      }),
+    180_000
+  )
 
-  it.live("SIGTERM of a node with executions in flight: it hands its work over and exits cleanly within its grace period", () =>
-    Effect.gen(function*() {
-      const { exitCode, exitedAfter, handOver, victim } = yield* scenario("SIGTERM")
-      console.log(`the stopped node exited with code ${exitCode} ${exitedAfter} ms after SIGTERM`)
-      const warnings = logLines(victim).filter((line) => line.level === "WARN" || line.level === "ERROR")
-      if (warnings.length > 0) console.log("the stopped node warned:", warnings.map((line) => JSON.stringify(line).slice(0, 600)))
-      assert.isAtMost(handOver, 20_000)
-      assert.strictEqual(exitCode, 0, victim.stderr())
-      assert.isAtMost(exitedAfter, 20_000) // SHUTDOWN_GRACE
-    }), 180_000)
+  it.live(
+    "SIGTERM of a node with executions in flight: it hands its work over and exits cleanly within its grace period",
+    () =>
+      Effect.gen(function* () {
+        const { exitCode, exitedAfter, handOver, victim } = yield* scenario("SIGTERM")
+        console.log(`the stopped node exited with code ${exitCode} ${exitedAfter} ms after SIGTERM`)
+        const warnings = logLines(victim).filter((line) => line.level === "WARN" || line.level === "ERROR")
+        if (warnings.length > 0)
+          console.log(
+            "the stopped node warned:",
+            warnings.map((line) => JSON.stringify(line).slice(0, 600))
+          )
+        assert.isAtMost(handOver, 20_000)
+        assert.strictEqual(exitCode, 0, victim.stderr())
+        assert.isAtMost(exitedAfter, 20_000) // SHUTDOWN_GRACE
+      }),
+    180_000
+  )
 })

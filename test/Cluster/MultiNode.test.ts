@@ -24,7 +24,7 @@ const stripe = new Stripe("sk_test_x")
 
 /** Three nodes on a fresh database, all talking to one fake OpenAI. */
 const threeNodes = (extraEnv: Record<string, string> = {}) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const databaseUrl = yield* TestDatabaseUrl
     const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
     const nodes = yield* startNodes(3, {
@@ -86,10 +86,15 @@ const renameOnASeenOnC = async (
  */
 const listChangedOnASeenOnC = async (urls: ReadonlyArray<string>, session: Record<string, string>, name: string) => {
   const ids = async () =>
-    ((await requestJson(`${urls[2]}/api/agents?limit=100`, { headers: session })).data as Array<{ id: string }>).map((a) => a.id)
+    ((await requestJson(`${urls[2]}/api/agents?limit=100`, { headers: session })).data as Array<{ id: string }>).map(
+      (a) => a.id
+    )
   const until = async (what: string, done: (listed: ReadonlyArray<string>) => boolean) => {
     const startedAt = Date.now()
-    await eventually(async () => assert.isTrue(done(await ids()), `node C's list shows ${what}`), { timeoutMs: 5_000, intervalMs: 10 })
+    await eventually(async () => assert.isTrue(done(await ids()), `node C's list shows ${what}`), {
+      timeoutMs: 5_000,
+      intervalMs: 10
+    })
     return Date.now() - startedAt
   }
   await ids()
@@ -121,200 +126,239 @@ const untilSpread = async (nodes: ReadonlyArray<ClusterNode>, agentId: string, b
 }
 
 describe("three nodes on one database", () => {
-  it.live("executions and conversations are spread over all three nodes, whichever node takes the request", () =>
-    Effect.gen(function*() {
-      const { fake, nodes, urls } = yield* threeNodes({ ENFORCE_DAILY_LIMITS: "false" })
-      fake.setDefault({ text: "done" })
-      const setup = yield* Effect.promise(() => twoStepSetup(urls[0]!, "spread@example.com"))
-      yield* Effect.promise(() => untilSpread(nodes, setup.agentId, setup.bearer))
-      const ids = yield* Effect.promise(() => executeMany(urls, setup, 30))
-      const finals = yield* Effect.promise(() => awaitFinal(urls, setup.bearer, ids, 60_000))
-      assert.deepStrictEqual(finals.map((e) => e.status), Array(30).fill("completed"))
+  it.live(
+    "executions and conversations are spread over all three nodes, whichever node takes the request",
+    () =>
+      Effect.gen(function* () {
+        const { fake, nodes, urls } = yield* threeNodes({ ENFORCE_DAILY_LIMITS: "false" })
+        fake.setDefault({ text: "done" })
+        const setup = yield* Effect.promise(() => twoStepSetup(urls[0]!, "spread@example.com"))
+        yield* Effect.promise(() => untilSpread(nodes, setup.agentId, setup.bearer))
+        const ids = yield* Effect.promise(() => executeMany(urls, setup, 30))
+        const finals = yield* Effect.promise(() => awaitFinal(urls, setup.bearer, ids, 60_000))
+        assert.deepStrictEqual(
+          finals.map((e) => e.status),
+          Array(30).fill("completed")
+        )
 
-      const conversations = yield* Effect.promise(() =>
-        Promise.all(Array.from({ length: 30 }, (_, i) =>
-          requestJson(`${urls[i % 3]}/api/v1/agents/${setup.agentId}/chat`, {
+        const conversations = yield* Effect.promise(() =>
+          Promise.all(
+            Array.from({ length: 30 }, (_, i) =>
+              requestJson(`${urls[i % 3]}/api/v1/agents/${setup.agentId}/chat`, {
+                method: "POST",
+                headers: setup.bearer,
+                body: { message: `hello ${i}` }
+              })
+            )
+          )
+        )
+        assert.strictEqual(new Set(conversations.map((c) => c.conversationId)).size, 30)
+        // A conversation goes on where it lives, whichever node the next message reaches.
+        const again = yield* Effect.promise(() =>
+          requestJson(`${urls[2]}/api/v1/agents/${setup.agentId}/chat`, {
             method: "POST",
             headers: setup.bearer,
-            body: { message: `hello ${i}` }
-          })))
-      )
-      assert.strictEqual(new Set(conversations.map((c) => c.conversationId)).size, 30)
-      // A conversation goes on where it lives, whichever node the next message reaches.
-      const again = yield* Effect.promise(() =>
-        requestJson(`${urls[2]}/api/v1/agents/${setup.agentId}/chat`, {
-          method: "POST",
-          headers: setup.bearer,
-          body: { message: "and again", conversationId: conversations[0].conversationId }
-        })
-      )
-      assert.strictEqual(again.conversationId, conversations[0].conversationId)
-      // Streamed replies cross nodes too: each node streams a turn of a conversation living elsewhere or here.
-      for (const base of urls) {
-        const streamed = yield* Effect.promise(async () => {
-          const response = await fetch(`${base}/api/v1/agents/${setup.agentId}/chat`, {
-            method: "POST",
-            headers: { ...setup.bearer, "content-type": "application/json", accept: "text/event-stream" },
-            body: JSON.stringify({ message: "stream please", conversationId: conversations[1].conversationId })
+            body: { message: "and again", conversationId: conversations[0].conversationId }
           })
-          return { status: response.status, type: response.headers.get("content-type"), text: await response.text() }
-        })
-        assert.strictEqual(streamed.status, 200)
-        assert.strictEqual(streamed.type, "text/event-stream")
-        assert.include(streamed.text, "done")
-      }
-      yield* Effect.sleep("200 millis") // the nodes' log batches
-
-      // Every step was asked of the model once, wherever it ran.
-      const asked = fake.requests.map((r) => r.body.messages.at(-1).content as string)
-      assert.strictEqual(asked.filter((prompt) => prompt.startsWith("A ")).length, 30)
-      assert.strictEqual(asked.filter((prompt) => prompt.startsWith("B ")).length, 30)
-      const ranSteps = new Map(nodes.map((node) => [node.runnerAddress, linesWith([node], "Step completed").length]))
-      const ours = new Set(conversations.map((c) => c.conversationId as string))
-      const turns = linesWith(nodes, "Conversation turn").filter(({ line }) => ours.has(line.annotations.conversationId))
-      const turnsByNode = new Map(nodes.map((node) => [node.runnerAddress, 0]))
-      for (const { node } of turns) turnsByNode.set(node, turnsByNode.get(node)! + 1)
-      console.log("steps run per node:", Object.fromEntries(ranSteps))
-      console.log("conversation turns per node:", Object.fromEntries(turnsByNode))
-      assert.strictEqual([...ranSteps.values()].reduce((a, b) => a + b, 0), 60)
-      for (const [node, count] of ranSteps) assert.isAbove(count, 0, `no step ran on ${node}`)
-      assert.strictEqual(turns.length, 34)
-      for (const [node, count] of turnsByNode) assert.isAbove(count, 0, `no conversation lived on ${node}`)
-      // Both turns of the continued conversation ran on the same node.
-      const continued = turns.filter(({ line }) => line.annotations.conversationId === again.conversationId)
-      assert.strictEqual(continued.length, 2)
-      assert.strictEqual(continued[0]!.node, continued[1]!.node)
-    }), 120_000)
-
-  it.live("quotas are exact over three nodes; plan changes and key revocations reach every node within 1 s; idempotency keys hold across nodes", () =>
-    Effect.gen(function*() {
-      const { databaseUrl, urls } = yield* threeNodes({
-        FREE_DAILY_LIMIT: "100",
-        PRO_DAILY_LIMIT: "5000",
-        STRIPE_WEBHOOK_SECRET: webhookSecret,
-        STRIPE_PRICE_PRO: "price_pro"
-      })
-
-      // 150 concurrent requests of one tenant, round-robin: exactly 100 pass.
-      const quota = yield* Effect.promise(() => signUpTenant(urls[0]!, "quota@example.com"))
-      const statuses = yield* Effect.promise(() =>
-        Promise.all(Array.from({ length: 150 }, (_, i) =>
-          request(`${urls[i % 3]}/api/v1/agents`, { headers: quota.bearer }).then((r) => r.status)))
-      )
-      assert.strictEqual(statuses.filter((s) => s === 200).length, 100)
-      assert.strictEqual(statuses.filter((s) => s === 429).length, 50)
-      const billing = yield* Effect.promise(() => requestJson(`${urls[1]}/api/billing`, { headers: quota.session }))
-      assert.strictEqual(billing.usedToday, 100)
-
-      // An upgrade paid for through the webhook on node A applies on node C within 1 s.
-      const me = yield* Effect.promise(() => requestJson(`${urls[0]}/api/auth/me`, { headers: quota.session }))
-      const payload = JSON.stringify({
-        id: `evt_${Date.now()}`,
-        object: "event",
-        type: "customer.subscription.created",
-        created: Math.floor(Date.now() / 1000),
-        livemode: false,
-        data: {
-          object: {
-            id: "sub_multi",
-            object: "subscription",
-            customer: "cus_multi",
-            status: "active",
-            metadata: { tenant_id: me.tenant.id },
-            items: { object: "list", data: [{ id: "si_1", object: "subscription_item", price: { id: "price_pro" } }] }
-          }
-        }
-      })
-      const upgradedAt = Date.now()
-      const delivered = yield* Effect.promise(() =>
-        fetch(`${urls[0]}/api/webhooks/stripe`, {
-          method: "POST",
-          headers: {
-            "content-type": "application/json",
-            "stripe-signature": stripe.webhooks.generateTestHeaderString({ payload, secret: webhookSecret })
-          },
-          body: payload
-        }).then((r) => r.status)
-      )
-      assert.strictEqual(delivered, 200)
-      const upgraded = yield* Effect.promise(() => request(`${urls[2]}/api/v1/agents`, { headers: quota.bearer }))
-      const upgradeSeenAfter = Date.now() - upgradedAt
-      assert.strictEqual(upgraded.status, 200)
-      assert.strictEqual(upgraded.headers.get("ratelimit-limit"), "5000")
-      assert.isAtMost(upgradeSeenAfter, 1_000)
-
-      // One Idempotency-Key sent to every node at once, twice each, starts one execution.
-      const setup = yield* Effect.promise(() => twoStepSetup(urls[0]!, "keys@example.com"))
-      const twice = yield* Effect.promise(() =>
-        Promise.all([...urls, ...urls].map((base) =>
-          requestJson(`${base}/api/v1/orchestrations/${setup.orchestrationId}/execute`, {
-            method: "POST",
-            headers: { ...setup.bearer, "idempotency-key": "same-order-1" },
-            body: { input: "once" }
-          })))
-      )
-      assert.strictEqual(new Set(twice.map((started) => started.executionId)).size, 1)
-      const listed = yield* Effect.promise(() => requestJson(`${urls[1]}/api/v1/executions`, { headers: setup.bearer }))
-      assert.strictEqual(listed.total, 1)
-
-      // A key used on node C (so C has it cached), revoked on node A, is
-      // refused on C within 1 s.
-      const refusedAfter = yield* Effect.promise(() => revokeOnARefusedOnC(urls, setup.session, setup.keyId, setup.bearer))
-      console.log(`a key revoked on node A was refused on node C after ${refusedAfter} ms`)
-      assert.isAtMost(refusedAfter, 1_000)
-
-      // An agent read on node C (so C has it cached) and changed on node A is
-      // read changed on C within 1 s.
-      const agentPath = `/api/agents/${setup.agentId}`
-      const orchestrationPath = `/api/orchestrations/${setup.orchestrationId}`
-      const renamedAfter = yield* Effect.promise(() => renameOnASeenOnC(urls, setup.session, agentPath, "Renamed on A"))
-      console.log(`an agent changed on node A was read changed on node C after ${renamedAfter} ms`)
-      assert.isAtMost(renamedAfter, 1_000)
-      const listedAfter = yield* Effect.promise(() => listChangedOnASeenOnC(urls, setup.session, "Made on A"))
-      console.log(`an agent made and deleted on node A was listed so on node C after ${listedAfter} ms`)
-      assert.isAtMost(listedAfter, 1_000)
-      const orchestrationRenamedAfter = yield* Effect.promise(() =>
-        renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed on A")
-      )
-      console.log(`an orchestration changed on node A was read changed on node C after ${orchestrationRenamedAfter} ms`)
-      assert.isAtMost(orchestrationRenamedAfter, 1_000)
-
-      // Still so after every node lost its listening connections (a database
-      // restart, a proxy timeout): the listeners reconnect.
-      const terminated = yield* Effect.promise(async () => {
-        const admin = new pg.Client({ connectionString: databaseUrl })
-        await admin.connect()
-        const result = await admin.query(
-          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-           WHERE application_name = 'agent-host-listener' AND datname = current_database()`
         )
-        await admin.end()
-        return result.rowCount
-      })
-      assert.strictEqual(terminated, 3 * listenerConnections)
-      yield* Effect.sleep("2 seconds")
-      const another = yield* Effect.promise(() =>
-        requestJson(`${urls[0]}/api/keys`, { method: "POST", headers: setup.session, body: { name: "another" } })
-      )
-      const refusedAgainAfter = yield* Effect.promise(() =>
-        revokeOnARefusedOnC(urls, setup.session, another.id, { authorization: `Bearer ${another.key}` })
-      )
-      console.log(`after the listeners reconnected, a revoked key was refused on node C after ${refusedAgainAfter} ms`)
-      assert.isAtMost(refusedAgainAfter, 1_000)
-      const renamedAgainAfter = yield* Effect.promise(() =>
-        renameOnASeenOnC(urls, setup.session, agentPath, "Renamed again on A")
-      )
-      console.log(`after the listeners reconnected, a changed agent was read on node C after ${renamedAgainAfter} ms`)
-      assert.isAtMost(renamedAgainAfter, 1_000)
-      const listedAgainAfter = yield* Effect.promise(() => listChangedOnASeenOnC(urls, setup.session, "Made again on A"))
-      console.log(`after the listeners reconnected, an agent made and deleted on node A was listed so on node C after ${listedAgainAfter} ms`)
-      assert.isAtMost(listedAgainAfter, 1_000)
-      const orchestrationRenamedAgainAfter = yield* Effect.promise(() =>
-        renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed again on A")
-      )
-      console.log(
-        `after the listeners reconnected, a changed orchestration was read on node C after ${orchestrationRenamedAgainAfter} ms`
-      )
-      assert.isAtMost(orchestrationRenamedAgainAfter, 1_000)
-    }), 120_000)
+        assert.strictEqual(again.conversationId, conversations[0].conversationId)
+        // Streamed replies cross nodes too: each node streams a turn of a conversation living elsewhere or here.
+        for (const base of urls) {
+          const streamed = yield* Effect.promise(async () => {
+            const response = await fetch(`${base}/api/v1/agents/${setup.agentId}/chat`, {
+              method: "POST",
+              headers: { ...setup.bearer, "content-type": "application/json", accept: "text/event-stream" },
+              body: JSON.stringify({ message: "stream please", conversationId: conversations[1].conversationId })
+            })
+            return { status: response.status, type: response.headers.get("content-type"), text: await response.text() }
+          })
+          assert.strictEqual(streamed.status, 200)
+          assert.strictEqual(streamed.type, "text/event-stream")
+          assert.include(streamed.text, "done")
+        }
+        yield* Effect.sleep("200 millis") // the nodes' log batches
+
+        // Every step was asked of the model once, wherever it ran.
+        const asked = fake.requests.map((r) => r.body.messages.at(-1).content as string)
+        assert.strictEqual(asked.filter((prompt) => prompt.startsWith("A ")).length, 30)
+        assert.strictEqual(asked.filter((prompt) => prompt.startsWith("B ")).length, 30)
+        const ranSteps = new Map(nodes.map((node) => [node.runnerAddress, linesWith([node], "Step completed").length]))
+        const ours = new Set(conversations.map((c) => c.conversationId as string))
+        const turns = linesWith(nodes, "Conversation turn").filter(({ line }) =>
+          ours.has(line.annotations.conversationId)
+        )
+        const turnsByNode = new Map(nodes.map((node) => [node.runnerAddress, 0]))
+        for (const { node } of turns) turnsByNode.set(node, turnsByNode.get(node)! + 1)
+        console.log("steps run per node:", Object.fromEntries(ranSteps))
+        console.log("conversation turns per node:", Object.fromEntries(turnsByNode))
+        assert.strictEqual(
+          [...ranSteps.values()].reduce((a, b) => a + b, 0),
+          60
+        )
+        for (const [node, count] of ranSteps) assert.isAbove(count, 0, `no step ran on ${node}`)
+        assert.strictEqual(turns.length, 34)
+        for (const [node, count] of turnsByNode) assert.isAbove(count, 0, `no conversation lived on ${node}`)
+        // Both turns of the continued conversation ran on the same node.
+        const continued = turns.filter(({ line }) => line.annotations.conversationId === again.conversationId)
+        assert.strictEqual(continued.length, 2)
+        assert.strictEqual(continued[0]!.node, continued[1]!.node)
+      }),
+    120_000
+  )
+
+  it.live(
+    "quotas are exact over three nodes; plan changes and key revocations reach every node within 1 s; idempotency keys hold across nodes",
+    () =>
+      Effect.gen(function* () {
+        const { databaseUrl, urls } = yield* threeNodes({
+          FREE_DAILY_LIMIT: "100",
+          PRO_DAILY_LIMIT: "5000",
+          STRIPE_WEBHOOK_SECRET: webhookSecret,
+          STRIPE_PRICE_PRO: "price_pro"
+        })
+
+        // 150 concurrent requests of one tenant, round-robin: exactly 100 pass.
+        const quota = yield* Effect.promise(() => signUpTenant(urls[0]!, "quota@example.com"))
+        const statuses = yield* Effect.promise(() =>
+          Promise.all(
+            Array.from({ length: 150 }, (_, i) =>
+              request(`${urls[i % 3]}/api/v1/agents`, { headers: quota.bearer }).then((r) => r.status)
+            )
+          )
+        )
+        assert.strictEqual(statuses.filter((s) => s === 200).length, 100)
+        assert.strictEqual(statuses.filter((s) => s === 429).length, 50)
+        const billing = yield* Effect.promise(() => requestJson(`${urls[1]}/api/billing`, { headers: quota.session }))
+        assert.strictEqual(billing.usedToday, 100)
+
+        // An upgrade paid for through the webhook on node A applies on node C within 1 s.
+        const me = yield* Effect.promise(() => requestJson(`${urls[0]}/api/auth/me`, { headers: quota.session }))
+        const payload = JSON.stringify({
+          id: `evt_${Date.now()}`,
+          object: "event",
+          type: "customer.subscription.created",
+          created: Math.floor(Date.now() / 1000),
+          livemode: false,
+          data: {
+            object: {
+              id: "sub_multi",
+              object: "subscription",
+              customer: "cus_multi",
+              status: "active",
+              metadata: { tenant_id: me.tenant.id },
+              items: { object: "list", data: [{ id: "si_1", object: "subscription_item", price: { id: "price_pro" } }] }
+            }
+          }
+        })
+        const upgradedAt = Date.now()
+        const delivered = yield* Effect.promise(() =>
+          fetch(`${urls[0]}/api/webhooks/stripe`, {
+            method: "POST",
+            headers: {
+              "content-type": "application/json",
+              "stripe-signature": stripe.webhooks.generateTestHeaderString({ payload, secret: webhookSecret })
+            },
+            body: payload
+          }).then((r) => r.status)
+        )
+        assert.strictEqual(delivered, 200)
+        const upgraded = yield* Effect.promise(() => request(`${urls[2]}/api/v1/agents`, { headers: quota.bearer }))
+        const upgradeSeenAfter = Date.now() - upgradedAt
+        assert.strictEqual(upgraded.status, 200)
+        assert.strictEqual(upgraded.headers.get("ratelimit-limit"), "5000")
+        assert.isAtMost(upgradeSeenAfter, 1_000)
+
+        // One Idempotency-Key sent to every node at once, twice each, starts one execution.
+        const setup = yield* Effect.promise(() => twoStepSetup(urls[0]!, "keys@example.com"))
+        const twice = yield* Effect.promise(() =>
+          Promise.all(
+            [...urls, ...urls].map((base) =>
+              requestJson(`${base}/api/v1/orchestrations/${setup.orchestrationId}/execute`, {
+                method: "POST",
+                headers: { ...setup.bearer, "idempotency-key": "same-order-1" },
+                body: { input: "once" }
+              })
+            )
+          )
+        )
+        assert.strictEqual(new Set(twice.map((started) => started.executionId)).size, 1)
+        const listed = yield* Effect.promise(() =>
+          requestJson(`${urls[1]}/api/v1/executions`, { headers: setup.bearer })
+        )
+        assert.strictEqual(listed.total, 1)
+
+        // A key used on node C (so C has it cached), revoked on node A, is
+        // refused on C within 1 s.
+        const refusedAfter = yield* Effect.promise(() =>
+          revokeOnARefusedOnC(urls, setup.session, setup.keyId, setup.bearer)
+        )
+        console.log(`a key revoked on node A was refused on node C after ${refusedAfter} ms`)
+        assert.isAtMost(refusedAfter, 1_000)
+
+        // An agent read on node C (so C has it cached) and changed on node A is
+        // read changed on C within 1 s.
+        const agentPath = `/api/agents/${setup.agentId}`
+        const orchestrationPath = `/api/orchestrations/${setup.orchestrationId}`
+        const renamedAfter = yield* Effect.promise(() =>
+          renameOnASeenOnC(urls, setup.session, agentPath, "Renamed on A")
+        )
+        console.log(`an agent changed on node A was read changed on node C after ${renamedAfter} ms`)
+        assert.isAtMost(renamedAfter, 1_000)
+        const listedAfter = yield* Effect.promise(() => listChangedOnASeenOnC(urls, setup.session, "Made on A"))
+        console.log(`an agent made and deleted on node A was listed so on node C after ${listedAfter} ms`)
+        assert.isAtMost(listedAfter, 1_000)
+        const orchestrationRenamedAfter = yield* Effect.promise(() =>
+          renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed on A")
+        )
+        console.log(
+          `an orchestration changed on node A was read changed on node C after ${orchestrationRenamedAfter} ms`
+        )
+        assert.isAtMost(orchestrationRenamedAfter, 1_000)
+
+        // Still so after every node lost its listening connections (a database
+        // restart, a proxy timeout): the listeners reconnect.
+        const terminated = yield* Effect.promise(async () => {
+          const admin = new pg.Client({ connectionString: databaseUrl })
+          await admin.connect()
+          const result = await admin.query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+           WHERE application_name = 'agent-host-listener' AND datname = current_database()`
+          )
+          await admin.end()
+          return result.rowCount
+        })
+        assert.strictEqual(terminated, 3 * listenerConnections)
+        yield* Effect.sleep("2 seconds")
+        const another = yield* Effect.promise(() =>
+          requestJson(`${urls[0]}/api/keys`, { method: "POST", headers: setup.session, body: { name: "another" } })
+        )
+        const refusedAgainAfter = yield* Effect.promise(() =>
+          revokeOnARefusedOnC(urls, setup.session, another.id, { authorization: `Bearer ${another.key}` })
+        )
+        console.log(
+          `after the listeners reconnected, a revoked key was refused on node C after ${refusedAgainAfter} ms`
+        )
+        assert.isAtMost(refusedAgainAfter, 1_000)
+        const renamedAgainAfter = yield* Effect.promise(() =>
+          renameOnASeenOnC(urls, setup.session, agentPath, "Renamed again on A")
+        )
+        console.log(`after the listeners reconnected, a changed agent was read on node C after ${renamedAgainAfter} ms`)
+        assert.isAtMost(renamedAgainAfter, 1_000)
+        const listedAgainAfter = yield* Effect.promise(() =>
+          listChangedOnASeenOnC(urls, setup.session, "Made again on A")
+        )
+        console.log(
+          `after the listeners reconnected, an agent made and deleted on node A was listed so on node C after ${listedAgainAfter} ms`
+        )
+        assert.isAtMost(listedAgainAfter, 1_000)
+        const orchestrationRenamedAgainAfter = yield* Effect.promise(() =>
+          renameOnASeenOnC(urls, setup.session, orchestrationPath, "Renamed again on A")
+        )
+        console.log(
+          `after the listeners reconnected, a changed orchestration was read on node C after ${orchestrationRenamedAgainAfter} ms`
+        )
+        assert.isAtMost(orchestrationRenamedAgainAfter, 1_000)
+      }),
+    120_000
+  )
 })

@@ -16,16 +16,17 @@ interface ProbeResult {
 
 /** A fourth process speaking effect's runner protocol to a node's runner port (test/support/RunnerProbe.ts). */
 const probe = (runnerAddress: string, env: Record<string, string>) =>
-  Effect.promise(() =>
-    new Promise<ProbeResult>((resolve, reject) => {
-      const cut = runnerAddress.lastIndexOf(":")
-      ChildProcess.execFile(
-        process.execPath,
-        ["test/support/RunnerProbe.ts", runnerAddress.slice(0, cut), runnerAddress.slice(cut + 1)],
-        { cwd: projectRoot, env: { ...process.env, ...env }, timeout: 20_000 },
-        (error, stdout) => error ? reject(error) : resolve(JSON.parse(stdout.trim().split("\n").at(-1)!))
-      )
-    })
+  Effect.promise(
+    () =>
+      new Promise<ProbeResult>((resolve, reject) => {
+        const cut = runnerAddress.lastIndexOf(":")
+        ChildProcess.execFile(
+          process.execPath,
+          ["test/support/RunnerProbe.ts", runnerAddress.slice(0, cut), runnerAddress.slice(cut + 1)],
+          { cwd: projectRoot, env: { ...process.env, ...env }, timeout: 20_000 },
+          (error, stdout) => (error ? reject(error) : resolve(JSON.parse(stdout.trim().split("\n").at(-1)!)))
+        )
+      })
   )
 
 const refusals = (node: ClusterNode) => linesWith([node], "Runner connection refused").map(({ line }) => line)
@@ -45,16 +46,18 @@ const tempDir = Effect.acquireRelease(
 )
 
 const makeCertificates = (dir: string, ...nodes: Array<string>) =>
-  Effect.promise(() =>
-    new Promise<void>((resolve, reject) =>
-      ChildProcess.execFile("bash", [NodePath.join(projectRoot, "infra/runner-certs.sh"), dir, ...nodes], (error) =>
-        error ? reject(error) : resolve())
-    )
+  Effect.promise(
+    () =>
+      new Promise<void>((resolve, reject) =>
+        ChildProcess.execFile("bash", [NodePath.join(projectRoot, "infra/runner-certs.sh"), dir, ...nodes], (error) =>
+          error ? reject(error) : resolve()
+        )
+      )
   )
 
 /** Nodes of one cluster with the given runner credential settings per node. */
 const startWith = (databaseUrl: string, perNode: ReadonlyArray<Record<string, string>>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const webhookSecretKey = Crypto.randomBytes(32).toString("base64")
     const nodes: Array<ClusterNode> = []
     for (const credential of perNode) {
@@ -74,7 +77,7 @@ const startWith = (databaseUrl: string, perNode: ReadonlyArray<Record<string, st
 
 /** Executions spread over the nodes all finish, and steps ran on more than one node. */
 const workCrossesNodes = (nodes: ReadonlyArray<ClusterNode>, email: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const urls = nodes.map((node) => node.baseUrl)
     const tenant = yield* Effect.promise(() =>
       orchestrationSetup(urls[0]!, email, "local", [
@@ -90,71 +93,86 @@ const workCrossesNodes = (nodes: ReadonlyArray<ClusterNode>, email: string) =>
   })
 
 describe("the runner port admits only the cluster's nodes", () => {
-  it.live("shared secret: a process without it cannot deliver a message; the nodes still work together", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const databaseUrl = yield* TestDatabaseUrl
-      const secret = Crypto.randomBytes(32).toString("base64")
-      const nodes = yield* startWith(databaseUrl, [{ RUNNER_SECRET: secret }, { RUNNER_SECRET: secret }])
-      const [a] = nodes as [ClusterNode, ClusterNode]
+  it.live(
+    "shared secret: a process without it cannot deliver a message; the nodes still work together",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const databaseUrl = yield* TestDatabaseUrl
+          const secret = Crypto.randomBytes(32).toString("base64")
+          const nodes = yield* startWith(databaseUrl, [{ RUNNER_SECRET: secret }, { RUNNER_SECRET: secret }])
+          const [a] = nodes as [ClusterNode, ClusterNode]
 
-      // Effect's own socket client, as a node without the credential would speak.
-      const plain = yield* probe(a.runnerAddress, { PROBE_MODE: "plain" })
-      assert.isFalse(plain.answered)
-      yield* until(() => refusals(a).length >= 1, "the refusal of the plaintext peer in the node's log")
+          // Effect's own socket client, as a node without the credential would speak.
+          const plain = yield* probe(a.runnerAddress, { PROBE_MODE: "plain" })
+          assert.isFalse(plain.answered)
+          yield* until(() => refusals(a).length >= 1, "the refusal of the plaintext peer in the node's log")
 
-      // TLS with the wrong secret.
-      const wrong = yield* probe(a.runnerAddress, { PROBE_MODE: "secret", PROBE_SECRET: Crypto.randomBytes(32).toString("base64") })
-      assert.isFalse(wrong.answered)
-      yield* until(() => refusals(a).length >= 2, "the refusal of the peer with another secret in the node's log")
-      for (const line of refusals(a)) assert.match(line.annotations.peer, /^127\.0\.0\.1:\d+$/)
+          // TLS with the wrong secret.
+          const wrong = yield* probe(a.runnerAddress, {
+            PROBE_MODE: "secret",
+            PROBE_SECRET: Crypto.randomBytes(32).toString("base64")
+          })
+          assert.isFalse(wrong.answered)
+          yield* until(() => refusals(a).length >= 2, "the refusal of the peer with another secret in the node's log")
+          for (const line of refusals(a)) assert.match(line.annotations.peer, /^127\.0\.0\.1:\d+$/)
 
-      // The same probe with the cluster's secret is answered: the probe itself works.
-      const right = yield* probe(a.runnerAddress, { PROBE_MODE: "secret", PROBE_SECRET: secret })
-      assert.isTrue(right.answered, right.error)
+          // The same probe with the cluster's secret is answered: the probe itself works.
+          const right = yield* probe(a.runnerAddress, { PROBE_MODE: "secret", PROBE_SECRET: secret })
+          assert.isTrue(right.answered, right.error)
 
-      yield* workCrossesNodes(nodes, "runner-secret@example.com")
-      // The nodes never refused each other.
-      assert.strictEqual(refusals(a).length, 2)
-      assert.deepStrictEqual(refusals(nodes[1]!), [])
-    })), { timeout: 120_000 })
+          yield* workCrossesNodes(nodes, "runner-secret@example.com")
+          // The nodes never refused each other.
+          assert.strictEqual(refusals(a).length, 2)
+          assert.deepStrictEqual(refusals(nodes[1]!), [])
+        })
+      ),
+    { timeout: 120_000 }
+  )
 
-  it.live("certificates of the cluster's CA: a certificate of another CA is refused; the nodes still work together", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const databaseUrl = yield* TestDatabaseUrl
-      const dir = yield* tempDir
-      const other = yield* tempDir
-      yield* makeCertificates(dir, "node1", "node2")
-      yield* makeCertificates(other, "intruder")
-      const files = (node: string) => ({
-        RUNNER_TLS_CERT_FILE: NodePath.join(dir, `${node}.crt`),
-        RUNNER_TLS_KEY_FILE: NodePath.join(dir, `${node}.key`),
-        RUNNER_TLS_CA_FILE: NodePath.join(dir, "ca.crt")
-      })
-      const nodes = yield* startWith(databaseUrl, [files("node1"), files("node2")])
-      const [a] = nodes as [ClusterNode, ClusterNode]
+  it.live(
+    "certificates of the cluster's CA: a certificate of another CA is refused; the nodes still work together",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const databaseUrl = yield* TestDatabaseUrl
+          const dir = yield* tempDir
+          const other = yield* tempDir
+          yield* makeCertificates(dir, "node1", "node2")
+          yield* makeCertificates(other, "intruder")
+          const files = (node: string) => ({
+            RUNNER_TLS_CERT_FILE: NodePath.join(dir, `${node}.crt`),
+            RUNNER_TLS_KEY_FILE: NodePath.join(dir, `${node}.key`),
+            RUNNER_TLS_CA_FILE: NodePath.join(dir, "ca.crt")
+          })
+          const nodes = yield* startWith(databaseUrl, [files("node1"), files("node2")])
+          const [a] = nodes as [ClusterNode, ClusterNode]
 
-      const plain = yield* probe(a.runnerAddress, { PROBE_MODE: "plain" })
-      assert.isFalse(plain.answered)
-      // Another CA's certificate, trusting the cluster's CA itself.
-      const intruder = yield* probe(a.runnerAddress, {
-        PROBE_MODE: "certificates",
-        PROBE_CERT_FILE: NodePath.join(other, "intruder.crt"),
-        PROBE_KEY_FILE: NodePath.join(other, "intruder.key"),
-        PROBE_CA_FILE: NodePath.join(dir, "ca.crt")
-      })
-      assert.isFalse(intruder.answered)
-      yield* until(() => refusals(a).length >= 2, "both refusals in the node's log")
+          const plain = yield* probe(a.runnerAddress, { PROBE_MODE: "plain" })
+          assert.isFalse(plain.answered)
+          // Another CA's certificate, trusting the cluster's CA itself.
+          const intruder = yield* probe(a.runnerAddress, {
+            PROBE_MODE: "certificates",
+            PROBE_CERT_FILE: NodePath.join(other, "intruder.crt"),
+            PROBE_KEY_FILE: NodePath.join(other, "intruder.key"),
+            PROBE_CA_FILE: NodePath.join(dir, "ca.crt")
+          })
+          assert.isFalse(intruder.answered)
+          yield* until(() => refusals(a).length >= 2, "both refusals in the node's log")
 
-      const member = yield* probe(a.runnerAddress, {
-        PROBE_MODE: "certificates",
-        PROBE_CERT_FILE: NodePath.join(dir, "node2.crt"),
-        PROBE_KEY_FILE: NodePath.join(dir, "node2.key"),
-        PROBE_CA_FILE: NodePath.join(dir, "ca.crt")
-      })
-      assert.isTrue(member.answered, member.error)
+          const member = yield* probe(a.runnerAddress, {
+            PROBE_MODE: "certificates",
+            PROBE_CERT_FILE: NodePath.join(dir, "node2.crt"),
+            PROBE_KEY_FILE: NodePath.join(dir, "node2.key"),
+            PROBE_CA_FILE: NodePath.join(dir, "ca.crt")
+          })
+          assert.isTrue(member.answered, member.error)
 
-      yield* workCrossesNodes(nodes, "runner-certificates@example.com")
-      assert.strictEqual(refusals(a).length, 2)
-      assert.deepStrictEqual(refusals(nodes[1]!), [])
-    })), { timeout: 120_000 })
+          yield* workCrossesNodes(nodes, "runner-certificates@example.com")
+          assert.strictEqual(refusals(a).length, 2)
+          assert.deepStrictEqual(refusals(nodes[1]!), [])
+        })
+      ),
+    { timeout: 120_000 }
+  )
 })

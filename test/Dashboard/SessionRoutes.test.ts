@@ -11,12 +11,15 @@ import { TestClient } from "../support/TestServer.ts"
 
 layer(TestServer.layer(), { excludeTestServices: true })("session twins of the key routes", (it) => {
   it.effect("chat with a session answers like the key route, as JSON and as server-sent events", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const account = yield* TestServer.signUp()
       const session = TestServer.bearer(account.token)
       const agent = yield* TestServer.createAgent(account, { model: "local" })
-      const reply = yield* client.request("POST", `/api/agents/${agent.id}/chat`, { headers: session, body: { message: "hello there" } })
+      const reply = yield* client.request("POST", `/api/agents/${agent.id}/chat`, {
+        headers: session,
+        body: { message: "hello there" }
+      })
       assert.strictEqual(reply.status, 200, reply.text)
       assert.isString(reply.body.reply)
       assert.strictEqual(reply.body.model, "local")
@@ -40,7 +43,10 @@ layer(TestServer.layer(), { excludeTestServices: true })("session twins of the k
         body: { message: "hi" }
       })
       assert.strictEqual(foreign.status, 404)
-      const empty = yield* client.request("POST", `/api/agents/${agent.id}/chat`, { headers: session, body: { message: 5 } })
+      const empty = yield* client.request("POST", `/api/agents/${agent.id}/chat`, {
+        headers: session,
+        body: { message: 5 }
+      })
       assert.strictEqual(empty.status, 400)
       assert.strictEqual(empty.body.errors[0].path.join("."), "payload.message")
       // A cookie write from another origin is refused.
@@ -49,10 +55,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("session twins of the k
         body: { message: "hi" }
       })
       assert.strictEqual(forged.status, 403)
-    }))
+    })
+  )
 
   it.effect("a session executes an orchestration, lists, reads, follows and cancels its executions", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const { account, orchestrationId } = yield* TestServer.oneStepOrchestration("local")
       const session = TestServer.bearer(account.token)
@@ -74,39 +81,66 @@ layer(TestServer.layer(), { excludeTestServices: true })("session twins of the k
       const read = yield* client.request("GET", `/api/executions/${executionId}`, { headers: session })
       assert.strictEqual(read.body.status, "completed")
       assert.isString(read.body.output)
-      const listed = yield* client.request("GET", `/api/executions?orchestrationId=${orchestrationId}`, { headers: session })
-      assert.deepStrictEqual(listed.body.data.map((e: { id: string }) => e.id), [executionId])
+      const listed = yield* client.request("GET", `/api/executions?orchestrationId=${orchestrationId}`, {
+        headers: session
+      })
+      assert.deepStrictEqual(
+        listed.body.data.map((e: { id: string }) => e.id),
+        [executionId]
+      )
       const finished = yield* client.request("POST", `/api/executions/${executionId}/cancel`, { headers: session })
       assert.strictEqual(finished.status, 409)
 
       // Another tenant sees none of it.
       const other = TestServer.bearer((yield* TestServer.signUp()).token)
-      assert.strictEqual((yield* client.request("GET", `/api/executions/${executionId}`, { headers: other })).status, 404)
+      assert.strictEqual(
+        (yield* client.request("GET", `/api/executions/${executionId}`, { headers: other })).status,
+        404
+      )
       assert.strictEqual((yield* client.request("GET", "/api/executions", { headers: other })).body.total, 0)
       assert.strictEqual(
-        (yield* client.request("POST", `/api/orchestrations/${orchestrationId}/execute`, { headers: other, body: { input: "x" } })).status,
+        (yield* client.request("POST", `/api/orchestrations/${orchestrationId}/execute`, {
+          headers: other,
+          body: { input: "x" }
+        })).status,
         404
       )
       // An API key is not a session.
       const { key } = yield* TestServer.createKey(account)
-      assert.strictEqual((yield* client.request("GET", "/api/executions", { headers: TestServer.bearer(key) })).status, 401)
-    }))
+      assert.strictEqual(
+        (yield* client.request("GET", "/api/executions", { headers: TestServer.bearer(key) })).status,
+        401
+      )
+    })
+  )
 
   it.effect("a session runs a team and follows the run to its end", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const account = yield* TestServer.signUp()
       const session = TestServer.bearer(account.token)
       const { team } = yield* teamOf(account, "local", 2)
-      const started = yield* client.request("POST", `/api/teams/${team.id}/run`, { headers: session, body: { mission: "Plan a picnic" } })
+      const started = yield* client.request("POST", `/api/teams/${team.id}/run`, {
+        headers: session,
+        body: { mission: "Plan a picnic" }
+      })
       assert.strictEqual(started.status, 202, started.text)
       assert.deepStrictEqual(Object.keys(started.body).sort(), ["mode", "runId", "status"])
-      const run = yield* TestServer.waitFor("the run to complete", Effect.gen(function*() {
-        const read = yield* client.request("GET", `/api/teams/${team.id}/runs/${started.body.runId}`, { headers: session })
-        return read.body.status === "completed" ? read.body : undefined
-      }))
+      const run = yield* TestServer.waitFor(
+        "the run to complete",
+        Effect.gen(function* () {
+          const read = yield* client.request("GET", `/api/teams/${team.id}/runs/${started.body.runId}`, {
+            headers: session
+          })
+          return read.body.status === "completed" ? read.body : undefined
+        })
+      )
       assert.strictEqual(run.stopReason, "done")
-      const bad = yield* client.request("POST", `/api/teams/${team.id}/run`, { headers: session, body: { mission: "" } })
+      const bad = yield* client.request("POST", `/api/teams/${team.id}/run`, {
+        headers: session,
+        body: { mission: "" }
+      })
       assert.strictEqual(bad.status, 400)
-    }))
+    })
+  )
 })

@@ -22,35 +22,37 @@ const tempDataDir = Effect.acquireRelease(
   (root) => Effect.promise(() => Fs.rm(root, { recursive: true, force: true }))
 ).pipe(Effect.map((root) => Path.join(root, "postgres")))
 
-const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen({ host: "127.0.0.1", port: 0 }, () => {
-      const address = server.address()
-      server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0))
+const freePort = Effect.promise(
+  () =>
+    new Promise<number>((resolve, reject) => {
+      const server = Net.createServer()
+      server.once("error", reject)
+      server.listen({ host: "127.0.0.1", port: 0 }, () => {
+        const address = server.address()
+        server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0))
+      })
     })
-  })
 )
 
 const isPortFree = (port: number) =>
-  Effect.promise(() =>
-    new Promise<boolean>((resolve) => {
-      const server = Net.createServer()
-      server.once("error", () => resolve(false))
-      server.listen({ host: "127.0.0.1", port, exclusive: true }, () => server.close(() => resolve(true)))
-    })
+  Effect.promise(
+    () =>
+      new Promise<boolean>((resolve) => {
+        const server = Net.createServer()
+        server.once("error", () => resolve(false))
+        server.listen({ host: "127.0.0.1", port, exclusive: true }, () => server.close(() => resolve(true)))
+      })
   )
 
 const setting = (url: Redacted.Redacted<string>, name: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const rows = yield* sql<{ readonly setting: string }>`SELECT current_setting(${name}) AS setting`
     return rows[0]?.setting
   }).pipe(Effect.provide(PgClient.layer({ url })), Effect.orDie)
 
 const selectOne = (url: Redacted.Redacted<string>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const rows = yield* sql<{ readonly one: number }>`SELECT 1 AS one`
     return rows[0]?.one
@@ -58,7 +60,7 @@ const selectOne = (url: Redacted.Redacted<string>) =>
 
 /** Runs `start` in a scope the test closes explicitly, to observe what happens then. */
 const startIn = (options: Embedded.EmbeddedOptions) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const scope = yield* Scope.make()
     // Closed at the end of the test too, in case an assertion fails first.
     yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
@@ -67,12 +69,13 @@ const startIn = (options: Embedded.EmbeddedOptions) =>
   })
 
 /** The pid of a process that has just exited. */
-const deadPid = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const child = ChildProcess.spawn("true")
-    child.once("error", reject)
-    child.once("exit", () => resolve(child.pid!))
-  })
+const deadPid = Effect.promise(
+  () =>
+    new Promise<number>((resolve, reject) => {
+      const child = ChildProcess.spawn("true")
+      child.once("error", reject)
+      child.once("exit", () => resolve(child.pid!))
+    })
 )
 
 const writePidFile = (dataDir: string, pid: number, port: number) =>
@@ -89,8 +92,9 @@ const readPostmasterPid = (dataDir: string) =>
   Effect.promise(async () => Number((await Fs.readFile(Path.join(dataDir, "postmaster.pid"), "utf8")).split("\n")[0]))
 
 const readOwner = (dataDir: string) =>
-  Effect.promise(async (): Promise<Embedded.OwnerRecord> =>
-    JSON.parse(await Fs.readFile(Path.join(dataDir, Embedded.ownerFileName), "utf8"))
+  Effect.promise(
+    async (): Promise<Embedded.OwnerRecord> =>
+      JSON.parse(await Fs.readFile(Path.join(dataDir, Embedded.ownerFileName), "utf8"))
   )
 
 const writeOwner = (dataDir: string, record: Embedded.OwnerRecord) =>
@@ -101,10 +105,10 @@ const readPortFile = (dataDir: string) =>
 
 /** Listens on `port` until the returned effect (or the test's end) releases it. */
 const holdPort = (port: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const blocker = Net.createServer()
-    const close = Effect.promise(() =>
-      new Promise<void>((resolve) => blocker.listening ? blocker.close(() => resolve()) : resolve())
+    const close = Effect.promise(
+      () => new Promise<void>((resolve) => (blocker.listening ? blocker.close(() => resolve()) : resolve()))
     )
     yield* Effect.acquireRelease(
       Effect.promise(() => new Promise<void>((resolve) => blocker.listen({ host: "127.0.0.1", port }, resolve))),
@@ -116,7 +120,7 @@ const holdPort = (port: number) =>
 // initdb and server starts are slow when the whole suite runs in parallel on a small machine.
 describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
   it.live("initialises a fresh cluster that answers queries, and stops it when the scope closes", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const dataDir = yield* tempDataDir
       const port = yield* freePort
       const lines: Array<string> = []
@@ -124,7 +128,9 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
 
       expect(server.reused).toBe(false)
       expect(server.port).toBe(port)
-      expect(Redacted.value(server.url)).toMatch(new RegExp(`^postgres://postgres:[^@]+@127\\.0\\.0\\.1:${port}/postgres$`))
+      expect(Redacted.value(server.url)).toMatch(
+        new RegExp(`^postgres://postgres:[^@]+@127\\.0\\.0\\.1:${port}/postgres$`)
+      )
       expect(yield* selectOne(server.url)).toBe(1)
       expect(lines.join("\n")).toContain("ready to accept connections")
       // Young, fast-growing tables get their statistics within seconds.
@@ -135,10 +141,11 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
       expect(yield* isPortFree(port)).toBe(true)
       const pidFile = yield* Effect.promise(() => Fs.stat(Path.join(dataDir, "postmaster.pid")).catch(() => undefined))
       expect(pidFile).toBeUndefined()
-    }))
+    })
+  )
 
   it.live("removes a stale postmaster.pid and starts again with the stored password", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const dataDir = yield* tempDataDir
       const port = yield* freePort
       const first = yield* startIn({ dataDir, port, osUser })
@@ -159,10 +166,11 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
       const third = yield* startIn({ dataDir, port, osUser })
       expect(third.server.reused).toBe(false)
       expect(yield* selectOne(third.server.url)).toBe(1)
-    }))
+    })
+  )
 
   it.live("adopts a server still running on the same data directory and leaves it running", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const dataDir = yield* tempDataDir
       const port = yield* freePort
       const otherPort = yield* freePort
@@ -180,17 +188,18 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
 
       yield* orphan.close
       expect(yield* isPortFree(port)).toBe(true)
-    }))
+    })
+  )
 
   it.live("decides from the owner record whether an adopted server is left behind, not from its parent", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const dataDir = yield* tempDataDir
       const port = yield* freePort
       // Started in this scope, which stays open: the server lives on as if its starter had gone.
       yield* startIn({ dataDir, port, osUser })
       const record = yield* readOwner(dataDir)
       expect(record.pid).toBe(process.pid)
-      expect(record.postmaster).toBe((yield* readPostmasterPid(dataDir)))
+      expect(record.postmaster).toBe(yield* readPostmasterPid(dataDir))
 
       // The owner is another live process, with its own start time: not left behind.
       const other = ChildProcess.spawn("sleep", ["60"])
@@ -220,37 +229,41 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
       expect(adopter.server.reused).toBe(true)
       yield* adopter.close
       expect(yield* isPortFree(port)).toBe(true)
-    }))
+    })
+  )
 
-  it.live("with no port configured, moves off a taken preferred port and keeps the chosen one for its data directory", () =>
-    Effect.gen(function*() {
-      const dataDir = yield* tempDataDir
-      const preferred = yield* freePort
-      const release = yield* holdPort(preferred)
+  it.live(
+    "with no port configured, moves off a taken preferred port and keeps the chosen one for its data directory",
+    () =>
+      Effect.gen(function* () {
+        const dataDir = yield* tempDataDir
+        const preferred = yield* freePort
+        const release = yield* holdPort(preferred)
 
-      const first = yield* startIn({ dataDir, preferredPort: preferred, osUser })
-      expect(first.server.port).not.toBe(preferred)
-      expect(yield* selectOne(first.server.url)).toBe(1)
-      expect(yield* readPortFile(dataDir)).toBe(`${first.server.port}\n`)
-      yield* first.close
+        const first = yield* startIn({ dataDir, preferredPort: preferred, osUser })
+        expect(first.server.port).not.toBe(preferred)
+        expect(yield* selectOne(first.server.url)).toBe(1)
+        expect(yield* readPortFile(dataDir)).toBe(`${first.server.port}\n`)
+        yield* first.close
 
-      // The preferred port is free again, but this data directory keeps its port.
-      yield* release
-      const second = yield* startIn({ dataDir, preferredPort: preferred, osUser })
-      expect(second.server.reused).toBe(false)
-      expect(second.server.port).toBe(first.server.port)
-      yield* second.close
+        // The preferred port is free again, but this data directory keeps its port.
+        yield* release
+        const second = yield* startIn({ dataDir, preferredPort: preferred, osUser })
+        expect(second.server.reused).toBe(false)
+        expect(second.server.port).toBe(first.server.port)
+        yield* second.close
 
-      // Once the remembered port is taken, another is chosen and remembered.
-      yield* holdPort(first.server.port)
-      const third = yield* startIn({ dataDir, preferredPort: preferred, osUser })
-      expect(third.server.port).not.toBe(first.server.port)
-      expect(yield* readPortFile(dataDir)).toBe(`${third.server.port}\n`)
-      expect(yield* selectOne(third.server.url)).toBe(1)
-    }))
+        // Once the remembered port is taken, another is chosen and remembered.
+        yield* holdPort(first.server.port)
+        const third = yield* startIn({ dataDir, preferredPort: preferred, osUser })
+        expect(third.server.port).not.toBe(first.server.port)
+        expect(yield* readPortFile(dataDir)).toBe(`${third.server.port}\n`)
+        expect(yield* selectOne(third.server.url)).toBe(1)
+      })
+  )
 
   it.live("fails with an EmbeddedPostgresError naming the port when it is taken", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const dataDir = yield* tempDataDir
       const port = yield* freePort
       const blocker = Net.createServer()
@@ -264,12 +277,13 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
       expect(error._tag).toBe("EmbeddedPostgresError")
       expect(error.message).toContain(`Port ${port}`)
       expect(error.message).toContain("EMBEDDED_POSTGRES_PORT")
-    }))
+    })
+  )
 
   it.live.runIf(process.getuid?.() === 0)(
     "as root in a project the postgres user cannot enter, keeps the data in a stable directory under /var/lib",
     () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         // A clone under /root: a project directory of mode 700 that only root can enter.
         const projectDir = yield* Effect.acquireRelease(
           Effect.promise(async () => {
@@ -288,12 +302,10 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
         const logs: Array<string> = []
         const logger = Logger.make((options) => void logs.push(String(options.message)))
 
-        const first = yield* startIn({ port, osUser, projectDir }).pipe(
-          Effect.provide(Logger.layer([logger]))
-        )
+        const first = yield* startIn({ port, osUser, projectDir }).pipe(Effect.provide(Logger.layer([logger])))
         expect(first.server.dataDir).toBe(expected)
         expect(logs.join("\n")).toContain(expected)
-        yield* Effect.gen(function*() {
+        yield* Effect.gen(function* () {
           const sql = yield* SqlClient.SqlClient
           yield* sql`CREATE TABLE kept (note text)`
           yield* sql`INSERT INTO kept VALUES ('still here')`
@@ -306,7 +318,7 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
         const second = yield* startIn({ port, osUser, projectDir })
         expect(second.server.reused).toBe(false)
         expect(second.server.dataDir).toBe(expected)
-        const notes = yield* Effect.gen(function*() {
+        const notes = yield* Effect.gen(function* () {
           const sql = yield* SqlClient.SqlClient
           return yield* sql<{ readonly note: string }>`SELECT note FROM kept`
         }).pipe(Effect.provide(PgClient.layer({ url: second.server.url })), Effect.orDie)
@@ -318,7 +330,7 @@ describe("Embedded PostgreSQL", { timeout: 120_000 }, () => {
   it.live.runIf(process.getuid?.() === 0)(
     "as root, names the directory the postgres user cannot enter when EMBEDDED_POSTGRES_DATA_DIR points there",
     () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const dataDir = yield* tempDataDir
         const closed = Path.dirname(dataDir)
         yield* Effect.promise(() => Fs.chmod(closed, 0o700))

@@ -56,7 +56,7 @@ const tempRoot = Effect.acquireRelease(
  */
 const run = (dataDir: string, options: { readonly port?: number; readonly wrapper?: string } = {}) =>
   Effect.acquireRelease(
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const httpPort = yield* freePort
       const env: Record<string, string | undefined> = {
         ...process.env,
@@ -68,9 +68,8 @@ const run = (dataDir: string, options: { readonly port?: number; readonly wrappe
       delete env.DATABASE_URL
       if (options.port === undefined) delete env.EMBEDDED_POSTGRES_PORT
       const node = [process.execPath, "src/main.ts"]
-      const [command, ...args] = options.wrapper === undefined
-        ? node
-        : ["python3", "-c", subreaper, options.wrapper, ...node]
+      const [command, ...args] =
+        options.wrapper === undefined ? node : ["python3", "-c", subreaper, options.wrapper, ...node]
       const child = ChildProcess.spawn(command!, args, { cwd: projectRoot, env, stdio: ["ignore", "pipe", "pipe"] })
       let output = ""
       child.stdout.on("data", (chunk) => (output += chunk))
@@ -104,11 +103,16 @@ const waitFor = (what: string, seconds: number, condition: () => Promise<boolean
   })
 
 const ready = (run: Run) =>
-  waitFor("the service to be ready", 90, async () => {
-    if (run.child.exitCode !== null) throw new Error(`The service exited (${run.child.exitCode}):\n${run.output()}`)
-    const response = await fetch(`${run.baseUrl}/health/ready`).catch(() => undefined)
-    return response?.status === 200
-  }, run.output)
+  waitFor(
+    "the service to be ready",
+    90,
+    async () => {
+      if (run.child.exitCode !== null) throw new Error(`The service exited (${run.child.exitCode}):\n${run.output()}`)
+      const response = await fetch(`${run.baseUrl}/health/ready`).catch(() => undefined)
+      return response?.status === 200
+    },
+    run.output
+  )
 
 const stopWith = (run: Run, signal: NodeJS.Signals) =>
   Effect.promise(() => {
@@ -157,28 +161,32 @@ const parentOf = async (pid: number) => {
 
 /** Listens on `port` until the returned effect (or the test's end) releases it; false if something already does. */
 const holdPort = (port: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const blocker = Net.createServer()
     const held = yield* Effect.acquireRelease(
-      Effect.promise(() =>
-        new Promise<boolean>((resolve) => {
-          blocker.once("error", () => resolve(false))
-          blocker.listen({ host: "127.0.0.1", port, exclusive: true }, () => resolve(true))
-        })
+      Effect.promise(
+        () =>
+          new Promise<boolean>((resolve) => {
+            blocker.once("error", () => resolve(false))
+            blocker.listen({ host: "127.0.0.1", port, exclusive: true }, () => resolve(true))
+          })
       ),
-      () => Effect.promise(() => new Promise<void>((resolve) => blocker.listening ? blocker.close(() => resolve()) : resolve()))
+      () =>
+        Effect.promise(
+          () => new Promise<void>((resolve) => (blocker.listening ? blocker.close(() => resolve()) : resolve()))
+        )
     )
     return {
       held,
-      release: Effect.promise(() =>
-        new Promise<void>((resolve) => blocker.listening ? blocker.close(() => resolve()) : resolve())
+      release: Effect.promise(
+        () => new Promise<void>((resolve) => (blocker.listening ? blocker.close(() => resolve()) : resolve()))
       )
     }
   })
 
 describe("the embedded PostgreSQL across runs of the service", { timeout: 240_000 }, () => {
   it.live("a run killed under a subreaper leaves a server that the next run adopts and stops on SIGTERM", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const root = yield* tempRoot
       const dataDir = Path.join(root, "postgres")
       const pidFile = Path.join(root, "service.pid")
@@ -216,33 +224,37 @@ describe("the embedded PostgreSQL across runs of the service", { timeout: 240_00
       assert.include(second.output(), "left behind by a killed run")
       assert.strictEqual(adopted.pid, second.child.pid)
       assert.strictEqual(adopted.postmaster, server.pid)
-    }))
+    })
+  )
 
-  it.live("with EMBEDDED_POSTGRES_PORT unset and 54329 taken, starts on another port and keeps it for its data directory", () =>
-    Effect.gen(function*() {
-      const root = yield* tempRoot
-      const dataDir = Path.join(root, "postgres")
-      // Held here, unless another program (another checkout's server) already holds it.
-      const blocker = yield* holdPort(Embedded.defaultPort)
+  it.live(
+    "with EMBEDDED_POSTGRES_PORT unset and 54329 taken, starts on another port and keeps it for its data directory",
+    () =>
+      Effect.gen(function* () {
+        const root = yield* tempRoot
+        const dataDir = Path.join(root, "postgres")
+        // Held here, unless another program (another checkout's server) already holds it.
+        const blocker = yield* holdPort(Embedded.defaultPort)
 
-      const first = yield* run(dataDir)
-      yield* ready(first)
-      const chosen = (yield* postmaster(dataDir)).port
-      assert.notStrictEqual(chosen, Embedded.defaultPort)
-      assert.strictEqual(yield* readFile(Path.join(dataDir, Embedded.portFileName)), `${chosen}\n`)
-      assert.include(first.output(), `Port ${Embedded.defaultPort} on 127.0.0.1 is in use by another program`)
-      assert.strictEqual(yield* stopWith(first, "SIGTERM"), 0)
+        const first = yield* run(dataDir)
+        yield* ready(first)
+        const chosen = (yield* postmaster(dataDir)).port
+        assert.notStrictEqual(chosen, Embedded.defaultPort)
+        assert.strictEqual(yield* readFile(Path.join(dataDir, Embedded.portFileName)), `${chosen}\n`)
+        assert.include(first.output(), `Port ${Embedded.defaultPort} on 127.0.0.1 is in use by another program`)
+        assert.strictEqual(yield* stopWith(first, "SIGTERM"), 0)
 
-      // Whether or not 54329 is free now, the next start uses the remembered port.
-      yield* blocker.release
-      const second = yield* run(dataDir)
-      yield* ready(second)
-      assert.strictEqual((yield* postmaster(dataDir)).port, chosen)
-      assert.strictEqual(yield* stopWith(second, "SIGTERM"), 0)
-    }))
+        // Whether or not 54329 is free now, the next start uses the remembered port.
+        yield* blocker.release
+        const second = yield* run(dataDir)
+        yield* ready(second)
+        assert.strictEqual((yield* postmaster(dataDir)).port, chosen)
+        assert.strictEqual(yield* stopWith(second, "SIGTERM"), 0)
+      })
+  )
 
   it.live("with EMBEDDED_POSTGRES_PORT set to a taken port, stops with a message naming the port and the setting", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const root = yield* tempRoot
       const port = yield* freePort
       const blocker = yield* holdPort(port)
@@ -250,12 +262,16 @@ describe("the embedded PostgreSQL across runs of the service", { timeout: 240_00
 
       const service = yield* run(Path.join(root, "postgres"), { port })
       const code = yield* Effect.promise(() =>
-        Promise.race([service.exited, new Promise<"running">((resolve) => setTimeout(() => resolve("running"), 60_000))])
+        Promise.race([
+          service.exited,
+          new Promise<"running">((resolve) => setTimeout(() => resolve("running"), 60_000))
+        ])
       )
       assert.strictEqual(code, 1, service.output())
       assert.include(service.output(), `Port ${port} on 127.0.0.1 (EMBEDDED_POSTGRES_PORT) is already in use`)
       // Nothing was initialised for a start that could not happen.
       const left = yield* Effect.promise(() => Fs.readdir(root))
       assert.notInclude(left, "postgres")
-    }))
+    })
+  )
 })

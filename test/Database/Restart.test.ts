@@ -20,7 +20,10 @@ import { TestClient } from "../support/TestServer.ts"
 const waitUntil = (what: string, seconds: number, condition: Effect.Effect<boolean>, state: () => unknown = () => "") =>
   eventually(
     Effect.flatMap(condition, (holds) =>
-      holds ? Effect.void : Effect.die(new Error(`Timed out after ${seconds} s waiting for ${what}: ${JSON.stringify(state())}`))),
+      holds
+        ? Effect.void
+        : Effect.die(new Error(`Timed out after ${seconds} s waiting for ${what}: ${JSON.stringify(state())}`))
+    ),
     { timeoutMs: seconds * 1000, intervalMs: 100 }
   )
 
@@ -30,7 +33,7 @@ describe("a Postgres restart under load", () => {
   it.live(
     "every accepted execution finishes, no completed step is asked again, nothing answers 500",
     () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         // A private PostgreSQL of this test, stopped and started again on the same data and port.
         const root = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-host-restart-")))
         yield* Effect.addFinalizer(() => Effect.promise(() => Fs.rm(root, { recursive: true, force: true })))
@@ -40,7 +43,7 @@ describe("a Postgres restart under load", () => {
           port: yield* freePort,
           osUser: process.env.EMBEDDED_POSTGRES_USER ?? "postgres"
         }
-        const startPostgres = Effect.gen(function*() {
+        const startPostgres = Effect.gen(function* () {
           const scope = yield* Scope.make()
           const server = yield* Embedded.start(options).pipe(Scope.provide(scope), Effect.orDie)
           return { scope, url: server.url }
@@ -55,20 +58,22 @@ describe("a Postgres restart under load", () => {
 
         const server = Executions.sweeper.pipe(
           Layer.provide(Executions.layer),
-          Layer.provideMerge(TestServer.layer({
-            databaseUrl: Option.some(postgres.url),
-            openaiBaseUrl: fake.url,
-            openaiApiKey: Option.some(Redacted.make(openaiKey)),
-            modelTimeout: Duration.seconds(20),
-            modelMaxRetries: 0,
-            enforceDailyLimits: false,
-            databaseStatementTimeout: Duration.seconds(5),
-            databaseConnectTimeout: Duration.seconds(2),
-            clusterCallTimeout: Duration.seconds(5)
-          }))
+          Layer.provideMerge(
+            TestServer.layer({
+              databaseUrl: Option.some(postgres.url),
+              openaiBaseUrl: fake.url,
+              openaiApiKey: Option.some(Redacted.make(openaiKey)),
+              modelTimeout: Duration.seconds(20),
+              modelMaxRetries: 0,
+              enforceDailyLimits: false,
+              databaseStatementTimeout: Duration.seconds(5),
+              databaseConnectTimeout: Duration.seconds(2),
+              clusterCallTimeout: Duration.seconds(5)
+            })
+          )
         )
 
-        yield* Effect.gen(function*() {
+        yield* Effect.gen(function* () {
           const client = yield* TestClient
           const account = yield* TestServer.signUp()
           const { key } = yield* TestServer.createKey(account, ["execute", "read", "chat"])
@@ -106,14 +111,17 @@ describe("a Postgres restart under load", () => {
             Effect.promise(async () => {
               const number = sent++
               let status = 0
-              let json: any = undefined
+              let json: any
               let error: string | undefined
               const sentAt = Date.now()
               inFlight.set(number, { what, path, sentAt })
               try {
                 const response = await fetch(client.baseUrl + path, {
                   method,
-                  headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+                  headers: {
+                    authorization: `Bearer ${key}`,
+                    ...(body === undefined ? {} : { "content-type": "application/json" })
+                  },
                   body: body === undefined ? null : JSON.stringify(body),
                   signal: AbortSignal.timeout(60_000)
                 })
@@ -125,15 +133,23 @@ describe("a Postgres restart under load", () => {
                 status = 0
               }
               inFlight.delete(number)
-              statuses.push({ what, status, at: Date.now(), ms: Date.now() - sentAt, ...(error === undefined ? {} : { error }) })
+              statuses.push({
+                what,
+                status,
+                at: Date.now(),
+                ms: Date.now() - sentAt,
+                ...(error === undefined ? {} : { error })
+              })
               return { status, body: json }
             })
 
           const accepted = new Set<string>()
           let sequence = 0
-          const execute = Effect.gen(function*() {
+          const execute = Effect.gen(function* () {
             const input = `run-${sequence++}`
-            const response = yield* send("execute", "POST", `/api/v1/orchestrations/${created.body.id}/execute`, { input })
+            const response = yield* send("execute", "POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
+              input
+            })
             // A 503 that names the execution stored it: it counts as accepted.
             if (typeof response.body?.executionId === "string") accepted.add(response.body.executionId)
             return response.status
@@ -144,7 +160,9 @@ describe("a Postgres restart under load", () => {
           })
           const poll = Effect.suspend(() => {
             const ids = [...accepted]
-            return ids.length === 0 ? Effect.void : send("poll", "GET", `/api/v1/executions/${ids[sequence % ids.length]}`)
+            return ids.length === 0
+              ? Effect.void
+              : send("poll", "GET", `/api/v1/executions/${ids[sequence % ids.length]}`)
           })
 
           // Steady load: executes, chats and polls, each kind in its own loop so
@@ -152,29 +170,45 @@ describe("a Postgres restart under load", () => {
           // whole bound) holds up no other request, until told to stop.
           let loading = true
           // About as often as a chat takes (a model call is 700 ms).
-          const load = yield* Effect.forEach([execute, chat, poll], (request) =>
-            Effect.gen(function*() {
-              while (loading) {
-                yield* request
-                yield* Effect.sleep(request === chat ? "100 millis" : "800 millis")
-              }
-            }), { concurrency: "unbounded", discard: true }).pipe(Effect.forkChild)
+          const load = yield* Effect.forEach(
+            [execute, chat, poll],
+            (request) =>
+              Effect.gen(function* () {
+                while (loading) {
+                  yield* request
+                  yield* Effect.sleep(request === chat ? "100 millis" : "800 millis")
+                }
+              }),
+            { concurrency: "unbounded", discard: true }
+          ).pipe(Effect.forkChild)
 
           yield* Effect.forEach(Array.from({ length: 10 }), () => execute, { concurrency: "unbounded", discard: true })
           // Some steps settled a while ago (they must not be asked again), others in flight.
-          const firstSql = yield* PgClient.make({ url: postgres.url, maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
-          yield* waitUntil("steps settled before the stop", 60, Effect.map(
-            firstSql<{ count: number }>`SELECT count(*)::int AS count FROM execution_events
+          const firstSql = yield* PgClient.make({ url: postgres.url, maxConnections: 1 }).pipe(
+            Effect.provide(Reactivity.layer)
+          )
+          yield* waitUntil(
+            "steps settled before the stop",
+            60,
+            Effect.map(
+              firstSql<{ count: number }>`SELECT count(*)::int AS count FROM execution_events
               WHERE type = 'step.completed' AND created_at < now() - interval '3 seconds'`.pipe(Effect.orDie),
-            (rows) => rows[0]!.count >= 5
-          ), state)
+              (rows) => rows[0]!.count >= 5
+            ),
+            state
+          )
 
           // Postgres goes away...
           const stoppedAt = Date.now()
           down = true
           yield* Scope.close(postgres.scope, Exit.void)
           const ready = send("ready", "GET", "/health/ready").pipe(Effect.map((response) => response.status))
-          yield* waitUntil("/health/ready to say 503", 30, Effect.map(ready, (status) => status === 503), state)
+          yield* waitUntil(
+            "/health/ready to say 503",
+            30,
+            Effect.map(ready, (status) => status === 503),
+            state
+          )
           yield* waitUntil(
             "requests answered while Postgres is down",
             60,
@@ -189,11 +223,20 @@ describe("a Postgres restart under load", () => {
           down = false
           assert.strictEqual(Redacted.value(restarted.url), firstUrl)
           const restartedAt = Date.now()
-          yield* waitUntil("/health/ready to say 200 again", 60, Effect.map(ready, (status) => status === 200), state)
+          yield* waitUntil(
+            "/health/ready to say 200 again",
+            60,
+            Effect.map(ready, (status) => status === 200),
+            state
+          )
           yield* waitUntil(
             "executions accepted again",
             60,
-            Effect.sync(() => statuses.filter((entry) => entry.at > restartedAt && entry.what === "execute" && entry.status === 202).length >= 3),
+            Effect.sync(
+              () =>
+                statuses.filter((entry) => entry.at > restartedAt && entry.what === "execute" && entry.status === 202)
+                  .length >= 3
+            ),
             state
           )
           loading = false
@@ -201,21 +244,35 @@ describe("a Postgres restart under load", () => {
 
           // Every accepted execution reaches a final state, and so does every stored one.
           const finals = new Map<string, any>()
-          yield* waitUntil("every accepted execution to finish", 240, Effect.gen(function*() {
-            for (const id of accepted) {
-              if (finals.has(id)) continue
-              const polled = yield* client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })
-              if (polled.status === 200 && isFinal(polled.body.status)) finals.set(id, polled.body)
-            }
-            return finals.size === accepted.size
-          }))
-          const sql = yield* PgClient.make({ url: restarted.url, maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
-          yield* waitUntil("no stored execution left unfinished", 240, Effect.map(
-            sql<{ count: number }>`SELECT count(*)::int AS count FROM executions WHERE status IN ('pending', 'running')`.pipe(
-              Effect.orDie
-            ),
-            (rows) => rows[0]!.count === 0
-          ))
+          yield* waitUntil(
+            "every accepted execution to finish",
+            240,
+            Effect.gen(function* () {
+              for (const id of accepted) {
+                if (finals.has(id)) continue
+                const polled = yield* client.request("GET", `/api/v1/executions/${id}`, {
+                  headers: TestServer.bearer(key)
+                })
+                if (polled.status === 200 && isFinal(polled.body.status)) finals.set(id, polled.body)
+              }
+              return finals.size === accepted.size
+            })
+          )
+          const sql = yield* PgClient.make({ url: restarted.url, maxConnections: 1 }).pipe(
+            Effect.provide(Reactivity.layer)
+          )
+          yield* waitUntil(
+            "no stored execution left unfinished",
+            240,
+            Effect.map(
+              sql<{
+                count: number
+              }>`SELECT count(*)::int AS count FROM executions WHERE status IN ('pending', 'running')`.pipe(
+                Effect.orDie
+              ),
+              (rows) => rows[0]!.count === 0
+            )
+          )
 
           // No step completed well before the stop is asked again (one in flight at the stop may be).
           const calls = new Map<string, number>()
@@ -243,19 +300,29 @@ describe("a Postgres restart under load", () => {
             hung: statuses.filter((entry) => entry.status === 0).length,
             executes: { ok: count("execute", (s) => s === 202), unavailable: count("execute", (s) => s === 503) },
             chats: { ok: count("chat", (s) => s === 200), unavailable: count("chat", (s) => s === 503) },
-            stepCalls: [...calls.entries()].filter(([prompt]) => /^[AB] run-/.test(prompt)).reduce((n, [, c]) => n + c, 0),
+            stepCalls: [...calls.entries()]
+              .filter(([prompt]) => /^[AB] run-/.test(prompt))
+              .reduce((n, [, c]) => n + c, 0),
             stepsAskedTwice: [...calls.entries()].filter(([prompt, c]) => /^[AB] run-/.test(prompt) && c > 1).length,
             stepsCompletedBeforeStop: settledBeforeStop.length,
-            slowestMs: Object.fromEntries(["execute", "chat", "poll", "ready"].map((what) => [
-              what,
-              Math.max(0, ...statuses.filter((entry) => entry.what === what).map((entry) => entry.ms))
-            ])),
+            slowestMs: Object.fromEntries(
+              ["execute", "chat", "poll", "ready"].map((what) => [
+                what,
+                Math.max(0, ...statuses.filter((entry) => entry.what === what).map((entry) => entry.ms))
+              ])
+            ),
             otherStatuses: [...new Set(statuses.map((entry) => `${entry.what} ${entry.status}`))].sort()
           }
           console.log(`Postgres restart: ${JSON.stringify(report)}`)
 
-          assert.deepStrictEqual(statuses.filter((entry) => entry.status >= 500 && entry.status !== 503), [])
-          assert.deepStrictEqual(statuses.filter((entry) => entry.status === 0), [])
+          assert.deepStrictEqual(
+            statuses.filter((entry) => entry.status >= 500 && entry.status !== 503),
+            []
+          )
+          assert.deepStrictEqual(
+            statuses.filter((entry) => entry.status === 0),
+            []
+          )
           assert.isAbove(settledBeforeStop.length, 0)
           assert.deepStrictEqual(askedAgain, [])
           assert.isAbove(report.completed, 0)
@@ -266,9 +333,9 @@ describe("a Postgres restart under load", () => {
           Effect.onExit(() =>
             down
               ? Effect.map(startPostgres, (restarted) => {
-                postgres = restarted
-                down = false
-              })
+                  postgres = restarted
+                  down = false
+                })
               : Effect.void
           ),
           Effect.provide(server)

@@ -11,14 +11,15 @@ import { type Account, TestClient } from "../support/TestServer.ts"
 const handbook = [
   {
     filename: "handbook.md",
-    text: "# Refunds\n\nAnnual plans are refunded in full within fourteen days of purchase. Monthly plans are not refunded.\n\n" +
+    text:
+      "# Refunds\n\nAnnual plans are refunded in full within fourteen days of purchase. Monthly plans are not refunded.\n\n" +
       "# Support hours\n\nThe support desk answers from nine to five, Monday to Friday."
   },
   { filename: "garden.txt", text: "Tomatoes need full sun and deep watering twice a week." }
 ]
 
 const chat = (account: Account, agentId: string, message: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const { key } = yield* TestServer.createKey(account)
     return yield* client.request("POST", `/api/v1/agents/${agentId}/chat`, {
@@ -29,46 +30,63 @@ const chat = (account: Account, agentId: string, message: string) =>
 
 layer(TestServer.layerWithFakeOpenAi(openaiKey), { excludeTestServices: true })("grounding", (it) => {
   describe("agents' knowledgeIds", () => {
-    it.effect("are the tenant's bases, given once each; another tenant's or an unknown base is a 400 naming the field", () =>
-      Effect.gen(function*() {
-        const client = yield* TestClient
-        const owner = yield* TestServer.signUp()
-        const other = yield* TestServer.signUp()
-        const { knowledgeId } = yield* seedKnowledge(owner, { name: "Handbook", documents: handbook })
-        const agent = yield* TestServer.createAgent(owner, { model: "local", knowledgeIds: [knowledgeId, knowledgeId] })
-        assert.deepStrictEqual((agent as any).knowledgeIds, [knowledgeId])
-        for (const [account, ids] of [[other, [knowledgeId]], [owner, ["00000000-0000-7000-8000-000000000000"]]] as const) {
-          const refused = yield* client.request("POST", "/api/agents", {
-            headers: TestServer.bearer(account.token),
-            body: { name: "Nosy", knowledgeIds: ids }
+    it.effect(
+      "are the tenant's bases, given once each; another tenant's or an unknown base is a 400 naming the field",
+      () =>
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const owner = yield* TestServer.signUp()
+          const other = yield* TestServer.signUp()
+          const { knowledgeId } = yield* seedKnowledge(owner, { name: "Handbook", documents: handbook })
+          const agent = yield* TestServer.createAgent(owner, {
+            model: "local",
+            knowledgeIds: [knowledgeId, knowledgeId]
           })
-          assert.strictEqual(refused.status, 400, refused.text)
-          assert.deepStrictEqual(refused.body.errors[0].path, ["payload", "knowledgeIds"])
-        }
-        const tooMany = yield* client.request("PUT", `/api/agents/${agent.id}`, {
-          headers: TestServer.bearer(owner.token),
-          body: { knowledgeIds: Array.from({ length: 11 }, () => knowledgeId) }
+          assert.deepStrictEqual((agent as any).knowledgeIds, [knowledgeId])
+          for (const [account, ids] of [
+            [other, [knowledgeId]],
+            [owner, ["00000000-0000-7000-8000-000000000000"]]
+          ] as const) {
+            const refused = yield* client.request("POST", "/api/agents", {
+              headers: TestServer.bearer(account.token),
+              body: { name: "Nosy", knowledgeIds: ids }
+            })
+            assert.strictEqual(refused.status, 400, refused.text)
+            assert.deepStrictEqual(refused.body.errors[0].path, ["payload", "knowledgeIds"])
+          }
+          const tooMany = yield* client.request("PUT", `/api/agents/${agent.id}`, {
+            headers: TestServer.bearer(owner.token),
+            body: { knowledgeIds: Array.from({ length: 11 }, () => knowledgeId) }
+          })
+          assert.strictEqual(tooMany.status, 400, tooMany.text)
+          const cleared = yield* client.request("PUT", `/api/agents/${agent.id}`, {
+            headers: TestServer.bearer(owner.token),
+            body: { knowledgeIds: [] }
+          })
+          assert.deepStrictEqual(cleared.body.knowledgeIds, [])
         })
-        assert.strictEqual(tooMany.status, 400, tooMany.text)
-        const cleared = yield* client.request("PUT", `/api/agents/${agent.id}`, {
-          headers: TestServer.bearer(owner.token),
-          body: { knowledgeIds: [] }
-        })
-        assert.deepStrictEqual(cleared.body.knowledgeIds, [])
-      }))
+    )
   })
 
   describe("chat", () => {
     it.effect("on the local model: the reply quotes the best source, and the response names the sources", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
         const { documents, knowledgeId } = yield* seedKnowledge(account, { name: "Handbook", documents: handbook })
         const agent = yield* TestServer.createAgent(account, { model: "local", knowledgeIds: [knowledgeId] })
         const answered = yield* chat(account, agent.id, "Can I get a refund on an annual plan?")
         assert.strictEqual(answered.status, 200, answered.text)
-        assert.match(answered.body.reply, /According to \[1\] \(handbook\.md › Refunds\): "Annual plans are refunded in full/)
+        assert.match(
+          answered.body.reply,
+          /According to \[1\] \(handbook\.md › Refunds\): "Annual plans are refunded in full/
+        )
         assert.isAbove(answered.body.sources.length, 0)
-        assert.deepStrictEqual(Object.keys(answered.body.sources[0]).sort(), ["chunkId", "documentId", "knowledgeId", "score"])
+        assert.deepStrictEqual(Object.keys(answered.body.sources[0]).sort(), [
+          "chunkId",
+          "documentId",
+          "knowledgeId",
+          "score"
+        ])
         assert.strictEqual(answered.body.sources[0].documentId, documents["handbook.md"])
         assert.strictEqual(answered.body.sources[0].knowledgeId, knowledgeId)
         // Nothing matches: grounded, with no sources, and the reply says nothing it was not given.
@@ -79,32 +97,41 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey), { excludeTestServices: true })(
         const plain = yield* TestServer.createAgent(account, { model: "local" })
         const unGrounded = yield* chat(account, plain.id, "Can I get a refund on an annual plan?")
         assert.deepStrictEqual(Object.keys(unGrounded.body).sort(), ["conversationId", "model", "reply", "tokens"])
-      }))
+      })
+    )
 
-    it.effect("on an OpenAI-compatible provider: the system prompt carries the numbered sources after the instructions", () =>
-      Effect.gen(function*() {
-        const fake = yield* FakeOpenAi
-        fake.reset()
-        const account = yield* TestServer.signUp()
-        const { knowledgeId } = yield* seedKnowledge(account, { name: "Handbook", documents: handbook })
-        const agent = yield* TestServer.createAgent(account, {
-          model: "openai/gpt-4o-mini",
-          instructions: "You answer customers.",
-          knowledgeIds: [knowledgeId]
+    it.effect(
+      "on an OpenAI-compatible provider: the system prompt carries the numbered sources after the instructions",
+      () =>
+        Effect.gen(function* () {
+          const fake = yield* FakeOpenAi
+          fake.reset()
+          const account = yield* TestServer.signUp()
+          const { knowledgeId } = yield* seedKnowledge(account, { name: "Handbook", documents: handbook })
+          const agent = yield* TestServer.createAgent(account, {
+            model: "openai/gpt-4o-mini",
+            instructions: "You answer customers.",
+            knowledgeIds: [knowledgeId]
+          })
+          const answered = yield* chat(account, agent.id, "When does the support desk answer?")
+          assert.strictEqual(answered.status, 200, answered.text)
+          const system = (fake.requests.at(-1)!.body as any).messages[0]
+          assert.strictEqual(system.role, "system")
+          assert.isTrue(
+            system.content.startsWith(
+              `You answer customers.\n\n${sourcesHeader}\n\n[1] (handbook.md › Support hours)\n`
+            ),
+            system.content
+          )
+          assert.include(system.content, "The support desk answers from nine to five")
+          assert.strictEqual(answered.body.sources.length, (system.content.match(/^\[\d+\] \(/gm) ?? []).length)
         })
-        const answered = yield* chat(account, agent.id, "When does the support desk answer?")
-        assert.strictEqual(answered.status, 200, answered.text)
-        const system = (fake.requests.at(-1)!.body as any).messages[0]
-        assert.strictEqual(system.role, "system")
-        assert.isTrue(system.content.startsWith(`You answer customers.\n\n${sourcesHeader}\n\n[1] (handbook.md › Support hours)\n`), system.content)
-        assert.include(system.content, "The support desk answers from nine to five")
-        assert.strictEqual(answered.body.sources.length, (system.content.match(/^\[\d+\] \(/gm) ?? []).length)
-      }))
+    )
   })
 
   describe("orchestration steps and team turns", () => {
     it.effect("a step of a grounded agent is answered from the sources for its rendered prompt", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const { key } = yield* TestServer.createKey(account)
@@ -122,7 +149,9 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey), { excludeTestServices: true })(
         assert.strictEqual(started.status, 202, started.text)
         const execution = yield* eventually(
           Effect.map(
-            client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers: TestServer.bearer(key) }),
+            client.request("GET", `/api/v1/executions/${started.body.executionId}`, {
+              headers: TestServer.bearer(key)
+            }),
             (polled) => {
               assert.include(["completed", "failed"], polled.body.status, "the execution finished")
               return polled.body
@@ -132,17 +161,25 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey), { excludeTestServices: true })(
         )
         assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
         assert.match(JSON.stringify(execution), /According to \[1\] \(garden\.txt\): \\"Tomatoes need full sun/)
-      }))
+      })
+    )
 
     it.effect("a team turn of a grounded member is grounded on the mission", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
         const { key } = yield* TestServer.createKey(account)
         const { knowledgeId } = yield* seedKnowledge(account, { name: "Handbook", documents: handbook })
-        const grounded = yield* TestServer.createAgent(account, { name: "Clerk", model: "local", knowledgeIds: [knowledgeId] })
+        const grounded = yield* TestServer.createAgent(account, {
+          name: "Clerk",
+          model: "local",
+          knowledgeIds: [knowledgeId]
+        })
         const plain = yield* TestServer.createAgent(account, { name: "Host", model: "local" })
         const team = yield* createTeam(account, {
-          members: [{ agentId: grounded.id, role: "policy" }, { agentId: plain.id, role: "writer" }]
+          members: [
+            { agentId: grounded.id, role: "policy" },
+            { agentId: plain.id, role: "writer" }
+          ]
         })
         const runId = yield* startRun(key, team.id, "Explain the refund rules for annual plans")
         const run = yield* awaitRun(account, team.id, runId)
@@ -150,6 +187,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey), { excludeTestServices: true })(
         const turns = run.transcript.data
         assert.match(turns[0].content, /According to \[1\] \(handbook\.md › Refunds\): "Annual plans are refunded/)
         assert.notInclude(turns[1].content, "According to")
-      }))
+      })
+    )
   })
 })

@@ -79,7 +79,11 @@ const zipOf = (parts: ReadonlyArray<ZipPart>) => {
   return Buffer.concat([...locals, directory, end])
 }
 
-const small = (name: string, text: string): ZipPart => ({ name, deflated: Zlib.deflateRawSync(text), size: Buffer.byteLength(text) })
+const small = (name: string, text: string): ZipPart => ({
+  name,
+  deflated: Zlib.deflateRawSync(text),
+  size: Buffer.byteLength(text)
+})
 const contentTypes = small(
   "[Content_Types].xml",
   `<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">` +
@@ -103,7 +107,11 @@ const documentTail = Buffer.from(`</w:body></w:document>`)
  */
 const docx = async (paragraphs: Buffer, times: number, declared?: number) => {
   const body = await deflateRepeated(documentHead, paragraphs, times, documentTail, true)
-  return zipOf([contentTypes, relationships, { name: "word/document.xml", deflated: body.deflated, size: declared ?? body.size }])
+  return zipOf([
+    contentTypes,
+    relationships,
+    { name: "word/document.xml", deflated: body.deflated, size: declared ?? body.size }
+  ])
 }
 
 /** 2,000,000 tiny paragraphs: 106 MB of XML in a file of a few hundred kB (the review's 292 kB DOCX). */
@@ -125,7 +133,10 @@ const manyWords = () => {
   let length = 0
   while (length < megabyte) {
     // The generator's high bits: its low ones repeat within a few steps, and would compress far.
-    const sentence = Array.from({ length: 6 + ((next() >>> 16) % 6) }, () => words[(next() >>> 16) % words.length]!).join(" ")
+    const sentence = Array.from(
+      { length: 6 + ((next() >>> 16) % 6) },
+      () => words[(next() >>> 16) % words.length]!
+    ).join(" ")
     const paragraph = `<w:p><w:r><w:t>${sentence}</w:t></w:r></w:p>`
     paragraphs.push(paragraph)
     length += paragraph.length
@@ -135,7 +146,9 @@ const manyWords = () => {
 
 /** A one-page PDF whose content stream inflates to `megabytes` MB of `q Q` operators. */
 const operatorsPdf = async (megabytes: number) => {
-  const stream = (await deflateRepeated(Buffer.alloc(0), Buffer.from("q Q ".repeat(megabyte / 4)), megabytes, Buffer.alloc(0), false)).deflated
+  const stream = (
+    await deflateRepeated(Buffer.alloc(0), Buffer.from("q Q ".repeat(megabyte / 4)), megabytes, Buffer.alloc(0), false)
+  ).deflated
   const parts: Array<Buffer> = []
   const offsets: Array<number> = []
   let length = 0
@@ -253,35 +266,56 @@ const watch = (service: ServiceProcess) => {
     ready,
     /** The time each /health/live took, in ms. */
     stop: () =>
-      stopped ??= (async () => {
+      (stopped ??= (async () => {
         running = false
         probe.send("stop")
         await memory
         return latencies
-      })()
+      })())
   }
 }
 
 /** Uploads one file through the multipart route; the stored document's id. */
-const upload = async (baseUrl: string, session: Record<string, string>, knowledgeId: string, file: {
-  readonly name: string
-  readonly type: string
-  readonly bytes: Buffer
-}) => {
+const upload = async (
+  baseUrl: string,
+  session: Record<string, string>,
+  knowledgeId: string,
+  file: {
+    readonly name: string
+    readonly type: string
+    readonly bytes: Buffer
+  }
+) => {
   const form = new FormData()
   form.append("files", new Blob([new Uint8Array(file.bytes)], { type: file.type }), file.name)
-  const response = await fetch(`${baseUrl}/api/knowledge/${knowledgeId}/upload`, { method: "POST", headers: session, body: form })
-  const body = await response.json() as any
-  if (response.status !== 201 && response.status !== 202) throw new Error(`upload ${file.name}: ${response.status} ${JSON.stringify(body)}`)
+  const response = await fetch(`${baseUrl}/api/knowledge/${knowledgeId}/upload`, {
+    method: "POST",
+    headers: session,
+    body: form
+  })
+  const body = (await response.json()) as any
+  if (response.status !== 201 && response.status !== 202)
+    throw new Error(`upload ${file.name}: ${response.status} ${JSON.stringify(body)}`)
   return (response.status === 201 ? body.id : body.data[0].id) as string
 }
 
-const finalDocument = (baseUrl: string, session: Record<string, string>, knowledgeId: string, id: string, timeoutMs: number) =>
-  eventually(async () => {
-    const { body, status } = await request(`${baseUrl}/api/knowledge/${knowledgeId}/documents/${id}`, { headers: session })
-    if (status !== 200) throw new Error(`GET document ${id}: ${status}`)
-    return defined(`document ${id} to be final`, body.status === "processing" ? undefined : body)
-  }, { timeoutMs, intervalMs: 100 })
+const finalDocument = (
+  baseUrl: string,
+  session: Record<string, string>,
+  knowledgeId: string,
+  id: string,
+  timeoutMs: number
+) =>
+  eventually(
+    async () => {
+      const { body, status } = await request(`${baseUrl}/api/knowledge/${knowledgeId}/documents/${id}`, {
+        headers: session
+      })
+      if (status !== 200) throw new Error(`GET document ${id}: ${status}`)
+      return defined(`document ${id} to be final`, body.status === "processing" ? undefined : body)
+    },
+    { timeoutMs, intervalMs: 100 }
+  )
 
 const docxType = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
@@ -296,145 +330,190 @@ const serviceGrowthBound = 150 * megabyte
 const childOvershoot = 256 * megabyte
 
 describe("poison documents", () => {
-  it.live("a DOCX of tiny paragraphs, a lying zip, a DOCX too large to parse and a PDF of a billion operators each end failed with their reason; the service stays responsive and bounded", () =>
-    Effect.gen(function*() {
-      const env = {
-        DATABASE_URL: yield* TestDatabaseUrl,
-        EXTRACTION_TIMEOUT: `${extractionTimeoutMs} millis`,
-        EXTRACTION_MEMORY_MB: String(extractionMemoryMb)
-      }
-      const files = yield* Effect.promise(async () => ({
-        tiny: await tinyParagraphs(),
-        liar: await lyingZip(),
-        words: await manyWords(),
-        // 1 GB of operators, half a billion `q Q` pairs: the review's 950 kB PDF.
-        pdf: await operatorsPdf(1024)
-      }))
-      // Small by construction.
-      assert.isBelow(files.tiny.length, 400_000)
-      assert.isBelow(files.liar.length, 200_000)
-      assert.isBelow(files.words.length, 8 * megabyte)
-      assert.isBelow(files.pdf.length, 1_200_000)
-
-      const service = yield* spawnService(env)
-      yield* waitReady(service)
-      const tenant = yield* Effect.promise(() => signUpTenant(service.baseUrl, "poison@example.com"))
-      const base = yield* Effect.promise(() =>
-        requestJson(`${service.baseUrl}/api/knowledge`, { method: "POST", headers: tenant.session, body: { name: "Poison" } })
-      )
-      const readyRss = yield* Effect.promise(() => residentBytes(service.child.pid!))
-      const watching = watch(service)
-      yield* Effect.promise(() => watching.ready)
-      const outcome = yield* Effect.promise(async () => {
-        const uploads = [
-          { name: "tiny-paragraphs.docx", type: docxType, bytes: files.tiny },
-          { name: "lying.docx", type: docxType, bytes: files.liar },
-          { name: "many-words.docx", type: docxType, bytes: files.words },
-          { name: "operators.pdf", type: "application/pdf", bytes: files.pdf }
-        ]
-        const ids = await Promise.all(uploads.map((file) => upload(service.baseUrl, tenant.session, base.id, file)))
-        // Two of the four wait behind the tenant's two places: each may take two of the others' turns.
-        const documents = await Promise.all(ids.map((id) => finalDocument(service.baseUrl, tenant.session, base.id, id, 3 * endsWithin)))
-        return Object.fromEntries(uploads.map((file, i) => [file.name, documents[i]]))
-      }).pipe(Effect.ensuring(Effect.promise(() => watching.stop()).pipe(Effect.ignore)))
-      const latencies = yield* Effect.promise(() => watching.stop())
-      const tiny = outcome["tiny-paragraphs.docx"]
-      assert.strictEqual(tiny.status, "failed")
-      assert.strictEqual(tiny.error.code, "too_large")
-      assert.include(tiny.error.message, "word/document.xml")
-      assert.include(tiny.error.message, "at most 50 MB")
-
-      const liar = outcome["lying.docx"]
-      assert.strictEqual(liar.status, "failed")
-      assert.strictEqual(liar.error.code, "too_large")
-      assert.include(liar.error.message, "word/document.xml inflates past the 4096 bytes its headers declare")
-
-      const words = outcome["many-words.docx"]
-      assert.strictEqual(words.status, "failed")
-      assert.strictEqual(words.error.code, "too_large", JSON.stringify(words.error))
-      assert.include(words.error.message, `more than ${extractionMemoryMb} MB of memory`)
-
-      const pdf = outcome["operators.pdf"]
-      assert.strictEqual(pdf.status, "failed")
-      // Its memory or its time runs out first, depending on the machine: either stops it.
-      assert.include(["too_large", "timeout"], pdf.error.code, JSON.stringify(pdf.error))
-      assert.match(pdf.error.message, /EXTRACTION_MEMORY_MB|EXTRACTION_TIMEOUT/)
-
-      // Each ended within the timeout plus the bound of its own extraction (waiting for a place aside: the
-      // directory's refusals take no time, so at most one document waits behind a full extraction).
-      const took = Object.values(outcome).map((document: any) => Date.parse(document.updatedAt) - Date.parse(document.createdAt))
-      assert.isTrue(took.every((ms) => ms < 2 * endsWithin), JSON.stringify(took))
-      assert.isTrue(took.filter((ms) => ms >= endsWithin).length <= 1, JSON.stringify(took))
-
-      assert.isAbove(latencies.length, 50)
-      assert.isBelow(Math.max(...latencies), 100, `slowest /health/live: ${Math.max(...latencies)} ms`)
-      assert.isBelow(watching.seen.serviceRss, readyRss + serviceGrowthBound,
-        `service RSS ${Math.round(watching.seen.serviceRss / megabyte)} MB, ${Math.round(readyRss / megabyte)} MB when ready`)
-      assert.isAbove(watching.seen.children.size, 0)
-      assert.isBelow(watching.seen.childRss, extractionMemoryMb * megabyte + childOvershoot,
-        `largest child: ${Math.round(watching.seen.childRss / megabyte)} MB`)
-      // The service is still the same process, and still serves.
-      assert.strictEqual(service.child.exitCode, null)
-      const after = yield* Effect.promise(() => request(`${service.baseUrl}/health/ready`))
-      assert.strictEqual(after.status, 200)
-    }), 240_000)
-
-  it.live("a document under strain when its node is killed is failed after the restart without being parsed again", () =>
-    Effect.gen(function*() {
-      const env = {
-        DATABASE_URL: yield* TestDatabaseUrl,
-        // Long enough for the strain (half of it) to be seen and the node killed well before the deadline.
-        EXTRACTION_TIMEOUT: "10 seconds",
-        EXTRACTION_MEMORY_MB: "4096"
-      }
-      const pdf = yield* Effect.promise(() => operatorsPdf(64))
-      const db = new pg.Client({ connectionString: env.DATABASE_URL })
-      yield* Effect.acquireRelease(Effect.promise(() => db.connect()), () => Effect.promise(() => db.end()))
-      const row = async (id: string) =>
-        (await db.query("SELECT status, extraction_attempts, extraction_strain FROM knowledge_documents WHERE id = $1", [id])).rows[0]
-
-      const first = yield* spawnService(env)
-      yield* waitReady(first)
-      const tenant = yield* Effect.promise(() => signUpTenant(first.baseUrl, "poison-restart@example.com"))
-      const base = yield* Effect.promise(() =>
-        requestJson(`${first.baseUrl}/api/knowledge`, { method: "POST", headers: tenant.session, body: { name: "Poison" } })
-      )
-      const id = yield* Effect.promise(() =>
-        upload(first.baseUrl, tenant.session, base.id, { name: "operators.pdf", type: "application/pdf", bytes: pdf })
-      )
-      yield* Effect.promise(() =>
-        eventually(async () => defined("the extraction's strain to be recorded", (await row(id))?.extraction_strain ?? undefined), { timeoutMs: 20_000 })
-      )
-      first.child.kill("SIGKILL")
-      yield* Effect.promise(() => first.exited)
-      const killed = yield* Effect.promise(() => row(id))
-      assert.strictEqual(killed.status, "processing")
-      assert.strictEqual(killed.extraction_attempts, 1)
-
-      const second = yield* spawnService(env)
-      yield* waitReady(second)
-      // Every process the restarted service starts meanwhile is seen: a sandbox child would be one.
-      const spawned = new Set<number>()
-      let watching = true
-      const children = (async () => {
-        while (watching) {
-          for (const child of await childrenOf(second.child.pid!)) spawned.add(child)
-          await new Promise((resolve) => setTimeout(resolve, 20))
+  it.live(
+    "a DOCX of tiny paragraphs, a lying zip, a DOCX too large to parse and a PDF of a billion operators each end failed with their reason; the service stays responsive and bounded",
+    () =>
+      Effect.gen(function* () {
+        const env = {
+          DATABASE_URL: yield* TestDatabaseUrl,
+          EXTRACTION_TIMEOUT: `${extractionTimeoutMs} millis`,
+          EXTRACTION_MEMORY_MB: String(extractionMemoryMb)
         }
-      })()
-      const document = yield* Effect.promise(() => finalDocument(second.baseUrl, tenant.session, base.id, id, 30_000)).pipe(
-        Effect.ensuring(Effect.promise(async () => {
-          watching = false
-          await children
+        const files = yield* Effect.promise(async () => ({
+          tiny: await tinyParagraphs(),
+          liar: await lyingZip(),
+          words: await manyWords(),
+          // 1 GB of operators, half a billion `q Q` pairs: the review's 950 kB PDF.
+          pdf: await operatorsPdf(1024)
         }))
-      )
-      assert.strictEqual(document.status, "failed")
-      assert.strictEqual(document.error.code, "timeout")
-      assert.include(document.error.message, "Extraction did not finish")
-      assert.include(document.error.message, "it had run for")
-      assert.include(document.error.message, "not read again")
-      // Not parsed again: no attempt was counted, and no sandbox process started.
-      assert.strictEqual((yield* Effect.promise(() => row(id))).extraction_attempts, 1)
-      assert.strictEqual(spawned.size, 0)
-    }), 120_000)
+        // Small by construction.
+        assert.isBelow(files.tiny.length, 400_000)
+        assert.isBelow(files.liar.length, 200_000)
+        assert.isBelow(files.words.length, 8 * megabyte)
+        assert.isBelow(files.pdf.length, 1_200_000)
+
+        const service = yield* spawnService(env)
+        yield* waitReady(service)
+        const tenant = yield* Effect.promise(() => signUpTenant(service.baseUrl, "poison@example.com"))
+        const base = yield* Effect.promise(() =>
+          requestJson(`${service.baseUrl}/api/knowledge`, {
+            method: "POST",
+            headers: tenant.session,
+            body: { name: "Poison" }
+          })
+        )
+        const readyRss = yield* Effect.promise(() => residentBytes(service.child.pid!))
+        const watching = watch(service)
+        yield* Effect.promise(() => watching.ready)
+        const outcome = yield* Effect.promise(async () => {
+          const uploads = [
+            { name: "tiny-paragraphs.docx", type: docxType, bytes: files.tiny },
+            { name: "lying.docx", type: docxType, bytes: files.liar },
+            { name: "many-words.docx", type: docxType, bytes: files.words },
+            { name: "operators.pdf", type: "application/pdf", bytes: files.pdf }
+          ]
+          const ids = await Promise.all(uploads.map((file) => upload(service.baseUrl, tenant.session, base.id, file)))
+          // Two of the four wait behind the tenant's two places: each may take two of the others' turns.
+          const documents = await Promise.all(
+            ids.map((id) => finalDocument(service.baseUrl, tenant.session, base.id, id, 3 * endsWithin))
+          )
+          return Object.fromEntries(uploads.map((file, i) => [file.name, documents[i]]))
+        }).pipe(Effect.ensuring(Effect.promise(() => watching.stop()).pipe(Effect.ignore)))
+        const latencies = yield* Effect.promise(() => watching.stop())
+        const tiny = outcome["tiny-paragraphs.docx"]
+        assert.strictEqual(tiny.status, "failed")
+        assert.strictEqual(tiny.error.code, "too_large")
+        assert.include(tiny.error.message, "word/document.xml")
+        assert.include(tiny.error.message, "at most 50 MB")
+
+        const liar = outcome["lying.docx"]
+        assert.strictEqual(liar.status, "failed")
+        assert.strictEqual(liar.error.code, "too_large")
+        assert.include(liar.error.message, "word/document.xml inflates past the 4096 bytes its headers declare")
+
+        const words = outcome["many-words.docx"]
+        assert.strictEqual(words.status, "failed")
+        assert.strictEqual(words.error.code, "too_large", JSON.stringify(words.error))
+        assert.include(words.error.message, `more than ${extractionMemoryMb} MB of memory`)
+
+        const pdf = outcome["operators.pdf"]
+        assert.strictEqual(pdf.status, "failed")
+        // Its memory or its time runs out first, depending on the machine: either stops it.
+        assert.include(["too_large", "timeout"], pdf.error.code, JSON.stringify(pdf.error))
+        assert.match(pdf.error.message, /EXTRACTION_MEMORY_MB|EXTRACTION_TIMEOUT/)
+
+        // Each ended within the timeout plus the bound of its own extraction (waiting for a place aside: the
+        // directory's refusals take no time, so at most one document waits behind a full extraction).
+        const took = Object.values(outcome).map(
+          (document: any) => Date.parse(document.updatedAt) - Date.parse(document.createdAt)
+        )
+        assert.isTrue(
+          took.every((ms) => ms < 2 * endsWithin),
+          JSON.stringify(took)
+        )
+        assert.isTrue(took.filter((ms) => ms >= endsWithin).length <= 1, JSON.stringify(took))
+
+        assert.isAbove(latencies.length, 50)
+        assert.isBelow(Math.max(...latencies), 100, `slowest /health/live: ${Math.max(...latencies)} ms`)
+        assert.isBelow(
+          watching.seen.serviceRss,
+          readyRss + serviceGrowthBound,
+          `service RSS ${Math.round(watching.seen.serviceRss / megabyte)} MB, ${Math.round(readyRss / megabyte)} MB when ready`
+        )
+        assert.isAbove(watching.seen.children.size, 0)
+        assert.isBelow(
+          watching.seen.childRss,
+          extractionMemoryMb * megabyte + childOvershoot,
+          `largest child: ${Math.round(watching.seen.childRss / megabyte)} MB`
+        )
+        // The service is still the same process, and still serves.
+        assert.strictEqual(service.child.exitCode, null)
+        const after = yield* Effect.promise(() => request(`${service.baseUrl}/health/ready`))
+        assert.strictEqual(after.status, 200)
+      }),
+    240_000
+  )
+
+  it.live(
+    "a document under strain when its node is killed is failed after the restart without being parsed again",
+    () =>
+      Effect.gen(function* () {
+        const env = {
+          DATABASE_URL: yield* TestDatabaseUrl,
+          // Long enough for the strain (half of it) to be seen and the node killed well before the deadline.
+          EXTRACTION_TIMEOUT: "10 seconds",
+          EXTRACTION_MEMORY_MB: "4096"
+        }
+        const pdf = yield* Effect.promise(() => operatorsPdf(64))
+        const db = new pg.Client({ connectionString: env.DATABASE_URL })
+        yield* Effect.acquireRelease(
+          Effect.promise(() => db.connect()),
+          () => Effect.promise(() => db.end())
+        )
+        const row = async (id: string) =>
+          (
+            await db.query(
+              "SELECT status, extraction_attempts, extraction_strain FROM knowledge_documents WHERE id = $1",
+              [id]
+            )
+          ).rows[0]
+
+        const first = yield* spawnService(env)
+        yield* waitReady(first)
+        const tenant = yield* Effect.promise(() => signUpTenant(first.baseUrl, "poison-restart@example.com"))
+        const base = yield* Effect.promise(() =>
+          requestJson(`${first.baseUrl}/api/knowledge`, {
+            method: "POST",
+            headers: tenant.session,
+            body: { name: "Poison" }
+          })
+        )
+        const id = yield* Effect.promise(() =>
+          upload(first.baseUrl, tenant.session, base.id, { name: "operators.pdf", type: "application/pdf", bytes: pdf })
+        )
+        yield* Effect.promise(() =>
+          eventually(
+            async () =>
+              defined("the extraction's strain to be recorded", (await row(id))?.extraction_strain ?? undefined),
+            { timeoutMs: 20_000 }
+          )
+        )
+        first.child.kill("SIGKILL")
+        yield* Effect.promise(() => first.exited)
+        const killed = yield* Effect.promise(() => row(id))
+        assert.strictEqual(killed.status, "processing")
+        assert.strictEqual(killed.extraction_attempts, 1)
+
+        const second = yield* spawnService(env)
+        yield* waitReady(second)
+        // Every process the restarted service starts meanwhile is seen: a sandbox child would be one.
+        const spawned = new Set<number>()
+        let watching = true
+        const children = (async () => {
+          while (watching) {
+            for (const child of await childrenOf(second.child.pid!)) spawned.add(child)
+            await new Promise((resolve) => setTimeout(resolve, 20))
+          }
+        })()
+        const document = yield* Effect.promise(() =>
+          finalDocument(second.baseUrl, tenant.session, base.id, id, 30_000)
+        ).pipe(
+          Effect.ensuring(
+            Effect.promise(async () => {
+              watching = false
+              await children
+            })
+          )
+        )
+        assert.strictEqual(document.status, "failed")
+        assert.strictEqual(document.error.code, "timeout")
+        assert.include(document.error.message, "Extraction did not finish")
+        assert.include(document.error.message, "it had run for")
+        assert.include(document.error.message, "not read again")
+        // Not parsed again: no attempt was counted, and no sandbox process started.
+        assert.strictEqual((yield* Effect.promise(() => row(id))).extraction_attempts, 1)
+        assert.strictEqual(spawned.size, 0)
+      }),
+    120_000
+  )
 })

@@ -14,14 +14,18 @@ const labelled: Labelled = JSON.parse(Fs.readFileSync(new URL("./fixtures/releva
 
 const search = (account: Account, knowledgeId: string, body: unknown) =>
   Effect.flatMap(TestClient, (client) =>
-    client.request("POST", `/api/knowledge/${knowledgeId}/search`, { headers: TestServer.bearer(account.token), body }))
+    client.request("POST", `/api/knowledge/${knowledgeId}/search`, { headers: TestServer.bearer(account.token), body })
+  )
 
 layer(TestServer.layer(), { excludeTestServices: true })("knowledge search", (it) => {
   describe("relevance", () => {
     it.effect("the labelled set: recall@5 and the first hit, over English, accented and CJK queries", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
-        const { documents, knowledgeId } = yield* seedKnowledge(account, { name: "Labelled", documents: labelled.documents })
+        const { documents, knowledgeId } = yield* seedKnowledge(account, {
+          name: "Labelled",
+          documents: labelled.documents
+        })
         const filenameOf = new Map(Object.entries(documents).map(([filename, id]) => [id, filename]))
         let recall = 0
         let firstHits = 0
@@ -43,12 +47,16 @@ layer(TestServer.layer(), { excludeTestServices: true })("knowledge search", (it
         )
         assert.isAtLeast(recall / n, 0.95)
         assert.isAtLeast(firstHits / n, 0.9)
-      }))
+      })
+    )
 
     it.effect("accents are ignored both ways, CJK is split into words, and any word of the query matches", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
-        const { documents, knowledgeId } = yield* seedKnowledge(account, { name: "Words", documents: labelled.documents })
+        const { documents, knowledgeId } = yield* seedKnowledge(account, {
+          name: "Words",
+          documents: labelled.documents
+        })
         const top = (query: string) =>
           search(account, knowledgeId, { query }).pipe(Effect.map((found) => found.body.data[0]?.documentId))
         assert.strictEqual(yield* top("résumé"), documents["resume-fr.txt"])
@@ -68,35 +76,55 @@ layer(TestServer.layer(), { excludeTestServices: true })("knowledge search", (it
         const nothing = yield* search(account, knowledgeId, { query: "!!! ??? ..." })
         assert.strictEqual(nothing.status, 200, nothing.text)
         assert.deepStrictEqual(nothing.body.data, [])
-      }))
+      })
+    )
 
     it.effect("hits carry the chunk's fields and a score from 0 to 1, best first", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
-        const { documents, knowledgeId } = yield* seedKnowledge(account, { name: "Fields", documents: labelled.documents })
+        const { documents, knowledgeId } = yield* seedKnowledge(account, {
+          name: "Fields",
+          documents: labelled.documents
+        })
         const found = yield* search(account, knowledgeId, { query: "install service", topK: 50 })
         assert.isAbove(found.body.data.length, 3)
         const hit = found.body.data[0]
         assert.deepStrictEqual(Object.keys(hit).sort(), [
-          "content", "documentId", "endOffset", "headingPath", "id", "index", "knowledgeId", "page", "score",
-          "startOffset", "tokenCount"
+          "content",
+          "documentId",
+          "endOffset",
+          "headingPath",
+          "id",
+          "index",
+          "knowledgeId",
+          "page",
+          "score",
+          "startOffset",
+          "tokenCount"
         ])
         assert.strictEqual(hit.knowledgeId, knowledgeId)
         const scores: Array<number> = found.body.data.map((h: any) => h.score)
-        assert.deepStrictEqual(scores, [...scores].sort((a, b) => b - a))
+        assert.deepStrictEqual(
+          scores,
+          [...scores].sort((a, b) => b - a)
+        )
         for (const score of scores) assert.isTrue(score > 0 && score < 1, String(score))
         const linux = found.body.data.find((h: any) => h.documentId === documents["install-linux.md"])
         assert.deepStrictEqual(linux.headingPath, ["Installing on Linux"])
         const text = labelled.documents.find((d) => d.filename === "install-linux.md")!.text
         assert.strictEqual(text.slice(linux.startOffset, linux.endOffset), linux.content)
-      }))
+      })
+    )
   })
 
   describe("limits and isolation", () => {
     it.effect("topK defaults to 5 and is bounded; a bad body is a 400 naming the field", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const account = yield* TestServer.signUp()
-        const many = Array.from({ length: 60 }, (_, i) => ({ filename: `n${i}.txt`, text: `Note ${i} about the harbour lantern.` }))
+        const many = Array.from({ length: 60 }, (_, i) => ({
+          filename: `n${i}.txt`,
+          text: `Note ${i} about the harbour lantern.`
+        }))
         const { knowledgeId } = yield* seedKnowledge(account, { name: "Many", documents: many })
         assert.strictEqual((yield* search(account, knowledgeId, { query: "lantern" })).body.data.length, 5)
         assert.strictEqual((yield* search(account, knowledgeId, { query: "lantern", topK: 50 })).body.data.length, 50)
@@ -113,10 +141,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("knowledge search", (it
           assert.strictEqual(bad.status, 400, JSON.stringify(body))
           assert.deepStrictEqual(bad.body.errors[0].path, ["payload", field], JSON.stringify(body))
         }
-      }))
+      })
+    )
 
     it.effect("another tenant's base is a 404, and only ready documents are searched", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const owner = yield* TestServer.signUp()
         const other = yield* TestServer.signUp()
         const { knowledgeId } = yield* seedKnowledge(owner, {
@@ -134,14 +163,16 @@ layer(TestServer.layer(), { excludeTestServices: true })("knowledge search", (it
         const found = yield* search(owner, knowledgeId, { query: "aurora" })
         assert.strictEqual(found.body.data.length, 1)
         assert.include(found.body.data[0].content, "fjord")
-      }))
+      })
+    )
   })
 
   it.effect("the full-text index keeps a short list of pending entries, which every search reads", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const sql = yield* SqlClient.SqlClient
       const [index] = yield* sql<{ readonly options: ReadonlyArray<string> | null }>`
         SELECT reloptions AS options FROM pg_class WHERE relname = 'knowledge_chunks_search_idx'`
       assert.deepStrictEqual(index?.options, ["gin_pending_list_limit=256"])
-    }))
+    })
+  )
 })

@@ -63,14 +63,19 @@ const textArbitrary = fc
 const chunkingArbitrary = fc
   .record({
     strategy: fc.constantFrom("auto" as const, "recursive" as const, "markdown" as const, "sentence" as const),
-    chunkSize: fc.oneof(fc.integer({ min: minChunkSize, max: 300 }), fc.integer({ min: minChunkSize, max: maxChunkSize })),
+    chunkSize: fc.oneof(
+      fc.integer({ min: minChunkSize, max: 300 }),
+      fc.integer({ min: minChunkSize, max: maxChunkSize })
+    ),
     overlapShare: fc.double({ min: 0, max: 0.5, noNaN: true })
   })
-  .map(({ chunkSize, overlapShare, strategy }): Chunking => ({
-    strategy,
-    chunkSize,
-    chunkOverlap: Math.floor(chunkSize * overlapShare)
-  }))
+  .map(
+    ({ chunkSize, overlapShare, strategy }): Chunking => ({
+      strategy,
+      chunkSize,
+      chunkOverlap: Math.floor(chunkSize * overlapShare)
+    })
+  )
 
 const isBlank = (text: string) => text.trim() === ""
 
@@ -97,7 +102,8 @@ const checkChunks = (text: string, chunking: Chunking, chunks: ReadonlyArray<Chu
       }
     }
     // Coverage: whatever lies between what is covered and this chunk is whitespace.
-    if (chunk.startOffset > coveredTo) assert.isTrue(isBlank(text.slice(coveredTo, chunk.startOffset)), "nothing is skipped")
+    if (chunk.startOffset > coveredTo)
+      assert.isTrue(isBlank(text.slice(coveredTo, chunk.startOffset)), "nothing is skipped")
     coveredTo = Math.max(coveredTo, chunk.endOffset)
     previous = chunk
   }
@@ -140,8 +146,12 @@ describe("Splitter", () => {
 
   it("splits Chinese, Japanese and Thai without spaces into many chunks of sensible size", () => {
     const cases = [
-      "我们今天去公园散步，天气很好。知识库把文档切成小块，以便检索。中文没有空格，所以需要按句子和词来切分。".repeat(120),
-      "日本語のテキストも少し含まれています。これはテストの文章です。検索のために文書を小さな塊に分けます。".repeat(120),
+      "我们今天去公园散步，天气很好。知识库把文档切成小块，以便检索。中文没有空格，所以需要按句子和词来切分。".repeat(
+        120
+      ),
+      "日本語のテキストも少し含まれています。これはテストの文章です。検索のために文書を小さな塊に分けます。".repeat(
+        120
+      ),
       "ภาษาไทยเป็นภาษาที่ไม่มีการเว้นวรรคระหว่างคำและประโยคจึงต้องใช้พจนานุกรมในการตัดคำ".repeat(150)
     ]
     for (const text of cases) {
@@ -185,13 +195,16 @@ describe("Splitter", () => {
       "",
       "Run it."
     ].join("\n")
-    assert.deepStrictEqual(markdownHeadings(text).map((h) => [h.level, h.title]), [
-      [1, "Install"],
-      [2, "Linux"],
-      [3, "Debian"],
-      [2, "macOS"],
-      [1, "Usage"]
-    ])
+    assert.deepStrictEqual(
+      markdownHeadings(text).map((h) => [h.level, h.title]),
+      [
+        [1, "Install"],
+        [2, "Linux"],
+        [3, "Debian"],
+        [2, "macOS"],
+        [1, "Usage"]
+      ]
+    )
     const chunking = { strategy: "markdown" as const, chunkSize: 64, chunkOverlap: 8 }
     const chunks = split({ text }, chunking)
     checkChunks(text, chunking, chunks)
@@ -212,13 +225,12 @@ describe("Splitter", () => {
   })
 
   it("reads ATX closing sequences and stays linear on hostile heading lines", () => {
-    assert.deepStrictEqual(markdownHeadings("# Title #\n## Sub ##  \n### C# language\n#nope\n####### seven").map((h) => h.title), [
-      "Title",
-      "Sub",
-      "C# language"
-    ])
+    assert.deepStrictEqual(
+      markdownHeadings("# Title #\n## Sub ##  \n### C# language\n#nope\n####### seven").map((h) => h.title),
+      ["Title", "Sub", "C# language"]
+    )
     // Quadratic scanning of this line would run past the test's timeout.
-    assert.deepStrictEqual(markdownHeadings("# " + " #".repeat(200_000) + "x").length, 1)
+    assert.deepStrictEqual(markdownHeadings(`# ${" #".repeat(200_000)}x`).length, 1)
   })
 
   it("uses headings given by the extractor and page starts", () => {
@@ -230,20 +242,26 @@ describe("Splitter", () => {
     )
     assert.strictEqual(chunks.length, 1)
     assert.strictEqual(chunks[0]!.page, 1)
-    const byPage = split({ text: "a\n\n" + "word ".repeat(200), pages: [0, 3] }, { strategy: "recursive", chunkSize: 64, chunkOverlap: 0 })
+    const byPage = split(
+      { text: `a\n\n${"word ".repeat(200)}`, pages: [0, 3] },
+      { strategy: "recursive", chunkSize: 64, chunkOverlap: 0 }
+    )
     assert.strictEqual(byPage[0]!.page, 1)
     assert.strictEqual(byPage.at(-1)!.page, 2)
-    const html = split({ text, kind: "html", headings: [{ offset: 0, level: 1, title: "Title" }] }, {
-      strategy: "auto",
-      chunkSize: 64,
-      chunkOverlap: 0
-    })
+    const html = split(
+      { text, kind: "html", headings: [{ offset: 0, level: 1, title: "Title" }] },
+      {
+        strategy: "auto",
+        chunkSize: 64,
+        chunkOverlap: 0
+      }
+    )
     assert.deepStrictEqual(html[0]!.headingPath, ["Title"])
     assert.isUndefined(html[0]!.page)
   })
 
   it("adds no chunk of overlap and trailing whitespace alone", () => {
-    const text = "中".repeat(2500) + "สวัสดีครับ ยินดีต้อนรับ\n\n\n\n\n"
+    const text = `${"中".repeat(2500)}สวัสดีครับ ยินดีต้อนรับ\n\n\n\n\n`
     const chunking = { strategy: "auto" as const, chunkSize: 64, chunkOverlap: 13 }
     const chunks = split({ text }, chunking)
     checkChunks(text, chunking, chunks)
@@ -259,7 +277,9 @@ describe("Splitter", () => {
   it("validates settings with clear messages", () => {
     assert.deepStrictEqual(chunkingProblems({}), [])
     assert.deepStrictEqual(chunkingProblems({ chunkSize: 63 }), ["chunkSize must be an integer from 64 to 4096 tokens"])
-    assert.deepStrictEqual(chunkingProblems({ chunkSize: 4097 }), ["chunkSize must be an integer from 64 to 4096 tokens"])
+    assert.deepStrictEqual(chunkingProblems({ chunkSize: 4097 }), [
+      "chunkSize must be an integer from 64 to 4096 tokens"
+    ])
     assert.deepStrictEqual(chunkingProblems({ chunkSize: 100, chunkOverlap: 51 }), [
       "chunkOverlap must be at most half of chunkSize (50 tokens for 100)"
     ])
@@ -267,7 +287,9 @@ describe("Splitter", () => {
       "strategy must be one of auto, recursive, markdown, sentence",
       "chunkOverlap must be an integer of at least 0 tokens"
     ])
-    assert.deepStrictEqual(chunkingProblems({ chunkSize: 100.5 }), ["chunkSize must be an integer from 64 to 4096 tokens"])
+    assert.deepStrictEqual(chunkingProblems({ chunkSize: 100.5 }), [
+      "chunkSize must be an integer from 64 to 4096 tokens"
+    ])
     assert.deepStrictEqual(Effect.runSync(validateChunking({})), { strategy: "auto", chunkSize: 512, chunkOverlap: 64 })
     const failed = Effect.runSyncExit(chunkText({ text: "hello" }, { chunkSize: 10 }))
     assert.isTrue(Exit.isFailure(failed))
@@ -278,7 +300,9 @@ describe("Splitter", () => {
 
   // Its speed is measured by `npm run bench:chunking`.
   it("splits a megabyte within the bound", () => {
-    const text = Array.from({ length: 4000 }, (_, i) => `Paragraph ${i}. The quick brown fox jumps over the lazy dog; 我们今天去公园散步。`.repeat(4)).join("\n\n")
+    const text = Array.from({ length: 4000 }, (_, i) =>
+      `Paragraph ${i}. The quick brown fox jumps over the lazy dog; 我们今天去公园散步。`.repeat(4)
+    ).join("\n\n")
     const chunks = split({ text }, { strategy: "auto", chunkSize: 512, chunkOverlap: 64 })
     assert.isAbove(chunks.length, 100)
     for (const chunk of chunks) {

@@ -2,7 +2,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { Document, Packer, Paragraph } from "docx"
 import { Effect } from "effect"
 import * as Zlib from "node:zlib"
-import { checkArchive, defaultZipLimits, readDirectory, type ZipEntry, type ZipProblem } from "../../src/Knowledge/Zip.ts"
+import {
+  checkArchive,
+  defaultZipLimits,
+  readDirectory,
+  type ZipEntry,
+  type ZipProblem
+} from "../../src/Knowledge/Zip.ts"
 
 interface RawEntry {
   readonly name: string
@@ -79,29 +85,38 @@ const entriesOf = (bytes: Uint8Array) => {
 
 describe("Zip", () => {
   it.effect("reads the directory of a DOCX written by a real library, and passes it", () =>
-    Effect.gen(function*() {
-      const bytes = new Uint8Array(yield* Effect.promise(() =>
-        Packer.toBuffer(new Document({ sections: [{ children: [new Paragraph("Otters live in rivers.")] }] }))
-      ))
+    Effect.gen(function* () {
+      const bytes = new Uint8Array(
+        yield* Effect.promise(() =>
+          Packer.toBuffer(new Document({ sections: [{ children: [new Paragraph("Otters live in rivers.")] }] }))
+        )
+      )
       const entries = entriesOf(bytes)
       const document = entries.find((entry) => entry.name === "word/document.xml")
       assert.isDefined(document)
       assert.strictEqual(document!.method, 8)
       assert.isAbove(document!.uncompressedSize, 0)
       assert.isUndefined(checkArchive(bytes))
-    }))
+    })
+  )
 
   it("reads stored and deflated entries with their sizes, after a comment", () => {
     const text = "<w:p>lorem ipsum</w:p>".repeat(100)
-    const bytes = zip([
-      { name: "mimetype", data: Buffer.from("application/zip"), method: 0, uncompressedSize: 15 },
-      deflated("word/document.xml", text)
-    ], { comment: "written by hand" })
+    const bytes = zip(
+      [
+        { name: "mimetype", data: Buffer.from("application/zip"), method: 0, uncompressedSize: 15 },
+        deflated("word/document.xml", text)
+      ],
+      { comment: "written by hand" }
+    )
     const entries = entriesOf(bytes)
-    assert.deepStrictEqual(entries.map((entry) => [entry.name, entry.method, entry.uncompressedSize]), [
-      ["mimetype", 0, 15],
-      ["word/document.xml", 8, text.length]
-    ])
+    assert.deepStrictEqual(
+      entries.map((entry) => [entry.name, entry.method, entry.uncompressedSize]),
+      [
+        ["mimetype", 0, 15],
+        ["word/document.xml", 8, text.length]
+      ]
+    )
     assert.strictEqual(entries[1]!.localHeaderOffset, 30 + "mimetype".length + 15)
     assert.isUndefined(checkArchive(bytes))
   })
@@ -171,7 +186,9 @@ describe("Zip", () => {
     offset.writeUInt32LE(0x7fffffff, offset.length - 6)
     assert.strictEqual(checkArchive(new Uint8Array(offset))?.kind, "damaged")
     // Data that is not deflate at all.
-    const garbage = zip([{ name: "word/document.xml", data: Buffer.from([0xff, 0xff, 0xff, 0xff]), uncompressedSize: 10 }])
+    const garbage = zip([
+      { name: "word/document.xml", data: Buffer.from([0xff, 0xff, 0xff, 0xff]), uncompressedSize: 10 }
+    ])
     const damaged = checkArchive(garbage)
     assert.strictEqual(damaged?.kind, "damaged")
     assert.include(damaged!.message, "word/document.xml")

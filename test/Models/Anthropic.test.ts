@@ -15,15 +15,19 @@ const conversation = {
 }
 
 const setup = (settings: Parameters<typeof buildModels>[0] = {}) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const fake = yield* FakeAnthropic.make({ apiKey: anthropicKey })
-    const models = yield* buildModels({ anthropicBaseUrl: fake.url, anthropicApiKey: someKey(anthropicKey), ...settings })
+    const models = yield* buildModels({
+      anthropicBaseUrl: fake.url,
+      anthropicApiKey: someKey(anthropicKey),
+      ...settings
+    })
     return { fake, models }
   })
 
 describe("Anthropic provider", () => {
   it.live("sends a Messages request with a top-level system prompt and reads text, usage and model", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup()
       fake.script({ text: "About 12 km.", model: "claude-3-5-haiku-20241022", usage: { input: 29, output: 6 } })
 
@@ -52,44 +56,53 @@ describe("Anthropic provider", () => {
           { role: "user", content: "How long is it?" }
         ]
       })
-    }))
+    })
+  )
 
   it.live("leaves out `system` when there are no instructions", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup()
       yield* models.generate({ ...conversation, system: "" })
       assert.isFalse("system" in fake.requests[0]!.body)
-    }))
+    })
+  )
 
-  it.live("streams deltas that add up to the text, then one Done with the usage of message_start and message_delta", () =>
-    Effect.gen(function*() {
-      const { fake, models } = yield* setup()
-      fake.script({ text: "Take the ridge trail at dawn.", model: "claude-3-5-haiku-20241022", usage: { input: 44, output: 9 } })
-
-      const { events, error } = yield* collect(models.stream(conversation))
-
-      assert.isUndefined(error)
-      assert.isAbove(events.filter((event) => event._tag === "Delta").length, 1)
-      assert.strictEqual(deltaText(events), "Take the ridge trail at dawn.")
-      assert.strictEqual(events.filter((event) => event._tag === "Done").length, 1)
-      assert.deepStrictEqual(events.at(-1), {
-        _tag: "Done",
-        reply: {
+  it.live(
+    "streams deltas that add up to the text, then one Done with the usage of message_start and message_delta",
+    () =>
+      Effect.gen(function* () {
+        const { fake, models } = yield* setup()
+        fake.script({
           text: "Take the ridge trail at dawn.",
-          model: "anthropic/claude-3-5-haiku-20241022",
-          inputTokens: 44,
-          outputTokens: 9
-        }
+          model: "claude-3-5-haiku-20241022",
+          usage: { input: 44, output: 9 }
+        })
+
+        const { events, error } = yield* collect(models.stream(conversation))
+
+        assert.isUndefined(error)
+        assert.isAbove(events.filter((event) => event._tag === "Delta").length, 1)
+        assert.strictEqual(deltaText(events), "Take the ridge trail at dawn.")
+        assert.strictEqual(events.filter((event) => event._tag === "Done").length, 1)
+        assert.deepStrictEqual(events.at(-1), {
+          _tag: "Done",
+          reply: {
+            text: "Take the ridge trail at dawn.",
+            model: "anthropic/claude-3-5-haiku-20241022",
+            inputTokens: 44,
+            outputTokens: 9
+          }
+        })
+        const body = fake.requests[0]!.body
+        assert.strictEqual(body.stream, true)
+        assert.strictEqual(body.max_tokens, 300)
+        assert.strictEqual(body.system, "You are Scout, a hiking guide.")
+        assert.strictEqual(body.model, "claude-3-5-haiku-latest")
       })
-      const body = fake.requests[0]!.body
-      assert.strictEqual(body.stream, true)
-      assert.strictEqual(body.max_tokens, 300)
-      assert.strictEqual(body.system, "You are Scout, a hiking guide.")
-      assert.strictEqual(body.model, "claude-3-5-haiku-latest")
-    }))
+  )
 
   it.live("retries 529 overloaded, then succeeds", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 3 })
       fake.script({ status: 529, times: 2 }, { text: "Back again." })
 
@@ -97,10 +110,11 @@ describe("Anthropic provider", () => {
 
       assert.strictEqual(reply.text, "Back again.")
       assert.strictEqual(fake.requests.length, 3)
-    }))
+    })
+  )
 
   it.live("honours a Retry-After given as an HTTP date", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 1 })
       const retryAt = new Date(Math.ceil(Date.now() / 1000) * 1000 + 1000).toUTCString()
       fake.script({ status: 429, headers: { "retry-after": retryAt } }, { text: "Waited." })
@@ -112,12 +126,17 @@ describe("Anthropic provider", () => {
       // The date has whole seconds: it lies 1 to 2 s ahead.
       assert.isAtLeast(ms, 900)
       assert.isBelow(ms, 2_800)
-    }))
+    })
+  )
 
   it.live("reports the provider's error after the retries, with its status", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 1 })
-      fake.script({ status: 429, message: "Number of request tokens has exceeded your per-minute rate limit", times: 2 })
+      fake.script({
+        status: 429,
+        message: "Number of request tokens has exceeded your per-minute rate limit",
+        times: 2
+      })
 
       const error = yield* Effect.flip(models.generate(conversation))
 
@@ -125,10 +144,11 @@ describe("Anthropic provider", () => {
       assert.strictEqual(error.status, 429)
       assert.include(error.message, "per-minute rate limit")
       assert.strictEqual(fake.requests.length, 2)
-    }))
+    })
+  )
 
   it.live("passes a wrong key's 401 through without retrying or echoing the key", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const fake = yield* FakeAnthropic.make({ apiKey: anthropicKey })
       const wrongKey = "sk-ant-wrong-0123456789"
       const models = yield* buildModels({ anthropicBaseUrl: fake.url, anthropicApiKey: someKey(wrongKey) })
@@ -139,10 +159,11 @@ describe("Anthropic provider", () => {
       assert.include(error.message, "invalid x-api-key")
       assert.notInclude(error.message, wrongKey)
       assert.strictEqual(fake.requests.length, 1)
-    }))
+    })
+  )
 
   it.live("times out and gives up on a stream that never starts", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelTimeout: Duration.millis(300), modelMaxRetries: 0 })
       fake.script({ hang: true })
 
@@ -150,10 +171,11 @@ describe("Anthropic provider", () => {
 
       assert.deepStrictEqual(events, [])
       assert.strictEqual(error?.reason, "Timeout")
-    }))
+    })
+  )
 
   it.live("retries a stream whose overloaded_error event comes before any text", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 1 })
       fake.script({ errorAfter: 0, message: "Overloaded" }, { text: "Calmer now." })
 
@@ -162,10 +184,11 @@ describe("Anthropic provider", () => {
       assert.isUndefined(error)
       assert.strictEqual(deltaText(events), "Calmer now.")
       assert.strictEqual(fake.requests.length, 2)
-    }))
+    })
+  )
 
   it.live("fails a stream whose overloaded_error event comes after text, with the provider's message", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 3 })
       fake.script({ text: "one two three", errorAfter: 1, message: "Overloaded" })
 
@@ -175,10 +198,11 @@ describe("Anthropic provider", () => {
       assert.strictEqual(error?.reason, "ProviderError")
       assert.include(error?.message, "Overloaded")
       assert.strictEqual(fake.requests.length, 1)
-    }))
+    })
+  )
 
   it.live("fails with NotConfigured and sends nothing when ANTHROPIC_API_KEY is missing", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const fake = yield* FakeAnthropic.make()
       const models = yield* buildModels({ anthropicBaseUrl: fake.url, anthropicApiKey: Option.none() })
 
@@ -189,5 +213,6 @@ describe("Anthropic provider", () => {
       assert.include(error.message, "ANTHROPIC_API_KEY")
       assert.strictEqual(streamed.error?.reason, "NotConfigured")
       assert.strictEqual(fake.requests.length, 0)
-    }))
+    })
+  )
 })

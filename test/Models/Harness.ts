@@ -11,11 +11,17 @@ export const anthropicKey = "sk-ant-test-0123456789abcdef"
  */
 export const buildModels = (settings: Partial<AppSettings> = {}) =>
   Effect.map(
-    Layer.build(Models.layer.pipe(Layer.provide(AppConfig.layerWith({
-      openaiApiKey: Option.none(),
-      anthropicApiKey: Option.none(),
-      ...settings
-    })))),
+    Layer.build(
+      Models.layer.pipe(
+        Layer.provide(
+          AppConfig.layerWith({
+            openaiApiKey: Option.none(),
+            anthropicApiKey: Option.none(),
+            ...settings
+          })
+        )
+      )
+    ),
     Context.get(Models)
   )
 
@@ -23,7 +29,7 @@ export const someKey = (key: string) => Option.some(Redacted.make(key))
 
 /** Every event a stream emitted, and the error it ended with, if any. */
 export const collect = (stream: Stream.Stream<ModelEvent, ModelError>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const events: Array<ModelEvent> = []
     const result = yield* Stream.runForEach(stream, (event) => Effect.sync(() => events.push(event))).pipe(
       Effect.result
@@ -33,11 +39,11 @@ export const collect = (stream: Stream.Stream<ModelEvent, ModelError>) =>
 
 /** The text of the Delta events. */
 export const deltaText = (events: ReadonlyArray<ModelEvent>) =>
-  events.flatMap((event) => event._tag === "Delta" ? [event.text] : []).join("")
+  events.flatMap((event) => (event._tag === "Delta" ? [event.text] : [])).join("")
 
 /** The result of `effect` and how long it took, in milliseconds. */
 export const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const start = Date.now()
     const result = yield* effect
     return { result, ms: Date.now() - start }

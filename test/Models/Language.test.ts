@@ -45,7 +45,7 @@ const failureReason = (exit: Exit.Exit<unknown, unknown>) => {
 }
 
 const both = (parts: ReadonlyArray<unknown>, prompt: Prompt.RawInput) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const ours = hooks(parts)
     const theirs = hooks(parts)
     const lean = yield* Language.make(ours.params)
@@ -59,7 +59,7 @@ const both = (parts: ReadonlyArray<unknown>, prompt: Prompt.RawInput) =>
 
 describe("Language.make", () => {
   it.effect("decodes a reply as effect's LanguageModel does: content, text, usage and finish reason", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const parts = [
         { type: "response-metadata", id: "resp_1", modelId: "m-1", timestamp: "2026-11-26T08:00:00.000Z" },
         { type: "reasoning", text: "thinking" },
@@ -67,7 +67,10 @@ describe("Language.make", () => {
         { type: "text", text: "world." },
         { type: "finish", reason: "stop", usage }
       ]
-      const prompt = [{ role: "system" as const, content: "Be brief." }, { role: "user" as const, content: "Hi" }]
+      const prompt = [
+        { role: "system" as const, content: "Be brief." },
+        { role: "user" as const, content: "Hi" }
+      ]
       const { ours, seen, theirs } = yield* both(parts, prompt)
       assert.isTrue(Exit.isSuccess(ours) && Exit.isSuccess(theirs))
       if (!Exit.isSuccess(ours) || !Exit.isSuccess(theirs)) return
@@ -82,32 +85,50 @@ describe("Language.make", () => {
       assert.deepStrictEqual(mine!.prompt, effects!.prompt)
       assert.deepStrictEqual(
         [mine!.tools, mine!.toolChoice, mine!.responseFormat, mine!.previousResponseId, mine!.incrementalPrompt],
-        [effects!.tools, effects!.toolChoice, effects!.responseFormat, effects!.previousResponseId, effects!.incrementalPrompt]
+        [
+          effects!.tools,
+          effects!.toolChoice,
+          effects!.responseFormat,
+          effects!.previousResponseId,
+          effects!.incrementalPrompt
+        ]
       )
       assert.strictEqual(mine!.span.name, "LanguageModel.generateText")
-    }))
+    })
+  )
 
   it.effect("a reply that does not match the schema fails as effect's does, with InvalidOutputError", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { ours, theirs } = yield* both([{ type: "text", text: 42 }], "Hi")
       assert.isTrue(Exit.isFailure(ours) && Exit.isFailure(theirs))
       assert.strictEqual(failureReason(ours), "InvalidOutputError")
       assert.strictEqual(failureReason(ours), failureReason(theirs))
-    }))
+    })
+  )
 
   it.effect("made once: the same decoded reply for many calls, each with its own span", () =>
-    Effect.gen(function*() {
-      const { params, seen } = hooks([{ type: "text", text: "again" }, { type: "finish", reason: "stop", usage }])
+    Effect.gen(function* () {
+      const { params, seen } = hooks([
+        { type: "text", text: "again" },
+        { type: "finish", reason: "stop", usage }
+      ])
       const model = yield* Language.make(params)
-      const replies = yield* Effect.forEach(Array.from({ length: 5 }, (_, i) => `Q${i}`), (prompt) => model.generateText({ prompt }))
-      assert.deepStrictEqual(replies.map((reply) => reply.text), Array(5).fill("again"))
+      const replies = yield* Effect.forEach(
+        Array.from({ length: 5 }, (_, i) => `Q${i}`),
+        (prompt) => model.generateText({ prompt })
+      )
+      assert.deepStrictEqual(
+        replies.map((reply) => reply.text),
+        Array(5).fill("again")
+      )
       assert.strictEqual(new Set(seen.map((options) => options.span)).size, 5)
-    }))
+    })
+  )
 
   it.effect("streams a reply's parts as effect's LanguageModel does, and fails a bad part the same way", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const streamed = (parts: ReadonlyArray<unknown>) =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const ours = hooks(parts)
           const theirs = hooks(parts)
           const lean = yield* Language.make(ours.params)
@@ -128,7 +149,7 @@ describe("Language.make", () => {
       if (!Exit.isSuccess(good.ours) || !Exit.isSuccess(good.theirs)) return
       assert.deepStrictEqual(good.ours.value, good.theirs.value)
       assert.deepStrictEqual(
-        good.ours.value.flatMap((part) => part.type === "text-delta" ? [part.delta] : []),
+        good.ours.value.flatMap((part) => (part.type === "text-delta" ? [part.delta] : [])),
         ["Hel", "lo"]
       )
       assert.strictEqual(good.seen[0][0]!.span.name, "LanguageModel.streamText")
@@ -137,5 +158,6 @@ describe("Language.make", () => {
       const bad = yield* streamed([{ type: "text-delta", id: "0", delta: 7 }])
       assert.strictEqual(failureReason(bad.ours), "InvalidOutputError")
       assert.strictEqual(failureReason(bad.ours), failureReason(bad.theirs))
-    }))
+    })
+  )
 })

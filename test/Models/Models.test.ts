@@ -3,11 +3,16 @@ import { Effect, Logger, References } from "effect"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import { anthropicKey, buildModels, collect, openaiKey, someKey } from "./Harness.ts"
 
-const ask = (model: string) => ({ model, system: "", messages: [{ role: "user" as const, content: "Hi" }], maxOutputTokens: 256 })
+const ask = (model: string) => ({
+  model,
+  system: "",
+  messages: [{ role: "user" as const, content: "Hi" }],
+  maxOutputTokens: 256
+})
 
 describe("Models", () => {
   it.live("refuses unknown providers and ids without a model name", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const models = yield* buildModels()
 
       for (const model of ["mistral/large", "gpt-4o", "openai/", "anthropic/ ", ""]) {
@@ -18,10 +23,11 @@ describe("Models", () => {
         assert.strictEqual(streamed.error?.reason, "UnknownModel", model)
         assert.deepStrictEqual(streamed.events, [])
       }
-    }))
+    })
+  )
 
   it.live("counts tokens with a real tokenizer", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const models = yield* buildModels()
 
       assert.strictEqual(models.countTokens(""), 0)
@@ -32,19 +38,21 @@ describe("Models", () => {
       assert.strictEqual(models.countTokens("Tokenization isn't word counting!"), 6)
       // Special-token text from a user is counted as text, not rejected.
       assert.isAbove(models.countTokens("a <|endoftext|> b"), 3)
-    }))
+    })
+  )
 
   it.live("an unreachable provider: the caller's error names no host or port, the log line does", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       // A port nobody listens on: the fake's, once it is closed.
       const url = new URL(yield* Effect.scoped(Effect.map(FakeOpenAi.make(), (fake) => fake.url)))
       const logs: Array<{ readonly message: string; readonly annotations: Readonly<Record<string, unknown>> }> = []
       const capture = Logger.layer([
-        Logger.make(({ fiber, message }) =>
-          void logs.push({
-            message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-            annotations: fiber.getRef(References.CurrentLogAnnotations)
-          })
+        Logger.make(
+          ({ fiber, message }) =>
+            void logs.push({
+              message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
+              annotations: fiber.getRef(References.CurrentLogAnnotations)
+            })
         )
       ])
       const models = yield* buildModels({
@@ -55,7 +63,10 @@ describe("Models", () => {
         modelMaxRetries: 0
       })
 
-      for (const [model, label] of [["openai/gpt-4o-mini", "OpenAI"], ["anthropic/claude-3-5-haiku", "Anthropic"]] as const) {
+      for (const [model, label] of [
+        ["openai/gpt-4o-mini", "OpenAI"],
+        ["anthropic/claude-3-5-haiku", "Anthropic"]
+      ] as const) {
         logs.length = 0
         const error = yield* Effect.flip(models.generate(ask(model))).pipe(Effect.provide(capture))
         const streamed = yield* collect(models.stream(ask(model))).pipe(Effect.provide(capture))
@@ -68,13 +79,15 @@ describe("Models", () => {
         assert.lengthOf(lines, 2, `${model}: ${JSON.stringify(logs)}`)
         for (const line of lines) assert.strictEqual(line.annotations.host, url.host, model)
       }
-    }))
+    })
+  )
 
   it.live("gives every model the configured context budget", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const models = yield* buildModels({ modelContextTokens: 1234 })
 
       assert.strictEqual(models.contextBudget("local"), 1234)
       assert.strictEqual(models.contextBudget("openai/gpt-4o-mini"), 1234)
-    }))
+    })
+  )
 })

@@ -16,7 +16,7 @@ const conversation = {
 }
 
 const setup = (settings: Parameters<typeof buildModels>[0] = {}) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const fake = yield* FakeOpenAi.make({ apiKey: openaiKey })
     const models = yield* buildModels({ openaiBaseUrl: fake.url, openaiApiKey: someKey(openaiKey), ...settings })
     return { fake, models }
@@ -24,7 +24,7 @@ const setup = (settings: Parameters<typeof buildModels>[0] = {}) =>
 
 describe("OpenAI provider", () => {
   it.live("sends a Chat Completions request and reads text, usage and the reported model", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup()
       fake.script({ text: "About 12 km.", model: "gpt-4o-mini-2024-07-18", usage: { input: 31, output: 5 } })
 
@@ -52,19 +52,28 @@ describe("OpenAI provider", () => {
           { role: "user", content: "How long is it?" }
         ]
       })
-    }))
+    })
+  )
 
   it.live("sends no system message when there are no instructions", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup()
       yield* models.generate({ ...conversation, system: "" })
-      assert.deepStrictEqual(fake.requests[0]!.body.messages.map((m: any) => m.role), ["user", "assistant", "user"])
-    }))
+      assert.deepStrictEqual(
+        fake.requests[0]!.body.messages.map((m: any) => m.role),
+        ["user", "assistant", "user"]
+      )
+    })
+  )
 
   it.live("streams deltas that add up to the text, then one Done with usage", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup()
-      fake.script({ text: "Take the ridge trail at dawn.", model: "gpt-4o-mini-2024-07-18", usage: { input: 40, output: 8 } })
+      fake.script({
+        text: "Take the ridge trail at dawn.",
+        model: "gpt-4o-mini-2024-07-18",
+        usage: { input: 40, output: 8 }
+      })
 
       const { events, error } = yield* collect(models.stream(conversation))
 
@@ -88,10 +97,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(body.max_tokens, 300)
       assert.strictEqual(body.model, "gpt-4o-mini")
       assert.strictEqual(body.messages[0].role, "system")
-    }))
+    })
+  )
 
   it.live("retries a 429 after its Retry-After, then succeeds", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 3 })
       fake.script({ status: 429, headers: { "retry-after": "1" } }, { text: "Made it." })
 
@@ -101,10 +111,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(fake.requests.length, 2)
       assert.isAtLeast(ms, 950)
       assert.isBelow(ms, 2_500)
-    }))
+    })
+  )
 
   it.live("retries 500s up to modelMaxRetries, then fails with the status and the provider's message", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 2 })
       fake.script({ status: 500, message: "The server had an error while processing your request.", times: 5 })
 
@@ -114,10 +125,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(error.status, 500)
       assert.include(error.message, "The server had an error while processing your request.")
       assert.strictEqual(fake.requests.length, 3)
-    }))
+    })
+  )
 
   it.live("does not retry other 4xx", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 3 })
       fake.script({ status: 404, message: "The model `gpt-9` does not exist or you do not have access to it." })
 
@@ -127,10 +139,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(error.status, 404)
       assert.include(error.message, "The model `gpt-9` does not exist")
       assert.strictEqual(fake.requests.length, 1)
-    }))
+    })
+  )
 
   it.live("never puts an API key in an error message", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup()
       fake.script({ status: 401, message: `Incorrect API key provided: ${openaiKey}.` })
 
@@ -139,10 +152,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(error.status, 401)
       assert.notInclude(error.message, openaiKey)
       assert.include(error.message, "[redacted]")
-    }))
+    })
+  )
 
   it.live("times out a provider that never answers, without retrying it", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelTimeout: Duration.millis(300), modelMaxRetries: 2 })
       fake.script({ hang: true, times: 3 })
 
@@ -153,10 +167,11 @@ describe("OpenAI provider", () => {
       assert.isAtLeast(ms, 280)
       assert.isBelow(ms, 1_500)
       assert.strictEqual(fake.requests.length, 1)
-    }))
+    })
+  )
 
   it.live("times out a stream that never starts", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelTimeout: Duration.millis(300), modelMaxRetries: 0 })
       fake.script({ hang: true })
 
@@ -165,10 +180,11 @@ describe("OpenAI provider", () => {
       assert.deepStrictEqual(result.events, [])
       assert.strictEqual(result.error?.reason, "Timeout")
       assert.isBelow(ms, 1_500)
-    }))
+    })
+  )
 
   it.live("times out a stream that goes silent after some text, keeping what arrived", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelTimeout: Duration.millis(300), modelMaxRetries: 2 })
       fake.script({ text: "one two three four", stallAfter: 2 })
 
@@ -177,10 +193,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(deltaText(events), "one two ")
       assert.strictEqual(error?.reason, "Timeout")
       assert.strictEqual(fake.requests.length, 1)
-    }))
+    })
+  )
 
   it.live("retries a stream that fails before its first delta", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 2 })
       fake.script({ status: 503 }, { text: "Second time lucky." })
 
@@ -189,10 +206,11 @@ describe("OpenAI provider", () => {
       assert.isUndefined(error)
       assert.strictEqual(deltaText(events), "Second time lucky.")
       assert.strictEqual(fake.requests.length, 2)
-    }))
+    })
+  )
 
   it.live("retries a stream cut before its first delta", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 1 })
       fake.script({ text: "lost", dropAfter: 0 }, { text: "Here it is." })
 
@@ -201,10 +219,11 @@ describe("OpenAI provider", () => {
       assert.isUndefined(error)
       assert.strictEqual(deltaText(events), "Here it is.")
       assert.strictEqual(fake.requests.length, 2)
-    }))
+    })
+  )
 
   it.live("does not retry a stream cut after text was delivered", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 3 })
       fake.script({ text: "one two three four", dropAfter: 2 })
 
@@ -215,10 +234,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(error?.reason, "ProviderError")
       assert.include(error?.message, "connection")
       assert.strictEqual(fake.requests.length, 1)
-    }))
+    })
+  )
 
   it.live("fails a stream on an in-stream error payload, with its message", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { fake, models } = yield* setup({ modelMaxRetries: 0 })
       fake.script({ text: "one two three", errorAfter: 2, message: "The model produced invalid content." })
 
@@ -227,10 +247,11 @@ describe("OpenAI provider", () => {
       assert.strictEqual(deltaText(events), "one two ")
       assert.strictEqual(error?.reason, "ProviderError")
       assert.include(error?.message, "The model produced invalid content.")
-    }))
+    })
+  )
 
   it.live("reports a server that cannot be reached", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       // A port nobody listens on: the fake's, once it is closed.
       const url = yield* Effect.scoped(Effect.map(FakeOpenAi.make(), (fake) => fake.url))
       const models = yield* buildModels({ openaiBaseUrl: url, openaiApiKey: someKey(openaiKey), modelMaxRetries: 1 })
@@ -241,10 +262,11 @@ describe("OpenAI provider", () => {
       assert.isUndefined(error.status)
       // Where the provider lives stays in the logs (Models.test.ts).
       assert.strictEqual(error.message, "The connection to OpenAI failed")
-    }))
+    })
+  )
 
   it.live("needs OPENAI_API_KEY for the public API and fails at once without it", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const models = yield* buildModels({ openaiApiKey: Option.none() })
 
       const error = yield* Effect.flip(models.generate(conversation))
@@ -255,10 +277,11 @@ describe("OpenAI provider", () => {
       assert.include(error.message, "OPENAI_API_KEY")
       assert.strictEqual(streamed.error?.reason, "NotConfigured")
       assert.deepStrictEqual(streamed.events, [])
-    }))
+    })
+  )
 
   it.live("talks to an OpenAI-compatible server without a key, sending no Authorization", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const fake = yield* FakeOpenAi.make()
       const models = yield* buildModels({ openaiBaseUrl: fake.url, openaiApiKey: Option.none() })
       fake.script({ text: "Hi from llama.", model: "llama3.2:latest" })
@@ -268,7 +291,8 @@ describe("OpenAI provider", () => {
       assert.strictEqual(reply.model, "openai/llama3.2:latest")
       assert.strictEqual(fake.requests[0]!.body.model, "llama3.2")
       assert.isUndefined(fake.requests[0]!.headers.authorization)
-    }))
+    })
+  )
 
   it("names the reply's ceiling as OpenAI's own API and compatible servers know it", () => {
     assert.strictEqual(ceilingField("https://api.openai.com/v1"), "max_completion_tokens")

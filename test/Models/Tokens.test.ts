@@ -3,9 +3,9 @@ import { createRequire } from "node:module"
 import { countTokens } from "../../src/Models/Tokens.ts"
 
 // The library's own count, without the service's bound on long runs.
-const tokenizer = createRequire(import.meta.url)("gpt-tokenizer/encoding/o200k_base") as typeof import(
+const tokenizer = createRequire(import.meta.url)(
   "gpt-tokenizer/encoding/o200k_base"
-)
+) as typeof import("gpt-tokenizer/encoding/o200k_base")
 const exact = (text: string) => tokenizer.countTokens(text, { disallowedSpecial: new Set<string>() })
 
 const pick = (alphabet: ReadonlyArray<string>, size: number) => {
@@ -18,7 +18,7 @@ const cjk = range(0x4e00, 20_000)
 
 const ordinary = [
   "The quick brown fox jumps over the lazy dog. Otters float by the river bank, holding hands while they sleep.",
-  "export const countTokens = (text: string): number => text === \"\" ? 0 : load().countTokens(text)\n\n  // done",
+  'export const countTokens = (text: string): number => text === "" ? 0 : load().countTokens(text)\n\n  // done',
   JSON.stringify({ id: "01J9Z", steps: [{ id: "research", prompt: "Research {{input}}" }], timeoutMs: 300000 }),
   "今日は良い天気ですね。 我们明天去公园散步吧。 Mixed with English words, emoji 🦦🦦 and numbers 3.14159.",
   "Line one\r\nLine two\n\n\tIndented line with trailing spaces   \nКириллица тоже считается. Ελληνικά επίσης.",
@@ -46,7 +46,11 @@ describe("countTokens", () => {
     for (const text of runs) {
       const expected = exact(text)
       const counted = countTokens(text)
-      assert.isAtMost(Math.abs(counted - expected) / expected, 0.03, `${counted} vs ${expected} for ${text.slice(0, 20)}…`)
+      assert.isAtMost(
+        Math.abs(counted - expected) / expected,
+        0.03,
+        `${counted} vs ${expected} for ${text.slice(0, 20)}…`
+      )
     }
   }, 60_000)
 

@@ -2,7 +2,14 @@ import { assert, describe, it } from "@effect/vitest"
 import { Result } from "effect"
 import type { AgentId } from "../../src/Domain/Ids.ts"
 import type { Step } from "../../src/Orchestrations/Api.ts"
-import { parseTemplate, plan, render, renderWithin, stepIssues, variablesUsed } from "../../src/Orchestrations/Orchestrations.ts"
+import {
+  parseTemplate,
+  plan,
+  render,
+  renderWithin,
+  stepIssues,
+  variablesUsed
+} from "../../src/Orchestrations/Orchestrations.ts"
 
 const step = (id: string, prompt: string, dependsOn?: ReadonlyArray<string>): Step => ({
   id,
@@ -34,7 +41,14 @@ describe("parseTemplate", () => {
   })
 
   it("marks anything else in double braces as unknown, and leaves lone braces as text", () => {
-    for (const placeholder of ["{{foo}}", "{{steps.a.input}}", "{{steps.a}}", "{{variables.}}", "{{ Input }}", "{{}}"]) {
+    for (const placeholder of [
+      "{{foo}}",
+      "{{steps.a.input}}",
+      "{{steps.a}}",
+      "{{variables.}}",
+      "{{ Input }}",
+      "{{}}"
+    ]) {
       assert.deepStrictEqual(parseTemplate(placeholder), [{ _tag: "Unknown", placeholder }], placeholder)
     }
     assert.deepStrictEqual(parseTemplate("a {{ b } c }}"), [{ _tag: "Text", text: "a {{ b } c }}" }])
@@ -158,16 +172,15 @@ describe("stepIssues", () => {
 
   it("points at the step and field of each structural problem", () => {
     assert.deepStrictEqual(paths([step("a", "x"), step("a", "y")]), [["payload", "steps", 1, "id"]])
-    assert.deepStrictEqual(paths([step("a", "x"), step("b", "y", ["a", "nope"])]), [[
-      "payload",
-      "steps",
-      1,
-      "dependsOn",
-      1
-    ]])
+    assert.deepStrictEqual(paths([step("a", "x"), step("b", "y", ["a", "nope"])]), [
+      ["payload", "steps", 1, "dependsOn", 1]
+    ])
     assert.deepStrictEqual(paths([step("a", "x", ["a"])]), [["payload", "steps", 0, "dependsOn", 0]])
     const cycle = stepIssues([step("a", "x", ["c"]), step("b", "y", ["a"]), step("c", "z", ["b"])])
-    assert.deepStrictEqual(cycle.map((issue) => issue.path), [["payload", "steps", 0, "dependsOn"]])
+    assert.deepStrictEqual(
+      cycle.map((issue) => issue.path),
+      [["payload", "steps", 0, "dependsOn"]]
+    )
     assert.include(cycle[0]!.message, "`a` depends on `c` depends on `b` depends on `a`")
   })
 
@@ -191,11 +204,14 @@ describe("stepIssues", () => {
 
   it("reports every problem, once each", () => {
     const issues = stepIssues([step("a", "{{foo}} {{foo}} {{bar}}"), step("a", "x", ["zz"])])
-    assert.deepStrictEqual(issues.map((issue) => issue.path), [
-      ["payload", "steps", 1, "id"],
-      ["payload", "steps", 1, "dependsOn", 0],
-      ["payload", "steps", 0, "prompt"],
-      ["payload", "steps", 0, "prompt"]
-    ])
+    assert.deepStrictEqual(
+      issues.map((issue) => issue.path),
+      [
+        ["payload", "steps", 1, "id"],
+        ["payload", "steps", 1, "dependsOn", 0],
+        ["payload", "steps", 0, "prompt"],
+        ["payload", "steps", 0, "prompt"]
+      ]
+    )
   })
 })

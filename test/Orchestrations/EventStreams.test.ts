@@ -8,21 +8,23 @@ import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
 const withFake = (settings: Partial<AppSettings>) =>
-  Layer.unwrap(Effect.gen(function*() {
-    const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-    // Every model call hangs: executions stay running until cancelled or timed out.
-    openai.setDefault({ hang: true })
-    return TestServer.layer({
-      openaiBaseUrl: openai.url,
-      openaiApiKey: Option.some(Redacted.make(openaiKey)),
-      modelTimeout: Duration.seconds(60),
-      modelMaxRetries: 0,
-      ...settings
-    }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-  }))
+  Layer.unwrap(
+    Effect.gen(function* () {
+      const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
+      // Every model call hangs: executions stay running until cancelled or timed out.
+      openai.setDefault({ hang: true })
+      return TestServer.layer({
+        openaiBaseUrl: openai.url,
+        openaiApiKey: Option.some(Redacted.make(openaiKey)),
+        modelTimeout: Duration.seconds(60),
+        modelMaxRetries: 0,
+        ...settings
+      }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
+    })
+  )
 
 /** A tenant with a running execution (its one step waits on the hanging model). */
-const running = Effect.gen(function*() {
+const running = Effect.gen(function* () {
   const client = yield* TestClient
   const account = yield* TestServer.signUp()
   const key = yield* TestServer.createKey(account, ["execute", "read"])
@@ -38,7 +40,9 @@ const running = Effect.gen(function*() {
   })
   assert.strictEqual(started.status, 202, started.text)
   const executionId = started.body.executionId as string
-  const cancel = client.request("POST", `/api/v1/executions/${executionId}/cancel`, { headers: TestServer.bearer(key.key) })
+  const cancel = client.request("POST", `/api/v1/executions/${executionId}/cancel`, {
+    headers: TestServer.bearer(key.key)
+  })
   return { account, key: key.key, orchestrationId: created.body.id as string, executionId, cancel }
 })
 
@@ -62,78 +66,88 @@ const readAll = (baseUrl: string, key: string, executionId: string) =>
     const text = await response.text()
     return {
       status: response.status,
-      events: text.trim().split("\n\n").map((block) => {
-        const lines = Object.fromEntries(
-          block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)])
-        )
-        return { id: lines.id, event: lines.event!, data: JSON.parse(lines.data!) }
-      })
+      events: text
+        .trim()
+        .split("\n\n")
+        .map((block) => {
+          const lines = Object.fromEntries(
+            block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)])
+          )
+          return { id: lines.id, event: lines.event!, data: JSON.parse(lines.data!) }
+        })
     }
   })
 
 layer(withFake({ maxEventStreamsPerTenant: 2, eventStreamMaxDuration: Duration.seconds(60) }), {
   excludeTestServices: true
 })("event streams per tenant", (it) => {
-  it.effect("beyond MAX_EVENT_STREAMS_PER_TENANT open streams the answer is a 429 problem; a closed stream frees its place", () =>
-    Effect.gen(function*() {
-      const client = yield* TestClient
-      const { account, cancel, executionId, key } = yield* running
-      const first = yield* open(client.baseUrl, key, executionId)
-      const second = yield* open(client.baseUrl, key, executionId)
-      assert.strictEqual(first.response.status, 200)
-      assert.strictEqual(second.response.status, 200)
+  it.effect(
+    "beyond MAX_EVENT_STREAMS_PER_TENANT open streams the answer is a 429 problem; a closed stream frees its place",
+    () =>
+      Effect.gen(function* () {
+        const client = yield* TestClient
+        const { account, cancel, executionId, key } = yield* running
+        const first = yield* open(client.baseUrl, key, executionId)
+        const second = yield* open(client.baseUrl, key, executionId)
+        assert.strictEqual(first.response.status, 200)
+        assert.strictEqual(second.response.status, 200)
 
-      const third = yield* client.request("GET", `/api/v1/executions/${executionId}/events`, {
-        headers: TestServer.bearer(key)
-      })
-      assert.strictEqual(third.status, 429, third.text)
-      assert.match(third.headers.get("content-type") ?? "", /^application\/problem\+json/)
-      assert.strictEqual(third.body.type, "urn:agent-host:problem:too-many-streams")
-      assert.strictEqual(third.body.limit, 2)
+        const third = yield* client.request("GET", `/api/v1/executions/${executionId}/events`, {
+          headers: TestServer.bearer(key)
+        })
+        assert.strictEqual(third.status, 429, third.text)
+        assert.match(third.headers.get("content-type") ?? "", /^application\/problem\+json/)
+        assert.strictEqual(third.body.type, "urn:agent-host:problem:too-many-streams")
+        assert.strictEqual(third.body.limit, 2)
 
-      // The cap counts every kind of stream: a team run's events are refused as well.
-      const member = yield* TestServer.createAgent(account, { model: "openai/gpt-4o-mini" })
-      const team = yield* client.request("POST", "/api/teams", {
-        headers: TestServer.bearer(account.token),
-        body: { name: "Streams", members: [{ agentId: member.id }] }
-      })
-      assert.strictEqual(team.status, 201, team.text)
-      const teamKey = yield* TestServer.createKey(account, ["teams"])
-      const run = yield* client.request("POST", `/api/v1/teams/${team.body.id}/run`, {
-        headers: TestServer.bearer(teamKey.key),
-        body: { mission: "wait" }
-      })
-      assert.strictEqual(run.status, 202, run.text)
-      const runPath = `/api/v1/teams/${team.body.id}/runs/${run.body.data.runId}`
-      const teamStream = yield* client.request("GET", `${runPath}/events`, { headers: TestServer.bearer(teamKey.key) })
-      assert.strictEqual(teamStream.status, 429, teamStream.text)
-      assert.strictEqual(teamStream.body.type, "urn:agent-host:problem:too-many-streams")
-      const cancelled = yield* client.request("POST", `${runPath}/cancel`, { headers: TestServer.bearer(teamKey.key) })
-      assert.strictEqual(cancelled.status, 202, cancelled.text)
+        // The cap counts every kind of stream: a team run's events are refused as well.
+        const member = yield* TestServer.createAgent(account, { model: "openai/gpt-4o-mini" })
+        const team = yield* client.request("POST", "/api/teams", {
+          headers: TestServer.bearer(account.token),
+          body: { name: "Streams", members: [{ agentId: member.id }] }
+        })
+        assert.strictEqual(team.status, 201, team.text)
+        const teamKey = yield* TestServer.createKey(account, ["teams"])
+        const run = yield* client.request("POST", `/api/v1/teams/${team.body.id}/run`, {
+          headers: TestServer.bearer(teamKey.key),
+          body: { mission: "wait" }
+        })
+        assert.strictEqual(run.status, 202, run.text)
+        const runPath = `/api/v1/teams/${team.body.id}/runs/${run.body.data.runId}`
+        const teamStream = yield* client.request("GET", `${runPath}/events`, {
+          headers: TestServer.bearer(teamKey.key)
+        })
+        assert.strictEqual(teamStream.status, 429, teamStream.text)
+        assert.strictEqual(teamStream.body.type, "urn:agent-host:problem:too-many-streams")
+        const cancelled = yield* client.request("POST", `${runPath}/cancel`, {
+          headers: TestServer.bearer(teamKey.key)
+        })
+        assert.strictEqual(cancelled.status, 202, cancelled.text)
 
-      // The cap is per tenant: another tenant still gets its streams.
-      const other = yield* running
-      const theirs = yield* open(client.baseUrl, other.key, other.executionId)
-      assert.strictEqual(theirs.response.status, 200)
-      theirs.close()
+        // The cap is per tenant: another tenant still gets its streams.
+        const other = yield* running
+        const theirs = yield* open(client.baseUrl, other.key, other.executionId)
+        assert.strictEqual(theirs.response.status, 200)
+        theirs.close()
 
-      // Once a client goes away its place is given back (the server notices the close).
-      first.close()
-      let reopened: { response: Response; close: () => void } | undefined
-      for (let attempt = 0; attempt < 100 && reopened === undefined; attempt++) {
-        const candidate = yield* open(client.baseUrl, key, executionId)
-        if (candidate.response.status === 200) reopened = candidate
-        else {
-          assert.strictEqual(candidate.response.status, 429)
-          yield* Effect.sleep("50 millis")
+        // Once a client goes away its place is given back (the server notices the close).
+        first.close()
+        let reopened: { response: Response; close: () => void } | undefined
+        for (let attempt = 0; attempt < 100 && reopened === undefined; attempt++) {
+          const candidate = yield* open(client.baseUrl, key, executionId)
+          if (candidate.response.status === 200) reopened = candidate
+          else {
+            assert.strictEqual(candidate.response.status, 429)
+            yield* Effect.sleep("50 millis")
+          }
         }
-      }
-      assert.isDefined(reopened)
-      reopened!.close()
-      second.close()
-      yield* cancel
-      yield* other.cancel
-    }))
+        assert.isDefined(reopened)
+        reopened!.close()
+        second.close()
+        yield* cancel
+        yield* other.cancel
+      })
+  )
 })
 
 layer(withFake({ maxEventStreamsPerTenant: 10, eventStreamMaxDuration: Duration.seconds(1) }), {
@@ -141,7 +155,7 @@ layer(withFake({ maxEventStreamsPerTenant: 10, eventStreamMaxDuration: Duration.
 })("event streams in time", (it) => {
   describe("a stream ends cleanly", () => {
     it.effect("at EVENT_STREAM_MAX_DURATION, with a stream.end event, while the execution runs on", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { cancel, executionId, key } = yield* running
         const stream = yield* readAll(client.baseUrl, key, executionId)
@@ -156,10 +170,11 @@ layer(withFake({ maxEventStreamsPerTenant: 10, eventStreamMaxDuration: Duration.
         })
         assert.strictEqual(execution.body.status, "running")
         yield* cancel
-      }))
+      })
+    )
 
     it.effect("never past the execution's own timeout: a run stuck past it gets what happened, then stream.end", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const sql = yield* SqlClient.SqlClient
         const { account, key, orchestrationId } = yield* running
@@ -171,13 +186,17 @@ layer(withFake({ maxEventStreamsPerTenant: 10, eventStreamMaxDuration: Duration.
                            now() - interval '10 minutes', now() - interval '10 minutes')`
         yield* sql`INSERT INTO execution_events (execution_id, type) VALUES (${id}, 'execution.running')`
         const stream = yield* readAll(client.baseUrl, key, id)
-        assert.deepStrictEqual(stream.events.map((event) => event.event), ["execution.running", "stream.end"])
+        assert.deepStrictEqual(
+          stream.events.map((event) => event.event),
+          ["execution.running", "stream.end"]
+        )
         assert.deepStrictEqual(stream.events[1]!.data, { type: "stream.end", reason: "executionTimeout" })
         yield* sql`DELETE FROM executions WHERE id = ${id}`
-      }))
+      })
+    )
 
     it.effect("a finished execution's stream still ends with its final event, not stream.end", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { cancel, executionId, key } = yield* running
         yield* cancel
@@ -185,6 +204,7 @@ layer(withFake({ maxEventStreamsPerTenant: 10, eventStreamMaxDuration: Duration.
         // (A step that was just starting may log step.started after the cancel.)
         assert.isTrue(stream.events.some((event) => event.event === "execution.cancelled"))
         assert.isFalse(stream.events.some((event) => event.event === "stream.end"))
-      }))
+      })
+    )
   })
 })

@@ -8,7 +8,7 @@ import { TestClient } from "../support/TestServer.ts"
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey)
 
 const setUp = (orchestration: (agentId: string) => Record<string, unknown>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const account = yield* TestServer.signUp()
     const key = yield* TestServer.createKey(account, ["execute", "read"])
@@ -20,7 +20,10 @@ const setUp = (orchestration: (agentId: string) => Record<string, unknown>) =>
     assert.strictEqual(created.status, 201, created.text)
     const auth = TestServer.bearer(key.key)
     const execute = (body: unknown, headers: Record<string, string> = {}) =>
-      client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, { headers: { ...auth, ...headers }, body })
+      client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
+        headers: { ...auth, ...headers },
+        body
+      })
     const poll = (id: string) => client.request("GET", `/api/v1/executions/${id}`, { headers: auth })
     const waitFinal = (id: string) => {
       const seen = new Set<string>()
@@ -33,7 +36,15 @@ const setUp = (orchestration: (agentId: string) => Record<string, unknown>) =>
         { timeoutMs: 10_000 }
       )
     }
-    return { account, key: key.key, agentId: agent.id, orchestrationId: created.body.id as string, execute, poll, waitFinal }
+    return {
+      account,
+      key: key.key,
+      agentId: agent.id,
+      orchestrationId: created.body.id as string,
+      execute,
+      poll,
+      waitFinal
+    }
   })
 
 const threeSteps = (agentId: string) => ({
@@ -52,7 +63,7 @@ const threeSteps = (agentId: string) => ({
 layer(withFake, { excludeTestServices: true })("executions", (it) => {
   describe("a three-step orchestration with a parallel pair", () => {
     it.effect("runs in the background; outputs flow through templates and tokens add up", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ delayMs: 150 })
@@ -81,7 +92,8 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         assert.sameMembers(prompts.slice(0, 2), ["Research otters for kids", "Outline otters"])
         const replyTo = (prefix: string) => ["R-facts", "O-plan"][prompts.findIndex((p) => p.startsWith(prefix))]
         assert.strictEqual(prompts[2], `Write from ${replyTo("Research")} and ${replyTo("Outline")}`)
-      }))
+      })
+    )
   })
 
   describe("GET /api/v1/executions/{id}/events", () => {
@@ -94,15 +106,20 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         return {
           status: response.status,
           contentType: response.headers.get("content-type"),
-          events: text.trim().split("\n\n").map((block) => {
-            const lines = Object.fromEntries(block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)]))
-            return { id: lines.id!, event: lines.event!, data: JSON.parse(lines.data!) }
-          })
+          events: text
+            .trim()
+            .split("\n\n")
+            .map((block) => {
+              const lines = Object.fromEntries(
+                block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)])
+              )
+              return { id: lines.id!, event: lines.event!, data: JSON.parse(lines.data!) }
+            })
         }
       })
 
     it.effect("a client connected from the start sees the steps as they happen and the stream ends when final", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ delayMs: 200, text: "out" })
@@ -119,7 +136,8 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         const write = live.events.find((e) => e.event === "step.completed" && e.data.stepId === "write")!
         assert.strictEqual(write.data.output, "out")
         // `write` starts only after both of its dependencies completed.
-        const index = (event: string, stepId: string) => live.events.findIndex((e) => e.event === event && e.data.stepId === stepId)
+        const index = (event: string, stepId: string) =>
+          live.events.findIndex((e) => e.event === event && e.data.stepId === stepId)
         assert.isAbove(index("step.started", "write"), index("step.completed", "research"))
         assert.isAbove(index("step.started", "write"), index("step.completed", "outline"))
         assert.strictEqual(live.events[live.events.length - 1]!.data.output, "out")
@@ -127,10 +145,11 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         yield* waitFinal(started.body.executionId)
         const late = yield* readEvents(client.baseUrl, key, started.body.executionId)
         assert.deepStrictEqual(late.events, live.events)
-      }))
+      })
+    )
 
     it.effect("a one-step run logs its step's start and completion, then its own, in that order", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ text: "only out", usage: { input: 7, output: 4 } })
@@ -142,22 +161,24 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         assert.strictEqual(started.status, 202, started.text)
         yield* waitFinal(started.body.executionId)
         const { events } = yield* readEvents(client.baseUrl, key, started.body.executionId)
-        assert.deepStrictEqual(events.map((e) => e.event), [
-          "execution.running",
-          "step.started",
-          "step.completed",
-          "execution.completed"
-        ])
+        assert.deepStrictEqual(
+          events.map((e) => e.event),
+          ["execution.running", "step.started", "step.completed", "execution.completed"]
+        )
         assert.deepInclude(events[2]!.data, { stepId: "only", output: "only out", tokens: 11 })
         assert.deepInclude(events[3]!.data, { status: "completed", output: "only out", tokensUsed: 11 })
         const ids = events.map((e) => Number(e.id))
-        assert.deepStrictEqual(ids, [...ids].sort((a, b) => a - b))
-      }))
+        assert.deepStrictEqual(
+          ids,
+          [...ids].sort((a, b) => a - b)
+        )
+      })
+    )
   })
 
   describe("failures and control", () => {
     it.effect("a failing step fails the execution with a useful error", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({})
@@ -168,10 +189,11 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         assert.strictEqual(execution.status, "failed")
         assert.include(execution.error, "Bad things")
         assert.isNull(execution.output)
-      }))
+      })
+    )
 
     it.effect("an execution past its timeout fails with a timeout error", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ hang: true })
@@ -184,10 +206,11 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         fake.setDefault({})
         assert.strictEqual(execution.status, "failed")
         assert.match(execution.error, /timed out/)
-      }))
+      })
+    )
 
     it.effect("cancel: a running execution becomes cancelled; a final one is a 409", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ hang: true })
@@ -210,10 +233,11 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         })
         assert.strictEqual(again.status, 409)
         assert.strictEqual((yield* poll(started.body.executionId)).body.status, "cancelled")
-      }))
+      })
+    )
 
     it.effect("400 for a missing input or variable; 404 for another tenant's orchestration or execution", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({})
@@ -234,10 +258,11 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         })
         assert.strictEqual(foreignRun.status, 404)
         assert.strictEqual((yield* stranger.poll(started.body.executionId)).status, 404)
-      }))
+      })
+    )
 
     it.effect("Idempotency-Key: a replay returns the same execution; another body with it is a 409", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({})
@@ -256,6 +281,7 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         const list = yield* client.request("GET", "/api/v1/executions", { headers: TestServer.bearer(key) })
         assert.strictEqual(list.body.total, 1)
         assert.strictEqual(fake.requests.length, 3)
-      }))
+      })
+    )
   })
 })

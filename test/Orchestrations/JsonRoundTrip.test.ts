@@ -11,7 +11,7 @@ import { TestClient } from "../support/TestServer.ts"
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey)
 
 // The service's own database, read as stored: no renaming of anything.
-const rawSql = Effect.gen(function*() {
+const rawSql = Effect.gen(function* () {
   const config = yield* AppConfig
   return yield* PgClient.make({ url: Option.getOrThrow(config.databaseUrl), maxConnections: 1 })
 }).pipe(Effect.provide(Reactivity.layer))
@@ -23,7 +23,7 @@ const rawSql = Effect.gen(function*() {
  * was asked and what is stored.
  */
 const roundTrip = (names: ReadonlyArray<string>, variablesJson: string, expectedPrompt: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const fake = yield* FakeOpenAi
     const account = yield* TestServer.signUp()
@@ -53,10 +53,13 @@ const roundTrip = (names: ReadonlyArray<string>, variablesJson: string, expected
     })
     assert.strictEqual(started.status, 202, started.text)
     const execution = yield* eventually(
-      Effect.map(client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers: auth }), (polled) => {
-        assert.notInclude(["pending", "running"], polled.body.status, "the execution ended")
-        return polled.body
-      }),
+      Effect.map(
+        client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers: auth }),
+        (polled) => {
+          assert.notInclude(["pending", "running"], polled.body.status, "the execution ended")
+          return polled.body
+        }
+      ),
       { timeoutMs: 20_000 }
     )
     assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
@@ -73,7 +76,9 @@ const roundTrip = (names: ReadonlyArray<string>, variablesJson: string, expected
     assert.deepStrictEqual(JSON.parse(stored!.steps), steps)
     assert.deepStrictEqual(JSON.parse(stored!.definition), steps)
 
-    const events = yield* client.request("GET", `/api/v1/executions/${started.body.executionId}/events`, { headers: auth })
+    const events = yield* client.request("GET", `/api/v1/executions/${started.body.executionId}/events`, {
+      headers: auth
+    })
     assert.include(events.text, `"output":"first reply"`)
   })
 
@@ -84,13 +89,15 @@ describe("user JSON round-trips exactly", () => {
         ["my_var", "myVar", "MY_VAR", "URL", "a_b_c"],
         `{"my_var":"snake","myVar":"camel","MY_VAR":"shout","URL":"http://example.com/x","a_b_c":"abc","ünï_çødé":"u"}`,
         "snake|camel|shout|http://example.com/x|abc"
-      ))
+      )
+    )
 
     it.effect("__proto__, constructor and unicode keys are plain data", () =>
       roundTrip(
         ["__proto__", "constructor", "my_var"],
         `{"__proto__":"proto","constructor":"ctor","my_var":"snake","κλειδί_Κ":"greek","ünï_çødé":"unicode"}`,
         "proto|ctor|snake"
-      ))
+      )
+    )
   })
 })

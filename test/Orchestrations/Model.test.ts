@@ -24,7 +24,7 @@ const fields = [
 ]
 const v1Fields = ["id", "name", "description", "status", "createdAt"]
 
-const setUp = Effect.gen(function*() {
+const setUp = Effect.gen(function* () {
   const account = yield* TestServer.signUp()
   const agent = yield* TestServer.createAgent(account)
   return { account, agent, auth: { headers: TestServer.bearer(account.token) } }
@@ -32,7 +32,7 @@ const setUp = Effect.gen(function*() {
 
 layer(TestServer.layer(), { excludeTestServices: true })("the orchestration model", (it) => {
   it.effect("every management route shows the same fields in the same order, the API-key list the reference's", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const { account, agent, auth } = yield* setUp
       const key = { headers: TestServer.bearer((yield* TestServer.createKey(account)).key) }
@@ -44,7 +44,12 @@ layer(TestServer.layer(), { excludeTestServices: true })("the orchestration mode
       const updated = yield* client.request("PUT", `/api/orchestrations/${id}`, { ...auth, body: { name: "Fields 2" } })
       const listed = yield* client.request("GET", "/api/orchestrations", auth)
       const v1 = yield* client.request("GET", "/api/v1/orchestrations", key)
-      for (const [route, body] of [["create", created.body], ["get", read.body], ["update", updated.body], ["list", listed.body.data[0]]]) {
+      for (const [route, body] of [
+        ["create", created.body],
+        ["get", read.body],
+        ["update", updated.body],
+        ["list", listed.body.data[0]]
+      ]) {
         assert.deepStrictEqual(Object.keys(body), fields, route)
       }
       assert.deepStrictEqual(Object.keys(v1.body.data[0]), v1Fields)
@@ -58,10 +63,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("the orchestration mode
         webhookEnabled: false,
         webhookDisabledReason: null
       })
-    }))
+    })
+  )
 
   it.effect("an update changes only the fields it carries; an empty one changes none", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const { agent, auth } = yield* setUp
       const steps = [
@@ -79,7 +85,10 @@ layer(TestServer.layer(), { excludeTestServices: true })("the orchestration mode
       assert.deepStrictEqual({ ...same.body, updatedAt: undefined }, { ...created.body, updatedAt: undefined })
       const one = yield* client.request("PUT", `/api/orchestrations/${id}`, { ...auth, body: { description: "" } })
       assert.strictEqual(one.status, 200)
-      assert.deepStrictEqual({ ...one.body, updatedAt: undefined }, { ...created.body, description: "", updatedAt: undefined })
+      assert.deepStrictEqual(
+        { ...one.body, updatedAt: undefined },
+        { ...created.body, description: "", updatedAt: undefined }
+      )
       const newSteps = [{ id: "c", agentId: agent.id, prompt: "Only {{input}}" }]
       const replaced = yield* client.request("PUT", `/api/orchestrations/${id}`, { ...auth, body: { steps: newSteps } })
       assert.strictEqual(replaced.status, 200)
@@ -89,10 +98,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("the orchestration mode
       )
       const read = yield* client.request("GET", `/api/orchestrations/${id}`, auth)
       assert.deepStrictEqual(read.body, replaced.body)
-    }))
+    })
+  )
 
   it.effect("a cursor of one tenant's list shows another tenant nothing of it", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const { agent, auth } = yield* setUp
       const stranger = yield* TestServer.signUp()
@@ -113,5 +123,6 @@ layer(TestServer.layer(), { excludeTestServices: true })("the orchestration mode
         assert.strictEqual(foreign.status, 200, path)
         assert.deepStrictEqual(foreign.body, { data: [], total: 0, nextCursor: null }, path)
       }
-    }))
+    })
+  )
 })

@@ -17,46 +17,52 @@ const withSweeps = Executions.sweeper.pipe(
 
 describe("executions stored without their start (a crash in between)", () => {
   layer(withSweeps, { excludeTestServices: true })((it) => {
-    it.effect("are started 10-15 s after being accepted, without a restart", () =>
-      Effect.gen(function*() {
-        const client = yield* TestClient
-        const repo = yield* ExecutionsRepo
-        const { account, key, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
-        // What execute stores before it hands the start to the cluster.
-        const acceptedAt = Date.now()
-        const stored = yield* repo.insert({
-          id: newId(),
-          tenantId: TenantId.make(account.tenantId),
-          orchestrationId,
-          input: "hello",
-          variables: {},
-          steps,
-          timeoutMs: 60_000,
-          idempotencyKey: null,
-          requestHash: null
-        })
+    it.effect(
+      "are started 10-15 s after being accepted, without a restart",
+      () =>
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const repo = yield* ExecutionsRepo
+          const { account, key, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
+          // What execute stores before it hands the start to the cluster.
+          const acceptedAt = Date.now()
+          const stored = yield* repo.insert({
+            id: newId(),
+            tenantId: TenantId.make(account.tenantId),
+            orchestrationId,
+            input: "hello",
+            variables: {},
+            steps,
+            timeoutMs: 60_000,
+            idempotencyKey: null,
+            requestHash: null
+          })
 
-        let status = "pending"
-        while (Date.now() - acceptedAt < 25_000) {
-          const polled = yield* client.request("GET", `/api/v1/executions/${stored.id}`, { headers: TestServer.bearer(key) })
-          status = polled.body.status
-          if (status === "completed") break
-          // Nothing starts it before it is 10 s old: the sweep at start ran before it existed.
-          if (Date.now() - acceptedAt < 9_000) assert.strictEqual(status, "pending")
-          yield* Effect.sleep("250 millis")
-        }
-        assert.strictEqual(status, "completed")
-        const took = Date.now() - acceptedAt
-        assert.isAtLeast(took, 10_000)
-        assert.isAtMost(took, 20_000)
-      }), { timeout: 40_000 })
+          let status = "pending"
+          while (Date.now() - acceptedAt < 25_000) {
+            const polled = yield* client.request("GET", `/api/v1/executions/${stored.id}`, {
+              headers: TestServer.bearer(key)
+            })
+            status = polled.body.status
+            if (status === "completed") break
+            // Nothing starts it before it is 10 s old: the sweep at start ran before it existed.
+            if (Date.now() - acceptedAt < 9_000) assert.strictEqual(status, "pending")
+            yield* Effect.sleep("250 millis")
+          }
+          assert.strictEqual(status, "completed")
+          const took = Date.now() - acceptedAt
+          assert.isAtLeast(took, 10_000)
+          assert.isAtMost(took, 20_000)
+        }),
+      { timeout: 40_000 }
+    )
   })
 })
 
 describe("an execute whose answer gives up on the cluster", () => {
   layer(TestServer.layer({ clusterCallTimeout: Duration.zero }), { excludeTestServices: true })((it) => {
     it.effect("answers 503, and the start it handed over still goes out: the run completes without any sweep", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { key, orchestrationId } = yield* TestServer.oneStepOrchestration("local")
         const started = yield* client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
@@ -71,17 +77,19 @@ describe("an execute whose answer gives up on the cluster", () => {
         // (Polled slowly: the free plan allows 100 requests a day.)
         for (let i = 0; i < 40 && status !== "completed"; i++) {
           yield* Effect.sleep("150 millis")
-          status = (yield* client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })).body.status
+          status = (yield* client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })).body
+            .status
         }
         assert.strictEqual(status, "completed")
-      }))
+      })
+    )
   })
 })
 
 describe("a backlog of executions not started", () => {
   layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer())), { excludeTestServices: true })((it) => {
     it.effect("is nudged the oldest first, at most nudgeLimit at a time", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const repo = yield* ExecutionsRepo
         const sql = yield* SqlClient.SqlClient
         const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
@@ -107,8 +115,12 @@ describe("a backlog of executions not started", () => {
             WHERE id = ${id}`
         }
         const oldestFirst = [...ids].reverse()
-        assert.deepStrictEqual(yield* repo.notStarted(10, DurableRuns.nudgeLimit), oldestFirst.slice(0, DurableRuns.nudgeLimit))
+        assert.deepStrictEqual(
+          yield* repo.notStarted(10, DurableRuns.nudgeLimit),
+          oldestFirst.slice(0, DurableRuns.nudgeLimit)
+        )
         assert.deepStrictEqual(yield* repo.notStarted(10, count + 100), oldestFirst)
-      }))
+      })
+    )
   })
 })

@@ -7,7 +7,7 @@ import { TestClient } from "../support/TestServer.ts"
 const missingId = "0190c1a8-0000-7000-8000-000000000000"
 
 /** A signed-up account with one agent, and its session headers. */
-const setUp = Effect.gen(function*() {
+const setUp = Effect.gen(function* () {
   const account = yield* TestServer.signUp()
   const agent = yield* TestServer.createAgent(account)
   return { account, agent, auth: { headers: TestServer.bearer(account.token) } }
@@ -16,7 +16,7 @@ const setUp = Effect.gen(function*() {
 const single = (agentId: string, prompt = "Answer: {{input}}") => [{ id: "only", agentId, prompt }]
 
 const createOrchestration = (account: TestServer.Account, body: Record<string, unknown>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const created = yield* client.request("POST", "/api/orchestrations", {
       headers: TestServer.bearer(account.token),
@@ -31,11 +31,14 @@ const createOrchestration = (account: TestServer.Account, body: Record<string, u
 layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) => {
   describe("management", () => {
     it.effect("creates with defaults, reads, updates partially and deletes", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { agent, auth } = yield* setUp
         const steps = single(agent.id)
-        const created = yield* client.request("POST", "/api/orchestrations", { ...auth, body: { name: "Digest", steps } })
+        const created = yield* client.request("POST", "/api/orchestrations", {
+          ...auth,
+          body: { name: "Digest", steps }
+        })
         assert.strictEqual(created.status, 201)
         assert.deepInclude(created.body, {
           name: "Digest",
@@ -95,10 +98,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         assert.strictEqual(removedAgain.status, 404)
         const empty = yield* client.request("GET", "/api/orchestrations", auth)
         assert.strictEqual(empty.body.total, 0)
-      }))
+      })
+    )
 
     it.effect("accepts a parallel pair joined by a last step, as sent", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agent, auth } = yield* setUp
         const other = yield* TestServer.createAgent(account, { name: "Critic" })
@@ -137,10 +141,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         })
         assert.strictEqual(withRoot.status, 201, withRoot.text)
         assert.deepStrictEqual(withRoot.body.steps, rooted)
-      }))
+      })
+    )
 
     it.effect("accepts the limits themselves and an inactive agent", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agent, auth } = yield* setUp
         const retired = yield* TestServer.createAgent(account, { status: "inactive" })
@@ -163,10 +168,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
           const response = yield* client.request("POST", "/api/orchestrations", { ...auth, body })
           assert.strictEqual(response.status, 201, `${body.name}: ${response.text}`)
         }
-      }))
+      })
+    )
 
     it.effect("refuses bad definitions with 400 naming the step and field, and stores nothing", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { agent, auth } = yield* setUp
         const stranger = yield* setUp
@@ -203,7 +209,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
             "`a` depends on `c` depends on `b` depends on `a`"
           ],
           ["unknown agent", { steps: [s("a", "x", undefined, missingId)] }, ["payload", "steps", 0, "agentId"]],
-          ["agent id that cannot exist", { steps: [s("a", "x", undefined, "nope")] }, ["payload", "steps", 0, "agentId"]],
+          [
+            "agent id that cannot exist",
+            { steps: [s("a", "x", undefined, "nope")] },
+            ["payload", "steps", 0, "agentId"]
+          ],
           [
             "another tenant's agent",
             { steps: [s("a", "x"), s("b", "x", undefined, stranger.agent.id)] },
@@ -254,10 +264,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         }
         const list = yield* client.request("GET", "/api/orchestrations", auth)
         assert.strictEqual(list.body.total, 0)
-      }))
+      })
+    )
 
     it.effect("re-validates the whole definition when an update changes the steps, and keeps it when refused", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agent, auth } = yield* setUp
         const doomed = yield* TestServer.createAgent(account, { name: "Doomed" })
@@ -298,15 +309,19 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         })
         assert.strictEqual(fixed.status, 200)
         assert.strictEqual(fixed.body.steps[0].agentId, agent.id)
-      }))
+      })
+    )
 
     it.effect("refuses step ids that objects inherit (`__proto__`, `constructor`, ...) with 400 naming the id", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agent, auth } = yield* setUp
         const created = yield* createOrchestration(account, { name: "Flow", steps: single(agent.id) })
         for (const id of ["__proto__", "constructor", "prototype", "toString", "hasOwnProperty", "__defineGetter__"]) {
-          const steps = [{ id: "first", agentId: agent.id, prompt: "{{input}}" }, { id, agentId: agent.id, prompt: "x" }]
+          const steps = [
+            { id: "first", agentId: agent.id, prompt: "{{input}}" },
+            { id, agentId: agent.id, prompt: "x" }
+          ]
           const refusals = [
             yield* client.request("POST", "/api/orchestrations", { ...auth, body: { name: "Bad", steps } }),
             yield* client.request("PUT", `/api/orchestrations/${created.id}`, { ...auth, body: { steps } })
@@ -314,24 +329,35 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
           for (const response of refusals) {
             assert.strictEqual(response.status, 400, `${id}: ${response.text}`)
             assert.strictEqual(response.headers.get("content-type"), "application/problem+json", id)
-            assert.deepStrictEqual(response.body.errors[0].path, ["payload", "steps", 1, "id"], `${id}: ${response.text}`)
+            assert.deepStrictEqual(
+              response.body.errors[0].path,
+              ["payload", "steps", 1, "id"],
+              `${id}: ${response.text}`
+            )
             assert.include(response.body.errors[0].message, "reserved", id)
           }
         }
         // Only exact names are reserved.
         const near = yield* client.request("POST", "/api/orchestrations", {
           ...auth,
-          body: { name: "Near", steps: [{ id: "proto", agentId: agent.id, prompt: "x" }, { id: "Constructor", agentId: agent.id, prompt: "y" }] }
+          body: {
+            name: "Near",
+            steps: [
+              { id: "proto", agentId: agent.id, prompt: "x" },
+              { id: "Constructor", agentId: agent.id, prompt: "y" }
+            ]
+          }
         })
         assert.strictEqual(near.status, 201, near.text)
         const list = yield* client.request("GET", "/api/orchestrations", auth)
         assert.strictEqual(list.body.total, 2)
         const unchanged = yield* client.request("GET", `/api/orchestrations/${created.id}`, auth)
         assert.deepStrictEqual(unchanged.body.steps, created.steps)
-      }))
+      })
+    )
 
     it.effect("a definition stored with such step ids before they were refused still runs to completion", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const sql = yield* PgClient.PgClient
         const { account, agent } = yield* setUp
@@ -345,7 +371,12 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         // As a definition saved before reserved ids were refused would be.
         const legacy = [
           { id: "constructor", agentId: agent.id, prompt: "Say {{input}}" },
-          { id: "__proto__", agentId: agent.id, prompt: "Repeat {{steps.constructor.output}}", dependsOn: ["constructor"] }
+          {
+            id: "__proto__",
+            agentId: agent.id,
+            prompt: "Repeat {{steps.constructor.output}}",
+            dependsOn: ["constructor"]
+          }
         ]
         yield* sql`UPDATE orchestrations SET steps = ${sql.json(legacy)} WHERE id = ${created.id}`.pipe(Effect.orDie)
         const key = yield* TestServer.createKey(account, ["execute", "read"])
@@ -359,7 +390,8 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
           "the execution to finish",
           Effect.map(
             client.request("GET", `/api/v1/executions/${started.body.executionId}`, { headers }),
-            (response) => ["completed", "failed", "cancelled"].includes(response.body.status) ? response.body : undefined
+            (response) =>
+              ["completed", "failed", "cancelled"].includes(response.body.status) ? response.body : undefined
           )
         )
         assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
@@ -367,10 +399,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         // The last step (`__proto__`) saw the output of `constructor`, and its own output is the execution's.
         assert.include(execution.output, "Repeat [local model]")
         assert.include(execution.output, "otters")
-      }))
+      })
+    )
 
     it.effect("another tenant's orchestration is 404 on read, update and delete, and absent from lists", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const owner = yield* setUp
         const stranger = yield* setUp
@@ -402,12 +435,18 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         assert.strictEqual(ownerRead.status, 200)
         assert.deepStrictEqual(ownerRead.body, created)
         const ownerKey = yield* TestServer.createKey(owner.account, ["read"])
-        const ownerV1 = yield* client.request("GET", "/api/v1/orchestrations", { headers: TestServer.bearer(ownerKey.key) })
-        assert.deepStrictEqual(ownerV1.body.data.map((o: { id: string }) => o.id), [created.id])
-      }))
+        const ownerV1 = yield* client.request("GET", "/api/v1/orchestrations", {
+          headers: TestServer.bearer(ownerKey.key)
+        })
+        assert.deepStrictEqual(
+          ownerV1.body.data.map((o: { id: string }) => o.id),
+          [created.id]
+        )
+      })
+    )
 
     it.effect("an id that cannot exist is simply not found", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { agent, auth } = yield* setUp
         const read = yield* client.request("GET", "/api/orchestrations/not-a-uuid", auth)
@@ -421,23 +460,28 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         assert.strictEqual(withSteps.status, 404)
         const remove = yield* client.request("DELETE", "/api/orchestrations/not-a-uuid", auth)
         assert.strictEqual(remove.status, 404)
-      }))
+      })
+    )
 
     it.effect("requires a session", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account } = yield* setUp
         const key = yield* TestServer.createKey(account)
         for (const headers of [{}, TestServer.bearer(key.key)]) {
           const list = yield* client.request("GET", "/api/orchestrations", { headers })
           assert.strictEqual(list.status, 401)
-          const create = yield* client.request("POST", "/api/orchestrations", { headers, body: { name: "x", steps: [] } })
+          const create = yield* client.request("POST", "/api/orchestrations", {
+            headers,
+            body: { name: "x", steps: [] }
+          })
           assert.strictEqual(create.status, 401)
         }
-      }))
+      })
+    )
 
     it.effect("pages the management list of every status", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agent, auth } = yield* setUp
         const ids: Array<string> = []
@@ -447,9 +491,15 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         }
         const first = yield* client.request("GET", "/api/orchestrations?limit=2", auth)
         assert.strictEqual(first.body.total, 3)
-        assert.deepStrictEqual(first.body.data.map((o: { id: string }) => o.id), ids.slice(0, 2))
+        assert.deepStrictEqual(
+          first.body.data.map((o: { id: string }) => o.id),
+          ids.slice(0, 2)
+        )
         const second = yield* client.request("GET", `/api/orchestrations?limit=2&cursor=${first.body.nextCursor}`, auth)
-        assert.deepStrictEqual(second.body.data.map((o: { id: string }) => o.id), ids.slice(2))
+        assert.deepStrictEqual(
+          second.body.data.map((o: { id: string }) => o.id),
+          ids.slice(2)
+        )
         assert.isNull(second.body.nextCursor)
         const badLimit = yield* client.request("GET", "/api/orchestrations?limit=0", auth)
         assert.strictEqual(badLimit.status, 400)
@@ -457,12 +507,13 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         const badCursor = yield* client.request("GET", "/api/orchestrations?cursor=%%%", auth)
         assert.strictEqual(badCursor.status, 400)
         assert.deepStrictEqual(badCursor.body.errors[0].path, ["query", "cursor"])
-      }))
+      })
+    )
   })
 
   describe("GET /api/v1/orchestrations", () => {
     it.effect("lists only active orchestrations, paginated by cursor, with the full total", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agent, auth } = yield* setUp
         const key = yield* TestServer.createKey(account, ["read"])
@@ -485,15 +536,24 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         const first = yield* client.request("GET", "/api/v1/orchestrations?limit=2", { headers })
         assert.strictEqual(first.status, 200)
         assert.strictEqual(first.body.total, 5)
-        assert.deepStrictEqual(first.body.data.map((o: { id: string }) => o.id), active.slice(0, 2))
+        assert.deepStrictEqual(
+          first.body.data.map((o: { id: string }) => o.id),
+          active.slice(0, 2)
+        )
         const second = yield* client.request("GET", `/api/v1/orchestrations?limit=2&cursor=${first.body.nextCursor}`, {
           headers
         })
-        assert.deepStrictEqual(second.body.data.map((o: { id: string }) => o.id), active.slice(2, 4))
+        assert.deepStrictEqual(
+          second.body.data.map((o: { id: string }) => o.id),
+          active.slice(2, 4)
+        )
         const third = yield* client.request("GET", `/api/v1/orchestrations?limit=2&cursor=${second.body.nextCursor}`, {
           headers
         })
-        assert.deepStrictEqual(third.body.data.map((o: { id: string }) => o.id), active.slice(4))
+        assert.deepStrictEqual(
+          third.body.data.map((o: { id: string }) => o.id),
+          active.slice(4)
+        )
         assert.isNull(third.body.nextCursor)
         assert.strictEqual(third.body.total, 5)
 
@@ -504,29 +564,35 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         assert.notProperty(all.body.data[0], "steps")
         const management = yield* client.request("GET", "/api/orchestrations", auth)
         assert.strictEqual(management.body.total, 7)
-      }))
+      })
+    )
 
     it.effect("needs an API key with the read scope", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agent, auth } = yield* setUp
         yield* createOrchestration(account, { name: "Flow", steps: single(agent.id) })
         const chatOnly = yield* TestServer.createKey(account, ["chat", "execute"])
-        const refused = yield* client.request("GET", "/api/v1/orchestrations", { headers: TestServer.bearer(chatOnly.key) })
+        const refused = yield* client.request("GET", "/api/v1/orchestrations", {
+          headers: TestServer.bearer(chatOnly.key)
+        })
         assert.strictEqual(refused.status, 403)
         assert.strictEqual(refused.body.requiredScope, "read")
         const reader = yield* TestServer.createKey(account, ["read"])
-        const allowed = yield* client.request("GET", "/api/v1/orchestrations", { headers: TestServer.bearer(reader.key) })
+        const allowed = yield* client.request("GET", "/api/v1/orchestrations", {
+          headers: TestServer.bearer(reader.key)
+        })
         assert.strictEqual(allowed.status, 200)
         assert.strictEqual(allowed.body.total, 1)
         const anonymous = yield* client.request("GET", "/api/v1/orchestrations")
         assert.strictEqual(anonymous.status, 401)
         const session = yield* client.request("GET", "/api/v1/orchestrations", auth)
         assert.strictEqual(session.status, 401)
-      }))
+      })
+    )
 
     it.effect("rejects a bad limit or cursor with 400 naming the query parameter", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account } = yield* setUp
         const key = yield* TestServer.createKey(account)
@@ -539,6 +605,7 @@ layer(TestServer.layer(), { excludeTestServices: true })("orchestrations", (it) 
         const cursor = yield* client.request("GET", "/api/v1/orchestrations?cursor=%%%", { headers })
         assert.strictEqual(cursor.status, 400)
         assert.deepStrictEqual(cursor.body.errors[0].path, ["query", "cursor"])
-      }))
+      })
+    )
   })
 })

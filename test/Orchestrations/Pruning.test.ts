@@ -9,25 +9,29 @@ import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
 // Finished executions' workflow messages are due at once (retention zero).
-const withFake = Layer.unwrap(Effect.gen(function*() {
-  const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-  return Executions.layer.pipe(
-    Layer.provideMerge(TestServer.layer({
-      openaiBaseUrl: openai.url,
-      openaiApiKey: Option.some(Redacted.make(openaiKey)),
-      modelTimeout: Duration.seconds(20),
-      modelMaxRetries: 0,
-      executionMessagesRetention: Duration.zero,
-      // The hanging step holds its node's shutdown this long at most.
-      shutdownGrace: Duration.seconds(1)
-    })),
-    Layer.merge(Layer.succeed(FakeOpenAi, openai))
-  )
-}))
+const withFake = Layer.unwrap(
+  Effect.gen(function* () {
+    const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
+    return Executions.layer.pipe(
+      Layer.provideMerge(
+        TestServer.layer({
+          openaiBaseUrl: openai.url,
+          openaiApiKey: Option.some(Redacted.make(openaiKey)),
+          modelTimeout: Duration.seconds(20),
+          modelMaxRetries: 0,
+          executionMessagesRetention: Duration.zero,
+          // The hanging step holds its node's shutdown this long at most.
+          shutdownGrace: Duration.seconds(1)
+        })
+      ),
+      Layer.merge(Layer.succeed(FakeOpenAi, openai))
+    )
+  })
+)
 
 /** Stored cluster messages and replies of an execution's workflow. */
 const storedFor = (executionId: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const entityId = yield* ExecutionWorkflow.executionId({ executionId })
     const [row] = yield* sql<{ messages: number; replies: number }>`
@@ -39,54 +43,67 @@ const storedFor = (executionId: string) =>
 
 describe("pruning finished executions' workflow messages", () => {
   layer(withFake, { excludeTestServices: true })((it) => {
-    it.effect("deletes the stored messages of finished executions only, keeping their results", () =>
-      Effect.gen(function*() {
-        const client = yield* TestClient
-        const fake = yield* FakeOpenAi
-        const executions = yield* Executions
-        fake.script({ hang: true })
-        fake.setDefault({ text: "done" })
-        const { key, orchestrationId } = yield* TestServer.oneStepOrchestration("openai/gpt-4o-mini")
-        const execute = (input: string) =>
-          client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
-            headers: TestServer.bearer(key),
-            body: { input }
-          }).pipe(Effect.map((started) => started.body.executionId as string))
-        const poll = (id: string) => client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })
+    it.effect(
+      "deletes the stored messages of finished executions only, keeping their results",
+      () =>
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const fake = yield* FakeOpenAi
+          const executions = yield* Executions
+          fake.script({ hang: true })
+          fake.setDefault({ text: "done" })
+          const { key, orchestrationId } = yield* TestServer.oneStepOrchestration("openai/gpt-4o-mini")
+          const execute = (input: string) =>
+            client
+              .request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
+                headers: TestServer.bearer(key),
+                body: { input }
+              })
+              .pipe(Effect.map((started) => started.body.executionId as string))
+          const poll = (id: string) =>
+            client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })
 
-        // One execution whose step hangs at the model, then one that completes.
-        const unfinished = yield* execute("hang")
-        yield* eventually(Effect.sync(() => assert.isAbove(fake.requests.length, 0, "the hanging step reached the model")), {
-          intervalMs: 20
-        })
-        const finished = yield* execute("finish")
-        yield* eventually(Effect.map(poll(finished), (polled) => assert.strictEqual(polled.body.status, "completed")), {
-          timeoutMs: 10_000
-        })
-        // The read model says completed a moment before the workflow's own reply is stored.
-        const sql = yield* SqlClient.SqlClient
-        const before = yield* TestServer.waitFor(
-          "the finished workflow's reply",
-          storedFor(finished).pipe(
-            Effect.map((stored) => stored.replies > 0 ? stored : undefined),
-            Effect.orDie,
-            Effect.provideService(SqlClient.SqlClient, sql)
+          // One execution whose step hangs at the model, then one that completes.
+          const unfinished = yield* execute("hang")
+          yield* eventually(
+            Effect.sync(() => assert.isAbove(fake.requests.length, 0, "the hanging step reached the model")),
+            {
+              intervalMs: 20
+            }
           )
-        )
-        assert.isAbove(before.messages, 0)
-        const unfinishedBefore = yield* storedFor(unfinished)
-        assert.isAbove(unfinishedBefore.messages, 0)
+          const finished = yield* execute("finish")
+          yield* eventually(
+            Effect.map(poll(finished), (polled) => assert.strictEqual(polled.body.status, "completed")),
+            {
+              timeoutMs: 10_000
+            }
+          )
+          // The read model says completed a moment before the workflow's own reply is stored.
+          const sql = yield* SqlClient.SqlClient
+          const before = yield* TestServer.waitFor(
+            "the finished workflow's reply",
+            storedFor(finished).pipe(
+              Effect.map((stored) => (stored.replies > 0 ? stored : undefined)),
+              Effect.orDie,
+              Effect.provideService(SqlClient.SqlClient, sql)
+            )
+          )
+          assert.isAbove(before.messages, 0)
+          const unfinishedBefore = yield* storedFor(unfinished)
+          assert.isAbove(unfinishedBefore.messages, 0)
 
-        assert.strictEqual(yield* executions.prune, 1)
-        assert.deepStrictEqual(yield* storedFor(finished), { messages: 0, replies: 0 })
-        assert.deepStrictEqual(yield* storedFor(unfinished), unfinishedBefore)
-        // The result is the read model's, untouched.
-        const read = yield* poll(finished)
-        assert.strictEqual(read.body.status, "completed")
-        assert.strictEqual(read.body.output, "done")
-        assert.strictEqual((yield* poll(unfinished)).body.status, "running")
-        // Pruned executions are not taken again.
-        assert.strictEqual(yield* executions.prune, 0)
-      }), { timeout: 30_000 })
+          assert.strictEqual(yield* executions.prune, 1)
+          assert.deepStrictEqual(yield* storedFor(finished), { messages: 0, replies: 0 })
+          assert.deepStrictEqual(yield* storedFor(unfinished), unfinishedBefore)
+          // The result is the read model's, untouched.
+          const read = yield* poll(finished)
+          assert.strictEqual(read.body.status, "completed")
+          assert.strictEqual(read.body.output, "done")
+          assert.strictEqual((yield* poll(unfinished)).body.status, "running")
+          // Pruned executions are not taken again.
+          assert.strictEqual(yield* executions.prune, 0)
+        }),
+      { timeout: 30_000 }
+    )
   })
 })

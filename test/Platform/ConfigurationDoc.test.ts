@@ -8,8 +8,7 @@ import * as Path from "node:path"
 const root = Path.resolve(import.meta.dirname, "..", "..")
 const read = (file: string) => Fs.readFileSync(Path.join(root, file), "utf8")
 
-const withoutComments = (source: string) =>
-  source.replace(/\/\*[\s\S]*?\*\//g, "").replace(/^\s*\/\/.*$/gm, "")
+const withoutComments = (source: string) => source.replace(/\/\*[\s\S]*?\*\//g, "").replace(/^\s*\/\/.*$/gm, "")
 
 const settingName = /^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*$/
 
@@ -24,7 +23,10 @@ export const configNames = (configSource: string): Set<string> => {
   const source = withoutComments(configSource)
   const objects = new Map<string, Array<string>>()
   for (const match of source.matchAll(/const (\w+)\b[^=\n]*=\s*\{([\s\S]*?)\n\}/g)) {
-    objects.set(match[1]!, [...match[2]!.matchAll(/:\s*"([A-Z0-9_]+)"/g)].map((value) => value[1]!))
+    objects.set(
+      match[1]!,
+      [...match[2]!.matchAll(/:\s*"([A-Z0-9_]+)"/g)].map((value) => value[1]!)
+    )
   }
   // A helper whose first parameter is a prefix: the suffixes its templates add to it.
   const prefixed = new Map<string, Array<string>>()
@@ -56,8 +58,9 @@ export const configNames = (configSource: string): Set<string> => {
 /** Variables read by name anywhere else in src/ (`process.env.NAME`, `process.env["NAME"]`). */
 const envNamesElsewhere = (): Set<string> => {
   const names = new Set<string>()
-  const files = Fs.readdirSync(Path.join(root, "src"), { recursive: true, encoding: "utf8" })
-    .filter((file) => file.endsWith(".ts") && file !== "Config.ts")
+  const files = Fs.readdirSync(Path.join(root, "src"), { recursive: true, encoding: "utf8" }).filter(
+    (file) => file.endsWith(".ts") && file !== "Config.ts"
+  )
   for (const file of files) {
     const text = withoutComments(read(Path.join("src", file)))
     for (const match of text.matchAll(/process\.env(?:\.([A-Z][A-Z0-9_]*)|\[\s*"([A-Z][A-Z0-9_]*)"\s*\])/g)) {
@@ -102,7 +105,11 @@ const duplicates = (names: ReadonlyArray<string>) => [...new Set(names.filter((n
 
 /** GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens. */
 const slug = (heading: string) =>
-  heading.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-")
+  heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+    .replace(/\s/g, "-")
 
 const anchorsOf = (markdown: string): Set<string> => {
   const anchors = new Set<string>()
@@ -122,9 +129,7 @@ const anchorsOf = (markdown: string): Set<string> => {
 
 /** Relative links of a markdown file (its path and text) that lead to no file, or to no heading of it. */
 const brokenLinks = (file: string, markdown: string): Array<string> => {
-  const text = markdown
-    .replace(/^\s*```[\s\S]*?^\s*```/gm, "")
-    .replace(/`[^`\n]*`/g, "")
+  const text = markdown.replace(/^\s*```[\s\S]*?^\s*```/gm, "").replace(/`[^`\n]*`/g, "")
   const broken: Array<string> = []
   for (const match of text.matchAll(/!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) {
     const target = match[1]!
@@ -148,28 +153,26 @@ describe("docs/configuration.md", () => {
   const documented = documentedNames(doc)
 
   it("the extraction sees the settings of every helper of src/Config.ts", () => {
-    for (
-      const name of [
-        "PORT",
-        "DATABASE_URL",
-        "COOKIE_SECURE",
-        "LOG_LEVEL",
-        "CLUSTER_STORAGE",
-        "RUNNER_ADDRESS",
-        "RUNNER_SECRET",
-        "RUNNER_TLS_CA_FILE",
-        "WEBHOOK_RETRY_SCHEDULE",
-        "WEBHOOK_ALLOWED_PORTS",
-        "METRICS_MODELS",
-        "FREE_MODELS",
-        "DEFAULT_MODEL",
-        "REJECTED_CREDENTIALS_CACHE_SIZE",
-        "FREE_MAX_KNOWLEDGE_BASES",
-        "BUSINESS_MAX_WEBHOOK_ENDPOINTS",
-        "PRO_TEAM_TOKEN_BUDGET",
-        "BUSINESS_TEAM_TIMEOUT"
-      ]
-    ) {
+    for (const name of [
+      "PORT",
+      "DATABASE_URL",
+      "COOKIE_SECURE",
+      "LOG_LEVEL",
+      "CLUSTER_STORAGE",
+      "RUNNER_ADDRESS",
+      "RUNNER_SECRET",
+      "RUNNER_TLS_CA_FILE",
+      "WEBHOOK_RETRY_SCHEDULE",
+      "WEBHOOK_ALLOWED_PORTS",
+      "METRICS_MODELS",
+      "FREE_MODELS",
+      "DEFAULT_MODEL",
+      "REJECTED_CREDENTIALS_CACHE_SIZE",
+      "FREE_MAX_KNOWLEDGE_BASES",
+      "BUSINESS_MAX_WEBHOOK_ENDPOINTS",
+      "PRO_TEAM_TOKEN_BUDGET",
+      "BUSINESS_TEAM_TIMEOUT"
+    ]) {
       assert.isTrue(config.has(name), `${name} not found in src/Config.ts`)
     }
     // Prefixes and quota suffixes are not settings by themselves.
@@ -187,18 +190,28 @@ describe("docs/configuration.md", () => {
       { missingFromTheDoc: [], notReadByTheService: [] }
     )
     assert.deepStrictEqual(duplicates(documented.service), [], "listed twice")
-    for (const [name, file] of readByEffect) assert.include(read(file), `"${name}"`, `${name} is no longer read by effect`)
+    for (const [name, file] of readByEffect)
+      assert.include(read(file), `"${name}"`, `${name} is no longer read by effect`)
   })
 
   it("lists only development variables some test or bench reads", () => {
     assert.isAbove(documented.development.length, 5)
-    const sources = ["test", "bench"].flatMap((dir) =>
-      Fs.readdirSync(Path.join(root, dir), { recursive: true, encoding: "utf8" })
-        .filter((file) => file.endsWith(".ts"))
-        .map((file) => read(Path.join(dir, file)))
-    ).join("\n")
-    assert.deepStrictEqual(documented.development.filter((name) => !sources.includes(name)), [])
-    assert.deepStrictEqual(documented.development.filter((name) => config.has(name)), [], "service settings belong above")
+    const sources = ["test", "bench"]
+      .flatMap((dir) =>
+        Fs.readdirSync(Path.join(root, dir), { recursive: true, encoding: "utf8" })
+          .filter((file) => file.endsWith(".ts"))
+          .map((file) => read(Path.join(dir, file)))
+      )
+      .join("\n")
+    assert.deepStrictEqual(
+      documented.development.filter((name) => !sources.includes(name)),
+      []
+    )
+    assert.deepStrictEqual(
+      documented.development.filter((name) => config.has(name)),
+      [],
+      "service settings belong above"
+    )
   })
 
   it("would notice a row taken out", () => {
@@ -213,18 +226,30 @@ describe("the manual's links", () => {
     const files = [
       "README.md",
       "CONTRIBUTING.md",
-      ...Fs.readdirSync(Path.join(root, "docs")).filter((file) => file.endsWith(".md")).map((file) => `docs/${file}`)
+      ...Fs.readdirSync(Path.join(root, "docs"))
+        .filter((file) => file.endsWith(".md"))
+        .map((file) => `docs/${file}`)
     ]
     assert.isAbove(files.length, 10)
-    assert.deepStrictEqual(files.flatMap((file) => brokenLinks(file, read(file))), [])
+    assert.deepStrictEqual(
+      files.flatMap((file) => brokenLinks(file, read(file))),
+      []
+    )
   })
 
   it("sees a broken link and a missing heading", () => {
     assert.deepStrictEqual(
-      brokenLinks("docs/x.md", "[a](nowhere.md) [b](limits.md#no-such-heading) [c](limits.md#quotas-per-plan) `[d](no.md)`"),
+      brokenLinks(
+        "docs/x.md",
+        "[a](nowhere.md) [b](limits.md#no-such-heading) [c](limits.md#quotas-per-plan) `[d](no.md)`"
+      ),
       ["docs/x.md: nowhere.md (no such file)", "docs/x.md: limits.md#no-such-heading (no such heading)"]
     )
-    assert.isTrue(anchorsOf("## Daily token budgets: reservations and max_tokens").has("daily-token-budgets-reservations-and-max_tokens"))
+    assert.isTrue(
+      anchorsOf("## Daily token budgets: reservations and max_tokens").has(
+        "daily-token-budgets-reservations-and-max_tokens"
+      )
+    )
     assert.isTrue(anchorsOf("### Memory and V8's flags\n## Memory and V8's flags").has("memory-and-v8s-flags-1"))
     assert.isFalse(anchorsOf("```\n# not a heading\n```").has("not-a-heading"))
   })

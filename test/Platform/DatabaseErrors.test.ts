@@ -11,7 +11,7 @@ import { TestClient } from "../support/TestServer.ts"
 describe("a statement that runs past the statement timeout", () => {
   layer(TestServer.layer({ databaseStatementTimeout: Duration.seconds(1) }), { excludeTestServices: true })((it) => {
     it.effect("answers 503 problem+json with Retry-After within the bound, and the next request succeeds", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const config = yield* AppConfig
         const account = yield* TestServer.signUp()
@@ -24,7 +24,7 @@ describe("a statement that runs past the statement timeout", () => {
           Effect.provide(Reactivity.layer)
         )
         const startedAt = Date.now()
-        const blocked = yield* Effect.gen(function*() {
+        const blocked = yield* Effect.gen(function* () {
           yield* sql`LOCK TABLE agents IN ACCESS EXCLUSIVE MODE`
           return yield* client.request("GET", "/api/agents?limit=7", { headers: auth })
         }).pipe(sql.withTransaction, Effect.orDie, Effect.forkChild)
@@ -35,6 +35,7 @@ describe("a statement that runs past the statement timeout", () => {
         assert.isBelow(Date.now() - startedAt, 10_000)
 
         assert.strictEqual((yield* client.request("GET", "/api/agents?limit=7", { headers: auth })).status, 200)
-      }))
+      })
+    )
   })
 })

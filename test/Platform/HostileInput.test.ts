@@ -15,7 +15,7 @@ const assertBad = (response: TestResponse, paths: ReadonlyArray<ReadonlyArray<st
   assert.strictEqual(response.status, 400, `${what}: ${response.text}`)
   assert.strictEqual(response.headers.get("content-type"), "application/problem+json", what)
   assert.strictEqual(response.body.status, 400, what)
-  const named = (response.body.errors as Array<{ path: Array<string | number>; message: string }>)
+  const named = response.body.errors as Array<{ path: Array<string | number>; message: string }>
   assert.deepStrictEqual(
     named.map((error) => JSON.stringify(error.path)).sort(),
     paths.map((path) => JSON.stringify(path)).sort(),
@@ -24,7 +24,7 @@ const assertBad = (response: TestResponse, paths: ReadonlyArray<ReadonlyArray<st
   for (const error of named) assert.isString(error.message, what)
 }
 
-const setUp = Effect.gen(function*() {
+const setUp = Effect.gen(function* () {
   const account = yield* TestServer.signUp()
   const key = yield* TestServer.createKey(account)
   const agent = yield* TestServer.createAgent(account, { instructions: "Secret system prompt", memoryEnabled: true })
@@ -46,14 +46,13 @@ const setUp = Effect.gen(function*() {
 
 const usedToday = (account: TestServer.Account) =>
   Effect.flatMap(TestClient, (client) =>
-    client.request("GET", "/api/billing", { headers: TestServer.bearer(account.token) })).pipe(
-      Effect.map((response) => response.body.usedToday as number)
-    )
+    client.request("GET", "/api/billing", { headers: TestServer.bearer(account.token) })
+  ).pipe(Effect.map((response) => response.body.usedToday as number))
 
 layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) => {
   describe("NUL and lone surrogates are a 400 naming the field", () => {
     it.effect("login and register, unauthenticated", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         assertBad(
           yield* client.request("POST", "/api/auth/login", { body: { email: `a${nul}@example.com`, password: "x" } }),
@@ -69,19 +68,31 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
           yield* client.request("POST", "/api/auth/register", {
             body: { email: `a${nul}@example.com`, password: "long enough password", name: `Ada${lone}` }
           }),
-          [["payload", "email"], ["payload", "name"]],
+          [
+            ["payload", "email"],
+            ["payload", "name"]
+          ],
           "register"
         )
-      }))
+      })
+    )
 
     it.effect("path parameters", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { agentId, apiKey, session } = yield* setUp
         assertBad(yield* client.request("GET", "/api/agents/%00", session), [["params", "id"]], "agent id")
-        assertBad(yield* client.request("PUT", "/api/agents/a%00", { ...session, body: { name: "x" } }), [["params", "id"]], "agent id on update")
+        assertBad(
+          yield* client.request("PUT", "/api/agents/a%00", { ...session, body: { name: "x" } }),
+          [["params", "id"]],
+          "agent id on update"
+        )
         assertBad(yield* client.request("DELETE", "/api/keys/%00", session), [["params", "id"]], "key id")
-        assertBad(yield* client.request("GET", "/api/orchestrations/%00", session), [["params", "id"]], "orchestration id")
+        assertBad(
+          yield* client.request("GET", "/api/orchestrations/%00", session),
+          [["params", "id"]],
+          "orchestration id"
+        )
         assertBad(yield* client.request("GET", "/api/v1/executions/%00", apiKey), [["params", "id"]], "execution id")
         assertBad(yield* client.request("POST", "/api/v1/executions/%00/cancel", apiKey), [["params", "id"]], "cancel")
         assertBad(
@@ -91,10 +102,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         )
         // Still a plain 404 for an id that is merely not ours.
         assert.strictEqual((yield* client.request("GET", "/api/agents/not-a-uuid", session)).status, 404)
-      }))
+      })
+    )
 
     it.effect("query parameters, and every bad parameter at once", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { apiKey } = yield* setUp
         assertBad(
@@ -104,13 +116,18 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         )
         assertBad(
           yield* client.request("GET", "/api/v1/executions?orchestrationId=%00&status=lost&limit=0", apiKey),
-          [["query", "orchestrationId"], ["query", "status"], ["query", "limit"]],
+          [
+            ["query", "orchestrationId"],
+            ["query", "status"],
+            ["query", "limit"]
+          ],
           "three query parameters"
         )
-      }))
+      })
+    )
 
     it.effect("agent fields, and every bad field of a body at once", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { agentId, session } = yield* setUp
         assertBad(
@@ -118,7 +135,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
             ...session,
             body: { name: `a${nul}`, description: `d${lone}`, instructions: `i${nul}` }
           }),
-          [["payload", "name"], ["payload", "description"], ["payload", "instructions"]],
+          [
+            ["payload", "name"],
+            ["payload", "description"],
+            ["payload", "instructions"]
+          ],
           "create"
         )
         assertBad(
@@ -128,21 +149,29 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         )
         assertBad(
           yield* client.request("POST", "/api/agents", { ...session, body: { name: 5, memoryEnabled: "x", model: 7 } }),
-          [["payload", "name"], ["payload", "memoryEnabled"], ["payload", "model"]],
+          [
+            ["payload", "name"],
+            ["payload", "memoryEnabled"],
+            ["payload", "model"]
+          ],
           "three wrong types"
         )
         // One entry per field, even when a value breaks several rules.
         assertBad(
-          yield* client.request("POST", "/api/agents", { ...session, body: { name: "ok", model: `x ${"y".repeat(300)}` } }),
+          yield* client.request("POST", "/api/agents", {
+            ...session,
+            body: { name: "ok", model: `x ${"y".repeat(300)}` }
+          }),
           [["payload", "model"]],
           "a model both too long and malformed"
         )
         const listed = yield* client.request("GET", "/api/agents", session)
         assert.strictEqual(listed.body.total, 1)
-      }))
+      })
+    )
 
     it.effect("orchestration definitions", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { agentId, orchestrationId, session } = yield* setUp
         assertBad(
@@ -174,17 +203,25 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
           [["payload", "steps", 0, "agentId"]],
           "update"
         )
-      }))
+      })
+    )
 
     it.effect("a container too large is one entry, whatever its items", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { apiKey, orchestrationId, session } = yield* setUp
         const steps = yield* client.request("POST", "/api/orchestrations", {
           ...session,
           body: { name: nul, steps: Array.from({ length: 100_000 }, () => 1) }
         })
-        assertBad(steps, [["payload", "name"], ["payload", "steps"]], "100,000 bad steps")
+        assertBad(
+          steps,
+          [
+            ["payload", "name"],
+            ["payload", "steps"]
+          ],
+          "100,000 bad steps"
+        )
         const variables = Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`${nul}${i}`, 1]))
         assertBad(
           yield* client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
@@ -194,10 +231,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
           [["payload", "variables"]],
           "10,000 bad variables"
         )
-      }))
+      })
+    )
 
     it.effect("execute input and variable names and values; nothing is started", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, apiKey, orchestrationId } = yield* setUp
         const execute = (body: unknown) =>
@@ -205,7 +243,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         assertBad(yield* execute({ input: `go${nul}` }), [["payload", "input"]], "input")
         assertBad(
           yield* execute({ input: "go", variables: { [`who${nul}`]: "me", ok: `x${lone}`, [lone]: "y" } }),
-          [["payload", "variables", `who${nul}`], ["payload", "variables", "ok"], ["payload", "variables", lone]],
+          [
+            ["payload", "variables", `who${nul}`],
+            ["payload", "variables", "ok"],
+            ["payload", "variables", lone]
+          ],
           "variables"
         )
         const executions = yield* client.request("GET", "/api/v1/executions", apiKey)
@@ -213,16 +255,29 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         assert.strictEqual(executions.body.total, 0)
         // Only the requests themselves were counted: the two refused, and the list.
         assert.strictEqual(yield* usedToday(account), 3)
-      }))
+      })
+    )
 
     it.effect("chat message and conversationId, with memory on: no model call, no turn stored", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { account, agentId, apiKey, session } = yield* setUp
         const chat = (body: unknown) => client.request("POST", `/api/v1/agents/${agentId}/chat`, { ...apiKey, body })
-        assertBad(yield* chat({ message: `hi${nul}`, conversationId: "c" }), [["payload", "message"]], "message with NUL")
-        assertBad(yield* chat({ message: `hi${lone}`, conversationId: "c" }), [["payload", "message"]], "message with a lone surrogate")
-        assertBad(yield* chat({ message: "hi", conversationId: `c${lone}` }), [["payload", "conversationId"]], "conversationId")
+        assertBad(
+          yield* chat({ message: `hi${nul}`, conversationId: "c" }),
+          [["payload", "message"]],
+          "message with NUL"
+        )
+        assertBad(
+          yield* chat({ message: `hi${lone}`, conversationId: "c" }),
+          [["payload", "message"]],
+          "message with a lone surrogate"
+        )
+        assertBad(
+          yield* chat({ message: "hi", conversationId: `c${lone}` }),
+          [["payload", "conversationId"]],
+          "conversationId"
+        )
         assertBad(
           yield* client.request("POST", `/api/v1/agents/${agentId}/chat`, {
             headers: { ...apiKey.headers, accept: "text/event-stream" },
@@ -236,12 +291,13 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         assert.strictEqual(yield* usedToday(account), 4)
         const fine = yield* chat({ message: "hi", conversationId: "c" })
         assert.strictEqual(fine.status, 200)
-      }))
+      })
+    )
   })
 
   describe("page cursors", () => {
     it.effect("a cursor that is not the key of its own list is a 400 naming cursor", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { agentId, apiKey, session } = yield* setUp
         const lists = [
@@ -254,7 +310,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         // AA decodes to a NUL; the others are well-formed base64url of something that is not an id.
         for (const cursor of ["AA", cursorOf("not-an-id"), cursorOf("c-1"), cursorOf(`${missingId} `), "%%%"]) {
           for (const { auth, path } of lists) {
-            assertBad(yield* client.request("GET", `${path}?cursor=${cursor}`, auth), [["query", "cursor"]], `${path} ${cursor}`)
+            assertBad(
+              yield* client.request("GET", `${path}?cursor=${cursor}`, auth),
+              [["query", "cursor"]],
+              `${path} ${cursor}`
+            )
           }
         }
         // An id is a cursor of every id-keyed list.
@@ -266,7 +326,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
         // Conversations are keyed by their client-chosen ids: those are their cursors, and nothing else.
         const conversations = `/api/agents/${agentId}/conversations`
         for (const cursor of ["AA", cursorOf(`c${nul}`), cursorOf("x".repeat(201)), "%%%"]) {
-          assertBad(yield* client.request("GET", `${conversations}?cursor=${cursor}`, session), [["query", "cursor"]], cursor)
+          assertBad(
+            yield* client.request("GET", `${conversations}?cursor=${cursor}`, session),
+            [["query", "cursor"]],
+            cursor
+          )
         }
         for (const id of ["a", "b", "c"]) {
           const chat = yield* client.request("POST", `/api/v1/agents/${agentId}/chat`, {
@@ -276,40 +340,59 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
           assert.strictEqual(chat.status, 200)
         }
         const first = yield* client.request("GET", `${conversations}?limit=2`, session)
-        assert.deepStrictEqual(first.body.data.map((c: { id: string }) => c.id), ["a", "b"])
+        assert.deepStrictEqual(
+          first.body.data.map((c: { id: string }) => c.id),
+          ["a", "b"]
+        )
         const second = yield* client.request("GET", `${conversations}?limit=2&cursor=${first.body.nextCursor}`, session)
-        assert.deepStrictEqual(second.body.data.map((c: { id: string }) => c.id), ["c"])
+        assert.deepStrictEqual(
+          second.body.data.map((c: { id: string }) => c.id),
+          ["c"]
+        )
         // A conversation's cursor is foreign to the id-keyed lists.
         assertBad(
           yield* client.request("GET", `/api/agents?cursor=${first.body.nextCursor}`, session),
           [["query", "cursor"]],
           "a conversations cursor on the agents list"
         )
-      }))
+      })
+    )
   })
 
   describe("the v1 routes show the reference's fields", () => {
     it.effect("agents without instructions, orchestrations without steps; the management routes keep them", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const { apiKey, session } = yield* setUp
         const agents = yield* client.request("GET", "/api/v1/agents", apiKey)
         assert.strictEqual(agents.status, 200)
-        assert.deepStrictEqual(
-          Object.keys(agents.body.data[0]).sort(),
-          ["createdAt", "description", "id", "memoryEnabled", "model", "name", "status"]
-        )
+        assert.deepStrictEqual(Object.keys(agents.body.data[0]).sort(), [
+          "createdAt",
+          "description",
+          "id",
+          "memoryEnabled",
+          "model",
+          "name",
+          "status"
+        ])
         assert.notInclude(agents.text, "Secret system prompt")
         const orchestrations = yield* client.request("GET", "/api/v1/orchestrations", apiKey)
         assert.strictEqual(orchestrations.status, 200)
-        assert.deepStrictEqual(Object.keys(orchestrations.body.data[0]).sort(), ["createdAt", "description", "id", "name", "status"])
+        assert.deepStrictEqual(Object.keys(orchestrations.body.data[0]).sort(), [
+          "createdAt",
+          "description",
+          "id",
+          "name",
+          "status"
+        ])
         assert.notInclude(orchestrations.text, "Secret prompt")
 
         const managedAgents = yield* client.request("GET", "/api/agents", session)
         assert.strictEqual(managedAgents.body.data[0].instructions, "Secret system prompt")
         const managedFlows = yield* client.request("GET", "/api/orchestrations", session)
         assert.strictEqual(managedFlows.body.data[0].steps[0].prompt, "Secret prompt: {{input}}")
-      }))
+      })
+    )
   })
 
   describe("the declared schemas", () => {
@@ -374,12 +457,17 @@ layer(TestServer.layer(), { excludeTestServices: true })("hostile input", (it) =
 })
 
 describe("enum-like settings", () => {
-  const read = (env: Record<string, string>) =>
-    Effect.result(settingsConfig.parse(ConfigProvider.fromEnv({ env })))
+  const read = (env: Record<string, string>) => Effect.result(settingsConfig.parse(ConfigProvider.fromEnv({ env })))
 
   it.effect("LOG_LEVEL in any case; anything else names the variable and the choices", () =>
-    Effect.gen(function*() {
-      for (const [value, expected] of [["warn", "Warn"], ["WARN", "Warn"], ["Warn", "Warn"], [" debug ", "Debug"], ["all", "All"]]) {
+    Effect.gen(function* () {
+      for (const [value, expected] of [
+        ["warn", "Warn"],
+        ["WARN", "Warn"],
+        ["Warn", "Warn"],
+        [" debug ", "Debug"],
+        ["all", "All"]
+      ]) {
         const settings = yield* read({ LOG_LEVEL: value! })
         assert.isTrue(Result.isSuccess(settings), value)
         if (Result.isSuccess(settings)) assert.strictEqual(settings.success.logLevel, expected, value)
@@ -392,10 +480,11 @@ describe("enum-like settings", () => {
         assert.include(message, "loud")
         for (const level of ["Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None"]) assert.include(message, level)
       }
-    }))
+    })
+  )
 
   it.effect("booleans and the default model's provider in any case; anything else names the variable", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const settings = yield* read({ COOKIE_SECURE: "TRUE", METRICS_ENABLED: "Off", ENFORCE_DAILY_LIMITS: "No" })
       assert.isTrue(Result.isSuccess(settings))
       if (Result.isSuccess(settings)) {
@@ -403,7 +492,10 @@ describe("enum-like settings", () => {
         assert.isFalse(settings.success.metricsEnabled)
         assert.isFalse(settings.success.enforceDailyLimits)
       }
-      for (const [value, expected] of [["LOCAL", "local"], ["OpenAI/gpt-4o-Mini", "openai/gpt-4o-Mini"]]) {
+      for (const [value, expected] of [
+        ["LOCAL", "local"],
+        ["OpenAI/gpt-4o-Mini", "openai/gpt-4o-Mini"]
+      ]) {
         const model = yield* read({ DEFAULT_MODEL: value! })
         assert.isTrue(Result.isSuccess(model), value)
         if (Result.isSuccess(model)) assert.strictEqual(model.success.defaultModel, expected)
@@ -417,5 +509,6 @@ describe("enum-like settings", () => {
         assert.include(String(maybe.failure), "COOKIE_SECURE")
         assert.include(String(maybe.failure), "maybe")
       }
-    }))
+    })
+  )
 })

@@ -35,9 +35,9 @@ const stripComment = (text: string): string => {
   for (let i = 0; i < text.length; i++) {
     const char = text[i]!
     if (quote !== undefined) {
-      if (char === "\\" && quote === "\"") i++
+      if (char === "\\" && quote === '"') i++
       else if (char === quote) quote = undefined
-    } else if (char === "\"" || char === "'") {
+    } else if (char === '"' || char === "'") {
       quote = char
     } else if (char === "#" && (i === 0 || text[i - 1] === " ")) {
       return text.slice(0, i).trimEnd()
@@ -48,7 +48,7 @@ const stripComment = (text: string): string => {
 
 const scalar = (raw: string, line: Line): Yaml => {
   const value = raw.trim()
-  if (value.startsWith("\"")) {
+  if (value.startsWith('"')) {
     if (!/^"(?:[^"\\]|\\.)*"$/.test(value)) refuse(line, "unterminated or trailing text after a quoted string")
     return JSON.parse(value) as string
   }
@@ -66,7 +66,8 @@ const scalar = (raw: string, line: Line): Yaml => {
     if (rest !== "") refuse(line, "unsupported flow sequence")
     return items.map((item) => scalar(item, line))
   }
-  if (/^[&*!|>{@`%]/.test(value) || value === "---") refuse(line, "unsupported YAML (anchor, alias, tag, block scalar or flow map)")
+  if (/^[&*!|>{@`%]/.test(value) || value === "---")
+    refuse(line, "unsupported YAML (anchor, alias, tag, block scalar or flow map)")
   if (value === "true") return true
   if (value === "false") return false
   if (value === "null" || value === "~") return null
@@ -74,7 +75,7 @@ const scalar = (raw: string, line: Line): Yaml => {
   return value
 }
 
-const keyed = /^([A-Za-z0-9_.\/-]+):(?:\s+(.*))?$/
+const keyed = /^([A-Za-z0-9_./-]+):(?:\s+(.*))?$/
 
 const readYaml = (source: string): Yaml => {
   const lines: Array<Line> = []
@@ -125,7 +126,11 @@ const readYaml = (source: string): Yaml => {
 
   const sequence = (indent: number): Yaml => {
     const result: Array<Yaml> = []
-    while (at < lines.length && lines[at]!.indent === indent && (lines[at]!.text.startsWith("- ") || lines[at]!.text === "-")) {
+    while (
+      at < lines.length &&
+      lines[at]!.indent === indent &&
+      (lines[at]!.text.startsWith("- ") || lines[at]!.text === "-")
+    ) {
       const line = lines[at++]!
       const rest = line.text.slice(1).trimStart()
       if (rest === "") result.push(nested(indent, line))
@@ -163,7 +168,9 @@ const envNamed = (name: string): Node | undefined => env.find((variable) => vari
 const bytes = (quantity: string | number): number => {
   const match = /^(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(quantity))
   if (match === null) throw new Error(`not a quantity: ${quantity}`)
-  const unit = { "": 1, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12 }[match[2] ?? ""]!
+  const unit = { "": 1, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12 }[
+    match[2] ?? ""
+  ]!
   return Number(match[1]) * unit
 }
 
@@ -202,16 +209,18 @@ const secretValues = {
 }
 
 const podSettings = (): AppSettings => {
-  const parsed = Effect.runSync(Effect.result(
-    settingsConfig.parse(ConfigProvider.fromEnv({ env: { ...secretValues, ...renderedEnv(secretValues) } }))
-  ))
+  const parsed = Effect.runSync(
+    Effect.result(
+      settingsConfig.parse(ConfigProvider.fromEnv({ env: { ...secretValues, ...renderedEnv(secretValues) } }))
+    )
+  )
   if (Result.isFailure(parsed)) throw new Error(`the pod's settings do not parse: ${String(parsed.failure)}`)
   return parsed.success
 }
 
 /** The most one upload's request body may spool to disk (the upload route's body limit, RequestPipeline.ts). */
 const uploadSpoolBytes = (settings: AppSettings) =>
-  Math.max(settings.maxBodyBytes, Math.ceil(settings.maxUploadBytes * 4 / 3) + 64 * 1024)
+  Math.max(settings.maxBodyBytes, Math.ceil((settings.maxUploadBytes * 4) / 3) + 64 * 1024)
 
 // Uploads at their largest that /tmp must hold at once (deployment.yaml's comment on the volume says so).
 const uploadsAtOnce = 24
@@ -222,10 +231,18 @@ const nonHeapBytes = 128 * 2 ** 20
 describe("the Kubernetes manifests", () => {
   it("the reader refuses what it does not understand and reads what the manifests use", () => {
     assert.deepStrictEqual(
-      readYaml("a:\n  b: \"x # y\" # comment\n  c:\n    - d: 1\n      e: [\"f\", g]\n    - h\n  i: {}\nj:\n- true\n"),
+      readYaml('a:\n  b: "x # y" # comment\n  c:\n    - d: 1\n      e: ["f", g]\n    - h\n  i: {}\nj:\n- true\n'),
       { a: { b: "x # y", c: [{ d: 1, e: ["f", "g"] }, "h"], i: {} }, j: [true] }
     )
-    for (const bad of ["a: &x 1\n", "a: *x\n", "a: |\n  text\n", "a: 1\n---\nb: 2\n", "a: 1\na: 2\n", "a:\n\tb: 1\n", "a: 1\n  b: 2\n"]) {
+    for (const bad of [
+      "a: &x 1\n",
+      "a: *x\n",
+      "a: |\n  text\n",
+      "a: 1\n---\nb: 2\n",
+      "a: 1\na: 2\n",
+      "a:\n\tb: 1\n",
+      "a: 1\n  b: 2\n"
+    ]) {
       assert.throws(() => readYaml(bad), /YAML line/, JSON.stringify(bad))
     }
   })
@@ -259,9 +276,13 @@ describe("the Kubernetes manifests", () => {
     const example = read("secret.example.yaml")
     assert.strictEqual(example.metadata.name, secretName)
     assert.containsAllKeys(example.stringData, ["DATABASE_URL", "WEBHOOK_SECRET_KEY"])
-    const withPlaceholder = Effect.runSync(Effect.result(
-      settingsConfig.parse(ConfigProvider.fromEnv({ env: { WEBHOOK_SECRET_KEY: example.stringData.WEBHOOK_SECRET_KEY } }))
-    ))
+    const withPlaceholder = Effect.runSync(
+      Effect.result(
+        settingsConfig.parse(
+          ConfigProvider.fromEnv({ env: { WEBHOOK_SECRET_KEY: example.stringData.WEBHOOK_SECRET_KEY } })
+        )
+      )
+    )
     assert.isTrue(Result.isFailure(withPlaceholder))
   })
 
@@ -272,9 +293,11 @@ describe("the Kubernetes manifests", () => {
     assert.isTrue(Option.isSome(podSettings().runnerCredential))
     const example = read("secret.example.yaml")
     assert.containsAllKeys(example.stringData, ["RUNNER_SECRET"])
-    const withPlaceholder = Effect.runSync(Effect.result(
-      settingsConfig.parse(ConfigProvider.fromEnv({ env: { RUNNER_SECRET: example.stringData.RUNNER_SECRET } }))
-    ))
+    const withPlaceholder = Effect.runSync(
+      Effect.result(
+        settingsConfig.parse(ConfigProvider.fromEnv({ env: { RUNNER_SECRET: example.stringData.RUNNER_SECRET } }))
+      )
+    )
     assert.isTrue(Result.isFailure(withPlaceholder))
   })
 
@@ -310,8 +333,8 @@ describe("the Kubernetes manifests", () => {
     assert.isNotNull(heapMiB, "NODE_OPTIONS caps the V8 heap")
     assert.strictEqual(settings.extractionConcurrency, 1)
     assert.strictEqual(settings.extractionMemoryMb, 384)
-    const needed = Number(heapMiB![1]) * 2 ** 20 + nonHeapBytes +
-      settings.extractionConcurrency * settings.extractionMemoryMb * 1e6
+    const needed =
+      Number(heapMiB![1]) * 2 ** 20 + nonHeapBytes + settings.extractionConcurrency * settings.extractionMemoryMb * 1e6
     assert.isAtLeast(bytes(container.resources.limits.memory), needed)
     assert.isAtMost(bytes(container.resources.requests.memory), bytes(container.resources.limits.memory))
   })
@@ -352,9 +375,9 @@ describe("the Compose file", () => {
     const published = [...compose.matchAll(/-\s*"(\d+):(\d+)"/g)].map((match) => match[2])
     assert.include(published, "3000")
     assert.notInclude(published, "34431")
-    assert.match(compose, /^  WEBHOOK_SECRET_KEY: \S+$/m)
-    assert.match(compose, /^  RUNNER_SECRET: \S+$/m)
-    assert.match(compose, /^  METRICS_TOKEN: &metrics-token \S+$/m)
+    assert.match(compose, /^ {2}WEBHOOK_SECRET_KEY: \S+$/m)
+    assert.match(compose, /^ {2}RUNNER_SECRET: \S+$/m)
+    assert.match(compose, /^ {2}METRICS_TOKEN: &metrics-token \S+$/m)
     const collector = Fs.readFileSync(Path.join(import.meta.dirname, "../../infra/otel-collector.yaml"), "utf8")
     assert.match(collector, /credentials: \$\{env:METRICS_TOKEN\}/)
   })

@@ -13,12 +13,13 @@ const executeOnce = (setup: { readonly key: string; readonly orchestrationId: st
     client.request("POST", `/api/v1/orchestrations/${setup.orchestrationId}/execute`, {
       headers: TestServer.bearer(setup.key),
       body: { input: "hello" }
-    }))
+    })
+  )
 
 describe("GET /metrics", () => {
   layer(TestServer.layer(), { excludeTestServices: true })((it) => {
     it.effect("serves request counts and latency by route template and status, executions and model tokens", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const setup = yield* TestServer.oneStepOrchestration("local")
         const { account } = setup
@@ -47,14 +48,18 @@ describe("GET /metrics", () => {
           if (
             sample(metrics.text, "executions_total", { status: "completed" }) === 1 &&
             sample(metrics.text, "workflows_in_flight", {}) === 0
-          ) break
+          )
+            break
           yield* Effect.sleep("20 millis")
           metrics = yield* client.request("GET", "/metrics")
         }
         assert.strictEqual(metrics.status, 200)
         assert.match(metrics.headers.get("content-type") ?? "", /^text\/plain/)
         const text = metrics.text
-        assert.strictEqual(sample(text, "http_requests_total", { method: "GET", route: "/api/v1/agents", status: "200" }), 3)
+        assert.strictEqual(
+          sample(text, "http_requests_total", { method: "GET", route: "/api/v1/agents", status: "200" }),
+          3
+        )
         assert.strictEqual(
           sample(text, "http_requests_total", { route: "/api/agents/:id/conversations", status: "404" }),
           1
@@ -72,10 +77,11 @@ describe("GET /metrics", () => {
         assert.strictEqual(sample(text, "workflow_start_lookups_total", { source: "database" }) ?? 0, 0)
         // Ids never become labels: the route is the template.
         assert.notInclude(text, setup.agentId)
-      }))
+      })
+    )
 
     it.effect("without METRICS_TOKEN: a loopback scrape is answered, one a proxy forwarded is a 403 problem", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const local = yield* client.request("GET", "/metrics")
         assert.strictEqual(local.status, 200)
@@ -93,37 +99,45 @@ describe("GET /metrics", () => {
           assert.match(refused.body.detail, /METRICS_TOKEN/)
           assert.notInclude(refused.text, "http_requests_total")
         }
-      }))
+      })
+    )
   })
 
-  layer(TestServer.layer({ metricsEnabled: false, clusterCallTimeout: Duration.zero }), { excludeTestServices: true })((it) => {
-    it.effect("METRICS_ENABLED=false: no /metrics; a cluster that does not take the start in time is a 503 problem", () =>
-      Effect.gen(function*() {
-        const client = yield* TestClient
-        const metrics = yield* client.request("GET", "/metrics")
-        assert.strictEqual(metrics.status, 404)
+  layer(TestServer.layer({ metricsEnabled: false, clusterCallTimeout: Duration.zero }), { excludeTestServices: true })(
+    (it) => {
+      it.effect(
+        "METRICS_ENABLED=false: no /metrics; a cluster that does not take the start in time is a 503 problem",
+        () =>
+          Effect.gen(function* () {
+            const client = yield* TestClient
+            const metrics = yield* client.request("GET", "/metrics")
+            assert.strictEqual(metrics.status, 404)
 
-        const started = yield* executeOnce(yield* TestServer.oneStepOrchestration("local"))
-        assert.strictEqual(started.status, 503)
-        assert.strictEqual(started.headers.get("content-type"), "application/problem+json")
-        assert.strictEqual(started.body.detail, "The execution is stored and will start shortly")
-        assert.isString(started.body.executionId)
-      }))
-  })
+            const started = yield* executeOnce(yield* TestServer.oneStepOrchestration("local"))
+            assert.strictEqual(started.status, 503)
+            assert.strictEqual(started.headers.get("content-type"), "application/problem+json")
+            assert.strictEqual(started.body.detail, "The execution is stored and will start shortly")
+            assert.isString(started.body.executionId)
+          })
+      )
+    }
+  )
 
   const withFakeOpenAi = (settings: Parameters<typeof TestServer.layer>[0] = {}) =>
-    Layer.unwrap(Effect.gen(function*() {
-      const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
-      return TestServer.layer({
-        openaiBaseUrl: openai.url,
-        openaiApiKey: Option.some(Redacted.make(openaiKey)),
-        ...settings
+    Layer.unwrap(
+      Effect.gen(function* () {
+        const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
+        return TestServer.layer({
+          openaiBaseUrl: openai.url,
+          openaiApiKey: Option.some(Redacted.make(openaiKey)),
+          ...settings
+        })
       })
-    }))
+    )
 
   layer(withFakeOpenAi(), { excludeTestServices: true })((it) => {
     it.effect("model labels are bounded: a tenant's made-up model name counts as openai/other", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(account, ["chat"])
@@ -138,24 +152,33 @@ describe("GET /metrics", () => {
         const metrics = yield* client.request("GET", "/metrics")
         assert.strictEqual(metrics.status, 200)
         assert.notInclude(metrics.text, "some-made-up-name")
-        assert.isAbove(sample(metrics.text, "model_tokens_total", { model: "openai/other", direction: "output" }) ?? 0, 0)
+        assert.isAbove(
+          sample(metrics.text, "model_tokens_total", { model: "openai/other", direction: "output" }) ?? 0,
+          0
+        )
         assert.isAbove(
           sample(metrics.text, "model_tokens_total", { model: "openai/gpt-4o-mini", direction: "output" }) ?? 0,
           0
         )
         assert.isDefined(sample(metrics.text, "model_request_duration_seconds_count", { model: "openai/other" }))
-      }))
+      })
+    )
   })
 
   const metricsToken = "metrics-scrape-token-0123456789"
   layer(TestServer.layer({ metricsToken: Option.some(Redacted.make(metricsToken)) }), { excludeTestServices: true })(
     (it) => {
       it.effect("METRICS_TOKEN: /metrics answers 401 problem+json without the bearer token, 200 with it", () =>
-        Effect.gen(function*() {
+        Effect.gen(function* () {
           const client = yield* TestClient
-          for (const headers of [{}, TestServer.bearer("wrong"), TestServer.bearer(`${metricsToken}x`), {
-            authorization: `Basic ${metricsToken}`
-          }]) {
+          for (const headers of [
+            {},
+            TestServer.bearer("wrong"),
+            TestServer.bearer(`${metricsToken}x`),
+            {
+              authorization: `Basic ${metricsToken}`
+            }
+          ]) {
             const refused = yield* client.request("GET", "/metrics", { headers })
             assert.strictEqual(refused.status, 401)
             assert.strictEqual(refused.headers.get("content-type"), "application/problem+json")
@@ -167,7 +190,8 @@ describe("GET /metrics", () => {
           const scraped = yield* client.request("GET", "/metrics", { headers: TestServer.bearer(metricsToken) })
           assert.strictEqual(scraped.status, 200)
           assert.include(scraped.text, "http_requests_total")
-        }))
+        })
+      )
     }
   )
 })
@@ -190,7 +214,7 @@ describe("who may scrape without METRICS_TOKEN", () => {
 
 describe("labelled metrics", () => {
   it.effect("one metric per set of label values, made once, each counting its own series in the registry", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const made: Array<Record<string, string>> = []
       const tokens = labelled(["model", "direction"], (attributes) => {
         made.push(attributes)
@@ -214,7 +238,8 @@ describe("labelled metrics", () => {
       const count = (direction: string) =>
         series.find((entry) => entry.attributes?.direction === direction && entry.attributes?.model === "local")
       assert.strictEqual(series.length, 2)
-      assert.deepStrictEqual((count("input")?.state as { count: number }).count, 30)
-      assert.deepStrictEqual((count("output")?.state as { count: number }).count, 6)
-    }))
+      assert.deepStrictEqual((count("input")!.state as { count: number }).count, 30)
+      assert.deepStrictEqual((count("output")!.state as { count: number }).count, 6)
+    })
+  )
 })

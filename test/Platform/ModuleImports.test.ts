@@ -18,8 +18,9 @@ const isGroupIndex = (specifier: string) => {
 
 describe("module imports", () => {
   it("src/ never imports an effect group's index", () => {
-    const files = Fs.readdirSync(Path.join(root, "src"), { recursive: true, encoding: "utf8" })
-      .filter((file) => file.endsWith(".ts"))
+    const files = Fs.readdirSync(Path.join(root, "src"), { recursive: true, encoding: "utf8" }).filter((file) =>
+      file.endsWith(".ts")
+    )
     assert.isAbove(files.length, 50)
     const offenders: Array<string> = []
     for (const file of files) {

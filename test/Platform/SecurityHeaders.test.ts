@@ -16,7 +16,7 @@ const assertHardened = (response: TestResponse, what: string) => {
 describe("security headers", () => {
   layer(TestServer.layer(), { excludeTestServices: true })((it) => {
     it.effect("responses with tokens, keys and tenants' data are neither cached nor sniffed nor framed", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const email = `user-${Crypto.randomBytes(6).toString("hex")}@example.com`
         const password = "correct horse battery staple"
@@ -46,20 +46,28 @@ describe("security headers", () => {
         assertHardened(yield* client.request("GET", "/health/live"), "health")
         // Not served over HTTPS (COOKIE_SECURE off): no HSTS.
         assert.isNull(login.headers.get("strict-transport-security"))
-      }))
+      })
+    )
 
     it.effect("/docs, on the cookie's origin, may run only its own inline scripts, each listed by its sha256", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const docs = yield* client.request("GET", "/docs")
         assert.strictEqual(docs.status, 200)
         assertHardened(docs, "/docs")
         const policy = docs.headers.get("content-security-policy") ?? ""
-        const directives = new Map(policy.split(";").map((directive) => {
-          const [name = "", ...values] = directive.trim().split(/\s+/)
-          return [name, values] as const
-        }))
-        for (const [name, value] of [["frame-ancestors", "'none'"], ["base-uri", "'none'"], ["object-src", "'none'"], ["form-action", "'self'"]]) {
+        const directives = new Map(
+          policy.split(";").map((directive) => {
+            const [name = "", ...values] = directive.trim().split(/\s+/)
+            return [name, values] as const
+          })
+        )
+        for (const [name, value] of [
+          ["frame-ancestors", "'none'"],
+          ["base-uri", "'none'"],
+          ["object-src", "'none'"],
+          ["form-action", "'self'"]
+        ]) {
           assert.deepStrictEqual(directives.get(name!), [value], name)
         }
         const scriptSrc = directives.get("script-src") ?? []
@@ -87,15 +95,17 @@ describe("security headers", () => {
         // The policy is computed once and served again as is.
         const again = yield* client.request("GET", "/docs")
         assert.strictEqual(again.headers.get("content-security-policy"), policy)
-      }))
+      })
+    )
   })
 
   layer(TestServer.layer({ cookieSecure: true }), { excludeTestServices: true })((it) => {
     it.effect("behind HTTPS (COOKIE_SECURE=true) responses also carry HSTS", () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const client = yield* TestClient
         const live = yield* client.request("GET", "/health/live")
         assert.match(live.headers.get("strict-transport-security") ?? "", /^max-age=\d+/)
-      }))
+      })
+    )
   })
 })

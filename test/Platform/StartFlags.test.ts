@@ -35,7 +35,9 @@ describe("start flags", () => {
   })
 
   it("node accepts every flag", () => {
-    const result = ChildProcess.spawnSync(process.execPath, [...npmStartFlags(), "-e", "process.exit(0)"], { encoding: "utf8" })
+    const result = ChildProcess.spawnSync(process.execPath, [...npmStartFlags(), "-e", "process.exit(0)"], {
+      encoding: "utf8"
+    })
     assert.strictEqual(result.stderr, "")
     assert.strictEqual(result.status, 0)
   })

@@ -9,14 +9,17 @@ import { TestDatabaseUrl } from "../support/TestServer.ts"
 const cap = 3
 
 /** Two nodes on one database: a cap of 3 streams per tenant, a fallback poll far longer than any wait below. */
-class Nodes extends Context.Service<Nodes, {
-  readonly a: ClusterNode
-  readonly b: ClusterNode
-}>()("test/StreamSlotNodes") {}
+class Nodes extends Context.Service<
+  Nodes,
+  {
+    readonly a: ClusterNode
+    readonly b: ClusterNode
+  }
+>()("test/StreamSlotNodes") {}
 
 const NodesLayer = Layer.effect(
   Nodes,
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const databaseUrl = yield* TestDatabaseUrl
     const openai = yield* FakeOpenAi.make({ apiKey: openaiKey })
     // Executions' model calls never answer: their runs stay open until cancelled.
@@ -94,7 +97,13 @@ const openSse = (url: string, init: { method?: string; headers: Record<string, s
     })
     const close = () => controller.abort()
     if (response.status !== 200) {
-      return { status: response.status, problem: await response.json(), events: () => [], ended: Promise.resolve(), close }
+      return {
+        status: response.status,
+        problem: await response.json(),
+        events: () => [],
+        ended: Promise.resolve(),
+        close
+      }
     }
     const events: Array<{ event: string; data: any }> = []
     const reader = response.body!.getReader()
@@ -110,8 +119,11 @@ const openSse = (url: string, init: { method?: string; headers: Record<string, s
           while ((cut = buffer.indexOf("\n\n")) >= 0) {
             const block = buffer.slice(0, cut)
             buffer = buffer.slice(cut + 2)
-            const fields = Object.fromEntries(block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)]))
-            if (fields.event !== undefined) events.push({ event: fields.event, data: JSON.parse(fields.data ?? "null") })
+            const fields = Object.fromEntries(
+              block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)])
+            )
+            if (fields.event !== undefined)
+              events.push({ event: fields.event, data: JSON.parse(fields.data ?? "null") })
           }
         }
       } catch {
@@ -125,7 +137,11 @@ const executionStream = (node: ClusterNode, bearer: Record<string, string>, exec
   openSse(`${node.baseUrl}/api/v1/executions/${executionId}/events`, { headers: bearer })
 
 const chatStream = (node: ClusterNode, bearer: Record<string, string>, agentId: string) =>
-  openSse(`${node.baseUrl}/api/v1/agents/${agentId}/chat`, { method: "POST", headers: bearer, body: { message: "Hello" } })
+  openSse(`${node.baseUrl}/api/v1/agents/${agentId}/chat`, {
+    method: "POST",
+    headers: bearer,
+    body: { message: "Hello" }
+  })
 
 const assertTooMany = (opened: Opened) => {
   assert.strictEqual(opened.status, 429, JSON.stringify(opened.problem))
@@ -137,7 +153,7 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
   it.effect(
     "a tenant's cap holds across both nodes and counts streamed chats; another tenant still streams; an ended stream gives its place back",
     () =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const { a, b } = yield* Nodes
         const t = yield* tenant(a, "slots-cap@example.com")
         const executionId = yield* Effect.promise(t.execute)
@@ -148,7 +164,15 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
         assert.strictEqual(onB.status, 200)
         const chat = yield* chatStream(b, t.bearer, t.chatterId)
         assert.strictEqual(chat.status, 200, JSON.stringify(chat.problem))
-        yield* eventually(Effect.sync(() => assert.isTrue(chat.events().some((e) => e.event === "delta"), "the chat's first delta")), within)
+        yield* eventually(
+          Effect.sync(() =>
+            assert.isTrue(
+              chat.events().some((e) => e.event === "delta"),
+              "the chat's first delta"
+            )
+          ),
+          within
+        )
 
         // Three open, on two nodes: a fourth is refused on either node, chat or events alike.
         assertTooMany(yield* executionStream(a, t.bearer, executionId))
@@ -156,7 +180,11 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
         assertTooMany(yield* chatStream(a, t.bearer, t.chatterId))
         // A chat answered as JSON streams nothing and takes no place.
         const plain = yield* Effect.promise(() =>
-          request(`${a.baseUrl}/api/v1/agents/${t.chatterId}/chat`, { method: "POST", headers: t.bearer, body: { message: "Hi" } })
+          request(`${a.baseUrl}/api/v1/agents/${t.chatterId}/chat`, {
+            method: "POST",
+            headers: t.bearer,
+            body: { message: "Hi" }
+          })
         )
         assert.strictEqual(plain.status, 200, plain.text)
 
@@ -168,12 +196,15 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
 
         // A client that hangs up gives its place back, whichever node it was on.
         chat.close()
-        const reopened = yield* eventually(Effect.promise(async () => {
-          const opened = await Effect.runPromise(executionStream(a, t.bearer, executionId))
-          if (opened.status === 200) return opened
-          assertTooMany(opened)
-          throw new Error("no place yet after the chat closed")
-        }), within)
+        const reopened = yield* eventually(
+          Effect.promise(async () => {
+            const opened = await Effect.runPromise(executionStream(a, t.bearer, executionId))
+            if (opened.status === 200) return opened
+            assertTooMany(opened)
+            throw new Error("no place yet after the chat closed")
+          }),
+          within
+        )
 
         // Streams the server ends (the run finished) give theirs back too.
         const cancelled = yield* Effect.promise(() =>
@@ -184,18 +215,21 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
           yield* Effect.promise(() => stream.ended)
           assert.strictEqual(stream.events().at(-1)?.event, "execution.cancelled")
         }
-        const chats = yield* eventually(Effect.promise(async () => {
-          const opened: Array<Opened> = []
-          for (const node of [a, b, a]) {
-            const one = await Effect.runPromise(chatStream(node, t.bearer, t.chatterId))
-            opened.push(one)
-            if (one.status !== 200) {
-              opened.forEach((o) => o.close())
-              throw new Error(`not every place free again: ${one.status}`)
+        const chats = yield* eventually(
+          Effect.promise(async () => {
+            const opened: Array<Opened> = []
+            for (const node of [a, b, a]) {
+              const one = await Effect.runPromise(chatStream(node, t.bearer, t.chatterId))
+              opened.push(one)
+              if (one.status !== 200) {
+                opened.forEach((o) => o.close())
+                throw new Error(`not every place free again: ${one.status}`)
+              }
             }
-          }
-          return opened
-        }), within)
+            return opened
+          }),
+          within
+        )
         assert.strictEqual(chats.length, cap)
         assertTooMany(yield* chatStream(b, t.bearer, t.chatterId))
         chats.forEach((c) => c.close())
@@ -203,7 +237,7 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
   )
 
   it.effect("a stream hears its run's events through the node's listener, long before the fallback poll", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { a, b } = yield* Nodes
       const t = yield* tenant(a, "slots-listen@example.com")
       const executionId = yield* Effect.promise(t.execute)
@@ -211,7 +245,12 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
       const stream = yield* executionStream(b, t.bearer, executionId)
       assert.strictEqual(stream.status, 200)
       yield* eventually(
-        Effect.sync(() => assert.isTrue(stream.events().some((e) => e.event === "execution.running"), "the execution's first events")),
+        Effect.sync(() =>
+          assert.isTrue(
+            stream.events().some((e) => e.event === "execution.running"),
+            "the execution's first events"
+          )
+        ),
         within
       )
 
@@ -222,7 +261,12 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
       assert.strictEqual(cancelled.status, 202, cancelled.text)
       // The fallback poll is a minute: only a notification brings the event this soon.
       yield* eventually(
-        Effect.sync(() => assert.isTrue(stream.events().some((e) => e.event === "execution.cancelled"), "execution.cancelled on the stream")),
+        Effect.sync(() =>
+          assert.isTrue(
+            stream.events().some((e) => e.event === "execution.cancelled"),
+            "execution.cancelled on the stream"
+          )
+        ),
         { timeoutMs: 3_000 }
       )
       const heardAfter = Date.now() - cancelledAt
@@ -230,10 +274,11 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
       assert.isBelow(heardAfter, 3_000)
       yield* Effect.promise(() => stream.ended)
       assert.strictEqual(stream.events().at(-1)?.event, "execution.cancelled")
-    }))
+    })
+  )
 
   it.effect("a killed node's places come back once their lease runs out", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const { a, b } = yield* Nodes
       const t = yield* tenant(a, "slots-dead@example.com")
       const executionId = yield* Effect.promise(t.execute)
@@ -243,17 +288,21 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
       const killedAt = Date.now()
       // The dead node's places still count until their lease (3 s) runs out.
       assertTooMany(yield* executionStream(a, t.bearer, executionId))
-      const opened = yield* eventually(Effect.promise(async () => {
-        const one = await Effect.runPromise(executionStream(a, t.bearer, executionId))
-        if (one.status === 200) return one
-        assertTooMany(one)
-        throw new Error("no place yet on the surviving node")
-      }), within)
+      const opened = yield* eventually(
+        Effect.promise(async () => {
+          const one = await Effect.runPromise(executionStream(a, t.bearer, executionId))
+          if (one.status === 200) return one
+          assertTooMany(one)
+          throw new Error("no place yet on the surviving node")
+        }),
+        within
+      )
       const after = Date.now() - killedAt
       console.log(`a place came back ${after} ms after its node was killed`)
       opened.close()
       yield* Effect.promise(() =>
         request(`${a.baseUrl}/api/v1/executions/${executionId}/cancel`, { method: "POST", headers: t.bearer })
       )
-    }))
+    })
+  )
 })

@@ -26,7 +26,7 @@ const fields = [
   "updatedAt"
 ]
 
-const setUp = Effect.gen(function*() {
+const setUp = Effect.gen(function* () {
   const account = yield* TestServer.signUp()
   const first = yield* TestServer.createAgent(account, { name: "First" })
   const second = yield* TestServer.createAgent(account, { name: "Second" })
@@ -35,7 +35,7 @@ const setUp = Effect.gen(function*() {
 
 layer(TestServer.layer(), { excludeTestServices: true })("the team model", (it) => {
   it.effect("every route shows the same fields in the same order, with the room", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const { account, auth, first } = yield* setUp
       const { key } = yield* TestServer.createKey(account)
@@ -50,16 +50,14 @@ layer(TestServer.layer(), { excludeTestServices: true })("the team model", (it) 
       const listed = yield* client.request("GET", "/api/teams", auth)
       const v1 = yield* client.request("GET", "/api/v1/teams", { headers: TestServer.bearer(key) })
       const publicList = yield* client.request("GET", "/api/public/teams", { headers: { "x-api-key": key } })
-      for (
-        const [route, body] of [
-          ["create", created.body],
-          ["get", read.body],
-          ["update", updated.body],
-          ["list", listed.body.data[0]],
-          ["v1 list", v1.body.data[0]],
-          ["public list", publicList.body.data[0]]
-        ]
-      ) {
+      for (const [route, body] of [
+        ["create", created.body],
+        ["get", read.body],
+        ["update", updated.body],
+        ["list", listed.body.data[0]],
+        ["v1 list", v1.body.data[0]],
+        ["public list", publicList.body.data[0]]
+      ]) {
         assert.deepStrictEqual(Object.keys(body), fields, route)
       }
       assert.deepStrictEqual(Object.keys(v1.body), ["success", "data", "total", "nextCursor"])
@@ -76,17 +74,21 @@ layer(TestServer.layer(), { excludeTestServices: true })("the team model", (it) 
         timeoutMs: 600_000,
         room: { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
       })
-    }))
+    })
+  )
 
   it.effect("an update keeps what it does not carry; leaving `leader` drops the leader unless one is sent", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const { account, auth, first, second } = yield* setUp
       const created = yield* createTeam(account, {
         name: "Full",
         description: "All set",
         status: "inactive",
-        members: [{ agentId: first.id, role: "writes" }, { agentId: second.id, role: "checks" }],
+        members: [
+          { agentId: first.id, role: "writes" },
+          { agentId: second.id, role: "checks" }
+        ],
         turnTaking: "leader",
         leaderAgentId: second.id,
         maxTurns: 4,
@@ -99,8 +101,14 @@ layer(TestServer.layer(), { excludeTestServices: true })("the team model", (it) 
       assert.deepStrictEqual({ ...same.body, updatedAt: undefined }, { ...created, updatedAt: undefined })
       const one = yield* client.request("PUT", `/api/teams/${id}`, { ...auth, body: { description: "" } })
       assert.strictEqual(one.status, 200)
-      assert.deepStrictEqual({ ...one.body, updatedAt: undefined }, { ...created, description: "", updatedAt: undefined })
-      const roundRobin = yield* client.request("PUT", `/api/teams/${id}`, { ...auth, body: { turnTaking: "round_robin" } })
+      assert.deepStrictEqual(
+        { ...one.body, updatedAt: undefined },
+        { ...created, description: "", updatedAt: undefined }
+      )
+      const roundRobin = yield* client.request("PUT", `/api/teams/${id}`, {
+        ...auth,
+        body: { turnTaking: "round_robin" }
+      })
       assert.strictEqual(roundRobin.status, 200)
       assert.deepStrictEqual(
         { ...roundRobin.body, updatedAt: undefined },
@@ -108,10 +116,11 @@ layer(TestServer.layer(), { excludeTestServices: true })("the team model", (it) 
       )
       const read = yield* client.request("GET", `/api/teams/${id}`, auth)
       assert.deepStrictEqual(read.body, roundRobin.body)
-    }))
+    })
+  )
 
   it.effect("a cursor of one tenant's list shows another tenant nothing of it", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const { account, auth, first } = yield* setUp
       const stranger = yield* TestServer.signUp()
@@ -123,5 +132,6 @@ layer(TestServer.layer(), { excludeTestServices: true })("the team model", (it) 
       })
       assert.strictEqual(foreign.status, 200)
       assert.deepStrictEqual(foreign.body, { data: [], total: 0, nextCursor: null })
-    }))
+    })
+  )
 })

@@ -70,23 +70,21 @@ describe("addresses", () => {
     for (const address of ["127.0.0.1", "10.0.0.1", "192.168.1.1", "::1", "fd12::1", "::ffff:127.0.0.1", "fe80::1"]) {
       assert.isUndefined(Guard.refusal(address, true), address)
     }
-    for (
-      const address of [
-        "169.254.169.254",
-        "::ffff:169.254.169.254",
-        "fd00:ec2::254",
-        "100.100.100.200",
-        "224.0.0.1",
-        "0.0.0.0",
-        "169.254.1.1",
-        "169.254.170.2",
-        "169.254.170.23",
-        "::ffff:169.254.170.2",
-        "64:ff9b::a9fe:aa02",
-        "fd00:ec2::23",
-        "fd00:ec2:ffff::1"
-      ]
-    ) {
+    for (const address of [
+      "169.254.169.254",
+      "::ffff:169.254.169.254",
+      "fd00:ec2::254",
+      "100.100.100.200",
+      "224.0.0.1",
+      "0.0.0.0",
+      "169.254.1.1",
+      "169.254.170.2",
+      "169.254.170.23",
+      "::ffff:169.254.170.2",
+      "64:ff9b::a9fe:aa02",
+      "fd00:ec2::23",
+      "fd00:ec2:ffff::1"
+    ]) {
       assert.match(Guard.refusal(address, true) ?? "", /metadata|multicast|unspecified/, address)
     }
     assert.match(Guard.refusal("64:ff9b:1:7f00:0:100:808:808", true) ?? "", /local-use NAT64/)
@@ -94,27 +92,37 @@ describe("addresses", () => {
   })
 
   it.effect("a delivery connects to the checked address, whatever the name would resolve to now", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const receiver = yield* FakeReceiver.make
-      // `.invalid` never resolves: the request can only have gone to the pinned address.
-      const url = new URL(`http://pinned.invalid:${receiver.port}/path?q=1`)
-      const answer = yield* Guard.post({
-        url,
-        address: "127.0.0.1",
-        headers: { "content-type": "application/json" },
-        body: "{\"a\":1}",
-        timeout: Duration.seconds(5),
-        maxBody: 1024
+    Effect.scoped(
+      Effect.gen(function* () {
+        const receiver = yield* FakeReceiver.make
+        // `.invalid` never resolves: the request can only have gone to the pinned address.
+        const url = new URL(`http://pinned.invalid:${receiver.port}/path?q=1`)
+        const answer = yield* Guard.post({
+          url,
+          address: "127.0.0.1",
+          headers: { "content-type": "application/json" },
+          body: '{"a":1}',
+          timeout: Duration.seconds(5),
+          maxBody: 1024
+        })
+        assert.strictEqual(answer.status, 200)
+        assert.strictEqual(receiver.requests[0]!.headers.host, `pinned.invalid:${receiver.port}`)
+        assert.strictEqual(receiver.requests[0]!.path, "/path?q=1")
+        assert.strictEqual(receiver.requests[0]!.body, '{"a":1}')
+        // At most 1 KB of an answer is kept.
+        receiver.script({ body: "x".repeat(100_000) })
+        const long = yield* Guard.post({
+          url,
+          address: "127.0.0.1",
+          headers: {},
+          body: "",
+          timeout: Duration.seconds(5),
+          maxBody: 1024
+        })
+        assert.strictEqual(long.body.length, 1024)
       })
-      assert.strictEqual(answer.status, 200)
-      assert.strictEqual(receiver.requests[0]!.headers.host, `pinned.invalid:${receiver.port}`)
-      assert.strictEqual(receiver.requests[0]!.path, "/path?q=1")
-      assert.strictEqual(receiver.requests[0]!.body, "{\"a\":1}")
-      // At most 1 KB of an answer is kept.
-      receiver.script({ body: "x".repeat(100_000) })
-      const long = yield* Guard.post({ url, address: "127.0.0.1", headers: {}, body: "", timeout: Duration.seconds(5), maxBody: 1024 })
-      assert.strictEqual(long.body.length, 1024)
-    })))
+    )
+  )
 })
 
 describe("ports and targets", () => {
@@ -123,14 +131,23 @@ describe("ports and targets", () => {
     Guard.admit(new URL(url), addresses, { ...policy, ...overrides })
 
   it("a public address is reached on WEBHOOK_ALLOWED_PORTS only, the scheme's port included", () => {
-    for (const url of ["http://x.test/", "https://x.test/", "http://x.test:8080/", "https://x.test:8443/", "http://x.test:443/"]) {
+    for (const url of [
+      "http://x.test/",
+      "https://x.test/",
+      "http://x.test:8080/",
+      "https://x.test:8443/",
+      "http://x.test:443/"
+    ]) {
       assert.isTrue(Result.isSuccess(admit(url, ["93.184.215.14"])), url)
     }
     for (const port of [22, 5432, 34431, 6379, 8081]) {
       const refused = admit(`http://x.test:${port}/`, ["93.184.215.14"])
       assert.isTrue(Result.isFailure(refused), String(port))
       if (Result.isFailure(refused)) {
-        assert.strictEqual(refused.failure, `Refused port: ${port} is not one of 80, 443, 8080, 8443 (WEBHOOK_ALLOWED_PORTS)`)
+        assert.strictEqual(
+          refused.failure,
+          `Refused port: ${port} is not one of 80, 443, 8080, 8443 (WEBHOOK_ALLOWED_PORTS)`
+        )
       }
     }
     // The list is the operator's.
@@ -163,62 +180,98 @@ describe("name resolution", () => {
   const policy: Guard.Policy = { allowPrivate: false, allowedPorts: [80, 443] }
 
   it.live("names are resolved with c-ares at the configured servers (A and AAAA), every address checked", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const dns = yield* FakeDns.make({
-        "public.test": { a: ["93.184.215.14"], aaaa: ["2606:4700:4700::1111"] },
-        "v6only.test": { aaaa: ["2606:4700:4700::1111"] },
-        "rebind.test": { a: ["93.184.215.14", "127.0.0.1"] },
-        "empty.test": {}
+    Effect.scoped(
+      Effect.gen(function* () {
+        const dns = yield* FakeDns.make({
+          "public.test": { a: ["93.184.215.14"], aaaa: ["2606:4700:4700::1111"] },
+          "v6only.test": { aaaa: ["2606:4700:4700::1111"] },
+          "rebind.test": { a: ["93.184.215.14", "127.0.0.1"] },
+          "empty.test": {}
+        })
+        const guard = yield* Guard.make({ policy, concurrency: 4, servers: [dns.address] })
+        assert.deepStrictEqual(yield* guard.check(new URL("https://public.test/hook")), {
+          addresses: ["93.184.215.14", "2606:4700:4700::1111"],
+          public: true
+        })
+        assert.deepStrictEqual((yield* guard.check(new URL("http://v6only.test/"))).addresses, ["2606:4700:4700::1111"])
+        assert.match(
+          yield* Effect.flip(guard.check(new URL("http://rebind.test/"))),
+          /^Refused address: 127\.0\.0\.1 is a loopback address/
+        )
+        assert.match(
+          yield* Effect.flip(guard.check(new URL("http://missing.test/"))),
+          /^missing\.test could not be resolved \(ENOTFOUND\)/
+        )
+        assert.match(
+          yield* Effect.flip(guard.check(new URL("http://empty.test/"))),
+          /^empty\.test could not be resolved \(ENODATA\)/
+        )
+        assert.deepStrictEqual([...new Set(dns.queries.map((query) => `${query.name} ${query.type}`))].sort(), [
+          "empty.test A",
+          "empty.test AAAA",
+          "missing.test A",
+          "missing.test AAAA",
+          "public.test A",
+          "public.test AAAA",
+          "rebind.test A",
+          "rebind.test AAAA",
+          "v6only.test A",
+          "v6only.test AAAA"
+        ])
+        // Literal addresses and localhost ask no name server.
+        const asked = dns.queries.length
+        assert.match(
+          yield* Effect.flip(guard.check(new URL("http://localhost:80/"))),
+          /127\.0\.0\.1 is a loopback address/
+        )
+        assert.match(yield* Effect.flip(guard.check(new URL("http://api.localhost/"))), /loopback/)
+        assert.deepStrictEqual((yield* guard.check(new URL("http://8.8.8.8/"))).addresses, ["8.8.8.8"])
+        assert.strictEqual(dns.queries.length, asked)
       })
-      const guard = yield* Guard.make({ policy, concurrency: 4, servers: [dns.address] })
-      assert.deepStrictEqual(yield* guard.check(new URL("https://public.test/hook")), {
-        addresses: ["93.184.215.14", "2606:4700:4700::1111"],
-        public: true
-      })
-      assert.deepStrictEqual((yield* guard.check(new URL("http://v6only.test/"))).addresses, ["2606:4700:4700::1111"])
-      assert.match(yield* Effect.flip(guard.check(new URL("http://rebind.test/"))), /^Refused address: 127\.0\.0\.1 is a loopback address/)
-      assert.match(yield* Effect.flip(guard.check(new URL("http://missing.test/"))), /^missing\.test could not be resolved \(ENOTFOUND\)/)
-      assert.match(yield* Effect.flip(guard.check(new URL("http://empty.test/"))), /^empty\.test could not be resolved \(ENODATA\)/)
-      assert.deepStrictEqual(
-        [...new Set(dns.queries.map((query) => `${query.name} ${query.type}`))].sort(),
-        ["empty.test A", "empty.test AAAA", "missing.test A", "missing.test AAAA", "public.test A", "public.test AAAA", "rebind.test A", "rebind.test AAAA", "v6only.test A", "v6only.test AAAA"]
-      )
-      // Literal addresses and localhost ask no name server.
-      const asked = dns.queries.length
-      assert.match(yield* Effect.flip(guard.check(new URL("http://localhost:80/"))), /127\.0\.0\.1 is a loopback address/)
-      assert.match(yield* Effect.flip(guard.check(new URL("http://api.localhost/"))), /loopback/)
-      assert.deepStrictEqual((yield* guard.check(new URL("http://8.8.8.8/"))).addresses, ["8.8.8.8"])
-      assert.strictEqual(dns.queries.length, asked)
-    })))
+    )
+  )
 
   it.live("a name server that never answers: each lookup ends within 5 s, and at most `concurrency` run at once", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const names = ["a.test", "b.test", "c.test", "d.test"]
-      const dns = yield* FakeDns.make(Object.fromEntries(names.map((name) => [name, "silent" as const])))
-      const guard = yield* Guard.make({ policy, concurrency: 2, servers: [dns.address] })
-      const started = Date.now()
-      const outcomes = yield* Effect.forEach(
-        names,
-        (name) => guard.check(new URL(`http://${name}/`)).pipe(Effect.flip, Effect.map((why) => ({ why, at: Date.now() }))),
-        { concurrency: "unbounded" }
-      )
-      for (const outcome of outcomes) assert.match(outcome.why, /could not be resolved/)
-      assert.isBelow(Math.max(...outcomes.map((outcome) => outcome.at)) - started, 6_500)
-      // Until a lookup had ended, only two names had been asked about.
-      const firstEnd = Math.min(...outcomes.map((outcome) => outcome.at))
-      assert.strictEqual(new Set(dns.queries.filter((query) => query.at < firstEnd).map((query) => query.name)).size, 2)
-    })))
+    Effect.scoped(
+      Effect.gen(function* () {
+        const names = ["a.test", "b.test", "c.test", "d.test"]
+        const dns = yield* FakeDns.make(Object.fromEntries(names.map((name) => [name, "silent" as const])))
+        const guard = yield* Guard.make({ policy, concurrency: 2, servers: [dns.address] })
+        const started = Date.now()
+        const outcomes = yield* Effect.forEach(
+          names,
+          (name) =>
+            guard.check(new URL(`http://${name}/`)).pipe(
+              Effect.flip,
+              Effect.map((why) => ({ why, at: Date.now() }))
+            ),
+          { concurrency: "unbounded" }
+        )
+        for (const outcome of outcomes) assert.match(outcome.why, /could not be resolved/)
+        assert.isBelow(Math.max(...outcomes.map((outcome) => outcome.at)) - started, 6_500)
+        // Until a lookup had ended, only two names had been asked about.
+        const firstEnd = Math.min(...outcomes.map((outcome) => outcome.at))
+        assert.strictEqual(
+          new Set(dns.queries.filter((query) => query.at < firstEnd).map((query) => query.name)).size,
+          2
+        )
+      })
+    )
+  )
 })
 
 describe("settings", () => {
   const read = (env: Record<string, string>) => Effect.result(settingsConfig.parse(ConfigProvider.fromEnv({ env })))
 
   it.effect("bad webhook settings stop the start with a message naming the variable", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const good = yield* read({ WEBHOOK_RETRY_SCHEDULE: "100ms, 2s,5m,1h,1d", WEBHOOK_ALLOW_PRIVATE: "yes" })
       assert.isTrue(Result.isSuccess(good))
       if (Result.isSuccess(good)) {
-        assert.deepStrictEqual(good.success.webhookRetrySchedule.map(Duration.toMillis), [100, 2_000, 300_000, 3_600_000, 86_400_000])
+        assert.deepStrictEqual(
+          good.success.webhookRetrySchedule.map(Duration.toMillis),
+          [100, 2_000, 300_000, 3_600_000, 86_400_000]
+        )
         assert.isTrue(good.success.webhookAllowPrivate)
       }
       const defaults = yield* read({})
@@ -247,18 +300,22 @@ describe("settings", () => {
         assert.isTrue(Result.isFailure(bad), name)
         if (Result.isFailure(bad)) assert.include(String(bad.failure), name)
       }
-    }))
+    })
+  )
 })
 
 const key = Option.some(Redacted.make(Crypto.randomBytes(32).toString("base64")))
 
-layer(TestServer.layer({
-  webhookAllowPrivate: false,
-  webhookRetrySchedule: [Duration.millis(100), Duration.millis(100)],
-  webhookSecretKey: key
-}), { excludeTestServices: true })("webhook URLs with WEBHOOK_ALLOW_PRIVATE off", (it) => {
+layer(
+  TestServer.layer({
+    webhookAllowPrivate: false,
+    webhookRetrySchedule: [Duration.millis(100), Duration.millis(100)],
+    webhookSecretKey: key
+  }),
+  { excludeTestServices: true }
+)("webhook URLs with WEBHOOK_ALLOW_PRIVATE off", (it) => {
   it.effect("a URL that is not public http(s) is a 400 naming the field, on create and on update", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const client = yield* TestClient
       const account = yield* TestServer.signUp()
       const agent = yield* TestServer.createAgent(account, { model: "local" })
@@ -292,7 +349,11 @@ layer(TestServer.layer({
         })
         assert.strictEqual(created.status, 400, `${url}: ${created.text}`)
         assert.strictEqual(created.headers.get("content-type"), "application/problem+json")
-        assert.deepStrictEqual(created.body.errors.map((error: any) => error.path), [["payload", "outputWebhookUrl"]], url)
+        assert.deepStrictEqual(
+          created.body.errors.map((error: any) => error.path),
+          [["payload", "outputWebhookUrl"]],
+          url
+        )
         assert.match(created.body.errors[0].message, why, url)
         // A new secret must never leak through a refusal.
         assert.notInclude(created.text, "whsec_", url)
@@ -301,98 +362,128 @@ layer(TestServer.layer({
       const listed = yield* client.request("GET", "/api/orchestrations", { headers: session })
       assert.strictEqual(listed.body.total, 0)
 
-      const created = yield* client.request("POST", "/api/orchestrations", { headers: session, body: { name: "Flow", steps } })
+      const created = yield* client.request("POST", "/api/orchestrations", {
+        headers: session,
+        body: { name: "Flow", steps }
+      })
       assert.strictEqual(created.status, 201, created.text)
       const updated = yield* client.request("PUT", `/api/orchestrations/${created.body.id}`, {
         headers: session,
         body: { name: "Renamed", outputWebhookUrl: "http://192.168.0.10/hook" }
       })
       assert.strictEqual(updated.status, 400, updated.text)
-      assert.deepStrictEqual(updated.body.errors.map((error: any) => error.path), [["payload", "outputWebhookUrl"]])
+      assert.deepStrictEqual(
+        updated.body.errors.map((error: any) => error.path),
+        [["payload", "outputWebhookUrl"]]
+      )
       // Refused: nothing else changed either.
       const got = yield* client.request("GET", `/api/orchestrations/${created.body.id}`, { headers: session })
       assert.deepStrictEqual([got.body.name, got.body.outputWebhookUrl], ["Flow", null])
-    }))
+    })
+  )
 
-  it.effect("an address refused at delivery (the name now resolves elsewhere) is a logged, retried failure; nothing is sent", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const client = yield* TestClient
-      const webhooks = yield* Webhooks
-      const sql = yield* PgClient.PgClient
-      const receiver = yield* FakeReceiver.make
-      const flow = yield* TestServer.oneStepOrchestration("local")
-      const session = TestServer.bearer(flow.account.token)
-      const owner = { kind: "orchestration" as const, id: flow.orchestrationId }
-      // A public address passes when the URL is set...
-      const set = yield* webhooks.configure(
-        TenantId.make(flow.account.tenantId),
-        owner,
-        { url: "http://93.184.215.14/hook" },
-        ["payload", "outputWebhookUrl"]
-      )
-      assert.isString(set.signingSecret)
-      // ...then its host comes to mean loopback, as a rebinding name would.
-      yield* sql`UPDATE webhook_endpoints SET url = ${receiver.url()} WHERE owner_id = ${flow.orchestrationId}`
-      const started = yield* client.request("POST", `/api/v1/orchestrations/${flow.orchestrationId}/execute`, {
-        headers: TestServer.bearer(flow.key),
-        body: { input: "hi" }
-      })
-      assert.strictEqual(started.status, 202, started.text)
-      const log = yield* eventually(
-        Effect.map(client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session }), (got) => {
-          assert.isAtLeast(got.body.total, 3, "attempts logged")
-          return got.body
+  it.effect(
+    "an address refused at delivery (the name now resolves elsewhere) is a logged, retried failure; nothing is sent",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const webhooks = yield* Webhooks
+          const sql = yield* PgClient.PgClient
+          const receiver = yield* FakeReceiver.make
+          const flow = yield* TestServer.oneStepOrchestration("local")
+          const session = TestServer.bearer(flow.account.token)
+          const owner = { kind: "orchestration" as const, id: flow.orchestrationId }
+          // A public address passes when the URL is set...
+          const set = yield* webhooks.configure(
+            TenantId.make(flow.account.tenantId),
+            owner,
+            { url: "http://93.184.215.14/hook" },
+            ["payload", "outputWebhookUrl"]
+          )
+          assert.isString(set.signingSecret)
+          // ...then its host comes to mean loopback, as a rebinding name would.
+          yield* sql`UPDATE webhook_endpoints SET url = ${receiver.url()} WHERE owner_id = ${flow.orchestrationId}`
+          const started = yield* client.request("POST", `/api/v1/orchestrations/${flow.orchestrationId}/execute`, {
+            headers: TestServer.bearer(flow.key),
+            body: { input: "hi" }
+          })
+          assert.strictEqual(started.status, 202, started.text)
+          const log = yield* eventually(
+            Effect.map(
+              client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session }),
+              (got) => {
+                assert.isAtLeast(got.body.total, 3, "attempts logged")
+                return got.body
+              }
+            )
+          )
+          assert.strictEqual(log.total, 3, JSON.stringify(log))
+          for (const attempt of log.data) {
+            assert.isNull(attempt.httpStatus)
+            assert.match(attempt.error, /Refused address: 127\.0\.0\.1 is a loopback address/)
+          }
+          assert.deepStrictEqual(
+            log.data.map((attempt: any) => attempt.attempt),
+            [3, 2, 1]
+          )
+          assert.strictEqual(receiver.requests.length, 0)
         })
       )
-      assert.strictEqual(log.total, 3, JSON.stringify(log))
-      for (const attempt of log.data) {
-        assert.isNull(attempt.httpStatus)
-        assert.match(attempt.error, /Refused address: 127\.0\.0\.1 is a loopback address/)
-      }
-      assert.deepStrictEqual(log.data.map((attempt: any) => attempt.attempt), [3, 2, 1])
-      assert.strictEqual(receiver.requests.length, 0)
-    })))
+  )
 })
 
-layer(TestServer.layer({
-  webhookAllowPrivate: true,
-  webhookRetrySchedule: [Duration.millis(100)],
-  webhookSecretKey: key
-}), { excludeTestServices: true })("webhook URLs with WEBHOOK_ALLOW_PRIVATE on", (it) => {
+layer(
+  TestServer.layer({
+    webhookAllowPrivate: true,
+    webhookRetrySchedule: [Duration.millis(100)],
+    webhookSecretKey: key
+  }),
+  { excludeTestServices: true }
+)("webhook URLs with WEBHOOK_ALLOW_PRIVATE on", (it) => {
   it.effect("a private target's answers stay out of the delivery log; 169.254/16 stays refused", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const client = yield* TestClient
-      const webhooks = yield* Webhooks
-      const receiver = yield* FakeReceiver.make
-      const flow = yield* TestServer.oneStepOrchestration("local")
-      const session = TestServer.bearer(flow.account.token)
-      const tenantId = TenantId.make(flow.account.tenantId)
-      const owner = { kind: "orchestration" as const, id: flow.orchestrationId }
-      const field = ["payload", "outputWebhookUrl"]
-      for (const url of ["http://169.254.170.2/v2/credentials", "http://[fd00:ec2::23]/"]) {
-        const refused = yield* Effect.flip(webhooks.configure(tenantId, owner, { url }, field))
-        const message = refused._tag === "BadRequestProblem" ? refused.errors?.[0]?.message : undefined
-        assert.match(message ?? "", /where cloud metadata and credential services answer/, url)
-      }
-      // Loopback on the receiver's ephemeral port: private targets may use any port.
-      yield* webhooks.configure(tenantId, owner, { url: receiver.url() }, field)
-      receiver.script({ status: 500, body: "internal secret" }, { status: 200, body: "{\"internal\":\"secret\"}" })
-      const started = yield* client.request("POST", `/api/v1/orchestrations/${flow.orchestrationId}/execute`, {
-        headers: TestServer.bearer(flow.key),
-        body: { input: "hi" }
-      })
-      assert.strictEqual(started.status, 202, started.text)
-      const log = yield* eventually(
-        Effect.map(client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session }), (got) => {
-          assert.isAtLeast(got.body.total, 2, "attempts logged")
-          return got.body
+    Effect.scoped(
+      Effect.gen(function* () {
+        const client = yield* TestClient
+        const webhooks = yield* Webhooks
+        const receiver = yield* FakeReceiver.make
+        const flow = yield* TestServer.oneStepOrchestration("local")
+        const session = TestServer.bearer(flow.account.token)
+        const tenantId = TenantId.make(flow.account.tenantId)
+        const owner = { kind: "orchestration" as const, id: flow.orchestrationId }
+        const field = ["payload", "outputWebhookUrl"]
+        for (const url of ["http://169.254.170.2/v2/credentials", "http://[fd00:ec2::23]/"]) {
+          const refused = yield* Effect.flip(webhooks.configure(tenantId, owner, { url }, field))
+          const message = refused._tag === "BadRequestProblem" ? refused.errors?.[0]?.message : undefined
+          assert.match(message ?? "", /where cloud metadata and credential services answer/, url)
+        }
+        // Loopback on the receiver's ephemeral port: private targets may use any port.
+        yield* webhooks.configure(tenantId, owner, { url: receiver.url() }, field)
+        receiver.script({ status: 500, body: "internal secret" }, { status: 200, body: '{"internal":"secret"}' })
+        const started = yield* client.request("POST", `/api/v1/orchestrations/${flow.orchestrationId}/execute`, {
+          headers: TestServer.bearer(flow.key),
+          body: { input: "hi" }
         })
-      )
-      assert.deepStrictEqual(log.data.map((attempt: any) => [attempt.attempt, attempt.httpStatus, attempt.response]), [
-        [2, 200, null],
-        [1, 500, null]
-      ])
-      assert.strictEqual(receiver.requests.length, 2)
-      assert.notInclude(JSON.stringify(log), "secret")
-    })))
+        assert.strictEqual(started.status, 202, started.text)
+        const log = yield* eventually(
+          Effect.map(
+            client.request("GET", `/api/orchestrations/${flow.orchestrationId}/deliveries`, { headers: session }),
+            (got) => {
+              assert.isAtLeast(got.body.total, 2, "attempts logged")
+              return got.body
+            }
+          )
+        )
+        assert.deepStrictEqual(
+          log.data.map((attempt: any) => [attempt.attempt, attempt.httpStatus, attempt.response]),
+          [
+            [2, 200, null],
+            [1, 500, null]
+          ]
+        )
+        assert.strictEqual(receiver.requests.length, 2)
+        assert.notInclude(JSON.stringify(log), "secret")
+      })
+    )
+  )
 })

@@ -28,7 +28,7 @@ const sealV1 = (secret: string) => {
 
 /** Polls `check` every 50 ms until it gives a value, for at most 20 s. */
 const waitFor = <A, E, R>(what: string, check: Effect.Effect<A | undefined, E, R>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const deadline = Date.now() + 20_000
     while (Date.now() < deadline) {
       const value = yield* check
@@ -44,13 +44,16 @@ const stored = (ownerId: string) =>
       SELECT secret, previous_secret FROM webhook_endpoints WHERE owner_id = ${ownerId}`.pipe(
       Effect.map((rows) => rows[0]!),
       Effect.orDie
-    ))
+    )
+  )
 
 /** Enqueues an event for the owner and starts its delivery; its id. */
 const send = (tenantId: TenantId, owner: Owner, type: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const webhooks = yield* Webhooks
-    const eventId = yield* webhooks.enqueue({ tenantId, owner, subjectId: newId(), type, data: { type } }).pipe(Effect.orDie)
+    const eventId = yield* webhooks
+      .enqueue({ tenantId, owner, subjectId: newId(), type, data: { type } })
+      .pipe(Effect.orDie)
     assert.isNotNull(eventId)
     yield* webhooks.deliver(eventId!)
     return eventId!
@@ -60,125 +63,180 @@ const send = (tenantId: TenantId, owner: Owner, type: string) =>
 const attemptsOf = (tenantId: TenantId, owner: Owner, eventId: string, n: number) =>
   waitFor(
     `${n} attempts of ${eventId}`,
-    Effect.map(Effect.flatMap(Webhooks, (webhooks) => webhooks.deliveries(tenantId, owner, { limit: 100 })), (page) => {
-      const attempts = page.data.filter((attempt) => attempt.eventId === eventId)
-      return attempts.length >= n || attempts.some((attempt) => attempt.httpStatus !== null) ? attempts : undefined
-    }).pipe(Effect.orDie)
+    Effect.map(
+      Effect.flatMap(Webhooks, (webhooks) => webhooks.deliveries(tenantId, owner, { limit: 100 })),
+      (page) => {
+        const attempts = page.data.filter((attempt) => attempt.eventId === eventId)
+        return attempts.length >= n || attempts.some((attempt) => attempt.httpStatus !== null) ? attempts : undefined
+      }
+    ).pipe(Effect.orDie)
   )
 
 const unreadable = /cannot be decrypted.*not stored for this webhook/
 
 layer(TestServer.layer(settings), { excludeTestServices: true })("webhook secrets bound to their owner", (it) => {
-  it.effect("a sealed secret copied into another endpoint's row does not open there: its deliveries fail, saying why", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const webhooks = yield* Webhooks
-      const sql = yield* PgClient.PgClient
-      const first = TenantId.make((yield* TestServer.signUp()).tenantId)
-      const second = TenantId.make((yield* TestServer.signUp()).tenantId)
-      const source = { kind: "orchestration" as const, id: newId() }
-      // Another tenant's team room, and another orchestration of the same tenant.
-      const targets = [
-        { tenantId: second, owner: { kind: "team" as const, id: newId() }, receiver: yield* FakeReceiver.make },
-        { tenantId: first, owner: { kind: "orchestration" as const, id: newId() }, receiver: yield* FakeReceiver.make }
-      ]
-      const sourceReceiver = yield* FakeReceiver.make
-      const { signingSecret } = yield* webhooks.configure(first, source, { url: sourceReceiver.url() }, ["payload", "outputWebhookUrl"])
-      for (const target of targets) {
-        yield* webhooks.configure(target.tenantId, target.owner, { url: target.receiver.url() }, ["payload", "outputWebhookUrl"])
-      }
-      const sealed = (yield* stored(source.id)).secret
-      assert.match(sealed, /^v2\.[^.]+\.[^.]+\.[^.]+$/)
-      for (const target of targets) {
-        yield* sql`UPDATE webhook_endpoints SET secret = ${sealed} WHERE owner_id = ${target.owner.id}`
-        const eventId = yield* send(target.tenantId, target.owner, "test.moved")
-        // Every attempt (the first and both retries) fails the same way, and nothing is sent.
-        const attempts = yield* attemptsOf(target.tenantId, target.owner, eventId, 3)
-        for (const attempt of attempts) {
-          assert.match(attempt.error ?? "", unreadable)
-          assert.isNull(attempt.httpStatus)
-        }
-        assert.strictEqual(target.receiver.requests.length, 0)
-      }
-      // Where it belongs, the same value still signs.
-      const eventId = yield* send(first, source, "test.home")
-      const request = yield* waitFor("the delivery to the source", Effect.sync(() => sourceReceiver.requests[0]))
-      assert.strictEqual(request.headers["webhook-id"], eventId)
-      assert.strictEqual((new Webhook(signingSecret!).verify(request.body, request.headers) as any).type, "test.home")
-    })))
+  it.effect(
+    "a sealed secret copied into another endpoint's row does not open there: its deliveries fail, saying why",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const webhooks = yield* Webhooks
+          const sql = yield* PgClient.PgClient
+          const first = TenantId.make((yield* TestServer.signUp()).tenantId)
+          const second = TenantId.make((yield* TestServer.signUp()).tenantId)
+          const source = { kind: "orchestration" as const, id: newId() }
+          // Another tenant's team room, and another orchestration of the same tenant.
+          const targets = [
+            { tenantId: second, owner: { kind: "team" as const, id: newId() }, receiver: yield* FakeReceiver.make },
+            {
+              tenantId: first,
+              owner: { kind: "orchestration" as const, id: newId() },
+              receiver: yield* FakeReceiver.make
+            }
+          ]
+          const sourceReceiver = yield* FakeReceiver.make
+          const { signingSecret } = yield* webhooks.configure(first, source, { url: sourceReceiver.url() }, [
+            "payload",
+            "outputWebhookUrl"
+          ])
+          for (const target of targets) {
+            yield* webhooks.configure(target.tenantId, target.owner, { url: target.receiver.url() }, [
+              "payload",
+              "outputWebhookUrl"
+            ])
+          }
+          const sealed = (yield* stored(source.id)).secret
+          assert.match(sealed, /^v2\.[^.]+\.[^.]+\.[^.]+$/)
+          for (const target of targets) {
+            yield* sql`UPDATE webhook_endpoints SET secret = ${sealed} WHERE owner_id = ${target.owner.id}`
+            const eventId = yield* send(target.tenantId, target.owner, "test.moved")
+            // Every attempt (the first and both retries) fails the same way, and nothing is sent.
+            const attempts = yield* attemptsOf(target.tenantId, target.owner, eventId, 3)
+            for (const attempt of attempts) {
+              assert.match(attempt.error ?? "", unreadable)
+              assert.isNull(attempt.httpStatus)
+            }
+            assert.strictEqual(target.receiver.requests.length, 0)
+          }
+          // Where it belongs, the same value still signs.
+          const eventId = yield* send(first, source, "test.home")
+          const request = yield* waitFor(
+            "the delivery to the source",
+            Effect.sync(() => sourceReceiver.requests[0])
+          )
+          assert.strictEqual(request.headers["webhook-id"], eventId)
+          assert.strictEqual(
+            (new Webhook(signingSecret!).verify(request.body, request.headers) as any).type,
+            "test.home"
+          )
+        })
+      )
+  )
 })
 
 /** The service on an existing database, for as long as `body` runs, then stopped. */
 const withServer = <A, E, R>(databaseUrl: string, body: Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const context = yield* Layer.build(TestServer.layer({ ...settings, databaseUrl: Option.some(Redacted.make(databaseUrl)) }))
-    return yield* Effect.provideContext(body, context as any) as Effect.Effect<A, E>
-  }))
+  Effect.scoped(
+    Effect.gen(function* () {
+      const context = yield* Layer.build(
+        TestServer.layer({ ...settings, databaseUrl: Option.some(Redacted.make(databaseUrl)) })
+      )
+      return yield* Effect.provideContext(body, context as any) as Effect.Effect<A, E>
+    })
+  )
 
 /** `body` with a plain client of the database, as an operator's session would be. */
 const withDatabase = <A, E>(databaseUrl: string, body: Effect.Effect<A, E, PgClient.PgClient>) =>
   body.pipe(Effect.provide(PgClient.layer({ url: Redacted.make(databaseUrl) })), Effect.orDie)
 
 describe("webhook secrets of the format before v2", () => {
-  it.live("are re-sealed at start and still sign with the same secrets; a v1 value written afterwards never opens", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const databaseUrl = yield* TestServer.TestDatabaseUrl
-      const receiver = yield* FakeReceiver.make
-      const owner = { kind: "orchestration" as const, id: newId() }
+  it.live(
+    "are re-sealed at start and still sign with the same secrets; a v1 value written afterwards never opens",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const databaseUrl = yield* TestServer.TestDatabaseUrl
+          const receiver = yield* FakeReceiver.make
+          const owner = { kind: "orchestration" as const, id: newId() }
 
-      // A webhook whose secret was rotated (two secrets sign), on a node of this version.
-      const setup = yield* withServer(databaseUrl, Effect.gen(function*() {
-        const webhooks = yield* Webhooks
-        const tenantId = TenantId.make((yield* TestServer.signUp()).tenantId)
-        const made = yield* webhooks.configure(tenantId, owner, { url: receiver.url() }, ["payload", "outputWebhookUrl"])
-        const rotated = yield* webhooks.rotateSecret(tenantId, owner)
-        return { tenantId, previous: made.signingSecret!, current: rotated.signingSecret }
-      }))
-      // The database as a version before v2 left it: both secrets in v1, and no record of the upgrade.
-      yield* withDatabase(databaseUrl, Effect.gen(function*() {
-        const sql = yield* PgClient.PgClient
-        yield* sql`UPDATE webhook_endpoints SET secret = ${sealV1(setup.current)}, previous_secret = ${sealV1(setup.previous)}
+          // A webhook whose secret was rotated (two secrets sign), on a node of this version.
+          const setup = yield* withServer(
+            databaseUrl,
+            Effect.gen(function* () {
+              const webhooks = yield* Webhooks
+              const tenantId = TenantId.make((yield* TestServer.signUp()).tenantId)
+              const made = yield* webhooks.configure(tenantId, owner, { url: receiver.url() }, [
+                "payload",
+                "outputWebhookUrl"
+              ])
+              const rotated = yield* webhooks.rotateSecret(tenantId, owner)
+              return { tenantId, previous: made.signingSecret!, current: rotated.signingSecret }
+            })
+          )
+          // The database as a version before v2 left it: both secrets in v1, and no record of the upgrade.
+          yield* withDatabase(
+            databaseUrl,
+            Effect.gen(function* () {
+              const sql = yield* PgClient.PgClient
+              yield* sql`UPDATE webhook_endpoints SET secret = ${sealV1(setup.current)}, previous_secret = ${sealV1(setup.previous)}
                    WHERE owner_id = ${owner.id}`
-        yield* sql`DELETE FROM webhook_secret_upgrades`
-      }))
+              yield* sql`DELETE FROM webhook_secret_upgrades`
+            })
+          )
 
-      yield* withServer(databaseUrl, Effect.gen(function*() {
-        const sql = yield* PgClient.PgClient
-        const upgraded = yield* waitFor(
-          "the re-seal and its record",
-          Effect.gen(function*() {
-            const row = yield* stored(owner.id)
-            const done = yield* sql`SELECT 1 FROM webhook_secret_upgrades WHERE version = 'v2'`.pipe(Effect.orDie)
-            return done.length === 1 ? row : undefined
-          })
-        )
-        assert.match(upgraded.secret, /^v2\./)
-        assert.match(upgraded.previousSecret ?? "", /^v2\./)
-        const eventId = yield* send(setup.tenantId, owner, "test.resealed")
-        const request = yield* waitFor("the delivery", Effect.sync(() => receiver.requests[0]))
-        assert.strictEqual(request.headers["webhook-id"], eventId)
-        // One signature by each secret, both verified by the receiver with the secret it was given.
-        assert.strictEqual(request.headers["webhook-signature"]!.split(" ").length, 2)
-        for (const secret of [setup.current, setup.previous]) {
-          assert.strictEqual((new Webhook(secret).verify(request.body, request.headers) as any).type, "test.resealed")
-        }
+          yield* withServer(
+            databaseUrl,
+            Effect.gen(function* () {
+              const sql = yield* PgClient.PgClient
+              const upgraded = yield* waitFor(
+                "the re-seal and its record",
+                Effect.gen(function* () {
+                  const row = yield* stored(owner.id)
+                  const done = yield* sql`SELECT 1 FROM webhook_secret_upgrades WHERE version = 'v2'`.pipe(Effect.orDie)
+                  return done.length === 1 ? row : undefined
+                })
+              )
+              assert.match(upgraded.secret, /^v2\./)
+              assert.match(upgraded.previousSecret ?? "", /^v2\./)
+              const eventId = yield* send(setup.tenantId, owner, "test.resealed")
+              const request = yield* waitFor(
+                "the delivery",
+                Effect.sync(() => receiver.requests[0])
+              )
+              assert.strictEqual(request.headers["webhook-id"], eventId)
+              // One signature by each secret, both verified by the receiver with the secret it was given.
+              assert.strictEqual(request.headers["webhook-signature"]!.split(" ").length, 2)
+              for (const secret of [setup.current, setup.previous]) {
+                assert.strictEqual(
+                  (new Webhook(secret).verify(request.body, request.headers) as any).type,
+                  "test.resealed"
+                )
+              }
 
-        // No way back: a well-formed v1 value of the right secret, written into the row now, does not open.
-        yield* sql`UPDATE webhook_endpoints SET secret = ${sealV1(setup.current)}, previous_secret = NULL WHERE owner_id = ${owner.id}`
-        const refused = yield* send(setup.tenantId, owner, "test.downgraded")
-        for (const attempt of yield* attemptsOf(setup.tenantId, owner, refused, 3)) {
-          assert.match(attempt.error ?? "", unreadable)
-        }
-        assert.strictEqual(receiver.requests.length, 1)
-      }))
+              // No way back: a well-formed v1 value of the right secret, written into the row now, does not open.
+              yield* sql`UPDATE webhook_endpoints SET secret = ${sealV1(setup.current)}, previous_secret = NULL WHERE owner_id = ${owner.id}`
+              const refused = yield* send(setup.tenantId, owner, "test.downgraded")
+              for (const attempt of yield* attemptsOf(setup.tenantId, owner, refused, 3)) {
+                assert.match(attempt.error ?? "", unreadable)
+              }
+              assert.strictEqual(receiver.requests.length, 1)
+            })
+          )
 
-      // Nor after a restart: the record is durable, so no pass re-seals the v1 value either.
-      yield* withServer(databaseUrl, Effect.gen(function*() {
-        const refused = yield* send(setup.tenantId, owner, "test.after-restart")
-        for (const attempt of yield* attemptsOf(setup.tenantId, owner, refused, 3)) {
-          assert.match(attempt.error ?? "", unreadable)
-        }
-        assert.match((yield* stored(owner.id)).secret, /^v1\./)
-        assert.strictEqual(receiver.requests.length, 1)
-      }))
-    })), { timeout: 120_000 })
+          // Nor after a restart: the record is durable, so no pass re-seals the v1 value either.
+          yield* withServer(
+            databaseUrl,
+            Effect.gen(function* () {
+              const refused = yield* send(setup.tenantId, owner, "test.after-restart")
+              for (const attempt of yield* attemptsOf(setup.tenantId, owner, refused, 3)) {
+                assert.match(attempt.error ?? "", unreadable)
+              }
+              assert.match((yield* stored(owner.id)).secret, /^v1\./)
+              assert.strictEqual(receiver.requests.length, 1)
+            })
+          )
+        })
+      ),
+    { timeout: 120_000 }
+  )
 })

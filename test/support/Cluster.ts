@@ -13,7 +13,7 @@ export interface ClusterNode extends ServiceProcess {
  * race for the migrations.
  */
 export const startNodes = (count: number, env: Record<string, string>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const nodes: Array<ClusterNode> = []
     // Several nodes refuse to start without one shared key for webhook secrets
     // and one credential for the runner port.
@@ -35,19 +35,24 @@ export const startNodes = (count: number, env: Record<string, string>) =>
 
 /** The JSON log lines a node has written so far. */
 export const logLines = (node: ServiceProcess): Array<Record<string, any>> =>
-  node.stdout().split("\n").flatMap((line) => {
-    if (!line.startsWith("{")) return []
-    try {
-      return [JSON.parse(line)]
-    } catch {
-      return []
-    }
-  })
+  node
+    .stdout()
+    .split("\n")
+    .flatMap((line) => {
+      if (!line.startsWith("{")) return []
+      try {
+        return [JSON.parse(line)]
+      } catch {
+        return []
+      }
+    })
 
 /** Log lines with this message, from every node, with the node that wrote each. */
 export const linesWith = (nodes: ReadonlyArray<ClusterNode>, message: string) =>
   nodes.flatMap((node) =>
-    logLines(node).filter((line) => line.message === message).map((line) => ({ node: node.runnerAddress, line }))
+    logLines(node)
+      .filter((line) => line.message === message)
+      .map((line) => ({ node: node.runnerAddress, line }))
   )
 
 export interface JsonInit {
@@ -71,7 +76,7 @@ export const request = async (url: string, init: JsonInit = {}) => {
     body: init.body === undefined ? null : JSON.stringify(init.body)
   })
   const text = await response.text()
-  let body: any = undefined
+  let body: any
   try {
     body = text === "" ? undefined : JSON.parse(text)
   } catch {
@@ -89,7 +94,12 @@ export const signUpTenant = async (baseUrl: string, email: string) => {
   })
   const session = { authorization: `Bearer ${token}` }
   const created = await requestJson(`${baseUrl}/api/keys`, { method: "POST", headers: session, body: { name: "k" } })
-  return { session, key: created.key as string, keyId: created.id as string, bearer: { authorization: `Bearer ${created.key}` } }
+  return {
+    session,
+    key: created.key as string,
+    keyId: created.id as string,
+    bearer: { authorization: `Bearer ${created.key}` }
+  }
 }
 
 /** Polls until every execution is final; their bodies, in order. */
@@ -156,11 +166,16 @@ export const executeMany = (
   setup: { readonly orchestrationId: string; readonly bearer: Record<string, string> },
   count: number
 ) =>
-  Promise.all(Array.from({ length: count }, async (_, i) => {
-    const started = await requestJson(`${urls[i % urls.length]}/api/v1/orchestrations/${setup.orchestrationId}/execute`, {
-      method: "POST",
-      headers: setup.bearer,
-      body: { input: `run-${i}` }
+  Promise.all(
+    Array.from({ length: count }, async (_, i) => {
+      const started = await requestJson(
+        `${urls[i % urls.length]}/api/v1/orchestrations/${setup.orchestrationId}/execute`,
+        {
+          method: "POST",
+          headers: setup.bearer,
+          body: { input: `run-${i}` }
+        }
+      )
+      return started.executionId as string
     })
-    return started.executionId as string
-  }))
+  )

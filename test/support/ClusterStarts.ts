@@ -12,7 +12,7 @@ import { TestClient } from "./TestServer.ts"
 // stores.
 
 /** Waits until this single node holds every shard (bounded). */
-export const shardsHeld = Effect.gen(function*() {
+export const shardsHeld = Effect.gen(function* () {
   const sharding = yield* Sharding.Sharding
   for (let i = 0; i < 100 && !sharding.hasShardId(sharding.getShardId(EntityId.make("any"), "default")); i++) {
     yield* Effect.sleep("50 millis")
@@ -23,12 +23,15 @@ export const shardsHeld = Effect.gen(function*() {
 export const startsCounted = (workflow: string) =>
   Effect.map(
     Effect.flatMap(TestClient, (client) => client.request("GET", "/metrics")),
-    (metrics) => ["with_row", "by_client"].map((stored) => sample(metrics.text, "workflow_starts_total", { workflow, stored }) ?? 0)
+    (metrics) =>
+      ["with_row", "by_client"].map(
+        (stored) => sample(metrics.text, "workflow_starts_total", { workflow, stored }) ?? 0
+      )
   )
 
 /** The stored start request of each of these runs of `workflow`, by run id (the payload's `field`). */
 export const startsOf = (workflow: string, field: string, ids: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const rows = yield* sql.withoutTransforms()<Record<string, unknown>>`
       SELECT * FROM cluster_messages WHERE entity_type = ${`Workflow/${workflow}`} AND tag = 'run'
@@ -37,7 +40,19 @@ export const startsOf = (workflow: string, field: string, ids: ReadonlyArray<str
   })
 
 // What differs from one request to the next.
-const perRequest = ["id", "rowid", "message_id", "shard_id", "entity_id", "payload", "request_id", "last_reply_id", "last_read", "trace_id", "span_id"]
+const perRequest = [
+  "id",
+  "rowid",
+  "message_id",
+  "shard_id",
+  "entity_id",
+  "payload",
+  "request_id",
+  "last_reply_id",
+  "last_read",
+  "trace_id",
+  "span_id"
+]
 
 /**
  * The start of `ownId` (stored with its row) is the row the cluster's client
@@ -45,7 +60,7 @@ const perRequest = ["id", "rowid", "message_id", "shard_id", "entity_id", "paylo
  * once both are processed or 5 s have passed.
  */
 export const assertStoredAsClientStores = (workflow: string, field: string, ownId: string, clientsId: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sharding = yield* Sharding.Sharding
     // A run's own row reaches its end before the cluster marks its start
     // message processed (with the workflow's reply): wait, bounded, for both.
@@ -58,10 +73,14 @@ export const assertStoredAsClientStores = (workflow: string, field: string, ownI
     const clients = stored.get(clientsId)
     assert.isDefined(own)
     assert.isDefined(clients)
-    const shared = (row: Record<string, unknown>) => Object.fromEntries(Object.entries(row).filter(([column]) => !perRequest.includes(column)))
+    const shared = (row: Record<string, unknown>) =>
+      Object.fromEntries(Object.entries(row).filter(([column]) => !perRequest.includes(column)))
     assert.deepStrictEqual(shared(own!), shared(clients!))
     assert.deepStrictEqual(Object.keys(own!).sort(), Object.keys(clients!).sort())
-    for (const [row, id] of [[own!, ownId], [clients!, clientsId]] as const) {
+    for (const [row, id] of [
+      [own!, ownId],
+      [clients!, clientsId]
+    ] as const) {
       const shardId = sharding.getShardId(EntityId.make(row.entity_id as string), "default")
       assert.strictEqual(row.message_id, `Workflow/${workflow}/${row.entity_id}/run/`)
       assert.strictEqual(row.request_id, row.id)

@@ -23,7 +23,10 @@ const defaults = { timeoutMs: 15_000, intervalMs: 50 }
  */
 export function eventually<A, E, R>(check: Effect.Effect<A, E, R>, bound?: Bound): Effect.Effect<A, E, R>
 export function eventually<A>(check: () => A | PromiseLike<A>, bound?: Bound): Promise<A>
-export function eventually(check: Effect.Effect<unknown, unknown, unknown> | (() => unknown), bound: Bound = {}): unknown {
+export function eventually(
+  check: Effect.Effect<unknown, unknown, unknown> | (() => unknown),
+  bound: Bound = {}
+): unknown {
   const { intervalMs, timeoutMs } = { ...defaults, ...bound }
   return Effect.isEffect(check)
     ? eventuallyEffect(check, timeoutMs, intervalMs)
@@ -49,13 +52,14 @@ const wallClockSleep = (ms: number) =>
   })
 
 const eventuallyEffect = <A, E, R>(check: Effect.Effect<A, E, R>, timeoutMs: number, intervalMs: number) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const deadline = Date.now() + timeoutMs
     let last: Cause.Cause<E> | undefined
     while (true) {
       const remaining = Math.max(deadline - Date.now(), intervalMs)
       const exit = yield* Effect.raceFirst(Effect.exit(check), Effect.as(wallClockSleep(remaining), undefined))
-      if (exit === undefined) return yield* Effect.die(cutOff(timeoutMs, last === undefined ? undefined : Cause.squash(last)))
+      if (exit === undefined)
+        return yield* Effect.die(cutOff(timeoutMs, last === undefined ? undefined : Cause.squash(last)))
       if (Exit.isSuccess(exit)) return exit.value
       last = exit.cause
       if (deadline - Date.now() < intervalMs) return yield* Effect.failCause(last)
@@ -73,14 +77,18 @@ const eventuallyPromise = async <A>(check: () => A | PromiseLike<A>, timeoutMs: 
     // An abandoned try may still fail later: that failure is no longer anyone's.
     attempt.catch(() => {})
     const outcome = await Promise.race([
-      attempt.then((value) => ({ value }), (error: unknown) => ({ error })),
+      attempt.then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error })
+      ),
       new Promise<undefined>((resolve) => {
         timer = setTimeout(() => resolve(undefined), remaining)
       })
     ]).finally(() => clearTimeout(timer))
     if (outcome === undefined) throw cutOff(timeoutMs, last?.error)
     if ("value" in outcome) {
-      if (Effect.isEffect(outcome.value)) throw new TypeError("eventually: give the effect itself, not a function returning it")
+      if (Effect.isEffect(outcome.value))
+        throw new TypeError("eventually: give the effect itself, not a function returning it")
       return outcome.value
     }
     last = outcome

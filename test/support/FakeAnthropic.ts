@@ -105,7 +105,9 @@ export const anthropicDialect = (options: { readonly apiKey?: string } = {}): Di
       }),
       frame("content_block_start", { index: 0, content_block: { type: "text", text: "" } }),
       frame("ping", {}),
-      ...reply.deltas.map((text) => frame("content_block_delta", { index: 0, delta: { type: "text_delta", text } }, true)),
+      ...reply.deltas.map((text) =>
+        frame("content_block_delta", { index: 0, delta: { type: "text_delta", text } }, true)
+      ),
       frame("content_block_stop", { index: 0 }),
       frame("message_delta", {
         delta: { stop_reason: "end_turn", stop_sequence: null },

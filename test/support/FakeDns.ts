@@ -16,7 +16,9 @@ import { Effect } from "effect"
 import ipaddr from "ipaddr.js"
 import * as Dgram from "node:dgram"
 
-export type Zone = Readonly<Record<string, { readonly a?: ReadonlyArray<string>; readonly aaaa?: ReadonlyArray<string> } | "silent">>
+export type Zone = Readonly<
+  Record<string, { readonly a?: ReadonlyArray<string>; readonly aaaa?: ReadonlyArray<string> } | "silent">
+>
 
 export interface Query {
   readonly name: string
@@ -49,19 +51,24 @@ const question = (packet: Buffer) => {
 }
 
 export const make = (zone: Zone) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const queries: Array<Query> = []
     const socket = Dgram.createSocket("udp4")
     socket.on("message", (packet, peer) => {
       if (packet.length < 12) return
       const asked = question(packet)
       if (asked === undefined) return
-      queries.push({ name: asked.name, type: asked.type === typeA ? "A" : asked.type === typeAaaa ? "AAAA" : "other", at: Date.now() })
+      queries.push({
+        name: asked.name,
+        type: asked.type === typeA ? "A" : asked.type === typeAaaa ? "AAAA" : "other",
+        at: Date.now()
+      })
       const entry = zone[asked.name]
       if (entry === "silent") return
-      const addresses = entry === undefined
-        ? []
-        : (asked.type === typeA ? entry.a : asked.type === typeAaaa ? entry.aaaa : undefined) ?? []
+      const addresses =
+        entry === undefined
+          ? []
+          : ((asked.type === typeA ? entry.a : asked.type === typeAaaa ? entry.aaaa : undefined) ?? [])
       const header = Buffer.alloc(12)
       header.writeUInt16BE(packet.readUInt16BE(0), 0)
       // A response, recursion desired and available; NXDOMAIN for a name not in the zone.

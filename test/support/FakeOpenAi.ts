@@ -77,7 +77,11 @@ export interface FakeServer {
    * The token counts of every reply sent whole (usage included) to a client
    * still there, oldest first, with the request: what the provider billed.
    */
-  readonly reported: ReadonlyArray<{ readonly input: number; readonly output: number; readonly request: RecordedRequest }>
+  readonly reported: ReadonlyArray<{
+    readonly input: number
+    readonly output: number
+    readonly request: RecordedRequest
+  }>
   /** Queues replies for the next requests, in order. */
   readonly script: (...replies: ReadonlyArray<ScriptedReply>) => void
   /** The reply once the script is used up. */
@@ -132,10 +136,10 @@ const countWords = (value: unknown): number =>
   typeof value === "string"
     ? value.split(/\s+/).filter((word) => word !== "").length
     : Array.isArray(value)
-    ? value.reduce((total: number, item) => total + countWords(item), 0)
-    : typeof value === "object" && value !== null
-    ? countWords((value as any).content ?? (value as any).text ?? "")
-    : 0
+      ? value.reduce((total: number, item) => total + countWords(item), 0)
+      : typeof value === "object" && value !== null
+        ? countWords((value as any).content ?? (value as any).text ?? "")
+        : 0
 
 /** The reply's ceiling the request sent, under either of OpenAI's names. */
 export const ceilingOf = (request: RecordedRequest): number | undefined => {
@@ -146,7 +150,7 @@ export const ceilingOf = (request: RecordedRequest): number | undefined => {
 const resolve = (request: RecordedRequest, reply: ScriptedReply): ResolvedReply => {
   const text = reply.text ?? "Hello from the fake."
   const input = countWords(request.body?.system) + countWords(request.body?.messages)
-  const output = reply.fillMaxTokens === true ? ceilingOf(request) ?? countWords(text) : countWords(text)
+  const output = reply.fillMaxTokens === true ? (ceilingOf(request) ?? countWords(text)) : countWords(text)
   return {
     text,
     model: reply.model ?? (typeof request.body?.model === "string" ? request.body.model : "unknown"),
@@ -177,7 +181,12 @@ const frameText = (frame: SseFrame) =>
   `${frame.event === undefined ? "" : `event: ${frame.event}\n`}data: ${frame.data}\n\n`
 
 /** Sends the frames; true when all of them went out (none cut). */
-const sendSse = (res: Http.ServerResponse, dialect: Dialect, frames: ReadonlyArray<SseFrame>, reply: ScriptedReply): boolean => {
+const sendSse = (
+  res: Http.ServerResponse,
+  dialect: Dialect,
+  frames: ReadonlyArray<SseFrame>,
+  reply: ScriptedReply
+): boolean => {
   res.writeHead(200, {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-cache",
@@ -207,7 +216,7 @@ const sendSse = (res: Http.ServerResponse, dialect: Dialect, frames: ReadonlyArr
 
 /** Starts a fake provider speaking `dialect`; it closes with the scope. */
 export const serveFake = (dialect: Dialect): Effect.Effect<FakeServer, never, Scope.Scope> =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const requests: Array<RecordedRequest> = []
     const reported: Array<{ readonly input: number; readonly output: number; readonly request: RecordedRequest }> = []
     let queue: Array<ScriptedReply> = []
@@ -227,7 +236,7 @@ export const serveFake = (dialect: Dialect): Effect.Effect<FakeServer, never, Sc
 
     const handle = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
       const raw = await readBody(req)
-      let body: any = undefined
+      let body: any
       try {
         body = raw === "" ? undefined : JSON.parse(raw)
       } catch {
@@ -273,7 +282,8 @@ export const serveFake = (dialect: Dialect): Effect.Effect<FakeServer, never, Sc
       // A client gone before the answer is not billed, as a provider stops generating.
       const gone = res.destroyed
       if (body?.stream === true) {
-        if (sendSse(res, dialect, dialect.sse(request, resolved), reply) && !gone) reported.push({ ...resolved.usage, request })
+        if (sendSse(res, dialect, dialect.sse(request, resolved), reply) && !gone)
+          reported.push({ ...resolved.usage, request })
         return
       }
       sendJson(res, 200, dialect.json(request, resolved), reply.headers)
@@ -373,19 +383,23 @@ export const openAiDialect = (options: { readonly apiKey?: string } = {}): Diale
     }
     return undefined
   },
-  errorBody: (status, message) => ({ error: { message, type: errorOf(status).type, param: null, code: errorOf(status).code } }),
+  errorBody: (status, message) => ({
+    error: { message, type: errorOf(status).type, param: null, code: errorOf(status).code }
+  }),
   defaultErrorMessage: (status) => errorOf(status).message,
   json: (_request, reply) => ({
     id: `chatcmpl-fake${++completions}`,
     object: "chat.completion",
     created,
     model: reply.model,
-    choices: [{
-      index: 0,
-      message: { role: "assistant", content: reply.text, refusal: null, annotations: [] },
-      logprobs: null,
-      finish_reason: "stop"
-    }],
+    choices: [
+      {
+        index: 0,
+        message: { role: "assistant", content: reply.text, refusal: null, annotations: [] },
+        logprobs: null,
+        finish_reason: "stop"
+      }
+    ],
     usage: {
       prompt_tokens: reply.usage.input,
       completion_tokens: reply.usage.output,
@@ -420,18 +434,22 @@ export const openAiDialect = (options: { readonly apiKey?: string } = {}): Diale
       ...reply.deltas.map((content) => ({ ...chunk([choice({ content })]), delta: true })),
       chunk([choice({}, "stop")]),
       ...(includeUsage
-        ? [chunk([], {
-          usage: {
-            prompt_tokens: reply.usage.input,
-            completion_tokens: reply.usage.output,
-            total_tokens: reply.usage.input + reply.usage.output
-          }
-        })]
+        ? [
+            chunk([], {
+              usage: {
+                prompt_tokens: reply.usage.input,
+                completion_tokens: reply.usage.output,
+                total_tokens: reply.usage.input + reply.usage.output
+              }
+            })
+          ]
         : []),
       { data: "[DONE]" }
     ]
   },
-  streamError: (message) => ({ data: JSON.stringify({ error: { message, type: "server_error", param: null, code: null } }) })
+  streamError: (message) => ({
+    data: JSON.stringify({ error: { message, type: "server_error", param: null, code: null } })
+  })
 })
 
 /** The API key tests give the service and its fake OpenAI (`make({ apiKey: openaiKey })`). */

@@ -48,7 +48,7 @@ export interface FakeReceiver {
   readonly reset: () => void
 }
 
-export const make = Effect.gen(function*() {
+export const make = Effect.gen(function* () {
   const requests: Array<ReceivedRequest> = []
   let script: Array<ScriptedAnswer> = []
   const sockets = new Set<import("node:net").Socket>()

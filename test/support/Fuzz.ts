@@ -70,7 +70,8 @@ export const seedFromEnv = (): number => {
   const text = process.env.FUZZ_SEED
   if (text !== undefined && text !== "") {
     const seed = Number(text)
-    if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`FUZZ_SEED must be an integer, got ${text}`)
+    if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff)
+      throw new Error(`FUZZ_SEED must be an integer, got ${text}`)
     return seed
   }
   return Crypto.randomInt(0, 0x7fffffff)
@@ -125,7 +126,8 @@ export const operationsOf = (document: any): ReadonlyArray<Operation> => {
           required: parameter.required === true,
           schema: resolve(parameter.schema ?? {})
         })),
-        body: contentType === undefined ? undefined : { contentType, schema: deref(content[contentType].schema, resolve) },
+        body:
+          contentType === undefined ? undefined : { contentType, schema: deref(content[contentType].schema, resolve) },
         security: (operation.security ?? document.security ?? []).flatMap((entry: object) => Object.keys(entry))
       })
     }
@@ -172,7 +174,13 @@ export interface Fixtures {
   readonly stripeSecret: string | undefined
 }
 
-const json = async (baseUrl: string, method: string, path: string, body: unknown, headers: Record<string, string> = {}) => {
+const json = async (
+  baseUrl: string,
+  method: string,
+  path: string,
+  body: unknown,
+  headers: Record<string, string> = {}
+) => {
   const response = await fetch(baseUrl + path, {
     method,
     headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
@@ -206,7 +214,10 @@ export const prepare = async (
   await options.promote(account.tenantId)
   const session = { authorization: `Bearer ${account.token}` }
   const key = async () =>
-    (await json(baseUrl, "POST", "/api/keys", { name: "fuzz", scopes: allScopes }, session)).body as { id: string; key: string }
+    (await json(baseUrl, "POST", "/api/keys", { name: "fuzz", scopes: allScopes }, session)).body as {
+      id: string
+      key: string
+    }
   const bearer = await key()
   const header = await key()
   const revoked = await key()
@@ -214,43 +225,91 @@ export const prepare = async (
   const expendableKeys = [await key(), await key()]
 
   const agent = async (memoryEnabled: boolean) =>
-    (await json(baseUrl, "POST", "/api/agents", { name: "Fuzz agent", model: "local", memoryEnabled }, session)).body.id as string
-  const agents = { stable: [await agent(true), await agent(false)], mutable: [await agent(true)], expendable: [await agent(false), await agent(false)] }
+    (await json(baseUrl, "POST", "/api/agents", { name: "Fuzz agent", model: "local", memoryEnabled }, session)).body
+      .id as string
+  const agents = {
+    stable: [await agent(true), await agent(false)],
+    mutable: [await agent(true)],
+    expendable: [await agent(false), await agent(false)]
+  }
   // One of each kind: without variables, and needing `topic` (the variables hint always sends it).
   const orchestration = async (prompt = "Say {{input}} {{variables.topic}}") =>
-    (await json(baseUrl, "POST", "/api/orchestrations", {
-      name: "Fuzz",
-      steps: [
-        { id: "first", agentId: agents.stable[0], prompt },
-        { id: "second", agentId: agents.stable[1], prompt: "Then {{steps.first.output}}", dependsOn: ["first"] }
-      ]
-    }, session)).body.id as string
-  const orchestrations = { stable: [await orchestration("Say {{input}}"), await orchestration()], mutable: [await orchestration()], expendable: [await orchestration(), await orchestration()] }
+    (
+      await json(
+        baseUrl,
+        "POST",
+        "/api/orchestrations",
+        {
+          name: "Fuzz",
+          steps: [
+            { id: "first", agentId: agents.stable[0], prompt },
+            { id: "second", agentId: agents.stable[1], prompt: "Then {{steps.first.output}}", dependsOn: ["first"] }
+          ]
+        },
+        session
+      )
+    ).body.id as string
+  const orchestrations = {
+    stable: [await orchestration("Say {{input}}"), await orchestration()],
+    mutable: [await orchestration()],
+    expendable: [await orchestration(), await orchestration()]
+  }
 
   const keyAuth = { authorization: `Bearer ${bearer.key}` }
   const execute = async () =>
-    (await json(baseUrl, "POST", `/api/v1/orchestrations/${orchestrations.stable[0]}/execute`, { input: "otters", variables: { topic: "rivers" } }, keyAuth)).body.executionId as string
+    (
+      await json(
+        baseUrl,
+        "POST",
+        `/api/v1/orchestrations/${orchestrations.stable[0]}/execute`,
+        { input: "otters", variables: { topic: "rivers" } },
+        keyAuth
+      )
+    ).body.executionId as string
   const executions = [await execute(), await execute(), await execute()]
   const conversations = ["fuzz-conversation-1", "fuzz-conversation-2", "fuzz-conversation-3"]
   for (const conversationId of conversations) {
-    await json(baseUrl, "POST", `/api/v1/agents/${agents.stable[0]}/chat`, { message: "Hello there", conversationId }, keyAuth)
+    await json(
+      baseUrl,
+      "POST",
+      `/api/v1/agents/${agents.stable[0]}/chat`,
+      { message: "Hello there", conversationId },
+      keyAuth
+    )
   }
 
   const team = async (turnTaking: "round_robin" | "leader" = "round_robin") =>
-    (await json(baseUrl, "POST", "/api/teams", {
-      name: "Fuzz team",
-      members: [{ agentId: agents.stable[0], role: "first" }, { agentId: agents.stable[1], role: "second" }],
-      turnTaking,
-      ...(turnTaking === "leader" ? { leaderAgentId: agents.stable[1] } : {})
-    }, session)).body.id as string
-  const teams = { stable: [await team(), await team("leader")], mutable: [await team()], expendable: [await team(), await team()] }
+    (
+      await json(
+        baseUrl,
+        "POST",
+        "/api/teams",
+        {
+          name: "Fuzz team",
+          members: [
+            { agentId: agents.stable[0], role: "first" },
+            { agentId: agents.stable[1], role: "second" }
+          ],
+          turnTaking,
+          ...(turnTaking === "leader" ? { leaderAgentId: agents.stable[1] } : {})
+        },
+        session
+      )
+    ).body.id as string
+  const teams = {
+    stable: [await team(), await team("leader")],
+    mutable: [await team()],
+    expendable: [await team(), await team()]
+  }
   const run = async () =>
-    (await json(baseUrl, "POST", `/api/v1/teams/${teams.stable[0]}/run`, { mission: "Fuzz the room" }, keyAuth)).body.data.runId as string
+    (await json(baseUrl, "POST", `/api/v1/teams/${teams.stable[0]}/run`, { mission: "Fuzz the room" }, keyAuth)).body
+      .data.runId as string
   const runs = [await run(), await run(), await run()]
 
   const other = await signUp(baseUrl)
   const otherSession = { authorization: `Bearer ${other.token}` }
-  const foreignAgent = (await json(baseUrl, "POST", "/api/agents", { name: "Other", model: "local" }, otherSession)).body.id as string
+  const foreignAgent = (await json(baseUrl, "POST", "/api/agents", { name: "Other", model: "local" }, otherSession))
+    .body.id as string
   const foreignKey = (await json(baseUrl, "POST", "/api/keys", { name: "other" }, otherSession)).body.id as string
 
   const cursors: Record<string, Array<string>> = {}
@@ -284,7 +343,11 @@ export const prepare = async (
       orchestration: orchestrations,
       execution: { stable: executions, mutable: executions, expendable: executions },
       key: { stable: [bearer.id], mutable: [bearer.id], expendable: [...expendableKeys.map((k) => k.id), revoked.id] },
-      conversation: { stable: conversations.slice(0, 2), mutable: conversations.slice(0, 2), expendable: conversations.slice(2) },
+      conversation: {
+        stable: conversations.slice(0, 2),
+        mutable: conversations.slice(0, 2),
+        expendable: conversations.slice(2)
+      },
       team: teams,
       run: { stable: runs, mutable: runs, expendable: runs }
     },
@@ -307,7 +370,7 @@ export const credentialKinds = [
   "revokedKey",
   "garbage"
 ] as const
-export type Credential = typeof credentialKinds[number]
+export type Credential = (typeof credentialKinds)[number]
 
 export interface FuzzRequest {
   readonly index: number
@@ -339,7 +402,9 @@ const serialize = (value: unknown): string => {
   if (value instanceof RawJson) return value.text
   if (Array.isArray(value)) return `[${value.map(serialize).join(",")}]`
   if (value !== null && typeof value === "object") {
-    return `{${Object.entries(value).map(([key, item]) => `${JSON.stringify(key)}:${serialize(item)}`).join(",")}}`
+    return `{${Object.entries(value)
+      .map(([key, item]) => `${JSON.stringify(key)}:${serialize(item)}`)
+      .join(",")}}`
   }
   return value === undefined ? "null" : JSON.stringify(value)
 }
@@ -377,14 +442,14 @@ const models = ["local", "local", "openai/gpt-fuzz", "anthropic/claude-fuzz"]
 /** What the document cannot say (its patterns): values by property name that pass validation. */
 const hints = (rng: Rng, fixtures: Fixtures): Record<string, () => unknown> => ({
   email: () => `fuzz-${rng.int(1e9)}@example.com`,
-  password: () => rng.chance(0.5) ? fixtures.password : `pw-${rng.int(1e9)}-long-enough`,
+  password: () => (rng.chance(0.5) ? fixtures.password : `pw-${rng.int(1e9)}-long-enough`),
   model: () => rng.pick(models),
   agentId: () => rng.pick(fixtures.ids.agent.stable),
-  conversationId: () => rng.chance(0.7) ? rng.pick(fixtures.ids.conversation.stable) : `fuzz-${rng.int(1e6)}`,
+  conversationId: () => (rng.chance(0.7) ? rng.pick(fixtures.ids.conversation.stable) : `fuzz-${rng.int(1e6)}`),
   message: () => text(rng, 1, 60),
   input: () => text(rng, 0, 60),
   prompt: () => rng.pick(["Say {{input}}", "About {{variables.topic}}: {{input}}", "Hello"]),
-  variables: () => rng.chance(0.5) ? { topic: text(rng) } : { topic: text(rng), other: text(rng) },
+  variables: () => (rng.chance(0.5) ? { topic: text(rng) } : { topic: text(rng), other: text(rng) }),
   steps: () => {
     const count = rng.between(1, 3)
     return Array.from({ length: count }, (_, i) => ({
@@ -436,14 +501,23 @@ const validValue = (schema: JsonSchema, rng: Rng, fixtures: Fixtures, name?: str
 
 /** Every place in a JSON value, as key paths, with the schema there when known. */
 const placesOf = (value: unknown, schema: JsonSchema | undefined, path: ReadonlyArray<string | number> = []) => {
-  const out: Array<{ readonly path: ReadonlyArray<string | number>; readonly value: unknown; readonly schema: JsonSchema | undefined }> = [
-    { path, value, schema }
-  ]
+  const out: Array<{
+    readonly path: ReadonlyArray<string | number>
+    readonly value: unknown
+    readonly schema: JsonSchema | undefined
+  }> = [{ path, value, schema }]
   if (Array.isArray(value)) {
     value.forEach((item, i) => out.push(...placesOf(item, schema?.items, [...path, i])))
   } else if (value !== null && typeof value === "object" && !(value instanceof RawJson)) {
     for (const [key, item] of Object.entries(value)) {
-      out.push(...placesOf(item, schema?.properties?.[key] ?? (typeof schema?.additionalProperties === "object" ? schema.additionalProperties : undefined), [...path, key]))
+      out.push(
+        ...placesOf(
+          item,
+          schema?.properties?.[key] ??
+            (typeof schema?.additionalProperties === "object" ? schema.additionalProperties : undefined),
+          [...path, key]
+        )
+      )
     }
   }
   return out
@@ -472,9 +546,24 @@ const deleteAt = (root: unknown, path: ReadonlyArray<string | number>): unknown 
 
 const describePath = (path: ReadonlyArray<string | number>) => ["payload", ...path].join(".")
 
-const typeOf = (value: unknown) => value === null ? "null" : Array.isArray(value) ? "array" : typeof value
+const typeOf = (value: unknown) => (value === null ? "null" : Array.isArray(value) ? "array" : typeof value)
 
-const wrongTypes: ReadonlyArray<unknown> = [0, -1, 1.5, true, false, null, "text", "", [], {}, [1, "a"], { a: 1 }, "123", "true"]
+const wrongTypes: ReadonlyArray<unknown> = [
+  0,
+  -1,
+  1.5,
+  true,
+  false,
+  null,
+  "text",
+  "",
+  [],
+  {},
+  [1, "a"],
+  { a: 1 },
+  "123",
+  "true"
+]
 const hugeNumbers: ReadonlyArray<unknown> = [
   new RawJson("1e309"),
   new RawJson("-1e309"),
@@ -486,38 +575,61 @@ const hugeNumbers: ReadonlyArray<unknown> = [
   Number.MAX_SAFE_INTEGER + 2,
   2147483648,
   -2147483649,
+  // biome-ignore lint/correctness/noPrecisionLoss: a client's 64-bit integer, rounded as JSON.parse rounds it
   9223372036854775807
 ]
 const negativeIntegers: ReadonlyArray<unknown> = [-1, -1000, -2147483649, new RawJson("-0")]
 const fractionalIntegers: ReadonlyArray<unknown> = [1.5, 1000.5, 0.1, 3599999.9999, new RawJson("1.0e3")]
 const nulStrings: ReadonlyArray<string> = ["\u0000", "a\u0000b", "name\u0000", "\u0000".repeat(50)]
 const loneSurrogates: ReadonlyArray<string> = ["\ud800", "a\udc00b", "\udfff\ud800", "x\ud83d"]
-const edgyStrings: ReadonlyArray<string> = ["", " ", "\t\n", "\u202e\u0301", "\ufeff", "\uffff", "💥".repeat(100), "'; DROP TABLE agents; --", "{{input}}", "%00", "../../etc/passwd", "<script>"]
-const extraKeys: ReadonlyArray<string> = ["extra", "__proto__", "constructor", "tenantId", "id", "", "\u0000", "a".repeat(1000)]
+const edgyStrings: ReadonlyArray<string> = [
+  "",
+  " ",
+  "\t\n",
+  "\u202e\u0301",
+  "\ufeff",
+  "\uffff",
+  "💥".repeat(100),
+  "'; DROP TABLE agents; --",
+  "{{input}}",
+  "%00",
+  "../../etc/passwd",
+  "<script>"
+]
+const extraKeys: ReadonlyArray<string> = [
+  "extra",
+  "__proto__",
+  "constructor",
+  "tenantId",
+  "id",
+  "",
+  "\u0000",
+  "a".repeat(1000)
+]
 const megabyte = 1_000_000
 const deepArray = (depth: number) => new RawJson("[".repeat(depth) + "]".repeat(depth))
-const deepObject = (depth: number) => new RawJson("{\"a\":".repeat(depth) + "1" + "}".repeat(depth))
+const deepObject = (depth: number) => new RawJson(`${'{"a":'.repeat(depth)}1${"}".repeat(depth)}`)
 
 const notJsonBodies: ReadonlyArray<string> = [
   "{",
-  "{\"name\":",
+  '{"name":',
   "nul",
   "undefined",
   "NaN",
   "'single'",
   "{name: 1}",
-  "{\"name\":\"x\",}",
+  '{"name":"x",}',
   "",
   " ",
   "{}x",
   "{}{}",
   "\ufeff{}",
   "[1,2",
-  "\"unterminated",
-  "{\"a\":\"\\x41\"}",
-  "{\"a\":\"\\ud800\"}",
-  "{\"a\":\"\\u0000\"}",
-  "{\"a\":01}"
+  '"unterminated',
+  '{"a":"\\x41"}',
+  '{"a":"\\ud800"}',
+  '{"a":"\\u0000"}',
+  '{"a":01}'
 ]
 const contentTypes: ReadonlyArray<string | null> = [
   null,
@@ -534,7 +646,7 @@ const contentTypes: ReadonlyArray<string | null> = [
   "*/*",
   "a/b/c",
   "application/json;;;",
-  "application/json; boundary=" + "x".repeat(5000),
+  `application/json; boundary=${"x".repeat(5000)}`,
   "",
   "application/octet-stream",
   "text/html; charset=utf-8"
@@ -561,9 +673,53 @@ const badIds: ReadonlyArray<string> = [
   "a%2Fb",
   "ak_0000000000000000000000000000000000000000000"
 ]
-const badLimits: ReadonlyArray<string> = ["-1", "0", "1.5", "1e309", "abc", "99999999999999999999", "201", "", "%00", "0x10", " 5", "1e2", "NaN", "Infinity"]
-const badCursors: ReadonlyArray<string> = ["AA", "garbage", "", "%00", "!!!!", "x".repeat(5000), "eyJhIjoxfQ", "AAAA", "____", "%FF", "null", "eyJpZCI6IiJ9", "MA", "e30"]
-const oddMethods: ReadonlyArray<string> = ["HEAD", "OPTIONS", "TRACE", "PATCH", "PUT", "DELETE", "POST", "GET", "PROPFIND", "get", "Post", "FOO", "M-SEARCH"]
+const badLimits: ReadonlyArray<string> = [
+  "-1",
+  "0",
+  "1.5",
+  "1e309",
+  "abc",
+  "99999999999999999999",
+  "201",
+  "",
+  "%00",
+  "0x10",
+  " 5",
+  "1e2",
+  "NaN",
+  "Infinity"
+]
+const badCursors: ReadonlyArray<string> = [
+  "AA",
+  "garbage",
+  "",
+  "%00",
+  "!!!!",
+  "x".repeat(5000),
+  "eyJhIjoxfQ",
+  "AAAA",
+  "____",
+  "%FF",
+  "null",
+  "eyJpZCI6IiJ9",
+  "MA",
+  "e30"
+]
+const oddMethods: ReadonlyArray<string> = [
+  "HEAD",
+  "OPTIONS",
+  "TRACE",
+  "PATCH",
+  "PUT",
+  "DELETE",
+  "POST",
+  "GET",
+  "PROPFIND",
+  "get",
+  "Post",
+  "FOO",
+  "M-SEARCH"
+]
 
 /** A request as parts, before it becomes bytes. */
 interface Draft {
@@ -628,17 +784,17 @@ const kindOf = (path: string, parameter: string): ResourceKind | undefined => {
   const segments = path.split("/")
   const at = segments.indexOf(`{${parameter}}`)
   const collection = segments[at - 1]
-  return ({
-    agents: "agent",
-    orchestrations: "orchestration",
-    executions: "execution",
-    keys: "key",
-    conversations: "conversation",
-    teams: "team",
-    runs: "run"
-  } as const)[
-    collection as "agents"
-  ]
+  return (
+    {
+      agents: "agent",
+      orchestrations: "orchestration",
+      executions: "execution",
+      keys: "key",
+      conversations: "conversation",
+      teams: "team",
+      runs: "run"
+    } as const
+  )[collection as "agents"]
 }
 
 const poolFor = (fixtures: Fixtures, kind: ResourceKind, method: string) => {
@@ -654,15 +810,20 @@ const stripeEvent = (rng: Rng) => {
     "customer.subscription.deleted",
     "invoice.paid"
   ])
-  const object = type === "checkout.session.completed"
-    ? { client_reference_id: rng.pick([null, Crypto.randomUUID(), "unknown"]), customer: `cus_${rng.int(1e6)}`, subscription: `sub_${rng.int(1e6)}` }
-    : {
-      id: `sub_${rng.int(1e6)}`,
-      customer: `cus_${rng.int(1e6)}`,
-      status: rng.pick(["active", "canceled", "past_due"]),
-      metadata: { tenant_id: Crypto.randomUUID() },
-      items: { data: [{ price: { id: `price_${rng.int(100)}` } }] }
-    }
+  const object =
+    type === "checkout.session.completed"
+      ? {
+          client_reference_id: rng.pick([null, Crypto.randomUUID(), "unknown"]),
+          customer: `cus_${rng.int(1e6)}`,
+          subscription: `sub_${rng.int(1e6)}`
+        }
+      : {
+          id: `sub_${rng.int(1e6)}`,
+          customer: `cus_${rng.int(1e6)}`,
+          status: rng.pick(["active", "canceled", "past_due"]),
+          metadata: { tenant_id: Crypto.randomUUID() },
+          items: { data: [{ price: { id: `price_${rng.int(100)}` } }] }
+        }
   return { id: `evt_${rng.int(1e9)}`, type, created: Math.floor(Date.now() / 1000) - rng.int(1000), data: { object } }
 }
 
@@ -681,33 +842,41 @@ const baseDraft = (operation: Operation, fixtures: Fixtures, rng: Rng): Draft =>
   let sign = false
   for (const parameter of operation.parameters) {
     if (parameter.in === "path") {
-      path = path.replace(`{${parameter.name}}`, encodeURIComponent(pathId(operation, parameter.name, operation.method, fixtures, rng)))
+      path = path.replace(
+        `{${parameter.name}}`,
+        encodeURIComponent(pathId(operation, parameter.name, operation.method, fixtures, rng))
+      )
     } else if (parameter.in === "query") {
       if (!parameter.required && rng.chance(0.5)) continue
-      const value = parameter.name === "limit"
-        ? String(rng.between(1, 200))
-        : parameter.name === "cursor"
-        ? rng.pick(fixtures.cursors[operation.name] ?? [""])
-        : parameter.name === "orchestrationId"
-        ? rng.pick(fixtures.ids.orchestration.stable)
-        : String(validValue(parameter.schema, rng, fixtures))
+      const value =
+        parameter.name === "limit"
+          ? String(rng.between(1, 200))
+          : parameter.name === "cursor"
+            ? rng.pick(fixtures.cursors[operation.name] ?? [""])
+            : parameter.name === "orchestrationId"
+              ? rng.pick(fixtures.ids.orchestration.stable)
+              : String(validValue(parameter.schema, rng, fixtures))
       query.push([parameter.name, encodeURIComponent(value)])
     } else if (parameter.in === "header") {
       if (parameter.name === "stripe-signature") {
         sign = fixtures.stripeSecret !== undefined && rng.chance(0.7)
-        if (!sign) headers.push([parameter.name, rng.pick(["t=1,v1=00", "garbage", "", `t=${Math.floor(Date.now() / 1000)},v1=${"a".repeat(64)}`])])
+        if (!sign)
+          headers.push([
+            parameter.name,
+            rng.pick(["t=1,v1=00", "garbage", "", `t=${Math.floor(Date.now() / 1000)},v1=${"a".repeat(64)}`])
+          ])
       } else if (!parameter.required && rng.chance(0.5)) {
-        continue
       } else {
         headers.push([parameter.name, `fuzz-${rng.int(1e9)}`])
       }
     }
   }
-  const body = operation.body === undefined
-    ? undefined
-    : operation.body.schema.format === "binary"
-    ? stripeEvent(rng)
-    : validValue(operation.body.schema, rng, fixtures)
+  const body =
+    operation.body === undefined
+      ? undefined
+      : operation.body.schema.format === "binary"
+        ? stripeEvent(rng)
+        : validValue(operation.body.schema, rng, fixtures)
   return {
     method: operation.method,
     path,
@@ -726,113 +895,182 @@ const baseDraft = (operation: Operation, fixtures: Fixtures, rng: Rng): Draft =>
 type Mutator = (draft: Draft, operation: Operation, fixtures: Fixtures, rng: Rng) => void
 
 // Mutations of one place in the JSON body.
-const atPlace = (
-  name: string,
-  choose: (place: { readonly value: unknown; readonly schema: JsonSchema | undefined }, rng: Rng) => unknown,
-  filter: (place: { readonly value: unknown; readonly schema: JsonSchema | undefined }) => boolean = () => true
-): Mutator =>
-(draft, _operation, _fixtures, rng) => {
-  const all = placesOf(draft.body, undefined)
-  const places = all.filter(filter)
-  const place = rng.pick(places.length > 0 ? places : all)
-  const value = choose(place, rng)
-  draft.body = setAt(draft.body, place.path, value)
-  draft.hasBody = true
-  draft.mutation = name
-  draft.detail = `at ${describePath(place.path)}: ${value instanceof RawJson ? value.text.slice(0, 40) : JSON.stringify(value)?.slice(0, 40)}`
-}
+const atPlace =
+  (
+    name: string,
+    choose: (place: { readonly value: unknown; readonly schema: JsonSchema | undefined }, rng: Rng) => unknown,
+    filter: (place: { readonly value: unknown; readonly schema: JsonSchema | undefined }) => boolean = () => true
+  ): Mutator =>
+  (draft, _operation, _fixtures, rng) => {
+    const all = placesOf(draft.body, undefined)
+    const places = all.filter(filter)
+    const place = rng.pick(places.length > 0 ? places : all)
+    const value = choose(place, rng)
+    draft.body = setAt(draft.body, place.path, value)
+    draft.hasBody = true
+    draft.mutation = name
+    draft.detail = `at ${describePath(place.path)}: ${value instanceof RawJson ? value.text.slice(0, 40) : JSON.stringify(value)?.slice(0, 40)}`
+  }
 
 const isString = (place: { readonly value: unknown }) => typeof place.value === "string"
 const isNumber = (place: { readonly value: unknown }) => typeof place.value === "number"
 const isArray = (place: { readonly value: unknown }) => Array.isArray(place.value)
-const isObject = (place: { readonly value: unknown }) => typeOf(place.value) === "object" && !(place.value instanceof RawJson)
+const isObject = (place: { readonly value: unknown }) =>
+  typeOf(place.value) === "object" && !(place.value instanceof RawJson)
 
 const bodyMutators: ReadonlyArray<readonly [number, Mutator]> = [
-  [4, atPlace("body.wrong-type", (place, rng) => {
-    const options = wrongTypes.filter((value) => typeOf(value) !== typeOf(place.value))
-    return rng.pick(options)
-  })],
-  [3, (draft, _operation, _fixtures, rng) => {
-    const places = placesOf(draft.body, undefined).filter((place) => place.path.length > 0)
-    draft.mutation = "body.missing-field"
-    if (places.length === 0) {
-      draft.body = undefined
-      draft.detail = "no body"
-      return
+  [
+    4,
+    atPlace("body.wrong-type", (place, rng) => {
+      const options = wrongTypes.filter((value) => typeOf(value) !== typeOf(place.value))
+      return rng.pick(options)
+    })
+  ],
+  [
+    3,
+    (draft, _operation, _fixtures, rng) => {
+      const places = placesOf(draft.body, undefined).filter((place) => place.path.length > 0)
+      draft.mutation = "body.missing-field"
+      if (places.length === 0) {
+        draft.body = undefined
+        draft.detail = "no body"
+        return
+      }
+      const place = rng.pick(places)
+      draft.body = deleteAt(draft.body, place.path)
+      draft.detail = `without ${describePath(place.path)}`
     }
-    const place = rng.pick(places)
-    draft.body = deleteAt(draft.body, place.path)
-    draft.detail = `without ${describePath(place.path)}`
-  }],
-  [3, (draft, _operation, _fixtures, rng) => {
-    const places = placesOf(draft.body, undefined).filter(isObject)
-    const key = rng.pick(extraKeys)
-    const value = rng.pick(["x", 1, null, { nested: true }])
-    draft.mutation = "body.extra-field"
-    draft.hasBody = true
-    if (places.length === 0) {
-      const body: Record<string, unknown> = {}
-      setOwn(body, key, value)
-      draft.body = body
-      draft.detail = `body {${JSON.stringify(key).slice(0, 20)}}`
-      return
+  ],
+  [
+    3,
+    (draft, _operation, _fixtures, rng) => {
+      const places = placesOf(draft.body, undefined).filter(isObject)
+      const key = rng.pick(extraKeys)
+      const value = rng.pick(["x", 1, null, { nested: true }])
+      draft.mutation = "body.extra-field"
+      draft.hasBody = true
+      if (places.length === 0) {
+        const body: Record<string, unknown> = {}
+        setOwn(body, key, value)
+        draft.body = body
+        draft.detail = `body {${JSON.stringify(key).slice(0, 20)}}`
+        return
+      }
+      const place = rng.pick(places)
+      const target = clone(place.value) as Record<string, unknown>
+      setOwn(target, key, value)
+      draft.body = setAt(draft.body, place.path, target)
+      draft.detail = `${JSON.stringify(key).slice(0, 20)} in ${describePath(place.path)}`
     }
-    const place = rng.pick(places)
-    const target = clone(place.value) as Record<string, unknown>
-    setOwn(target, key, value)
-    draft.body = setAt(draft.body, place.path, target)
-    draft.detail = `${JSON.stringify(key).slice(0, 20)} in ${describePath(place.path)}`
-  }],
+  ],
   [3, atPlace("body.huge-number", (_place, rng) => rng.pick(hugeNumbers))],
   [2, atPlace("body.negative-integer", (_place, rng) => rng.pick(negativeIntegers), isNumber)],
   [2, atPlace("body.fractional-integer", (_place, rng) => rng.pick(fractionalIntegers), isNumber)],
-  [4, atPlace("body.nul", (place, rng) => {
-    const nul = rng.pick(nulStrings)
-    return typeof place.value === "string" ? place.value + nul : nul
-  }, isString)],
-  [4, atPlace("body.lone-surrogate", (place, rng) => {
-    const surrogate = rng.pick(loneSurrogates)
-    return typeof place.value === "string" ? surrogate + place.value : surrogate
-  }, isString)],
+  [
+    4,
+    atPlace(
+      "body.nul",
+      (place, rng) => {
+        const nul = rng.pick(nulStrings)
+        return typeof place.value === "string" ? place.value + nul : nul
+      },
+      isString
+    )
+  ],
+  [
+    4,
+    atPlace(
+      "body.lone-surrogate",
+      (place, rng) => {
+        const surrogate = rng.pick(loneSurrogates)
+        return typeof place.value === "string" ? surrogate + place.value : surrogate
+      },
+      isString
+    )
+  ],
   [2, atPlace("body.edge-string", (_place, rng) => rng.pick(edgyStrings), isString)],
   [2, atPlace("body.megabyte-string", (_place, rng) => rng.pick(["a", "é", " ", "{"]).repeat(megabyte / 2), isString)],
-  [2, atPlace("body.10000-array", (place, rng) => {
-    const item = Array.isArray(place.value) && place.value.length > 0 ? place.value[0] : rng.pick(["x", 1, {}])
-    return Array.from({ length: 10_000 }, () => item)
-  }, isArray)],
-  [2, atPlace("body.500-deep", (_place, rng) => rng.chance(0.5) ? deepArray(500) : deepObject(500))],
-  [2, (draft, _operation, _fixtures, rng) => {
-    draft.bodyBytes = Buffer.from(rng.pick(notJsonBodies))
-    draft.hasBody = true
-    draft.mutation = "body.not-json"
-    draft.detail = JSON.stringify(draft.bodyBytes.toString()).slice(0, 40)
-  }],
-  [2, (draft, _operation, _fixtures, rng) => {
-    draft.body = rng.pick<unknown>([[], "text", 1, null, true, [draft.body], new RawJson("[".repeat(10_000) + "]".repeat(10_000))])
-    draft.hasBody = true
-    draft.mutation = "body.wrong-root"
-    draft.detail = (draft.body instanceof RawJson ? "10000-deep array" : JSON.stringify(draft.body) ?? "").slice(0, 40)
-  }],
-  [1, (draft, _operation, _fixtures, rng) => {
-    const valid = serialize(draft.body ?? {})
-    const key = rng.pick(["name", "email", "input", "message", "steps"])
-    draft.bodyBytes = Buffer.from(valid.startsWith("{") && valid.length > 2
-      ? `{"${key}":1,"${key}":"x",${valid.slice(1)}`
-      : `{"${key}":1,"${key}":"x"}`)
-    draft.hasBody = true
-    draft.mutation = "body.duplicate-keys"
-    draft.detail = `"${key}" twice`
-  }],
-  [2, (draft, _operation, _fixtures, rng) => {
-    const bad = rng.pick([[0xff], [0xfe, 0xff], [0xc3], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0x80]])
-    const valid = serialize(draft.body ?? { name: "x" })
-    const at = valid.indexOf("\"", 1)
-    const cut = at > 0 ? at + 1 : Math.min(1, valid.length)
-    draft.bodyBytes = Buffer.concat([Buffer.from(valid.slice(0, cut)), Buffer.from(bad), Buffer.from(valid.slice(cut))])
-    draft.hasBody = true
-    draft.mutation = "body.invalid-utf8"
-    draft.detail = `bytes ${Buffer.from(bad).toString("hex")}`
-  }]
+  [
+    2,
+    atPlace(
+      "body.10000-array",
+      (place, rng) => {
+        const item = Array.isArray(place.value) && place.value.length > 0 ? place.value[0] : rng.pick(["x", 1, {}])
+        return Array.from({ length: 10_000 }, () => item)
+      },
+      isArray
+    )
+  ],
+  [2, atPlace("body.500-deep", (_place, rng) => (rng.chance(0.5) ? deepArray(500) : deepObject(500)))],
+  [
+    2,
+    (draft, _operation, _fixtures, rng) => {
+      draft.bodyBytes = Buffer.from(rng.pick(notJsonBodies))
+      draft.hasBody = true
+      draft.mutation = "body.not-json"
+      draft.detail = JSON.stringify(draft.bodyBytes.toString()).slice(0, 40)
+    }
+  ],
+  [
+    2,
+    (draft, _operation, _fixtures, rng) => {
+      draft.body = rng.pick<unknown>([
+        [],
+        "text",
+        1,
+        null,
+        true,
+        [draft.body],
+        new RawJson("[".repeat(10_000) + "]".repeat(10_000))
+      ])
+      draft.hasBody = true
+      draft.mutation = "body.wrong-root"
+      draft.detail = (draft.body instanceof RawJson ? "10000-deep array" : (JSON.stringify(draft.body) ?? "")).slice(
+        0,
+        40
+      )
+    }
+  ],
+  [
+    1,
+    (draft, _operation, _fixtures, rng) => {
+      const valid = serialize(draft.body ?? {})
+      const key = rng.pick(["name", "email", "input", "message", "steps"])
+      draft.bodyBytes = Buffer.from(
+        valid.startsWith("{") && valid.length > 2
+          ? `{"${key}":1,"${key}":"x",${valid.slice(1)}`
+          : `{"${key}":1,"${key}":"x"}`
+      )
+      draft.hasBody = true
+      draft.mutation = "body.duplicate-keys"
+      draft.detail = `"${key}" twice`
+    }
+  ],
+  [
+    2,
+    (draft, _operation, _fixtures, rng) => {
+      const bad = rng.pick([
+        [0xff],
+        [0xfe, 0xff],
+        [0xc3],
+        [0xc0, 0x80],
+        [0xed, 0xa0, 0x80],
+        [0xf4, 0x90, 0x80, 0x80],
+        [0x80]
+      ])
+      const valid = serialize(draft.body ?? { name: "x" })
+      const at = valid.indexOf('"', 1)
+      const cut = at > 0 ? at + 1 : Math.min(1, valid.length)
+      draft.bodyBytes = Buffer.concat([
+        Buffer.from(valid.slice(0, cut)),
+        Buffer.from(bad),
+        Buffer.from(valid.slice(cut))
+      ])
+      draft.hasBody = true
+      draft.mutation = "body.invalid-utf8"
+      draft.detail = `bytes ${Buffer.from(bad).toString("hex")}`
+    }
+  ]
 ]
 
 const contentTypeMutator: Mutator = (draft, _operation, _fixtures, rng) => {
@@ -843,53 +1081,80 @@ const contentTypeMutator: Mutator = (draft, _operation, _fixtures, rng) => {
 }
 
 const paramMutators: ReadonlyArray<readonly [number, Mutator]> = [
-  [4, (draft, operation, fixtures, rng) => {
-    const names = operation.parameters.filter((parameter) => parameter.in === "path").map((parameter) => parameter.name)
-    draft.mutation = "param.bad-id"
-    if (names.length === 0) {
-      draft.path = draft.path + rng.pick(["/", "/x", "/%00", "/.."])
-      draft.detail = `path ${draft.path.slice(0, 60)}`
-      return
+  [
+    4,
+    (draft, operation, fixtures, rng) => {
+      const names = operation.parameters
+        .filter((parameter) => parameter.in === "path")
+        .map((parameter) => parameter.name)
+      draft.mutation = "param.bad-id"
+      if (names.length === 0) {
+        draft.path = draft.path + rng.pick(["/", "/x", "/%00", "/.."])
+        draft.detail = `path ${draft.path.slice(0, 60)}`
+        return
+      }
+      const name = rng.pick(names)
+      // Ids of other kinds only: a stable id of the right kind could delete what later requests need.
+      const otherKinds = Object.entries(fixtures.ids)
+        .filter(([kind]) => kind !== kindOf(operation.path, name))
+        .flatMap(([, pools]) => pools.stable)
+      const id = rng.weighted<string>([
+        [6, rng.pick(badIds)],
+        [2, rng.pick(otherKinds)],
+        [2, rng.pick(fixtures.foreignIds)],
+        [1, Crypto.randomUUID()]
+      ])
+      // Rebuild from the template so the id lands in the right segment.
+      const segments = operation.path.split("/")
+      const current = draft.path.split("/")
+      draft.path = segments.map((segment, i) => (segment === `{${name}}` ? id : current[i])).join("/")
+      draft.detail = `${name}=${id.slice(0, 60)}`
     }
-    const name = rng.pick(names)
-    // Ids of other kinds only: a stable id of the right kind could delete what later requests need.
-    const otherKinds = Object.entries(fixtures.ids)
-      .filter(([kind]) => kind !== kindOf(operation.path, name))
-      .flatMap(([, pools]) => pools.stable)
-    const id = rng.weighted<string>([
-      [6, rng.pick(badIds)],
-      [2, rng.pick(otherKinds)],
-      [2, rng.pick(fixtures.foreignIds)],
-      [1, Crypto.randomUUID()]
-    ])
-    // Rebuild from the template so the id lands in the right segment.
-    const segments = operation.path.split("/")
-    const current = draft.path.split("/")
-    draft.path = segments.map((segment, i) => segment === `{${name}}` ? id : current[i]).join("/")
-    draft.detail = `${name}=${id.slice(0, 60)}`
-  }],
-  [4, (draft, operation, fixtures, rng) => {
-    const names = operation.parameters.filter((parameter) => parameter.in === "query").map((parameter) => parameter.name)
-    const name = names.length === 0 ? rng.pick(["limit", "cursor", "x"]) : rng.pick(names)
-    const real = fixtures.cursors[operation.name] ?? []
-    const tampered = real.length > 0 ? tamper(rng.pick(real), rng) : "AA"
-    const value = name === "limit"
-      ? rng.pick(badLimits)
-      : name === "cursor"
-      ? rng.pick([...badCursors, tampered, tampered, real[0] ?? "x"])
-      : rng.pick([...badIds, "", "%00", rng.pick(Object.values(fixtures.ids).flatMap((pools) => pools.stable))])
-    draft.query = draft.query.filter(([key]) => key !== name)
-    draft.query.push([name, encodeURIComponent(decodeMaybe(value))])
-    if (rng.chance(0.3)) draft.query.push([name, rng.pick(["1", "2", "x"])])
-    draft.mutation = `param.bad-${name === "limit" || name === "cursor" ? name : "query"}`
-    draft.detail = `${name}=${value.slice(0, 60)}`
-  }],
-  [1, (draft, _operation, _fixtures, rng) => {
-    const raw = rng.pick(["limit", "limit=", "=1", "%ZZ=1", "a=%ZZ", "&&&", "limit=1&limit=2", "cursor[]=x", "__proto__=x", "a=".padEnd(8000, "b")])
-    draft.query.push(...raw.split("&").map((pair) => [pair.split("=")[0]!, pair.split("=").slice(1).join("=")] as const))
-    draft.mutation = "param.odd-query"
-    draft.detail = raw.slice(0, 60)
-  }]
+  ],
+  [
+    4,
+    (draft, operation, fixtures, rng) => {
+      const names = operation.parameters
+        .filter((parameter) => parameter.in === "query")
+        .map((parameter) => parameter.name)
+      const name = names.length === 0 ? rng.pick(["limit", "cursor", "x"]) : rng.pick(names)
+      const real = fixtures.cursors[operation.name] ?? []
+      const tampered = real.length > 0 ? tamper(rng.pick(real), rng) : "AA"
+      const value =
+        name === "limit"
+          ? rng.pick(badLimits)
+          : name === "cursor"
+            ? rng.pick([...badCursors, tampered, tampered, real[0] ?? "x"])
+            : rng.pick([...badIds, "", "%00", rng.pick(Object.values(fixtures.ids).flatMap((pools) => pools.stable))])
+      draft.query = draft.query.filter(([key]) => key !== name)
+      draft.query.push([name, encodeURIComponent(decodeMaybe(value))])
+      if (rng.chance(0.3)) draft.query.push([name, rng.pick(["1", "2", "x"])])
+      draft.mutation = `param.bad-${name === "limit" || name === "cursor" ? name : "query"}`
+      draft.detail = `${name}=${value.slice(0, 60)}`
+    }
+  ],
+  [
+    1,
+    (draft, _operation, _fixtures, rng) => {
+      const raw = rng.pick([
+        "limit",
+        "limit=",
+        "=1",
+        "%ZZ=1",
+        "a=%ZZ",
+        "&&&",
+        "limit=1&limit=2",
+        "cursor[]=x",
+        "__proto__=x",
+        "a=".padEnd(8000, "b")
+      ])
+      draft.query.push(
+        ...raw.split("&").map((pair) => [pair.split("=")[0]!, pair.split("=").slice(1).join("=")] as const)
+      )
+      draft.mutation = "param.odd-query"
+      draft.detail = raw.slice(0, 60)
+    }
+  ]
 ]
 
 // Values are percent-encoded once on the way out; pre-encoded ones are decoded first.
@@ -914,69 +1179,106 @@ const tamper = (cursor: string, rng: Rng) => {
     case 2:
       return cursor + rng.pick(["A", "AA", "=", "x".repeat(100)])
     default:
-      return Buffer.from(Buffer.from(cursor, "base64url").toString("latin1").replace(/\d/, "9") + "\u0000").toString("base64url")
+      return Buffer.from(`${Buffer.from(cursor, "base64url").toString("latin1").replace(/\d/, "9")}\u0000`).toString(
+        "base64url"
+      )
   }
 }
 
 const headerMutators: ReadonlyArray<readonly [number, Mutator]> = [
-  [3, (draft, _operation, fixtures, rng) => {
-    const pairs: ReadonlyArray<ReadonlyArray<readonly [string, string]>> = [
-      [["authorization", `Bearer ${fixtures.sessionToken}`], ["authorization", `Bearer ${fixtures.keys.bearer}`]],
-      [["authorization", `Bearer ${fixtures.keys.bearer}`], ["authorization", "Bearer garbage"]],
-      [["cookie", `session=${fixtures.sessionToken}`], ["cookie", "session=garbage"]],
-      [["x-api-key", fixtures.keys.header], ["x-api-key", fixtures.keys.revoked]],
-      [["idempotency-key", "one"], ["idempotency-key", "two"]],
-      [["x-request-id", "a"], ["x-request-id", "b"]],
-      [["stripe-signature", "t=1,v1=00"], ["stripe-signature", "t=2,v1=11"]],
-      [["accept", "application/json"], ["accept", "text/html"]]
-    ]
-    const pair = rng.pick(pairs)
-    draft.headers.push(...pair)
-    draft.mutation = "header.duplicate"
-    draft.detail = `${pair[0]![0]} twice`
-  }],
-  [2, (draft, _operation, _fixtures, rng) => {
-    const type = rng.pick(["text/plain", "application/x-www-form-urlencoded", "application/json"])
-    draft.headers.push(["content-type", type])
-    draft.hasBody = true
-    draft.mutation = "header.duplicate-content-type"
-    draft.detail = `application/json and ${type}`
-  }],
-  [3, (draft, _operation, _fixtures, rng) => {
-    const header = rng.pick<readonly [string, string]>([
-      ["x-request-id", "x".repeat(200)],
-      ["x-request-id", "has spaces and ünïcode"],
-      ["x-request-id", "\u00ff\u00fe"],
-      ["accept", "text/html"],
-      ["accept", "application/xml;q=0.9, */*;q=0.1"],
-      ["accept-encoding", "br, gzip, deflate, zstd, x-unknown"],
-      ["accept-charset", "latin1"],
-      ["content-encoding", "gzip"],
-      ["content-encoding", "br"],
-      ["expect", "100-continue"],
-      ["upgrade", "websocket"],
-      ["origin", "https://evil.example"],
-      ["range", "bytes=0-10"],
-      ["if-none-match", "*"],
-      ["traceparent", "00-zzzz-zzzz-01"],
-      ["traceparent", `00-${"0".repeat(32)}-${"0".repeat(16)}-01`],
-      ["x-forwarded-for", "1.1.1.1, ::1, garbage"],
-      ["x-big", "v".repeat(8000)],
-      ["idempotency-key", "k".repeat(500)],
-      ["idempotency-key", ""],
-      ["stripe-signature", `t=${"9".repeat(30)},v1=${"a".repeat(64)}`]
-    ])
-    draft.headers.push(header)
-    draft.mutation = "header.odd"
-    draft.detail = `${header[0]}: ${header[1].slice(0, 40)}`
-  }]
+  [
+    3,
+    (draft, _operation, fixtures, rng) => {
+      const pairs: ReadonlyArray<ReadonlyArray<readonly [string, string]>> = [
+        [
+          ["authorization", `Bearer ${fixtures.sessionToken}`],
+          ["authorization", `Bearer ${fixtures.keys.bearer}`]
+        ],
+        [
+          ["authorization", `Bearer ${fixtures.keys.bearer}`],
+          ["authorization", "Bearer garbage"]
+        ],
+        [
+          ["cookie", `session=${fixtures.sessionToken}`],
+          ["cookie", "session=garbage"]
+        ],
+        [
+          ["x-api-key", fixtures.keys.header],
+          ["x-api-key", fixtures.keys.revoked]
+        ],
+        [
+          ["idempotency-key", "one"],
+          ["idempotency-key", "two"]
+        ],
+        [
+          ["x-request-id", "a"],
+          ["x-request-id", "b"]
+        ],
+        [
+          ["stripe-signature", "t=1,v1=00"],
+          ["stripe-signature", "t=2,v1=11"]
+        ],
+        [
+          ["accept", "application/json"],
+          ["accept", "text/html"]
+        ]
+      ]
+      const pair = rng.pick(pairs)
+      draft.headers.push(...pair)
+      draft.mutation = "header.duplicate"
+      draft.detail = `${pair[0]![0]} twice`
+    }
+  ],
+  [
+    2,
+    (draft, _operation, _fixtures, rng) => {
+      const type = rng.pick(["text/plain", "application/x-www-form-urlencoded", "application/json"])
+      draft.headers.push(["content-type", type])
+      draft.hasBody = true
+      draft.mutation = "header.duplicate-content-type"
+      draft.detail = `application/json and ${type}`
+    }
+  ],
+  [
+    3,
+    (draft, _operation, _fixtures, rng) => {
+      const header = rng.pick<readonly [string, string]>([
+        ["x-request-id", "x".repeat(200)],
+        ["x-request-id", "has spaces and ünïcode"],
+        ["x-request-id", "\u00ff\u00fe"],
+        ["accept", "text/html"],
+        ["accept", "application/xml;q=0.9, */*;q=0.1"],
+        ["accept-encoding", "br, gzip, deflate, zstd, x-unknown"],
+        ["accept-charset", "latin1"],
+        ["content-encoding", "gzip"],
+        ["content-encoding", "br"],
+        ["expect", "100-continue"],
+        ["upgrade", "websocket"],
+        ["origin", "https://evil.example"],
+        ["range", "bytes=0-10"],
+        ["if-none-match", "*"],
+        ["traceparent", "00-zzzz-zzzz-01"],
+        ["traceparent", `00-${"0".repeat(32)}-${"0".repeat(16)}-01`],
+        ["x-forwarded-for", "1.1.1.1, ::1, garbage"],
+        ["x-big", "v".repeat(8000)],
+        ["idempotency-key", "k".repeat(500)],
+        ["idempotency-key", ""],
+        ["stripe-signature", `t=${"9".repeat(30)},v1=${"a".repeat(64)}`]
+      ])
+      draft.headers.push(header)
+      draft.mutation = "header.odd"
+      draft.detail = `${header[0]}: ${header[1].slice(0, 40)}`
+    }
+  ]
 ]
 
 const methodMutator: Mutator = (draft, operation, fixtures, rng) => {
   draft.method = rng.pick(oddMethods)
   // A DELETE may land on a route that has one: aim it at expendable resources only.
   if (draft.method === "DELETE" && operation.method !== "DELETE") {
-    draft.path = operation.path.replace(/\{(\w+)\}/g, (_, name: string) => encodeURIComponent(pathId(operation, name, "DELETE", fixtures, rng)))
+    draft.path = operation.path.replace(/\{(\w+)\}/g, (_, name: string) =>
+      encodeURIComponent(pathId(operation, name, "DELETE", fixtures, rng))
+    )
   }
   draft.mutation = "method"
   draft.detail = draft.method
@@ -1031,15 +1333,18 @@ const framings = [
   "garbage-line"
 ] as const
 
-const rawRequest = (draft: Draft, host: string, framing: typeof framings[number]): Buffer => {
+const rawRequest = (draft: Draft, host: string, framing: (typeof framings)[number]): Buffer => {
   const body = draft.bodyBytes ?? (draft.body === undefined ? Buffer.alloc(0) : Buffer.from(serialize(draft.body)))
   const target = targetOf(draft)
   const headers = [
     ...draft.headers,
     ...(draft.contentType === null ? [] : [["content-type", draft.contentType] as const])
   ].map(([name, value]) => `${name}: ${value}`)
-  const lines = (requestLine: string, extra: ReadonlyArray<string>, hostLine: ReadonlyArray<string> = [`host: ${host}`]) =>
-    [requestLine, ...hostLine, ...headers, ...extra, "connection: close"].join("\r\n") + "\r\n\r\n"
+  const lines = (
+    requestLine: string,
+    extra: ReadonlyArray<string>,
+    hostLine: ReadonlyArray<string> = [`host: ${host}`]
+  ) => `${[requestLine, ...hostLine, ...headers, ...extra, "connection: close"].join("\r\n")}\r\n\r\n`
   const line = `${draft.method} ${target} HTTP/1.1`
   const withBody = (head: string, payload: Buffer = body) => Buffer.concat([Buffer.from(head, "latin1"), payload])
   switch (framing) {
@@ -1054,7 +1359,10 @@ const rawRequest = (draft: Draft, host: string, framing: typeof framings[number]
     case "chunked-and-length":
       return withBody(lines(line, ["transfer-encoding: chunked", `content-length: ${body.length}`]), chunked(body))
     case "chunked-bad":
-      return withBody(lines(line, ["transfer-encoding: chunked"]), Buffer.concat([Buffer.from("zz\r\n"), body, Buffer.from("\r\n0\r\n\r\n")]))
+      return withBody(
+        lines(line, ["transfer-encoding: chunked"]),
+        Buffer.concat([Buffer.from("zz\r\n"), body, Buffer.from("\r\n0\r\n\r\n")])
+      )
     case "header-no-colon":
       return withBody(lines(line, ["no colon here", `content-length: ${body.length}`]))
     case "header-bad-name":
@@ -1088,25 +1396,40 @@ const chunked = (body: Buffer) =>
   Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from("\r\n0\r\n\r\n")])
 
 const targetOf = (draft: Draft) =>
-  draft.query.length === 0 ? draft.path : `${draft.path}?${draft.query.map(([k, v]) => v === "" && !k.includes("=") ? k : `${k}=${v}`).join("&")}`
+  draft.query.length === 0
+    ? draft.path
+    : `${draft.path}?${draft.query.map(([k, v]) => (v === "" && !k.includes("=") ? k : `${k}=${v}`)).join("&")}`
 
 /**
  * Request `index` of run `seed`: an operation and a credential (cycling so
  * every pair comes up, every other round the credential the operation wants), a
  * valid request with real ids, then one kind of breakage (or none).
  */
-export const generate = (operations: ReadonlyArray<Operation>, fixtures: Fixtures, seed: number, index: number): FuzzRequest => {
+export const generate = (
+  operations: ReadonlyArray<Operation>,
+  fixtures: Fixtures,
+  seed: number,
+  index: number
+): FuzzRequest => {
   const rng = new Rng(requestSeed(seed, index))
   const operation = operations[index % operations.length]!
   // Even rounds walk the credential kinds (every pair within 2 x operations x kinds requests), odd rounds use the right one.
   const round = Math.floor(index / operations.length)
-  const credential = round % 2 === 0
-    ? credentialKinds[(round / 2) % credentialKinds.length]!
-    : rng.pick(credentialsFor(operation))
+  const credential =
+    round % 2 === 0 ? credentialKinds[(round / 2) % credentialKinds.length]! : rng.pick(credentialsFor(operation))
   const draft = baseDraft(operation, fixtures, rng)
   draft.headers.unshift(...credentialHeaders(credential, fixtures, rng))
-  let framing: typeof framings[number] | undefined
-  const family = rng.weighted<string>([[18, "valid"], [40, "body"], [7, "content-type"], [13, "param"], [10, "header"], [4, "method"], [3, "url"], [5, "framing"]])
+  let framing: (typeof framings)[number] | undefined
+  const family = rng.weighted<string>([
+    [18, "valid"],
+    [40, "body"],
+    [7, "content-type"],
+    [13, "param"],
+    [10, "header"],
+    [4, "method"],
+    [3, "url"],
+    [5, "framing"]
+  ])
   switch (family) {
     case "body":
       rng.weighted(bodyMutators)(draft, operation, fixtures, rng)
@@ -1131,14 +1454,21 @@ export const generate = (operations: ReadonlyArray<Operation>, fixtures: Fixture
       draft.mutation = `framing.${framing}`
       break
   }
-  let body = draft.bodyBytes ?? (draft.hasBody && draft.body !== undefined ? Buffer.from(serialize(draft.body)) : undefined)
+  let body =
+    draft.bodyBytes ?? (draft.hasBody && draft.body !== undefined ? Buffer.from(serialize(draft.body)) : undefined)
   if (draft.hasBody && body === undefined) body = Buffer.alloc(0)
   if (draft.sign && fixtures.stripeSecret !== undefined) {
     const timestamp = Math.floor(Date.now() / 1000)
-    const signature = Crypto.createHmac("sha256", fixtures.stripeSecret).update(`${timestamp}.`).update(body ?? Buffer.alloc(0)).digest("hex")
+    const signature = Crypto.createHmac("sha256", fixtures.stripeSecret)
+      .update(`${timestamp}.`)
+      .update(body ?? Buffer.alloc(0))
+      .digest("hex")
     draft.headers.push(["stripe-signature", `t=${timestamp},v1=${signature}`])
   }
-  const headers = [...draft.headers, ...(draft.contentType === null || !draft.hasBody ? [] : [["content-type", draft.contentType] as const])]
+  const headers = [
+    ...draft.headers,
+    ...(draft.contentType === null || !draft.hasBody ? [] : [["content-type", draft.contentType] as const])
+  ]
   return {
     index,
     operation: operation.name,
@@ -1150,7 +1480,10 @@ export const generate = (operations: ReadonlyArray<Operation>, fixtures: Fixture
     headers,
     body,
     halfClose: framing === "content-length-long",
-    raw: framing === undefined ? undefined : rawRequest({ ...draft, bodyBytes: body ?? Buffer.alloc(0), headers: draft.headers }, hostPlaceholder, framing)
+    raw:
+      framing === undefined
+        ? undefined
+        : rawRequest({ ...draft, bodyBytes: body ?? Buffer.alloc(0), headers: draft.headers }, hostPlaceholder, framing)
   }
 }
 
@@ -1176,7 +1509,7 @@ const encodeRequest = (request: FuzzRequest, host: string): Buffer => {
   if (request.body !== undefined) lines.push(`content-length: ${request.body.length}`)
   lines.push("connection: close")
   // Header values are sent as UTF-8 bytes, as a careless client would.
-  return Buffer.concat([Buffer.from(lines.join("\r\n") + "\r\n\r\n", "utf8"), request.body ?? Buffer.alloc(0)])
+  return Buffer.concat([Buffer.from(`${lines.join("\r\n")}\r\n\r\n`, "utf8"), request.body ?? Buffer.alloc(0)])
 }
 
 /** Parses the first final response in `data` (skipping 1xx); undefined while incomplete. */
@@ -1236,9 +1569,16 @@ export const sendBytes = (port: number, bytes: Buffer, timeoutMs: number, halfCl
       settled = true
       clearTimeout(timer)
       socket.destroy()
-      resolve(parsed === undefined
-        ? { status: undefined, headers: [], body: Buffer.concat(chunks).toString("latin1").slice(0, 300), error: error ?? "connection closed without a response" }
-        : { ...parsed, error: undefined })
+      resolve(
+        parsed === undefined
+          ? {
+              status: undefined,
+              headers: [],
+              body: Buffer.concat(chunks).toString("latin1").slice(0, 300),
+              error: error ?? "connection closed without a response"
+            }
+          : { ...parsed, error: undefined }
+      )
     }
     const timer = setTimeout(() => finish(true, `no response within ${timeoutMs} ms`), timeoutMs)
     socket.on("data", (chunk) => {
@@ -1325,7 +1665,10 @@ export const run = async (options: RunOptions): Promise<Report> => {
       const index = next++
       let request = generate(operations, options.fixtures, options.seed, index)
       // Logging out ends the session it is called with: give it one of its own.
-      if (request.operation.endsWith("/logout") && request.headers.some(([, value]) => value.includes(options.fixtures.sessionToken))) {
+      if (
+        request.operation.endsWith("/logout") &&
+        request.headers.some(([, value]) => value.includes(options.fixtures.sessionToken))
+      ) {
         request = await withFreshSession(options.baseUrl, options.fixtures, request)
       }
       tried.add(`${request.operation} [${request.credential}]`)
@@ -1343,9 +1686,20 @@ export const run = async (options: RunOptions): Promise<Report> => {
   }
   await Promise.all(Array.from({ length: options.concurrency ?? 4 }, worker))
   const untried = operations.flatMap((operation) =>
-    credentialKinds.filter((credential) => !tried.has(`${operation.name} [${credential}]`)).map((credential) => `${operation.name} [${credential}]`)
+    credentialKinds
+      .filter((credential) => !tried.has(`${operation.name} [${credential}]`))
+      .map((credential) => `${operation.name} [${credential}]`)
   )
-  return { seed: options.seed, requests: options.requests, durationMs: performance.now() - startedAt, byStatus, byRoute, failures, untried, slowest }
+  return {
+    seed: options.seed,
+    requests: options.requests,
+    durationMs: performance.now() - startedAt,
+    byStatus,
+    byRoute,
+    failures,
+    untried,
+    slowest
+  }
 }
 
 const withFreshSession = async (baseUrl: string, fixtures: Fixtures, request: FuzzRequest): Promise<FuzzRequest> => {
@@ -1382,7 +1736,9 @@ export const formatFailures = (report: Report, limit = 40): string => {
   ]
   for (const group of groups.slice(0, limit)) {
     lines.push(`- ${group.key} ×${group.count} on ${[...group.routes].join(", ")}`)
-    lines.push(`    e.g. ${describe(group.example.request)} -> ${group.example.outcome.body.slice(0, 200).replace(/\s+/g, " ")}`)
+    lines.push(
+      `    e.g. ${describe(group.example.request)} -> ${group.example.outcome.body.slice(0, 200).replace(/\s+/g, " ")}`
+    )
   }
   if (groups.length > limit) lines.push(`... and ${groups.length - limit} more`)
   return lines.join("\n")
@@ -1390,7 +1746,10 @@ export const formatFailures = (report: Report, limit = 40): string => {
 
 export const formatCounts = (report: Report): string => {
   const statuses = (counts: Record<string, number>) =>
-    Object.entries(counts).sort(([a], [b]) => a.localeCompare(b)).map(([status, count]) => `${status}: ${count}`).join(", ")
+    Object.entries(counts)
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([status, count]) => `${status}: ${count}`)
+      .join(", ")
   const lines = [
     `${report.requests} requests in ${(report.durationMs / 1000).toFixed(1)} s (FUZZ_SEED=${report.seed})`,
     `by status: ${statuses(report.byStatus)}`,
@@ -1400,6 +1759,7 @@ export const formatCounts = (report: Report): string => {
     lines.push(`  ${route.padEnd(62)} ${statuses(counts)}`)
   }
   lines.push("slowest:")
-  for (const { request, ms, status } of report.slowest) lines.push(`  ${Math.round(ms)} ms ${status} ${describe(request)}`)
+  for (const { request, ms, status } of report.slowest)
+    lines.push(`  ${Math.round(ms)} ms ${status} ${describe(request)}`)
   return lines.join("\n")
 }

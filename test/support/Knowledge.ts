@@ -18,12 +18,15 @@ export interface SeedDocument {
  * indexed as ingestion indexes them: what the search and grounding tests start
  * from. Written in one place so that it can become an upload through the API.
  */
-export const seedKnowledge = (account: Account, input: {
-  readonly name: string
-  readonly language?: string
-  readonly documents: ReadonlyArray<SeedDocument>
-}) =>
-  Effect.gen(function*() {
+export const seedKnowledge = (
+  account: Account,
+  input: {
+    readonly name: string
+    readonly language?: string
+    readonly documents: ReadonlyArray<SeedDocument>
+  }
+) =>
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const knowledgeId = newId()
     const language = input.language ?? "simple"
@@ -35,7 +38,10 @@ export const seedKnowledge = (account: Account, input: {
     for (const document of input.documents) {
       const documentId = newId()
       documents[document.filename] = documentId
-      const chunks = split({ text: document.text, kind: document.filename.endsWith(".md") ? "markdown" : "text" }, defaultChunking)
+      const chunks = split(
+        { text: document.text, kind: document.filename.endsWith(".md") ? "markdown" : "text" },
+        defaultChunking
+      )
       yield* sql`
         INSERT INTO knowledge_documents (id, tenant_id, knowledge_id, filename, content_type, bytes, sha256, status,
           chunk_strategy, chunk_size, chunk_overlap, chunk_count, token_count, text)

@@ -6,15 +6,16 @@ import * as NodePath from "node:path"
 export const projectRoot = NodePath.resolve(import.meta.dirname, "../..")
 
 /** A port nothing listens on right now. */
-export const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
+export const freePort = Effect.promise(
+  () =>
+    new Promise<number>((resolve, reject) => {
+      const server = Net.createServer()
+      server.once("error", reject)
+      server.listen(0, "127.0.0.1", () => {
+        const port = (server.address() as Net.AddressInfo).port
+        server.close(() => resolve(port))
+      })
     })
-  })
 )
 
 export interface ServiceProcess {
@@ -29,7 +30,7 @@ export interface ServiceProcess {
 /** Runs `node src/main.ts` (what `npm start` runs) as a child process; killed when the scope closes. */
 export const spawnService = (env: Record<string, string>) =>
   Effect.acquireRelease(
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const port = yield* freePort
       let stdout = ""
       let stderr = ""

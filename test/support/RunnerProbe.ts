@@ -20,20 +20,23 @@ import * as RunnerTransport from "../../src/Runtime/RunnerTransport.ts"
 const [host, port] = process.argv.slice(2)
 const mode = process.env.PROBE_MODE ?? "plain"
 
-const protocolLayer = mode === "plain"
-  ? NodeClusterSocket.layerClientProtocol
-  : RunnerTransport.layerClientProtocol(RunnerTransport.tlsSettings(
-    mode === "secret"
-      ? { _tag: "Secret", key: Redacted.make(process.env.PROBE_SECRET!) }
-      : {
-        _tag: "Certificates",
-        certFile: process.env.PROBE_CERT_FILE!,
-        keyFile: process.env.PROBE_KEY_FILE!,
-        caFile: process.env.PROBE_CA_FILE!
-      }
-  ))
+const protocolLayer =
+  mode === "plain"
+    ? NodeClusterSocket.layerClientProtocol
+    : RunnerTransport.layerClientProtocol(
+        RunnerTransport.tlsSettings(
+          mode === "secret"
+            ? { _tag: "Secret", key: Redacted.make(process.env.PROBE_SECRET!) }
+            : {
+                _tag: "Certificates",
+                certFile: process.env.PROBE_CERT_FILE!,
+                keyFile: process.env.PROBE_KEY_FILE!,
+                caFile: process.env.PROBE_CA_FILE!
+              }
+        )
+      )
 
-const ping = Effect.gen(function*() {
+const ping = Effect.gen(function* () {
   const clientProtocol = yield* Runners.RpcClientProtocol
   const protocol = yield* clientProtocol.make(RunnerAddress.make(host!, Number(port)))
   const client = yield* Effect.provideService(Runners.makeRpcClient, RpcClient.Protocol, protocol)

@@ -13,12 +13,12 @@ import { defined, eventually } from "./Eventually.ts"
 import { FakeOpenAi } from "./FakeOpenAi.ts"
 
 const databaseOfItsOwn = (template: string | undefined) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const adminUrl = inject("databaseUrl")
     const name = `test_${Crypto.randomBytes(6).toString("hex")}`
     const admin = PgClient.layer({ url: Redacted.make(adminUrl) })
     const run = (statement: string) =>
-      Effect.gen(function*() {
+      Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient
         yield* sql.unsafe(statement)
       }).pipe(Effect.provide(admin), Effect.orDie)
@@ -56,14 +56,17 @@ export interface RequestOptions {
 }
 
 /** Plain HTTP against the listening server, as any client would send it. */
-export class TestClient extends Context.Service<TestClient, {
-  readonly baseUrl: string
-  readonly request: (method: string, path: string, options?: RequestOptions) => Effect.Effect<TestResponse>
-}>()("test/TestClient") {}
+export class TestClient extends Context.Service<
+  TestClient,
+  {
+    readonly baseUrl: string
+    readonly request: (method: string, path: string, options?: RequestOptions) => Effect.Effect<TestResponse>
+  }
+>()("test/TestClient") {}
 
 const clientLayer = Layer.effect(
   TestClient,
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const server = yield* HttpServer.HttpServer
     const address = server.address
     if (address._tag === "UnixPathAddress") return yield* Effect.die(new Error("Expected a TCP address"))
@@ -78,7 +81,7 @@ const clientLayer = Layer.effect(
         }
         const response = await fetch(baseUrl + path, { method, headers, body: body ?? null })
         const text = await response.text()
-        let parsed: unknown = undefined
+        let parsed: unknown
         try {
           parsed = text === "" ? undefined : JSON.parse(text)
         } catch {
@@ -103,32 +106,37 @@ export const apiClient = (credential?: string) =>
   Effect.flatMap(TestClient, ({ baseUrl }) =>
     HttpApiClient.make(Api, {
       baseUrl,
-      ...(credential === undefined ? {} : { transformClient: HttpClient.mapRequest(HttpClientRequest.bearerToken(credential)) })
-    })).pipe(Effect.provide(FetchHttpClient.layer))
+      ...(credential === undefined
+        ? {}
+        : { transformClient: HttpClient.mapRequest(HttpClientRequest.bearerToken(credential)) })
+    })
+  ).pipe(Effect.provide(FetchHttpClient.layer))
 
 /** The real service on an ephemeral port over a migrated database of its own, plus a client for it. */
 export const layer = (overrides: Partial<AppSettings> = {}) =>
-  Layer.unwrap(Effect.gen(function*() {
-    const url = yield* TestDatabaseUrl
-    const config = AppConfig.layerWith({
-      port: 0,
-      host: "127.0.0.1",
-      databaseUrl: Option.some(Redacted.make(url)),
-      // A fixed key: tests write no key file into the project, and servers over one database share it.
-      webhookSecretKey: Option.some(Redacted.make("dGVzdC1vbmx5LXdlYmhvb2stc2VjcmV0LWtleS0zMmI=")),
-      // The dashboard's tests turn it on; the others need no build.
-      dashboardEnabled: false,
-      ...overrides
+  Layer.unwrap(
+    Effect.gen(function* () {
+      const url = yield* TestDatabaseUrl
+      const config = AppConfig.layerWith({
+        port: 0,
+        host: "127.0.0.1",
+        databaseUrl: Option.some(Redacted.make(url)),
+        // A fixed key: tests write no key file into the project, and servers over one database share it.
+        webhookSecretKey: Option.some(Redacted.make("dGVzdC1vbmx5LXdlYmhvb2stc2VjcmV0LWtleS0zMmI=")),
+        // The dashboard's tests turn it on; the others need no build.
+        dashboardEnabled: false,
+        ...overrides
+      })
+      // Request logs would drown the test output; the process test reads them instead.
+      return clientLayer.pipe(
+        Layer.provideMerge(Server.HttpLayer),
+        Layer.provideMerge(Server.EntitiesLayer),
+        Layer.provideMerge(Sql.layer),
+        Layer.provideMerge(config),
+        Layer.provide(Logger.layer([]))
+      )
     })
-    // Request logs would drown the test output; the process test reads them instead.
-    return clientLayer.pipe(
-      Layer.provideMerge(Server.HttpLayer),
-      Layer.provideMerge(Server.EntitiesLayer),
-      Layer.provideMerge(Sql.layer),
-      Layer.provideMerge(config),
-      Layer.provide(Logger.layer([]))
-    )
-  }))
+  )
 
 // ---------------------------------------------------------------------------
 // Flows most tests start from
@@ -145,12 +153,13 @@ export interface Account {
 
 /** Registers a new account and logs in. */
 export const signUp = (name = "Test User") =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const email = `user-${Crypto.randomBytes(6).toString("hex")}@example.com`
     const password = "correct horse battery staple"
     const registered = yield* client.request("POST", "/api/auth/register", { body: { email, password, name } })
-    if (registered.status !== 201) return yield* Effect.die(new Error(`register: ${registered.status} ${registered.text}`))
+    if (registered.status !== 201)
+      return yield* Effect.die(new Error(`register: ${registered.status} ${registered.text}`))
     const login = yield* client.request("POST", "/api/auth/login", { body: { email, password } })
     if (login.status !== 200) return yield* Effect.die(new Error(`login: ${login.status} ${login.text}`))
     const setCookie = login.headers.get("set-cookie") ?? ""
@@ -168,11 +177,14 @@ export const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
 
 /** `eventually` for a check that gives a value once there is one (every 50 ms, at most `timeoutMs`). */
 export const waitFor = <A, E, R>(what: string, check: Effect.Effect<A | undefined, E, R>, timeoutMs = 15_000) =>
-  eventually(Effect.map(check, (value) => defined(what, value)), { timeoutMs })
+  eventually(
+    Effect.map(check, (value) => defined(what, value)),
+    { timeoutMs }
+  )
 
 /** Creates an API key for the account; returns its plaintext. */
 export const createKey = (account: Account, scopes?: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const created = yield* client.request("POST", "/api/keys", {
       headers: bearer(account.token),
@@ -184,7 +196,7 @@ export const createKey = (account: Account, scopes?: ReadonlyArray<string>) =>
 
 /** A new tenant with an API key, an agent on `model`, and a one-step orchestration over it ("Say {{input}}"). */
 export const oneStepOrchestration = (model: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const account = yield* signUp()
     const { key } = yield* createKey(account)
@@ -193,13 +205,14 @@ export const oneStepOrchestration = (model: string) =>
       headers: bearer(account.token),
       body: { name: "One", steps: [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }] }
     })
-    if (created.status !== 201) return yield* Effect.die(new Error(`create orchestration: ${created.status} ${created.text}`))
+    if (created.status !== 201)
+      return yield* Effect.die(new Error(`create orchestration: ${created.status} ${created.text}`))
     return { account, key, agentId: agent.id, orchestrationId: created.body.id as string, steps: created.body.steps }
   })
 
 /** Creates an agent through the management API. */
 export const createAgent = (account: Account, body: Record<string, unknown> = {}) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const client = yield* TestClient
     const created = yield* client.request("POST", "/api/agents", {
       headers: bearer(account.token),
@@ -214,13 +227,15 @@ export const createAgent = (account: Account, body: Record<string, unknown> = {}
  * `apiKey` (20 s per call, no retries), and the fake itself for the test.
  */
 export const layerWithFakeOpenAi = (apiKey: string, overrides: Partial<AppSettings> = {}) =>
-  Layer.unwrap(Effect.gen(function*() {
-    const openai = yield* FakeOpenAi.make({ apiKey })
-    return layer({
-      openaiBaseUrl: openai.url,
-      openaiApiKey: Option.some(Redacted.make(apiKey)),
-      modelTimeout: Duration.seconds(20),
-      modelMaxRetries: 0,
-      ...overrides
-    }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
-  }))
+  Layer.unwrap(
+    Effect.gen(function* () {
+      const openai = yield* FakeOpenAi.make({ apiKey })
+      return layer({
+        openaiBaseUrl: openai.url,
+        openaiApiKey: Option.some(Redacted.make(apiKey)),
+        modelTimeout: Duration.seconds(20),
+        modelMaxRetries: 0,
+        ...overrides
+      }).pipe(Layer.merge(Layer.succeed(FakeOpenAi, openai)))
+    })
+  )

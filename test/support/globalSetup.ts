@@ -34,7 +34,7 @@ const freePort = () =>
   })
 
 const adminStatement = (adminUrl: string, statement: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     yield* sql.unsafe(statement)
   }).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(adminUrl) })))
@@ -49,7 +49,7 @@ const adminStatement = (adminUrl: string, statement: string) =>
  * its template.
  */
 const makeTemplate = (adminUrl: string) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const name = `test_template_${Crypto.randomBytes(6).toString("hex")}`
     yield* adminStatement(adminUrl, `CREATE DATABASE ${name}`)
     const url = new URL(adminUrl)
@@ -57,14 +57,15 @@ const makeTemplate = (adminUrl: string) =>
     // The service's own migrator and client, as it migrates at start.
     const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url.toString())) })
     const database = Layer.provide(Sql.DatabaseUrl.layer, config)
-    yield* Effect.gen(function*() {
+    yield* Effect.gen(function* () {
       yield* Layer.build(Sql.MigratorLayer).pipe(Effect.provide([database, config]), Effect.scoped)
-      yield* Layer.build(Layer.mergeAll(SqlMessageStorage.layerMigrations({}), SqlRunnerStorage.layerMigrations({}))).pipe(
-        Effect.provide(Sql.ClientLayer.pipe(Layer.provide([database, config]))),
-        Effect.scoped
-      )
+      yield* Layer.build(
+        Layer.mergeAll(SqlMessageStorage.layerMigrations({}), SqlRunnerStorage.layerMigrations({}))
+      ).pipe(Effect.provide(Sql.ClientLayer.pipe(Layer.provide([database, config]))), Effect.scoped)
       yield* adminStatement(adminUrl, `ALTER DATABASE ${name} WITH ALLOW_CONNECTIONS false`)
-    }).pipe(Effect.onError(() => Effect.ignore(adminStatement(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))))
+    }).pipe(
+      Effect.onError(() => Effect.ignore(adminStatement(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)))
+    )
     return name
   })
 
@@ -79,7 +80,8 @@ export default async function setup(project: TestProject) {
     const template = await Effect.runPromise(makeTemplate(external))
     project.provide("databaseUrl", external)
     project.provide("templateDatabase", template)
-    return () => Effect.runPromise(Effect.ignore(adminStatement(external, `DROP DATABASE IF EXISTS ${template} WITH (FORCE)`)))
+    return () =>
+      Effect.runPromise(Effect.ignore(adminStatement(external, `DROP DATABASE IF EXISTS ${template} WITH (FORCE)`)))
   }
 
   const root = await Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-host-test-"))

@@ -14,7 +14,11 @@ import { UsageScreen } from "./usage/UsageScreen.tsx"
 
 // Each feature's folder holds its data hooks (the only code that calls the
 // API) and its screens (layout only); this shell picks a screen by the path.
-const screens: ReadonlyArray<{ readonly path: string; readonly title: string; readonly render: (route: Route) => React.ReactNode }> = [
+const screens: ReadonlyArray<{
+  readonly path: string
+  readonly title: string
+  readonly render: (route: Route) => React.ReactNode
+}> = [
   { path: "/", title: "Getting started", render: () => <OverviewScreen /> },
   { path: "/keys", title: "API keys", render: () => <KeysScreen /> },
   { path: "/agents", title: "Agents", render: (route) => <AgentsScreen route={route} /> },
@@ -37,8 +41,18 @@ export const App = () => {
     main.current?.focus()
   }, [route.path])
 
-  if (session.loading && session.account === undefined) return <p className="loading" role="status">Loading…</p>
-  if (session.error !== undefined) return <main id="main"><ProblemMessage problem={session.error} /></main>
+  if (session.loading && session.account === undefined)
+    return (
+      <p className="loading" role="status">
+        Loading…
+      </p>
+    )
+  if (session.error !== undefined)
+    return (
+      <main id="main">
+        <ProblemMessage problem={session.error} />
+      </main>
+    )
   if (session.account === null || session.account === undefined) {
     return <AuthScreen mode={route.path === "/register" ? "register" : "login"} onSignedIn={session.reload} />
   }
@@ -49,27 +63,41 @@ export const App = () => {
 
   return (
     <>
-      <a className="skip" href="#main">Skip to content</a>
+      <a className="skip" href="#main">
+        Skip to content
+      </a>
       <header className="top">
         <span className="brand">Agent Host</span>
         <nav aria-label="Main">
           <ul>
             {screens.map((s) => (
-              <li key={s.path}><Link to={s.path} aria-current={s.path === route.path ? "page" : undefined}>{s.title}</Link></li>
+              <li key={s.path}>
+                <Link to={s.path} aria-current={s.path === route.path ? "page" : undefined}>
+                  {s.title}
+                </Link>
+              </li>
             ))}
-            <li><a href="/docs">API reference</a></li>
+            <li>
+              <a href="/docs">API reference</a>
+            </li>
           </ul>
         </nav>
         <div className="account">
           <span>{session.account.user.email}</span>
-          <button type="button" className="secondary" onClick={session.logout}>Log out</button>
+          <button type="button" className="secondary" onClick={session.logout}>
+            Log out
+          </button>
         </div>
       </header>
       <main id="main" ref={main} tabIndex={-1}>
-        {screen ? screen.render(route) : (
+        {screen ? (
+          screen.render(route)
+        ) : (
           <>
             <h1>Not found</h1>
-            <p>No screen here. <Link to="/">Back to the start</Link>.</p>
+            <p>
+              No screen here. <Link to="/">Back to the start</Link>.
+            </p>
           </>
         )}
       </main>

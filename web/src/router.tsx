@@ -25,7 +25,10 @@ export interface Route {
 
 const current = (): Route => {
   const path = location.pathname.startsWith(base) ? location.pathname.slice(base.length) || "/" : "/"
-  return { path: path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path, query: new URLSearchParams(location.search) }
+  return {
+    path: path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path,
+    query: new URLSearchParams(location.search)
+  }
 }
 
 export const useRoute = (): Route => {
@@ -53,7 +56,15 @@ export const withQuery = (route: Route, changes: Record<string, string | null | 
 export const Link = ({ to, ...props }: AnchorHTMLAttributes<HTMLAnchorElement> & { readonly to: string }) => {
   const href = `${base}${to === "/" ? "" : to}`
   const onClick = (event: MouseEvent<HTMLAnchorElement>) => {
-    if (event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return
+    if (
+      event.defaultPrevented ||
+      event.button !== 0 ||
+      event.metaKey ||
+      event.ctrlKey ||
+      event.shiftKey ||
+      event.altKey
+    )
+      return
     event.preventDefault()
     navigate(to)
   }

@@ -3,7 +3,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 
 // Tenants, their users, sessions, API keys and agents. Secrets (passwords,
 // session tokens, API keys) are stored only as hashes.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE tenants (

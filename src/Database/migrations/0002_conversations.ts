@@ -3,7 +3,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 
 // Conversation memory: one row per conversation, one per turn (the user's
 // message and the reply, with the tokens and the model that answered).
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE conversations (

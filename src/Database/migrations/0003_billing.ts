@@ -3,7 +3,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 
 // Daily request counts per tenant, the Stripe link of a tenant, and every
 // Stripe event received (for idempotency and audit).
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE daily_usage (

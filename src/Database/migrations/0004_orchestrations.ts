@@ -5,7 +5,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // always read and written whole, and validated as a whole before writing.
 // Agents named by steps are not foreign keys: they live inside the document,
 // and an agent removed later is refused when an execution starts.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE orchestrations (

@@ -4,7 +4,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // The read model of executions: what clients poll. The workflow writes every
 // status change here as it happens; the definition is copied in at the start,
 // so editing an orchestration never changes a run already under way.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE executions (

@@ -3,7 +3,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 
 // What happened in an execution, in order: what GET /api/v1/executions/{id}/events
 // replays to a client that connects late, then follows.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE execution_events (

@@ -5,7 +5,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // workflow are no longer needed (the read model keeps its result); they are
 // deleted a while later. This marks the executions whose messages are gone,
 // and indexes those still waiting.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER TABLE executions ADD COLUMN messages_pruned boolean NOT NULL DEFAULT false`
   yield* sql`

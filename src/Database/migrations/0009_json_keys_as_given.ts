@@ -15,7 +15,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // execution_events.data needs nothing: its keys (output, tokens, status,
 // error, tokensUsed) read back unchanged. No other column holds JSON.
 const renameStepKeys = (table: "orchestrations" | "executions") =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     yield* sql.unsafe(`
       UPDATE ${table} SET steps = (
@@ -56,7 +56,7 @@ export const restoreVariableNames = (stored: Readonly<Record<string, unknown>>, 
   return restored
 }
 
-const restoreVariables = Effect.gen(function*() {
+const restoreVariables = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   // Keys without `_` were never renamed (camelToSnake adds one before every capital).
   let after = ""
@@ -75,7 +75,7 @@ const restoreVariables = Effect.gen(function*() {
   }
 })
 
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   yield* renameStepKeys("orchestrations")
   yield* renameStepKeys("executions")
   yield* restoreVariables

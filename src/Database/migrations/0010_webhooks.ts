@@ -4,7 +4,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // Outbound webhooks: one endpoint per owner (a team or an orchestration), the
 // outbox of events (written in the same transaction as the final state they
 // report, delivered by a cluster workflow) and the log of every attempt.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE webhook_endpoints (

@@ -5,7 +5,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // read model clients poll, written by the team run workflow), each run's
 // transcript (one row per turn, written idempotently by run and index), and
 // each run's events (what the events stream replays, then follows).
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE teams (

@@ -7,7 +7,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // vector, built from its content after CJK runs are segmented into words
 // (Segment.ts) and accents are removed, in its base's text-search
 // configuration; queries are built the same way.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`CREATE EXTENSION IF NOT EXISTS unaccent`
   // unaccent(text) is only STABLE (it looks its dictionary up by name); naming

@@ -6,7 +6,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // service's own statements or an operator's. Nodes that answer an unlimited
 // tenant's requests before its count lands (Billing/Quota.ts) hear of a
 // downgrade from it.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE FUNCTION notify_tenant_plan_changed() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -8,7 +8,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // they now name `completed_at`, which is set exactly when a run finishes (the
 // check below holds the two together). Pages are left a fifth empty so that
 // the started row finds room on its own page.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     UPDATE executions SET completed_at = COALESCE(started_at, created_at)

@@ -10,7 +10,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // too slowly for autovacuum kept it so. A list of 256 kB bounds what a search
 // reads to a sixteenth, at the cost of merging more often (seeding the bench's
 // chunks took 30 s instead of 21). What is pending now is merged at once.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER INDEX knowledge_chunks_search_idx SET (gin_pending_list_limit = 256)`
   yield* sql`SELECT gin_clean_pending_list('knowledge_chunks_search_idx'::regclass)`

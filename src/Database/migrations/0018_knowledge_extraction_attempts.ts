@@ -10,7 +10,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // - extraction_slot_at: when the document took one of its tenant's extraction
 //   places (EXTRACTION_CONCURRENCY_PER_TENANT); a document processing with a
 //   place holds it until it is ready or failed; the others wait, oldest first.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER TABLE knowledge_documents
     ADD COLUMN extraction_attempts integer NOT NULL DEFAULT 0,

@@ -6,7 +6,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // checks the budget, and gives back the reservation when it settles its real
 // count (Billing/Budget.ts). Per day, like the count: a reservation a killed
 // process never settled counts until its day ends, never longer.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER TABLE daily_usage ADD COLUMN reserved bigint NOT NULL DEFAULT 0`
 })

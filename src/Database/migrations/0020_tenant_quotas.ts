@@ -7,7 +7,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // are paid back, at one per RECHUNK_INTERVAL (GCRA), null when it has none.
 // Chunk and byte totals per tenant are sums over the tenant's documents,
 // which the index below reads without the documents' text.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER TABLE knowledge_documents ADD COLUMN rechunk_tat timestamptz`
   yield* sql`CREATE INDEX knowledge_documents_tenant_usage_idx ON knowledge_documents (tenant_id) INCLUDE (status, bytes, chunk_count)`

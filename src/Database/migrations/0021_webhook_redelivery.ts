@@ -21,7 +21,7 @@ export const backfilledPerEvent = 10_000
  * bytes of a SHA-256, in hex; the delivery workflow's tag is
  * `WebhookDelivery` and its key `<event id>:<redelivery>`. Idempotent.
  */
-export const backfill = Effect.gen(function*() {
+export const backfill = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     INSERT INTO webhook_redeliveries (event_id, redelivery, entity_id)
@@ -32,7 +32,7 @@ export const backfill = Effect.gen(function*() {
     ON CONFLICT DO NOTHING`
 })
 
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE webhook_redeliveries (

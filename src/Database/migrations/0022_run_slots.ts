@@ -10,7 +10,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // (cancelled, failed by the sweep) is free at once. A slot granted to a
 // waiting run is announced on `run_signals` (`granted:<run id>`), which wakes
 // its workflow on whichever node it waits.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE run_slots (

@@ -9,7 +9,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // (`run_events`, payload: the run's id), which wakes the streams waiting on
 // it on every node. Runs nobody follows notify nobody, so their commits do
 // not queue on PostgreSQL's notification lock.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE event_stream_slots (

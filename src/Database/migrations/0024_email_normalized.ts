@@ -20,7 +20,7 @@ import { normalizeEmail } from "../../Auth/Email.ts"
 //   payload `issued:<hash>`), from a trigger so that any insert does: every
 //   node then drops the hash from its cache of rejected credentials, and a
 //   credential refused a moment before it existed works at once.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER TABLE users ADD COLUMN email_normalized text`
   yield* sql`CREATE UNIQUE INDEX users_email_normalized_key ON users (email_normalized)`
@@ -31,9 +31,10 @@ export default Effect.gen(function*() {
   let after: Row | undefined
   let conflicts = 0
   while (true) {
-    const rows = after === undefined
-      ? yield* sql<Row>`SELECT id, email, created_at::text AS "createdAt" FROM users ORDER BY created_at, id LIMIT 1000`
-      : yield* sql<Row>`SELECT id, email, created_at::text AS "createdAt" FROM users
+    const rows =
+      after === undefined
+        ? yield* sql<Row>`SELECT id, email, created_at::text AS "createdAt" FROM users ORDER BY created_at, id LIMIT 1000`
+        : yield* sql<Row>`SELECT id, email, created_at::text AS "createdAt" FROM users
                    WHERE (created_at, id) > (${after.createdAt}::timestamptz, ${after.id})
                    ORDER BY created_at, id LIMIT 1000`
     if (rows.length === 0) break

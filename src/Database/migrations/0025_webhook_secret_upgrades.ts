@@ -6,7 +6,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 // no longer opens there. Each node re-seals the v1 values it finds at start;
 // the first pass to find none left writes a row here, and from then on every
 // node refuses v1, so a v1 value written into a row later never opens.
-export default Effect.gen(function*() {
+export default Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     CREATE TABLE webhook_secret_upgrades (

@@ -23,15 +23,23 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
           <h2 id="agents-list">Your agents</h2>
           <div className="toolbar">
             <label htmlFor="status-filter">Status</label>
-            <select id="status-filter" value={status} onChange={(e) => navigate(withQuery(route, { status: e.target.value === "all" ? null : e.target.value }))}>
+            <select
+              id="status-filter"
+              value={status}
+              onChange={(e) => navigate(withQuery(route, { status: e.target.value === "all" ? null : e.target.value }))}
+            >
               <option value="all">All</option>
               <option value="active">Active</option>
               <option value="inactive">Inactive</option>
             </select>
-            <button type="button" className="secondary" onClick={() => navigate(withQuery(route, { agent: null }))}>New agent</button>
+            <button type="button" className="secondary" onClick={() => navigate(withQuery(route, { agent: null }))}>
+              New agent
+            </button>
           </div>
           {list.error !== undefined && <ProblemMessage problem={list.error} />}
-          {list.items && shown.length === 0 && !list.hasMore && <p>No agents{status === "all" ? " yet" : ` ${status}`}.</p>}
+          {list.items && shown.length === 0 && !list.hasMore && (
+            <p>No agents{status === "all" ? " yet" : ` ${status}`}.</p>
+          )}
           <ul className="list">
             {shown.map((a) => (
               <li key={a.id}>
@@ -43,7 +51,10 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
                     navigate(withQuery(route, { agent: a.id }))
                   }}
                 >
-                  <strong>{a.name}</strong> <span className="muted">{a.model} · {a.status}</span>
+                  <strong>{a.name}</strong>{" "}
+                  <span className="muted">
+                    {a.model} · {a.status}
+                  </span>
                 </a>
               </li>
             ))}
@@ -54,40 +65,84 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
 
         <section aria-labelledby="agent-form">
           <h2 id="agent-form">{agent ? `Edit ${agent.name}` : "New agent"}</h2>
-          {agent && <p className="muted">Id <code>{agent.id}</code>, updated {formatDate(agent.updatedAt)}</p>}
+          {agent && (
+            <p className="muted">
+              Id <code>{agent.id}</code>, updated {formatDate(agent.updatedAt)}
+            </p>
+          )}
           <form onSubmit={save} noValidate>
             <Field label="Name" error={fieldError("name")}>
-              {(props) => <input {...props} required value={draft.name} onChange={(e) => set("name")(e.target.value)} />}
+              {(props) => (
+                <input {...props} required value={draft.name} onChange={(e) => set("name")(e.target.value)} />
+              )}
             </Field>
             <Field label="Description" error={fieldError("description")}>
-              {(props) => <input {...props} value={draft.description} onChange={(e) => set("description")(e.target.value)} />}
+              {(props) => (
+                <input {...props} value={draft.description} onChange={(e) => set("description")(e.target.value)} />
+              )}
             </Field>
-            <Field label="Model" hint={<><code>local</code> (built in, offline), <code>openai/&lt;model&gt;</code> or <code>anthropic/&lt;model&gt;</code></>} error={fieldError("model")}>
+            <Field
+              label="Model"
+              hint={
+                <>
+                  <code>local</code> (built in, offline), <code>openai/&lt;model&gt;</code> or{" "}
+                  <code>anthropic/&lt;model&gt;</code>
+                </>
+              }
+              error={fieldError("model")}
+            >
               {(props) => <input {...props} value={draft.model} onChange={(e) => set("model")(e.target.value)} />}
             </Field>
             <Field label="Instructions" hint="The system prompt." error={fieldError("instructions")}>
-              {(props) => <textarea {...props} rows={5} value={draft.instructions} onChange={(e) => set("instructions")(e.target.value)} />}
+              {(props) => (
+                <textarea
+                  {...props}
+                  rows={5}
+                  value={draft.instructions}
+                  onChange={(e) => set("instructions")(e.target.value)}
+                />
+              )}
             </Field>
             <label className="check">
-              <input type="checkbox" checked={draft.memoryEnabled} onChange={(e) => set("memoryEnabled")(e.target.checked)} />
+              <input
+                type="checkbox"
+                checked={draft.memoryEnabled}
+                onChange={(e) => set("memoryEnabled")(e.target.checked)}
+              />
               Remember conversations
             </label>
             <Field label="Status" error={fieldError("status")}>
               {(props) => (
-                <select {...props} value={draft.status} onChange={(e) => set("status")(e.target.value as AgentDraft["status"])}>
+                <select
+                  {...props}
+                  value={draft.status}
+                  onChange={(e) => set("status")(e.target.value as AgentDraft["status"])}
+                >
                   <option value="active">Active</option>
                   <option value="inactive">Inactive</option>
                 </select>
               )}
             </Field>
             <ProblemMessage problem={problem} />
-            <p role="status" className="saved">{saved}</p>
+            <p role="status" className="saved">
+              {saved}
+            </p>
             <div className="actions">
               <button type="submit">{agent ? "Save" : "Create agent"}</button>
-              {agent && <button type="button" className="danger" onClick={() => setDeleting(agent)}>Delete</button>}
+              {agent && (
+                <button type="button" className="danger" onClick={() => setDeleting(agent)}>
+                  Delete
+                </button>
+              )}
             </div>
           </form>
-          <ApiCall call={agent ? { method: "PUT", path: `/api/agents/${agent.id}`, body: draft } : { method: "POST", path: "/api/agents", body: draft }} />
+          <ApiCall
+            call={
+              agent
+                ? { method: "PUT", path: `/api/agents/${agent.id}`, body: draft }
+                : { method: "POST", path: "/api/agents", body: draft }
+            }
+          />
           {agent && (
             <ApiCall
               title="List active agents with an API key"

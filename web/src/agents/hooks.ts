@@ -10,7 +10,10 @@ export const useAgentList = () => usePaged((cursor) => call((c) => c.agents.list
 
 /** Every agent of the tenant, for choosing one (chat, steps, members); undefined until read. */
 export const useAllAgents = () => {
-  const agents = useLoad(() => allPages((cursor, limit) => call((c) => c.agents.list({ query: pageQuery(cursor, limit) }))), [])
+  const agents = useLoad(
+    () => allPages((cursor, limit) => call((c) => c.agents.list({ query: pageQuery(cursor, limit) }))),
+    []
+  )
   return { agents: agents.data, error: agents.error }
 }
 
@@ -23,7 +26,14 @@ export interface AgentDraft {
   status: "active" | "inactive"
 }
 
-const emptyDraft: AgentDraft = { name: "", description: "", model: "local", instructions: "", memoryEnabled: true, status: "active" }
+const emptyDraft: AgentDraft = {
+  name: "",
+  description: "",
+  model: "local",
+  instructions: "",
+  memoryEnabled: true,
+  status: "active"
+}
 
 const draftOf = (agent: Agent): AgentDraft => ({
   name: agent.name,
@@ -81,8 +91,12 @@ export const useAgents = (route: Route, selected: AgentId | null) => {
     }
   }
 
-  const set = <K extends keyof AgentDraft>(key: K) => (value: AgentDraft[K]) => setDraft((d) => ({ ...d, [key]: value }))
-  const fieldError = (field: string) => problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
+  const set =
+    <K extends keyof AgentDraft>(key: K) =>
+    (value: AgentDraft[K]) =>
+      setDraft((d) => ({ ...d, [key]: value }))
+  const fieldError = (field: string) =>
+    problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
 
   return { list, agent, draft, set, save, remove, problem, saved, fieldError }
 }

@@ -5,10 +5,17 @@ import { useLoad } from "../shared/data.ts"
 
 /** The signed-in account (null when signed out), and logging out. */
 export const useSession = () => {
-  const me = useLoad(() => call((c) => c.auth.me()).then((account) => account, (error: unknown) => {
-    if (typeof error === "object" && error !== null && "status" in error && error.status === 401) return null
-    throw error
-  }), [])
+  const me = useLoad(
+    () =>
+      call((c) => c.auth.me()).then(
+        (account) => account,
+        (error: unknown) => {
+          if (typeof error === "object" && error !== null && "status" in error && error.status === 401) return null
+          throw error
+        }
+      ),
+    []
+  )
   const logout = async () => {
     await call((c) => c.auth.logout()).catch(() => undefined)
     navigate("/login", { replace: true })
@@ -41,6 +48,7 @@ export const useSignIn = (mode: "login" | "register", onSignedIn: () => void) =>
     }
   }
 
-  const fieldError = (field: string) => problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
+  const fieldError = (field: string) =>
+    problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
   return { email, setEmail, password, setPassword, problem, busy, submit, fieldError }
 }

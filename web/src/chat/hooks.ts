@@ -23,7 +23,9 @@ export interface LiveTurn {
 export const useChat = (route: Route, agentId: AgentId | null, conversationId: string | null) => {
   const { agents, error: agentsError } = useAllAgents()
   const conversations = usePaged(
-    agentId ? (cursor) => call((c) => c.agents.conversations({ params: { id: agentId }, query: pageQuery(cursor) })) : undefined,
+    agentId
+      ? (cursor) => call((c) => c.agents.conversations({ params: { id: agentId }, query: pageQuery(cursor) }))
+      : undefined,
     [agentId]
   )
   const turns = usePaged(
@@ -72,7 +74,8 @@ export const useChat = (route: Route, agentId: AgentId | null, conversationId: s
   useEffect(() => {
     const done = live?.done
     if (done === undefined) return
-    if (done.conversationId !== conversationId) navigate(withQuery(route, { conversation: done.conversationId }), { replace: true })
+    if (done.conversationId !== conversationId)
+      navigate(withQuery(route, { conversation: done.conversationId }), { replace: true })
     else turns.reload()
     conversations.reload()
   }, [live?.done])

@@ -55,7 +55,7 @@ export const useKeys = () => {
   const toggleScope = (scope: Scope, on: boolean) =>
     setScopes(on ? allScopes.filter((s) => s === scope || scopes.includes(s)) : scopes.filter((s) => s !== scope))
 
-  const fieldError = (path: string) => problem instanceof ApiProblem ? problem.messagesFor(path)[0] : undefined
+  const fieldError = (path: string) => (problem instanceof ApiProblem ? problem.messagesFor(path)[0] : undefined)
 
   return {
     keys: keys.data?.data,

@@ -8,7 +8,8 @@ import { useKnowledge } from "./hooks.ts"
 
 const DocumentStatus = ({ document }: { readonly document: Document }) => (
   <span className={`status status-${document.status}`} title={document.error?.message}>
-    {document.status}{document.error && `: ${document.error.code}`}
+    {document.status}
+    {document.error && `: ${document.error.code}`}
   </span>
 )
 
@@ -16,7 +17,8 @@ const DocumentStatus = ({ document }: { readonly document: Document }) => (
 export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
   const baseId = queryId(route, "base", KnowledgeId)
   const documentId = queryId(route, "document", DocumentId)
-  const { bases, base, documents, chunks, hits, name, setName, nameError, create, send, progress, problem } = useKnowledge(route, baseId, documentId)
+  const { bases, base, documents, chunks, hits, name, setName, nameError, create, send, progress, problem } =
+    useKnowledge(route, baseId, documentId)
   const [dragging, setDragging] = useState(false)
   const [query, setQuery] = useState(route.query.get("q") ?? "")
   const fileInput = useRef<HTMLInputElement>(null)
@@ -44,7 +46,10 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
                     navigate(withQuery(route, { base: b.id, document: null, q: null }))
                   }}
                 >
-                  <strong>{b.name}</strong> <span className="muted">{b.documentCount} docs · {b.chunkCount} chunks</span>
+                  <strong>{b.name}</strong>{" "}
+                  <span className="muted">
+                    {b.documentCount} docs · {b.chunkCount} chunks
+                  </span>
                 </a>
               </li>
             ))}
@@ -64,8 +69,9 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
             <>
               <h2 id="base-title">{base.name}</h2>
               <p className="muted">
-                {base.documentCount} documents, {base.chunkCount} chunks, {base.tokenCount.toLocaleString("en")} tokens ·
-                chunks of {base.chunking.chunkSize} tokens ({base.chunking.strategy}), overlap {base.chunking.chunkOverlap}
+                {base.documentCount} documents, {base.chunkCount} chunks, {base.tokenCount.toLocaleString("en")} tokens
+                · chunks of {base.chunking.chunkSize} tokens ({base.chunking.strategy}), overlap{" "}
+                {base.chunking.chunkOverlap}
               </p>
               <div
                 className={`dropzone${dragging ? " dragging" : ""}`}
@@ -88,23 +94,41 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
                     e.target.value = ""
                   }}
                 />
-                <label htmlFor="upload-files" className="button-like">Choose files</label>
+                <label htmlFor="upload-files" className="button-like">
+                  Choose files
+                </label>
                 {progress !== undefined && (
                   <p>
                     <label htmlFor="upload-progress">Uploading</label>{" "}
-                    <progress id="upload-progress" max={1} value={progress}>{Math.round(progress * 100)}%</progress>
+                    <progress id="upload-progress" max={1} value={progress}>
+                      {Math.round(progress * 100)}%
+                    </progress>
                   </p>
                 )}
               </div>
               <ProblemMessage problem={problem} />
-              <ApiCall call={{ method: "POST", path: `/api/knowledge/${base.id}/upload`, body: { filename: "notes.txt", content: "..." } }} />
+              <ApiCall
+                call={{
+                  method: "POST",
+                  path: `/api/knowledge/${base.id}/upload`,
+                  body: { filename: "notes.txt", content: "..." }
+                }}
+              />
 
               <h3>Documents</h3>
               {documents.items && documents.items.length === 0 && <p>No documents yet.</p>}
               {documents.items && documents.items.length > 0 && (
                 <table data-testid="documents">
                   <caption className="visually-hidden">Documents</caption>
-                  <thead><tr><th scope="col">File</th><th scope="col">Status</th><th scope="col">Chunks</th><th scope="col">Tokens</th><th scope="col">Uploaded</th></tr></thead>
+                  <thead>
+                    <tr>
+                      <th scope="col">File</th>
+                      <th scope="col">Status</th>
+                      <th scope="col">Chunks</th>
+                      <th scope="col">Tokens</th>
+                      <th scope="col">Uploaded</th>
+                    </tr>
+                  </thead>
                   <tbody>
                     {documents.items.map((d) => (
                       <tr key={d.id} aria-selected={d.id === documentId}>
@@ -119,7 +143,9 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
                             {d.filename}
                           </a>
                         </th>
-                        <td><DocumentStatus document={d} /></td>
+                        <td>
+                          <DocumentStatus document={d} />
+                        </td>
                         <td>{d.chunkCount}</td>
                         <td>{d.tokenCount.toLocaleString("en")}</td>
                         <td>{formatDate(d.createdAt)}</td>
@@ -158,7 +184,9 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
                 }}
               >
                 <Field label="Search this base">
-                  {(props) => <input {...props} type="search" value={query} onChange={(e) => setQuery(e.target.value)} />}
+                  {(props) => (
+                    <input {...props} type="search" value={query} onChange={(e) => setQuery(e.target.value)} />
+                  )}
                 </Field>
                 <button type="submit">Search</button>
               </form>
@@ -167,12 +195,20 @@ export const KnowledgeScreen = ({ route }: { readonly route: Route }) => {
               <ol className="chunks" data-testid="search-hits">
                 {hits.data?.data.map((hit) => (
                   <li key={hit.id}>
-                    <p className="muted">score {hit.score.toFixed(3)} · chunk #{hit.index}</p>
+                    <p className="muted">
+                      score {hit.score.toFixed(3)} · chunk #{hit.index}
+                    </p>
                     <pre tabIndex={0}>{hit.content}</pre>
                   </li>
                 ))}
               </ol>
-              <ApiCall call={{ method: "POST", path: `/api/knowledge/${base.id}/search`, body: { query: query || "refunds", topK: 5 } }} />
+              <ApiCall
+                call={{
+                  method: "POST",
+                  path: `/api/knowledge/${base.id}/search`,
+                  body: { query: query || "refunds", topK: 5 }
+                }}
+              />
             </>
           )}
         </section>

@@ -21,7 +21,8 @@ const upload = (path: string, files: ReadonlyArray<File>, onProgress: (share: nu
       if (request.status === 201 || request.status === 202) resolve()
       else reject(new ApiProblem(request.status, (request.response as Record<string, unknown> | null) ?? {}))
     }
-    request.onerror = () => reject(new ApiProblem(0, { title: "No answer", detail: "The upload could not reach the service" }))
+    request.onerror = () =>
+      reject(new ApiProblem(0, { title: "No answer", detail: "The upload could not reach the service" }))
     request.send(form)
   })
 
@@ -35,20 +36,24 @@ export const useKnowledge = (route: Route, baseId: KnowledgeId | null, documentI
   const bases = usePaged((cursor) => call((c) => c.knowledge.list({ query: pageQuery(cursor) })), [])
   const selection = useSelected(bases, baseId, (id) => call((c) => c.knowledge.get({ params: { id } })))
   const documents = usePaged(
-    baseId ? (cursor) => call((c) => c.knowledge.documents({ params: { id: baseId }, query: pageQuery(cursor) })) : undefined,
+    baseId
+      ? (cursor) => call((c) => c.knowledge.documents({ params: { id: baseId }, query: pageQuery(cursor) }))
+      : undefined,
     [baseId]
   )
   const chunks = usePaged(
     baseId && documentId
-      ? (cursor) => call((c) => c.knowledge.chunks({ params: { id: baseId }, query: { ...pageQuery(cursor, 20), documentId } }))
+      ? (cursor) =>
+          call((c) => c.knowledge.chunks({ params: { id: baseId }, query: { ...pageQuery(cursor, 20), documentId } }))
       : undefined,
     [baseId, documentId]
   )
   const searched = route.query.get("q")
   const hits = useLoad(
-    () => baseId && searched
-      ? call((c) => c.knowledgeSearch.search({ params: { id: baseId }, payload: { query: searched, topK: 5 } }))
-      : Promise.resolve(undefined),
+    () =>
+      baseId && searched
+        ? call((c) => c.knowledgeSearch.search({ params: { id: baseId }, payload: { query: searched, topK: 5 } }))
+        : Promise.resolve(undefined),
     [baseId, searched]
   )
   const [name, setName] = useState("")
@@ -97,5 +102,18 @@ export const useKnowledge = (route: Route, baseId: KnowledgeId | null, documentI
   }
 
   const nameError = problem instanceof ApiProblem ? problem.messagesFor("payload.name")[0] : undefined
-  return { bases, base: selection.item, documents, chunks, hits, name, setName, nameError, create, send, progress, problem }
+  return {
+    bases,
+    base: selection.item,
+    documents,
+    chunks,
+    hits,
+    name,
+    setName,
+    nameError,
+    create,
+    send,
+    progress,
+    problem
+  }
 }

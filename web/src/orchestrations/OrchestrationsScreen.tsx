@@ -7,7 +7,12 @@ import { ApiCall, Confirm, Field, formatDate, LoadMore, ProblemMessage } from ".
 import { queryId } from "../shared/ids.ts"
 import { finalStatuses, toPayload, useLiveExecution, useOrchestrations } from "./hooks.ts"
 
-const ExecutionRow = ({ initial, selected, route, onFinal }: {
+const ExecutionRow = ({
+  initial,
+  selected,
+  route,
+  onFinal
+}: {
   readonly initial: Execution
   readonly selected: boolean
   readonly route: Route
@@ -24,16 +29,33 @@ const ExecutionRow = ({ initial, selected, route, onFinal }: {
           navigate(withQuery(route, { execution: selected ? null : execution.id }))
         }}
       >
-        <span className={`status status-${execution.status}`}>{execution.status}</span> {formatDate(execution.createdAt)}
+        <span className={`status status-${execution.status}`}>{execution.status}</span>{" "}
+        {formatDate(execution.createdAt)}
       </a>
       {selected && (
         <div className="detail">
-          {execution.output !== null && <><h4>Output</h4><pre tabIndex={0} data-testid="execution-output">{execution.output}</pre></>}
+          {execution.output !== null && (
+            <>
+              <h4>Output</h4>
+              <pre tabIndex={0} data-testid="execution-output">
+                {execution.output}
+              </pre>
+            </>
+          )}
           {execution.error !== null && <p className="field-error">{execution.error}</p>}
-          <p className="muted">{execution.tokensUsed} tokens{execution.durationMs !== null && `, ${execution.durationMs} ms`}</p>
+          <p className="muted">
+            {execution.tokensUsed} tokens{execution.durationMs !== null && `, ${execution.durationMs} ms`}
+          </p>
           {log.length > 0 && <p className="muted">Events: {log.join(" → ")}</p>}
-          {!finalStatuses.has(execution.status) && <button type="button" className="danger" onClick={cancel}>Cancel</button>}
-          <ApiCall call={{ method: "GET", path: `/api/v1/executions/${execution.id}/events`, credential: "key" }} title="Follow it with an API key" />
+          {!finalStatuses.has(execution.status) && (
+            <button type="button" className="danger" onClick={cancel}>
+              Cancel
+            </button>
+          )}
+          <ApiCall
+            call={{ method: "GET", path: `/api/v1/executions/${execution.id}/events`, credential: "key" }}
+            title="Follow it with an API key"
+          />
         </div>
       )}
     </li>
@@ -45,7 +67,23 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
   const selected = queryId(route, "orchestration", OrchestrationId)
   const executionId = route.query.get("execution")
   const {
-    list, agents, current, executions, draft, setDraft, setStep, addStep, removeStep, save, saved, problem, stepErrors, fieldError, generalErrors, remove, run
+    list,
+    agents,
+    current,
+    executions,
+    draft,
+    setDraft,
+    setStep,
+    addStep,
+    removeStep,
+    save,
+    saved,
+    problem,
+    stepErrors,
+    fieldError,
+    generalErrors,
+    remove,
+    run
   } = useOrchestrations(route, selected)
   const [deleting, setDeleting] = useState(false)
 
@@ -55,7 +93,13 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
       <div className="split">
         <section aria-labelledby="orchestrations-list">
           <h2 id="orchestrations-list">Your orchestrations</h2>
-          <button type="button" className="secondary" onClick={() => navigate(withQuery(route, { orchestration: null, execution: null }))}>New orchestration</button>
+          <button
+            type="button"
+            className="secondary"
+            onClick={() => navigate(withQuery(route, { orchestration: null, execution: null }))}
+          >
+            New orchestration
+          </button>
           {list.items && list.items.length === 0 && <p>None yet.</p>}
           <ul className="list">
             {list.items?.map((o) => (
@@ -68,7 +112,10 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
                     navigate(withQuery(route, { orchestration: o.id, execution: null }))
                   }}
                 >
-                  <strong>{o.name}</strong> <span className="muted">{o.steps.length} step{o.steps.length === 1 ? "" : "s"} · {o.status}</span>
+                  <strong>{o.name}</strong>{" "}
+                  <span className="muted">
+                    {o.steps.length} step{o.steps.length === 1 ? "" : "s"} · {o.status}
+                  </span>
                 </a>
               </li>
             ))}
@@ -79,29 +126,67 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
           <h2 id="orchestration-form">{current ? `Edit ${current.name}` : "New orchestration"}</h2>
           <form onSubmit={save} noValidate>
             <Field label="Name" error={fieldError("name")}>
-              {(props) => <input {...props} value={draft.name} onChange={(e) => setDraft({ ...draft, name: e.target.value })} />}
+              {(props) => (
+                <input {...props} value={draft.name} onChange={(e) => setDraft({ ...draft, name: e.target.value })} />
+              )}
             </Field>
             <Field label="Description">
-              {(props) => <input {...props} value={draft.description} onChange={(e) => setDraft({ ...draft, description: e.target.value })} />}
+              {(props) => (
+                <input
+                  {...props}
+                  value={draft.description}
+                  onChange={(e) => setDraft({ ...draft, description: e.target.value })}
+                />
+              )}
             </Field>
             {draft.steps.map((step, index) => {
               const errors = stepErrors(index)
               return (
-                <fieldset key={index} className="step" data-testid={`step-${index}`} aria-invalid={errors.length > 0 || undefined}>
+                <fieldset
+                  key={index}
+                  className="step"
+                  data-testid={`step-${index}`}
+                  aria-invalid={errors.length > 0 || undefined}
+                >
                   <legend>Step {index + 1}</legend>
                   <Field label={`Step ${index + 1} id`}>
-                    {(props) => <input {...props} value={step.id} onChange={(e) => setStep(index, { id: e.target.value })} />}
+                    {(props) => (
+                      <input {...props} value={step.id} onChange={(e) => setStep(index, { id: e.target.value })} />
+                    )}
                   </Field>
                   <Field label={`Step ${index + 1} agent`}>
                     {(props) => (
-                      <select {...props} value={step.agentId} onChange={(e) => setStep(index, { agentId: e.target.value })}>
+                      <select
+                        {...props}
+                        value={step.agentId}
+                        onChange={(e) => setStep(index, { agentId: e.target.value })}
+                      >
                         <option value="">Choose an agent…</option>
-                        {agents?.map((a) => <option key={a.id} value={a.id}>{a.name}</option>)}
+                        {agents?.map((a) => (
+                          <option key={a.id} value={a.id}>
+                            {a.name}
+                          </option>
+                        ))}
                       </select>
                     )}
                   </Field>
-                  <Field label={`Step ${index + 1} prompt`} hint={<>Use <code>{"{{input}}"}</code>, <code>{"{{variables.NAME}}"}</code>, <code>{"{{steps.ID.output}}"}</code>.</>}>
-                    {(props) => <textarea {...props} rows={3} value={step.prompt} onChange={(e) => setStep(index, { prompt: e.target.value })} />}
+                  <Field
+                    label={`Step ${index + 1} prompt`}
+                    hint={
+                      <>
+                        Use <code>{"{{input}}"}</code>, <code>{"{{variables.NAME}}"}</code>,{" "}
+                        <code>{"{{steps.ID.output}}"}</code>.
+                      </>
+                    }
+                  >
+                    {(props) => (
+                      <textarea
+                        {...props}
+                        rows={3}
+                        value={step.prompt}
+                        onChange={(e) => setStep(index, { prompt: e.target.value })}
+                      />
+                    )}
                   </Field>
                   {index > 0 && (
                     <div role="group" aria-label={`Step ${index + 1} waits for`} className="depends">
@@ -111,14 +196,24 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
                           <input
                             type="checkbox"
                             checked={step.dependsOn.includes(other.id)}
-                            onChange={(e) => setStep(index, { dependsOn: e.target.checked ? [...step.dependsOn, other.id] : step.dependsOn.filter((d) => d !== other.id) })}
+                            onChange={(e) =>
+                              setStep(index, {
+                                dependsOn: e.target.checked
+                                  ? [...step.dependsOn, other.id]
+                                  : step.dependsOn.filter((d) => d !== other.id)
+                              })
+                            }
                           />
                           {other.id}
                         </label>
                       ))}
                     </div>
                   )}
-                  {errors.map((message) => <p key={message} className="field-error" role="alert">{message}</p>)}
+                  {errors.map((message) => (
+                    <p key={message} className="field-error" role="alert">
+                      {message}
+                    </p>
+                  ))}
                   {draft.steps.length > 1 && (
                     <button type="button" className="secondary" onClick={() => removeStep(index)}>
                       Remove step {index + 1}
@@ -130,45 +225,99 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
             <button type="button" className="secondary" onClick={addStep}>
               Add a step
             </button>
-            {generalErrors.length > 0 || (problem !== undefined && !(problem instanceof ApiProblem && problem.errors.length > 0))
-              ? <ProblemMessage problem={problem} />
-              : null}
-            <p role="status" className="saved">{saved}</p>
+            {generalErrors.length > 0 ||
+            (problem !== undefined && !(problem instanceof ApiProblem && problem.errors.length > 0)) ? (
+              <ProblemMessage problem={problem} />
+            ) : null}
+            <p role="status" className="saved">
+              {saved}
+            </p>
             <div className="actions">
               <button type="submit">{current ? "Save" : "Create orchestration"}</button>
-              {current && <button type="button" className="danger" onClick={() => setDeleting(true)}>Delete</button>}
+              {current && (
+                <button type="button" className="danger" onClick={() => setDeleting(true)}>
+                  Delete
+                </button>
+              )}
             </div>
           </form>
-          <ApiCall call={current ? { method: "PUT", path: `/api/orchestrations/${current.id}`, body: toPayload(draft) } : { method: "POST", path: "/api/orchestrations", body: toPayload(draft) }} />
+          <ApiCall
+            call={
+              current
+                ? { method: "PUT", path: `/api/orchestrations/${current.id}`, body: toPayload(draft) }
+                : { method: "POST", path: "/api/orchestrations", body: toPayload(draft) }
+            }
+          />
 
           {current && (
             <>
               <h2 id="execute-title">Execute</h2>
               <form onSubmit={run.execute} aria-labelledby="execute-title" noValidate>
                 <Field label="Input">
-                  {(props) => <textarea {...props} rows={2} value={run.input} onChange={(e) => run.setInput(e.target.value)} />}
+                  {(props) => (
+                    <textarea {...props} rows={2} value={run.input} onChange={(e) => run.setInput(e.target.value)} />
+                  )}
                 </Field>
                 {run.variables.map((v, i) => (
                   <div key={i} className="variable">
                     <Field label={`Variable ${i + 1} name`}>
-                      {(props) => <input {...props} value={v.name} onChange={(e) => run.setVariables(run.variables.map((x, j) => j === i ? { ...x, name: e.target.value } : x))} />}
+                      {(props) => (
+                        <input
+                          {...props}
+                          value={v.name}
+                          onChange={(e) =>
+                            run.setVariables(
+                              run.variables.map((x, j) => (j === i ? { ...x, name: e.target.value } : x))
+                            )
+                          }
+                        />
+                      )}
                     </Field>
                     <Field label={`Variable ${i + 1} value`}>
-                      {(props) => <input {...props} value={v.value} onChange={(e) => run.setVariables(run.variables.map((x, j) => j === i ? { ...x, value: e.target.value } : x))} />}
+                      {(props) => (
+                        <input
+                          {...props}
+                          value={v.value}
+                          onChange={(e) =>
+                            run.setVariables(
+                              run.variables.map((x, j) => (j === i ? { ...x, value: e.target.value } : x))
+                            )
+                          }
+                        />
+                      )}
                     </Field>
                   </div>
                 ))}
-                <button type="button" className="secondary" onClick={() => run.setVariables([...run.variables, { name: "", value: "" }])}>Add a variable</button>
+                <button
+                  type="button"
+                  className="secondary"
+                  onClick={() => run.setVariables([...run.variables, { name: "", value: "" }])}
+                >
+                  Add a variable
+                </button>
                 <ProblemMessage problem={run.problem} />
                 <button type="submit">Execute</button>
               </form>
-              <ApiCall call={{ method: "POST", path: `/api/v1/orchestrations/${current.id}/execute`, body: { input: run.input || "..." }, credential: "key" }} />
+              <ApiCall
+                call={{
+                  method: "POST",
+                  path: `/api/v1/orchestrations/${current.id}/execute`,
+                  body: { input: run.input || "..." },
+                  credential: "key"
+                }}
+              />
 
               <h2>Executions</h2>
               {executions.items && executions.items.length === 0 && <p>No executions yet.</p>}
               <ul className="list executions">
                 {executions.items?.map((e) => (
-                  <ExecutionRow key={e.id} initial={e} selected={e.id === executionId} route={route} onFinal={() => undefined} />
+                  <ExecutionRow
+                    key={e.id}
+                    initial={e}
+                    selected={e.id === executionId}
+                    route={route}
+                    onFinal={() => undefined}
+                  />
                 ))}
               </ul>
               <LoadMore list={executions} label="Load more executions" />

@@ -21,7 +21,12 @@ export interface OrchestrationDraft {
   steps: Array<StepDraft>
 }
 
-const newStep = (index: number, agentId = ""): StepDraft => ({ id: `step${index + 1}`, agentId, prompt: "", dependsOn: [] })
+const newStep = (index: number, agentId = ""): StepDraft => ({
+  id: `step${index + 1}`,
+  agentId,
+  prompt: "",
+  dependsOn: []
+})
 const draftOf = (o: OrchestrationView): OrchestrationDraft => ({
   name: o.name,
   description: o.description,
@@ -32,7 +37,12 @@ const draftOf = (o: OrchestrationView): OrchestrationDraft => ({
 export const toPayload = (d: OrchestrationDraft) => ({
   name: d.name,
   description: d.description,
-  steps: d.steps.map((s) => ({ id: s.id, agentId: idOf(AgentId, s.agentId), prompt: s.prompt, ...(s.dependsOn.length > 0 ? { dependsOn: s.dependsOn } : {}) }))
+  steps: d.steps.map((s) => ({
+    id: s.id,
+    agentId: idOf(AgentId, s.agentId),
+    prompt: s.prompt,
+    ...(s.dependsOn.length > 0 ? { dependsOn: s.dependsOn } : {})
+  }))
 })
 
 export const finalStatuses = new Set(["completed", "failed", "cancelled"])
@@ -47,14 +57,19 @@ export const useLiveExecution = (initial: Execution, onFinal: () => void) => {
   useEffect(() => setExecution(initial), [initial])
   useEffect(() => {
     if (finalStatuses.has(initial.status)) return
-    const reread = () => call((c) => c.executions.get({ params: { id: initial.id } })).then(setExecution, () => undefined)
+    const reread = () =>
+      call((c) => c.executions.get({ params: { id: initial.id } })).then(setExecution, () => undefined)
     const close = followEvents(urls.executions.events({ params: { id: initial.id } }), executionEventNames, {
       onOpen: reread,
       onEvent: (event) => {
         const data = event.data as { stepId?: string; tokens?: number }
-        if (event.event !== "stream.end") setLog((l) => [...l, data.stepId ? `${event.event} ${data.stepId}` : event.event])
+        if (event.event !== "stream.end")
+          setLog((l) => [...l, data.stepId ? `${event.event} ${data.stepId}` : event.event])
         if (event.event === "execution.running") setExecution((e) => ({ ...e, status: "running" }))
-        if (event.event.startsWith("execution.") && event.event !== "execution.running" || event.event === "stream.end") {
+        if (
+          (event.event.startsWith("execution.") && event.event !== "execution.running") ||
+          event.event === "stream.end"
+        ) {
           close()
           void reread().then(onFinal)
         }
@@ -77,7 +92,9 @@ export const useOrchestrations = (route: Route, selected: OrchestrationId | null
   const selection = useSelected(list, selected, (id) => call((c) => c.orchestrations.get({ params: { id } })))
   const current = selection.item
   const executions = usePaged(
-    selected ? (cursor) => call((c) => c.executions.list({ query: { ...pageQuery(cursor, 20), orchestrationId: selected } })) : undefined,
+    selected
+      ? (cursor) => call((c) => c.executions.list({ query: { ...pageQuery(cursor, 20), orchestrationId: selected } }))
+      : undefined,
     [selected]
   )
   const [draft, setDraft] = useState<OrchestrationDraft>({ name: "", description: "", steps: [newStep(0)] })
@@ -97,7 +114,11 @@ export const useOrchestrations = (route: Route, selected: OrchestrationId | null
   // reset what was typed.
   useEffect(() => {
     if (current || firstAgentId === "") return
-    setDraft((d) => d.steps.some((s) => s.agentId === "") ? { ...d, steps: d.steps.map((s) => s.agentId === "" ? { ...s, agentId: firstAgentId } : s) } : d)
+    setDraft((d) =>
+      d.steps.some((s) => s.agentId === "")
+        ? { ...d, steps: d.steps.map((s) => (s.agentId === "" ? { ...s, agentId: firstAgentId } : s)) }
+        : d
+    )
   }, [firstAgentId])
 
   const save = async (event: FormEvent) => {
@@ -148,12 +169,15 @@ export const useOrchestrations = (route: Route, selected: OrchestrationId | null
   }
 
   const setStep = (index: number, change: Partial<StepDraft>) =>
-    setDraft((d) => ({ ...d, steps: d.steps.map((s, i) => i === index ? { ...s, ...change } : s) }))
+    setDraft((d) => ({ ...d, steps: d.steps.map((s, i) => (i === index ? { ...s, ...change } : s)) }))
   const addStep = () => setDraft((d) => ({ ...d, steps: [...d.steps, newStep(d.steps.length, firstAgentId)] }))
   const removeStep = (index: number) => setDraft((d) => ({ ...d, steps: d.steps.filter((_, i) => i !== index) }))
-  const stepErrors = (index: number) => problem instanceof ApiProblem ? problem.messagesFor(`payload.steps.${index}`) : []
-  const fieldError = (field: string) => problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
-  const generalErrors = problem instanceof ApiProblem ? problem.errors.filter((e) => !/^payload\.steps\.\d+/.test(e.path)) : []
+  const stepErrors = (index: number) =>
+    problem instanceof ApiProblem ? problem.messagesFor(`payload.steps.${index}`) : []
+  const fieldError = (field: string) =>
+    problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
+  const generalErrors =
+    problem instanceof ApiProblem ? problem.errors.filter((e) => !/^payload\.steps\.\d+/.test(e.path)) : []
 
   return {
     list,

@@ -6,19 +6,45 @@ export const OverviewScreen = () => {
   const progress = useProgress()
   const done = progress.data
   const steps = [
-    { key: "keys", done: done?.keys, title: "Make an API key", body: <><Link to="/keys">API keys</Link>: programs call the API with one.</> },
-    { key: "agents", done: done?.agents, title: "Make an agent", body: <><Link to="/agents">Agents</Link>: a name, a model (<code>local</code> works offline) and instructions.</> },
+    {
+      key: "keys",
+      done: done?.keys,
+      title: "Make an API key",
+      body: (
+        <>
+          <Link to="/keys">API keys</Link>: programs call the API with one.
+        </>
+      )
+    },
+    {
+      key: "agents",
+      done: done?.agents,
+      title: "Make an agent",
+      body: (
+        <>
+          <Link to="/agents">Agents</Link>: a name, a model (<code>local</code> works offline) and instructions.
+        </>
+      )
+    },
     {
       key: "chat",
       done: done?.chatted,
       title: "Chat with it",
-      body: <><Link to="/chat">Chat</Link>: talk to an agent, its reply streamed as it is written.</>
+      body: (
+        <>
+          <Link to="/chat">Chat</Link>: talk to an agent, its reply streamed as it is written.
+        </>
+      )
     },
     {
       key: "orchestrations",
       done: done?.orchestrations,
       title: "Run an orchestration",
-      body: <><Link to="/orchestrations">Orchestrations</Link>: steps of agents, run in the background and followed live.</>
+      body: (
+        <>
+          <Link to="/orchestrations">Orchestrations</Link>: steps of agents, run in the background and followed live.
+        </>
+      )
     }
   ]
   return (
@@ -27,9 +53,13 @@ export const OverviewScreen = () => {
       <ol className="checklist" aria-busy={progress.loading}>
         {steps.map((step) => (
           <li key={step.key} data-testid={`step-${step.key}`} data-done={step.done ? "true" : "false"}>
-            <span className="mark" aria-hidden="true">{step.done ? "✓" : "○"}</span>
+            <span className="mark" aria-hidden="true">
+              {step.done ? "✓" : "○"}
+            </span>
             <div>
-              <h2>{step.title} <span className="visually-hidden">{step.done ? "(done)" : "(to do)"}</span></h2>
+              <h2>
+                {step.title} <span className="visually-hidden">{step.done ? "(done)" : "(to do)"}</span>
+              </h2>
               {step.body}
             </div>
           </li>

@@ -13,7 +13,11 @@ export const useProgress = () =>
     // model tokens with one that does not. (A newcomer's first agents are
     // enough to tell: the usage covers the rest.)
     const [conversations, usage] = await Promise.all([
-      Promise.all(agents.data.map((agent) => call((c) => c.agents.conversations({ params: { id: agent.id }, query: { limit: 1 } })))),
+      Promise.all(
+        agents.data.map((agent) =>
+          call((c) => c.agents.conversations({ params: { id: agent.id }, query: { limit: 1 } }))
+        )
+      ),
       call((c) => c.billing.usage({ query: { days: 90 } }))
     ])
     const chatted = conversations.some((page) => page.total > 0) || usage.days.some((day) => day.tokens > 0)

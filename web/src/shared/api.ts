@@ -17,7 +17,8 @@ export class ApiProblem extends Error {
   readonly body: Record<string, unknown>
 
   constructor(status: number, body: Record<string, unknown>) {
-    const detail = typeof body.detail === "string" ? body.detail : typeof body.title === "string" ? body.title : `HTTP ${status}`
+    const detail =
+      typeof body.detail === "string" ? body.detail : typeof body.title === "string" ? body.title : `HTTP ${status}`
     super(detail)
     this.status = status
     this.title = typeof body.title === "string" ? body.title : `HTTP ${status}`
@@ -25,9 +26,9 @@ export class ApiProblem extends Error {
     // The service names a field by its path from the request part: ["payload", "steps", 1, "prompt"].
     this.errors = Array.isArray(body.errors)
       ? body.errors.map((e: { path?: unknown; message?: unknown }) => ({
-        path: Array.isArray(e.path) ? e.path.join(".") : String(e.path ?? ""),
-        message: String(e.message ?? "")
-      }))
+          path: Array.isArray(e.path) ? e.path.join(".") : String(e.path ?? ""),
+          message: String(e.message ?? "")
+        }))
       : []
     this.body = body
   }
@@ -43,18 +44,27 @@ export class ApiProblem extends Error {
 const withProblems = (client: HttpClient.HttpClient) =>
   HttpClient.transformResponse(client, (effect) =>
     Effect.flatMap(effect, (response) =>
-    response.status < 400
+      response.status < 400
         ? Effect.succeed(response)
         : Effect.flatMap(
-          Effect.orElseSucceed(response.json, () => ({})),
-          (body) =>
-            Effect.fail(new ApiProblem(response.status, typeof body === "object" && body !== null ? body as Record<string, unknown> : {}))
-        )))
+            Effect.orElseSucceed(response.json, () => ({})),
+            (body) =>
+              Effect.fail(
+                new ApiProblem(
+                  response.status,
+                  typeof body === "object" && body !== null ? (body as Record<string, unknown>) : {}
+                )
+              )
+          )
+    )
+  )
 
 const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
 const runtime = ManagedRuntime.make(FetchHttpClient.layer)
-const makeClient = Effect.flatMap(HttpClient.HttpClient, (httpClient) => HttpApiClient.makeWith(Api, { httpClient: withProblems(httpClient) }))
+const makeClient = Effect.flatMap(HttpClient.HttpClient, (httpClient) =>
+  HttpApiClient.makeWith(Api, { httpClient: withProblems(httpClient) })
+)
 const client = runtime.runPromise(makeClient)
 
 export type Client = Effect.Success<typeof makeClient>
@@ -64,7 +74,12 @@ export const urls = HttpApiClient.urlBuilder(Api)
 
 /** Runs one call of the typed client; a failure rejects with an ApiProblem. */
 export const call = async <A>(f: (client: Client) => Effect.Effect<A, unknown, never>): Promise<A> => {
-  const exit = await runtime.runPromiseExit(Effect.flatMap(Effect.promise(() => client), (c) => f(c)))
+  const exit = await runtime.runPromiseExit(
+    Effect.flatMap(
+      Effect.promise(() => client),
+      (c) => f(c)
+    )
+  )
   if (Exit.isSuccess(exit)) return exit.value
   const failure = Cause.squash(exit.cause)
   if (failure instanceof ApiProblem) throw failure
@@ -73,7 +88,10 @@ export const call = async <A>(f: (client: Client) => Effect.Effect<A, unknown, n
   // user input in their payload only).
   if (Schema.isSchemaError(failure)) {
     const issues = formatIssues(failure.issue).issues.map((issue) => ({
-      path: ["payload", ...(issue.path ?? []).map((segment) => typeof segment === "object" ? String(segment.key) : String(segment))],
+      path: [
+        "payload",
+        ...(issue.path ?? []).map((segment) => (typeof segment === "object" ? String(segment.key) : String(segment)))
+      ],
       message: issue.message
     }))
     throw new ApiProblem(400, { title: "Bad Request", detail: "Request validation failed", errors: issues })

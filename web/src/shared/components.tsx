@@ -33,21 +33,33 @@ export const CopyButton = ({ text, label = "Copy" }: { readonly text: string; re
   return (
     <button type="button" className="secondary" onClick={copy}>
       {copied ? "Copied" : label}
-      <span className="visually-hidden" role="status">{copied ? " to the clipboard" : ""}</span>
+      <span className="visually-hidden" role="status">
+        {copied ? " to the clipboard" : ""}
+      </span>
     </button>
   )
 }
 
 /** The equivalent API call of a screen or an action, with a copy button. */
-export const ApiCall = ({ title = "The same with the API", call }: {
+export const ApiCall = ({
+  title = "The same with the API",
+  call
+}: {
   readonly title?: string
   readonly call: Parameters<typeof curlOf>[0]
 }) => {
   const text = curlOf(call)
   return (
     <details className="api-call">
-      <summary>{title}: <code>{call.method} {call.path.split("?")[0]}</code></summary>
-      <pre tabIndex={0}><code>{text}</code></pre>
+      <summary>
+        {title}:{" "}
+        <code>
+          {call.method} {call.path.split("?")[0]}
+        </code>
+      </summary>
+      <pre tabIndex={0}>
+        <code>{text}</code>
+      </pre>
       <CopyButton text={text} label="Copy the command" />
       {(call.credential ?? "session") === "session" && (
         <p className="hint">
@@ -69,7 +81,11 @@ export const ProblemMessage = ({ problem }: { readonly problem: unknown }) => {
       {p.detail !== p.title && <p>{p.detail}</p>}
       {p.errors.length > 0 && (
         <ul>
-          {p.errors.map((error) => <li key={`${error.path}:${error.message}`}><code>{error.path}</code>: {error.message}</li>)}
+          {p.errors.map((error) => (
+            <li key={`${error.path}:${error.message}`}>
+              <code>{error.path}</code>: {error.message}
+            </li>
+          ))}
         </ul>
       )}
     </div>
@@ -77,7 +93,12 @@ export const ProblemMessage = ({ problem }: { readonly problem: unknown }) => {
 }
 
 /** A labelled field; its error message (from the API) is tied to the input for screen readers. */
-export const Field = ({ label, hint, error, children }: {
+export const Field = ({
+  label,
+  hint,
+  error,
+  children
+}: {
   readonly label: string
   readonly hint?: ReactNode
   readonly error?: string | undefined
@@ -88,15 +109,34 @@ export const Field = ({ label, hint, error, children }: {
   return (
     <div className="field">
       <label htmlFor={id}>{label}</label>
-      {children({ id, ...(describedBy ? { "aria-describedby": describedBy } : {}), ...(error ? { "aria-invalid": true } : {}) })}
-      {hint && <p className="hint" id={`${id}-hint`}>{hint}</p>}
-      {error && <p className="field-error" id={`${id}-error`}>{error}</p>}
+      {children({
+        id,
+        ...(describedBy ? { "aria-describedby": describedBy } : {}),
+        ...(error ? { "aria-invalid": true } : {})
+      })}
+      {hint && (
+        <p className="hint" id={`${id}-hint`}>
+          {hint}
+        </p>
+      )}
+      {error && (
+        <p className="field-error" id={`${id}-error`}>
+          {error}
+        </p>
+      )}
     </div>
   )
 }
 
 /** A confirmation in a modal dialog (focus kept inside, Escape cancels). */
-export const Confirm = ({ open, title, children, confirmLabel, onConfirm, onCancel }: {
+export const Confirm = ({
+  open,
+  title,
+  children,
+  confirmLabel,
+  onConfirm,
+  onCancel
+}: {
   readonly open: boolean
   readonly title: string
   readonly children: ReactNode
@@ -113,12 +153,23 @@ export const Confirm = ({ open, title, children, confirmLabel, onConfirm, onCanc
     if (!open && dialog.open) dialog.close()
   }, [open])
   return (
-    <dialog ref={ref} aria-labelledby={titleId} onCancel={(event) => { event.preventDefault(); onCancel() }}>
+    <dialog
+      ref={ref}
+      aria-labelledby={titleId}
+      onCancel={(event) => {
+        event.preventDefault()
+        onCancel()
+      }}
+    >
       <h2 id={titleId}>{title}</h2>
       {children}
       <div className="actions">
-        <button type="button" className="secondary" onClick={onCancel}>Cancel</button>
-        <button type="button" className="danger" onClick={onConfirm}>{confirmLabel}</button>
+        <button type="button" className="secondary" onClick={onCancel}>
+          Cancel
+        </button>
+        <button type="button" className="danger" onClick={onConfirm}>
+          {confirmLabel}
+        </button>
       </div>
     </dialog>
   )
@@ -127,13 +178,17 @@ export const Confirm = ({ open, title, children, confirmLabel, onConfirm, onCanc
 export const formatDate = (date: Date | null | undefined, empty = "never") =>
   date === null || date === undefined
     ? empty
-    : date.toLocaleString("en-GB", { dateStyle: "medium", timeStyle: "short", timeZone: "UTC" }) + " UTC"
+    : `${date.toLocaleString("en-GB", { dateStyle: "medium", timeStyle: "short", timeZone: "UTC" })} UTC`
 
 /** Under a list with pages still unread: a button that adds the next page, and how much of the list is shown. */
 export const LoadMore = ({ list, label = "Load more" }: { readonly list: Paged<unknown>; readonly label?: string }) =>
   !list.hasMore ? null : (
     <div className="toolbar">
-      <button type="button" className="secondary" onClick={list.loadMore} disabled={list.loadingMore}>{label}</button>
-      <span className="muted" role="status">{list.loadingMore ? "Loading…" : `${list.items?.length ?? 0} of ${list.total ?? 0} shown`}</span>
+      <button type="button" className="secondary" onClick={list.loadMore} disabled={list.loadingMore}>
+        {label}
+      </button>
+      <span className="muted" role="status">
+        {list.loadingMore ? "Loading…" : `${list.items?.length ?? 0} of ${list.total ?? 0} shown`}
+      </span>
     </div>
   )

@@ -16,10 +16,11 @@ export interface Page<A> {
 export const pageSize = 50
 
 /** The `limit` and `cursor` of a request for the page after `cursor` (the first page without one). */
-export const pageQuery = (cursor: string | undefined, limit = pageSize) => cursor === undefined ? { limit } : { limit, cursor }
+export const pageQuery = (cursor: string | undefined, limit = pageSize) =>
+  cursor === undefined ? { limit } : { limit, cursor }
 
 /** Loads with `load` when `deps` change; `reload` loads again. */
-export const useLoad = <A,>(load: () => Promise<A>, deps: ReadonlyArray<unknown>) => {
+export const useLoad = <A>(load: () => Promise<A>, deps: ReadonlyArray<unknown>) => {
   const [state, setState] = useState<{ data?: A; error?: unknown; loading: boolean }>({ loading: true })
   const [version, setVersion] = useState(0)
   useEffect(() => {
@@ -37,7 +38,9 @@ export const useLoad = <A,>(load: () => Promise<A>, deps: ReadonlyArray<unknown>
 }
 
 /** Every item of a list, followed through its cursors in pages as large as the API gives: for a choice among them. */
-export const allPages = async <A,>(fetchPage: (cursor: string | undefined, limit: number) => Promise<Page<A>>): Promise<Array<A>> => {
+export const allPages = async <A>(
+  fetchPage: (cursor: string | undefined, limit: number) => Promise<Page<A>>
+): Promise<Array<A>> => {
   const items: Array<A> = []
   let cursor: string | undefined
   do {
@@ -75,7 +78,7 @@ interface PagedState<A> {
  * to read, none for the first), from its first page again when `deps` change.
  * No list at all while `fetchPage` is undefined (nothing selected).
  */
-export const usePaged = <A,>(
+export const usePaged = <A>(
   fetchPage: ((cursor: string | undefined) => Promise<Page<A>>) | undefined,
   deps: ReadonlyArray<unknown>
 ): Paged<A> => {
@@ -100,7 +103,7 @@ export const usePaged = <A,>(
     setState((s) => ({ ...s, loading: true }))
     const pages: Array<Page<A>> = []
     // As many pages as asked for, or (read again) as are shown when more were loaded meanwhile.
-    const wanted = () => keepShown ? Math.max(count, shown.current.pages?.length ?? 0) : count
+    const wanted = () => (keepShown ? Math.max(count, shown.current.pages?.length ?? 0) : count)
     const from = (cursor: string | undefined): Promise<void> =>
       fetch(cursor).then((page) => {
         pages.push(page)
@@ -108,7 +111,8 @@ export const usePaged = <A,>(
       })
     from(undefined).then(
       () => read.current === mine && setState((s) => ({ pages, loading: false, loadingMore: s.loadingMore })),
-      (error: unknown) => read.current === mine && setState((s) => ({ error, loading: false, loadingMore: s.loadingMore }))
+      (error: unknown) =>
+        read.current === mine && setState((s) => ({ error, loading: false, loadingMore: s.loadingMore }))
     )
   }
 
@@ -129,7 +133,14 @@ export const usePaged = <A,>(
     const fetch = latest.current
     const pages = shown.current.pages
     const cursor = pages?.[pages.length - 1]?.nextCursor
-    if (fetch === undefined || pages === undefined || cursor === undefined || cursor === null || reading.current === cursor) return
+    if (
+      fetch === undefined ||
+      pages === undefined ||
+      cursor === undefined ||
+      cursor === null ||
+      reading.current === cursor
+    )
+      return
     reading.current = cursor
     const mine = list.current
     // The page is added where it follows: after the last page shown, if that
@@ -137,12 +148,24 @@ export const usePaged = <A,>(
     // the pages meanwhile, and then has read this one too).
     const follows = (s: PagedState<A>) => list.current === mine && s.pages?.[s.pages.length - 1]?.nextCursor === cursor
     setState((s) => ({ ...s, loadingMore: true }))
-    fetch(cursor).finally(() => {
-      if (reading.current === cursor) reading.current = undefined
-    }).then(
-      (page) => setState((s) => ({ ...s, ...(follows(s) ? { pages: [...s.pages!, page] } : {}), loadingMore: reading.current !== undefined })),
-      (error: unknown) => setState((s) => ({ ...s, ...(list.current === mine ? { error } : {}), loadingMore: reading.current !== undefined }))
-    )
+    fetch(cursor)
+      .finally(() => {
+        if (reading.current === cursor) reading.current = undefined
+      })
+      .then(
+        (page) =>
+          setState((s) => ({
+            ...s,
+            ...(follows(s) ? { pages: [...s.pages!, page] } : {}),
+            loadingMore: reading.current !== undefined
+          })),
+        (error: unknown) =>
+          setState((s) => ({
+            ...s,
+            ...(list.current === mine ? { error } : {}),
+            loadingMore: reading.current !== undefined
+          }))
+      )
   }
 
   const reload = () => {
@@ -175,6 +198,6 @@ export const useSelected = <A extends { readonly id: string }, Id extends string
 ) => {
   const listed = id === null ? undefined : list.items?.find((item) => item.id === id)
   const needed = id !== null && list.items !== undefined && listed === undefined
-  const alone = useLoad(() => needed ? get(id).catch(() => undefined) : Promise.resolve(undefined), [id, needed])
+  const alone = useLoad(() => (needed ? get(id).catch(() => undefined) : Promise.resolve(undefined)), [id, needed])
   return { item: listed ?? (alone.data?.id === id ? alone.data : undefined), reload: alone.reload }
 }

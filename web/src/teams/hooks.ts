@@ -22,7 +22,16 @@ export interface TeamDraft {
   webhookEnabled: boolean
 }
 
-const emptyDraft: TeamDraft = { name: "", description: "", members: [], turnTaking: "round_robin", leaderAgentId: "", maxTurns: 12, webhookUrl: "", webhookEnabled: true }
+const emptyDraft: TeamDraft = {
+  name: "",
+  description: "",
+  members: [],
+  turnTaking: "round_robin",
+  leaderAgentId: "",
+  maxTurns: 12,
+  webhookUrl: "",
+  webhookEnabled: true
+}
 const draftOf = (t: Team): TeamDraft => ({
   name: t.name,
   description: t.description,
@@ -59,7 +68,8 @@ export const useTeamRun = (teamId: TeamId, runId: string, startedHere: boolean, 
   const reads = useRef({ sent: 0, shown: 0 })
   const transcript = usePaged(
     (cursor) => {
-      if (cursor !== undefined) return call((c) => c.teams.transcript({ params: { id: teamId, runId }, query: pageQuery(cursor) }))
+      if (cursor !== undefined)
+        return call((c) => c.teams.transcript({ params: { id: teamId, runId }, query: pageQuery(cursor) }))
       const sent = ++reads.current.sent
       return call((c) => c.teams.getRun({ params: { id: teamId, runId } })).then((run) => {
         if (sent > reads.current.shown) {
@@ -95,7 +105,7 @@ export const useTeamRun = (teamId: TeamId, runId: string, startedHere: boolean, 
           setSpeaking(undefined)
           transcript.reload()
         }
-        if (event.event.startsWith("run.") && event.event !== "run.running" || event.event === "stream.end") {
+        if ((event.event.startsWith("run.") && event.event !== "run.running") || event.event === "stream.end") {
           close()
           transcript.reload()
         }
@@ -103,7 +113,8 @@ export const useTeamRun = (teamId: TeamId, runId: string, startedHere: boolean, 
     })
     return close
   }, [teamId, runId, finished])
-  const cancel = () => call((c) => c.teams.cancel({ params: { id: teamId, runId } })).then(transcript.reload, () => undefined)
+  const cancel = () =>
+    call((c) => c.teams.cancel({ params: { id: teamId, runId } })).then(transcript.reload, () => undefined)
   return { run, error: transcript.error, transcript, speaking, finished, cancel }
 }
 
@@ -119,7 +130,9 @@ export const useTeams = (route: Route, teamId: TeamId | null) => {
   const selection = useSelected(list, teamId, (id) => call((c) => c.teams.get({ params: { id } })))
   const team = selection.item
   const runs = usePaged(
-    teamId ? (cursor) => call((c) => c.teams.runs({ params: { id: teamId }, query: pageQuery(cursor, 20) })) : undefined,
+    teamId
+      ? (cursor) => call((c) => c.teams.runs({ params: { id: teamId }, query: pageQuery(cursor, 20) }))
+      : undefined,
     [teamId]
   )
   const deliveries = useDeliveries(teamId ? roomDeliveries(teamId) : undefined)
@@ -185,10 +198,14 @@ export const useTeams = (route: Route, teamId: TeamId | null) => {
 
   const member = (agentId: string) => draft.members.find((m) => m.agentId === agentId)
   const toggleMember = (agentId: string, on: boolean) =>
-    setDraft((d) => ({ ...d, members: on ? [...d.members, { agentId, role: "" }] : d.members.filter((m) => m.agentId !== agentId) }))
+    setDraft((d) => ({
+      ...d,
+      members: on ? [...d.members, { agentId, role: "" }] : d.members.filter((m) => m.agentId !== agentId)
+    }))
   const setRole = (agentId: string, role: string) =>
-    setDraft((d) => ({ ...d, members: d.members.map((m) => m.agentId === agentId ? { ...m, role } : m) }))
-  const fieldError = (field: string) => problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
+    setDraft((d) => ({ ...d, members: d.members.map((m) => (m.agentId === agentId ? { ...m, role } : m)) }))
+  const fieldError = (field: string) =>
+    problem instanceof ApiProblem ? problem.messagesFor(`payload.${field}`)[0] : undefined
 
   return {
     list,

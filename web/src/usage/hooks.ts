@@ -3,7 +3,7 @@ import { useLoad } from "../shared/data.ts"
 
 /** The periods the usage screen offers, in days. */
 export const ranges = ["7", "30", "90"] as const
-export type Range = typeof ranges[number]
+export type Range = (typeof ranges)[number]
 
 /** Requests and tokens per day over `days`, and the plan with today's use. */
 export const useUsage = (days: Range) => {

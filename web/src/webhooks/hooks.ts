@@ -42,7 +42,8 @@ export const useDeliveries = (source: DeliverySource | undefined) => {
     return () => clearTimeout(timer)
   }, [awaited, log.loading, log.items])
 
-  const awaitNew = () => setAwaited({ known: new Set(log.items?.map((d) => d.eventId) ?? []), until: Date.now() + 60_000 })
+  const awaitNew = () =>
+    setAwaited({ known: new Set(log.items?.map((d) => d.eventId) ?? []), until: Date.now() + 60_000 })
 
   const redeliver = async (eventId: string) => {
     if (source === undefined) return

@@ -13,7 +13,7 @@ import * as NodePath from "node:path"
 /**
  * Every setting the service reads, in one place. Defaults make `npm start`
  * work offline with nothing installed; docs/configuration.md lists each
- * variable (test/Platform/ConfigurationDoc.test.ts keeps the two in step).
+ * variable (test/Project/ConfigurationDoc.test.ts keeps the two in step).
  */
 export interface AppSettings {
   /** HTTP port of the API. */
@@ -481,44 +481,43 @@ const parseDuration = (raw: string): Duration.Duration | undefined => {
   return Duration.millis(Number(match[1]) * factor)
 }
 
-/** A comma-separated list of durations (`5s,5m,30m`); anything else stops the start naming the bad entry. */
-const durationList = (name: string, fallback: string) =>
-  Config.schema(
-    Schema.String.check(
-      Schema.makeFilter((raw: string) => {
-        const entries = raw.split(",").map((entry) => entry.trim())
-        const bad = entries.find((entry) => parseDuration(entry) === undefined)
-        return (
-          bad === undefined ||
-          `Expected comma-separated durations such as 5s,5m,30m,2h (ms, s, m, h, d), got ${JSON.stringify(bad)}`
-        )
-      })
-    ),
-    name
-  ).pipe(
-    Config.withDefault(fallback),
-    Config.map((raw) => raw.split(",").map((entry) => parseDuration(entry)!))
-  )
-
-/** A comma-separated list of TCP ports (`80,443`); anything else stops the start naming the bad entry. */
-const portList = (name: string, fallback: string) =>
+/**
+ * A comma-separated list whose every entry `parse` reads; an entry it cannot
+ * stops the start with `expected` and the bad entry.
+ */
+const parsedList = <A>(name: string, fallback: string, parse: (entry: string) => A | undefined, expected: string) =>
   Config.schema(
     Schema.String.check(
       Schema.makeFilter((raw: string) => {
         const bad = raw
           .split(",")
           .map((entry) => entry.trim())
-          .find((entry) => !/^[1-9]\d{0,4}$/.test(entry) || Number(entry) > 65_535)
-        return (
-          bad === undefined || `Expected comma-separated ports (1 to 65535) such as 80,443, got ${JSON.stringify(bad)}`
-        )
+          .find((entry) => parse(entry) === undefined)
+        return bad === undefined || `${expected}, got ${JSON.stringify(bad)}`
       })
     ),
     name
   ).pipe(
     Config.withDefault(fallback),
-    Config.map((raw) => raw.split(",").map((entry) => Number(entry.trim())))
+    Config.map((raw) => raw.split(",").map((entry) => parse(entry.trim())!))
   )
+
+/** A comma-separated list of durations (`5s,5m,30m`). */
+const durationList = (name: string, fallback: string) =>
+  parsedList(name, fallback, parseDuration, "Expected comma-separated durations such as 5s,5m,30m,2h (ms, s, m, h, d)")
+
+/** A comma-separated list of TCP ports (`80,443`). */
+const portList = (name: string, fallback: string) =>
+  parsedList(
+    name,
+    fallback,
+    (entry) => (/^[1-9]\d{0,4}$/.test(entry) && Number(entry) <= 65_535 ? Number(entry) : undefined),
+    "Expected comma-separated ports (1 to 65535) such as 80,443"
+  )
+
+/** A whole number from `minimum` to `maximum`; anything else stops the start. */
+const intBetween = (name: string, minimum: number, maximum: number) =>
+  Config.schema(Schema.Int.check(Schema.isBetween({ minimum, maximum })), name)
 
 /** A quota: a whole number of at least 0, or `unlimited` (null). */
 const quotaSetting = (name: string, fallback: number | null) =>
@@ -627,10 +626,9 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   rejectedCredentialsCacheTtl: Config.Duration("REJECTED_CREDENTIALS_CACHE_TTL").pipe(
     Config.withDefault(Duration.seconds(30))
   ),
-  rejectedCredentialsCacheSize: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 10_000_000 })),
-    "REJECTED_CREDENTIALS_CACHE_SIZE"
-  ).pipe(Config.withDefault(10_000)),
+  rejectedCredentialsCacheSize: intBetween("REJECTED_CREDENTIALS_CACHE_SIZE", 0, 10_000_000).pipe(
+    Config.withDefault(10_000)
+  ),
   credentialFailuresPerAddress: Config.schema(
     Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
     "CREDENTIAL_FAILURES_PER_ADDRESS"
@@ -705,39 +703,19 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   maxUploadPages: Config.Int("MAX_UPLOAD_PAGES").pipe(Config.withDefault(2_000)),
   maxDocumentChars: Config.Int("MAX_DOCUMENT_CHARS").pipe(Config.withDefault(5_000_000)),
   extractionTimeout: Config.Duration("EXTRACTION_TIMEOUT").pipe(Config.withDefault(Duration.seconds(60))),
-  extractionMemoryMb: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 128, maximum: 65_536 })),
-    "EXTRACTION_MEMORY_MB"
-  ).pipe(Config.withDefault(512)),
-  extractionConcurrency: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 256 })),
-    "EXTRACTION_CONCURRENCY"
-  ).pipe(Config.withDefault(2)),
-  freeExtractionConcurrency: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
-    "FREE_EXTRACTION_CONCURRENCY"
-  ).pipe(Config.withDefault(2)),
-  proExtractionConcurrency: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
-    "PRO_EXTRACTION_CONCURRENCY"
-  ).pipe(Config.withDefault(4)),
-  businessExtractionConcurrency: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })),
-    "BUSINESS_EXTRACTION_CONCURRENCY"
-  ).pipe(Config.withDefault(8)),
-  extractionMaxAttempts: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100 })),
-    "EXTRACTION_MAX_ATTEMPTS"
-  ).pipe(Config.withDefault(2)),
+  extractionMemoryMb: intBetween("EXTRACTION_MEMORY_MB", 128, 65_536).pipe(Config.withDefault(512)),
+  extractionConcurrency: intBetween("EXTRACTION_CONCURRENCY", 1, 256).pipe(Config.withDefault(2)),
+  freeExtractionConcurrency: intBetween("FREE_EXTRACTION_CONCURRENCY", 1, 10_000).pipe(Config.withDefault(2)),
+  proExtractionConcurrency: intBetween("PRO_EXTRACTION_CONCURRENCY", 1, 10_000).pipe(Config.withDefault(4)),
+  businessExtractionConcurrency: intBetween("BUSINESS_EXTRACTION_CONCURRENCY", 1, 10_000).pipe(Config.withDefault(8)),
+  extractionMaxAttempts: intBetween("EXTRACTION_MAX_ATTEMPTS", 1, 100).pipe(Config.withDefault(2)),
   extractionZipMaxEntryBytes: Config.Int("EXTRACTION_ZIP_MAX_ENTRY_BYTES").pipe(Config.withDefault(50 * 1024 * 1024)),
   extractionZipMaxRatio: Config.Int("EXTRACTION_ZIP_MAX_RATIO").pipe(Config.withDefault(100)),
   ingestionTimeout: Config.Duration("INGESTION_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
   ingestionMessagesRetention: Config.Duration("INGESTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))
   ),
-  knowledgeTopK: Config.schema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 50 })), "KNOWLEDGE_TOP_K").pipe(
-    Config.withDefault(5)
-  ),
+  knowledgeTopK: intBetween("KNOWLEDGE_TOP_K", 1, 50).pipe(Config.withDefault(5)),
   knowledgeSearchStatsTtl: Config.Duration("KNOWLEDGE_SEARCH_STATS_TTL").pipe(Config.withDefault(Duration.minutes(1))),
   teamClosingTurnTimeout: Config.Duration("TEAM_CLOSING_TURN_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
   teamRunMessagesRetention: Config.Duration("TEAM_RUN_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
@@ -766,23 +744,14 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   logLevel: logLevel.pipe(Config.withDefault("Info" as const)),
   webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
   webhookAllowedPorts: portList("WEBHOOK_ALLOWED_PORTS", "80,443,8080,8443"),
-  webhookDnsConcurrency: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 1_000 })),
-    "WEBHOOK_DNS_CONCURRENCY"
-  ).pipe(Config.withDefault(16)),
+  webhookDnsConcurrency: intBetween("WEBHOOK_DNS_CONCURRENCY", 1, 1_000).pipe(Config.withDefault(16)),
   webhookRetrySchedule: durationList("WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h"),
   webhookTimeout: Config.Duration("WEBHOOK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(15))),
   webhookDisableAfter: Config.Duration("WEBHOOK_DISABLE_AFTER").pipe(Config.withDefault(Duration.days(5))),
   webhookRotationOverlap: Config.Duration("WEBHOOK_ROTATION_OVERLAP").pipe(Config.withDefault(Duration.hours(24))),
   webhookMessagesRetention: Config.Duration("WEBHOOK_MESSAGES_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
-  webhookMaxRedeliveries: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 1_000 })),
-    "WEBHOOK_MAX_REDELIVERIES"
-  ).pipe(Config.withDefault(10)),
-  webhookRedeliveriesPerTenant: Config.schema(
-    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })),
-    "WEBHOOK_REDELIVERIES_PER_TENANT"
-  ).pipe(Config.withDefault(30)),
+  webhookMaxRedeliveries: intBetween("WEBHOOK_MAX_REDELIVERIES", 0, 1_000).pipe(Config.withDefault(10)),
+  webhookRedeliveriesPerTenant: intBetween("WEBHOOK_REDELIVERIES_PER_TENANT", 1, 100_000).pipe(Config.withDefault(30)),
   webhookRedeliveryWindow: Config.Duration("WEBHOOK_REDELIVERY_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
   webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY"))
 }).pipe(

@@ -10,7 +10,7 @@ import { setLimitHeaders } from "../Auth/Middleware.ts"
 import { AppConfig } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { ModelNotAllowed, TokenBudgetSpent } from "../Domain/Problems.ts"
-import { CountedToday, Quota, utcDay } from "./Quota.ts"
+import { CountedToday, Quota, remainingOf, utcDay } from "./Quota.ts"
 import { BillingRepo } from "./Repo.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -144,13 +144,8 @@ export class TokenBudget extends Context.Service<TokenBudget>()("agent-host/Toke
           ? { plan: known.plan, tokens: known.tokens }
           : yield* Effect.andThen(quota.settled(tenantId), repo.usage(tenantId, day))
       const budget = budgetOf(usage.plan)
-      return {
-        plan: usage.plan,
-        budget,
-        used: usage.tokens,
-        remaining: budget === null ? null : Math.max(0, budget - usage.tokens),
-        resetAt
-      } satisfies TokenStanding
+      const remaining = remainingOf(budget, usage.tokens)
+      return { plan: usage.plan, budget, used: usage.tokens, remaining, resetAt } satisfies TokenStanding
     })
 
     const standing = Traced.fn("TokenBudget.standing")(function* (tenantId: TenantId) {

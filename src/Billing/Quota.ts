@@ -57,6 +57,10 @@ export const utcDay = (now: number): { readonly day: string; readonly resetAt: D
   return lastDay
 }
 
+/** What is left of a day's allowance (null: unlimited) once `used` is spent; never below 0. */
+export const remainingOf = (allowance: number | null, used: number): number | null =>
+  allowance === null ? null : Math.max(0, allowance - used)
+
 /** Where a plan change is announced (a trigger on `tenants`, migration 0015). */
 export const tenantPlanChangedChannel = "tenant_plan_changed"
 
@@ -420,13 +424,8 @@ export class Quota extends Context.Service<Quota>()("agent-host/Quota", {
       const { day, resetAt } = utcDay(yield* Clock.currentTimeMillis)
       const usage = yield* repo.usage(tenantId, day)
       const limit = limitOf(usage.plan)
-      return {
-        plan: usage.plan,
-        limit,
-        used: usage.used,
-        remaining: limit === null ? null : Math.max(0, limit - usage.used),
-        resetAt
-      } satisfies Allowance
+      const remaining = remainingOf(limit, usage.used)
+      return { plan: usage.plan, limit, used: usage.used, remaining, resetAt } satisfies Allowance
     })
 
     return { consume, charge, chargeAndWait, settled, knownUnlimited, today } as const

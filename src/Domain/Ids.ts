@@ -3,32 +3,28 @@ import { Text } from "./Input.ts"
 
 // Ids are UUIDv7 strings: time-ordered, so the id alone is a stable cursor for
 // keyset pagination and keeps primary-key inserts at the end of the index.
-// Ids arrive in paths and bodies, so they are request text like any other.
-export const TenantId = Text.pipe(Schema.brand("TenantId"))
+// Ids arrive in paths and bodies, so they are request text like any other,
+// branded so that one kind of id cannot be passed for another.
+const brandedId = <B extends string>(brand: Parameters<typeof Schema.brand<B>>[0]) => Text.pipe(Schema.brand<B>(brand))
+
+export const TenantId = brandedId("TenantId")
+export const UserId = brandedId("UserId")
+export const SessionId = brandedId("SessionId")
+export const ApiKeyId = brandedId("ApiKeyId")
+export const AgentId = brandedId("AgentId")
+export const OrchestrationId = brandedId("OrchestrationId")
+export const TeamId = brandedId("TeamId")
+export const KnowledgeId = brandedId("KnowledgeId")
+export const DocumentId = brandedId("DocumentId")
+
 export type TenantId = typeof TenantId.Type
-
-export const UserId = Text.pipe(Schema.brand("UserId"))
 export type UserId = typeof UserId.Type
-
-export const SessionId = Text.pipe(Schema.brand("SessionId"))
 export type SessionId = typeof SessionId.Type
-
-export const ApiKeyId = Text.pipe(Schema.brand("ApiKeyId"))
 export type ApiKeyId = typeof ApiKeyId.Type
-
-export const AgentId = Text.pipe(Schema.brand("AgentId"))
 export type AgentId = typeof AgentId.Type
-
-export const OrchestrationId = Text.pipe(Schema.brand("OrchestrationId"))
 export type OrchestrationId = typeof OrchestrationId.Type
-
-export const TeamId = Text.pipe(Schema.brand("TeamId"))
 export type TeamId = typeof TeamId.Type
-
-export const KnowledgeId = Text.pipe(Schema.brand("KnowledgeId"))
 export type KnowledgeId = typeof KnowledgeId.Type
-
-export const DocumentId = Text.pipe(Schema.brand("DocumentId"))
 export type DocumentId = typeof DocumentId.Type
 
 const hex = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, "0"))

@@ -1,4 +1,4 @@
-import { countTokens, maxRunChars } from "../Models/Tokens.ts"
+import { countTokens, isHighSurrogate, isSpace, maxRunChars } from "../Models/Tokens.ts"
 import { type Chunking, type ChunkingInput, type ChunkingStrategy, validateChunking } from "./Chunking.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -51,22 +51,6 @@ type Level = "paragraph" | "sentence" | "word" | "char"
 export const resolveStrategy = (strategy: ChunkingStrategy, kind: DocumentKind | undefined) =>
   strategy !== "auto" ? strategy : kind === "markdown" || kind === "html" || kind === "docx" ? "markdown" : "recursive"
 
-// What JavaScript's \s matches, as in Tokens.ts.
-const isSpace = (code: number) =>
-  code > 0x20 && code < 0xa0
-    ? false
-    : code === 0x20 ||
-      (code >= 0x09 && code <= 0x0d) ||
-      code === 0xa0 ||
-      code === 0x1680 ||
-      (code >= 0x2000 && code <= 0x200a) ||
-      code === 0x2028 ||
-      code === 0x2029 ||
-      code === 0x202f ||
-      code === 0x205f ||
-      code === 0x3000 ||
-      code === 0xfeff
-
 // Letters and combining marks (\p{L}, \p{M}) of the basic plane, by code unit, classified on first sight.
 const letterPattern = /^[\p{L}\p{M}]$/u
 // Classes of basic-plane code units for the piece scan, filled on first sight.
@@ -89,7 +73,6 @@ const classify = (code: number) => {
 for (let code = 0; code < 0x80; code++) classify(code)
 
 const isLowSurrogate = (code: number) => code >= 0xdc00 && code <= 0xdfff
-const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff
 
 // A fixed locale, so boundaries do not depend on the host's; ICU finds Chinese,
 // Japanese and Thai words by dictionary whatever the locale.

@@ -1,14 +1,11 @@
-import * as Effect from "effect/Effect"
+import type * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
-import * as Stream from "effect/Stream"
-import * as AiError from "effect/ai/AiError"
 import type * as LanguageModel from "effect/ai/LanguageModel"
-import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
 import type * as HttpClient from "effect/http/HttpClient"
-import * as ProviderHttp from "./ProviderHttp.ts"
+import * as ProviderModel from "./ProviderModel.ts"
 
 /**
  * An effect/ai `LanguageModel` over the Anthropic Messages API. Text in,
@@ -24,11 +21,6 @@ export interface AnthropicOptions {
   readonly model: string
 }
 
-const moduleName = "AnthropicLanguageModel"
-
-const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
-  parts.flatMap((part) => (part.type === "text" && part.text !== undefined ? [part.text] : [])).join("")
-
 /**
  * The Messages API body: system prompt as the top-level `system`, the turns
  * as `messages`, and the ceiling on the reply the API requires.
@@ -40,7 +32,7 @@ export const toBody = (model: string, prompt: Prompt.Prompt, maxOutputTokens: nu
     .join("\n\n")
   const messages = prompt.content.flatMap((message) =>
     message.role === "user" || message.role === "assistant"
-      ? [{ role: message.role, content: textOf(message.content) }]
+      ? [{ role: message.role, content: ProviderModel.textOf(message.content) }]
       : []
   )
   return {
@@ -120,138 +112,77 @@ const toUsage = (usage: Usage): typeof Response.Usage.Encoded => {
   }
 }
 
-const decode = <S extends Schema.Top & { readonly DecodingServices: never }>(
-  schema: S,
-  method: string,
-  what: string
-) => {
-  const decodeUnknown = Schema.decodeUnknownEffect(schema)
-  return (input: unknown): Effect.Effect<S["Type"], AiError.AiError> =>
-    decodeUnknown(input).pipe(
-      Effect.mapError(() => ProviderHttp.invalidResponse(moduleName, method, `Unexpected ${what}`))
-    )
-}
-
 /** The provider for `anthropic/<model>`. */
-export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.LanguageModel> => {
-  const url = `${options.baseUrl.replace(/\/+$/, "")}/v1/messages`
-  const headers = {
-    "x-api-key": Redacted.value(options.apiKey),
-    "anthropic-version": "2023-06-01"
-  }
-  const post = (method: string, body: Record<string, unknown>) =>
-    ProviderHttp.postJson({ client: options.client, module: moduleName, method, url, headers, body })
-  const decodeMessage = decode(Message, "generateText", "message")
-  const decodeEvent = decode(StreamEvent, "streamText", "stream event")
-
-  return Language.make({
-    generateText: Effect.fnUntraced(function* (providerOptions) {
-      const response = yield* post(
-        "generateText",
-        toBody(options.model, providerOptions.prompt, yield* Language.MaxOutputTokens)
-      )
-      const message = yield* ProviderHttp.readJson(
-        moduleName,
-        "generateText"
-      )(response).pipe(Effect.flatMap(decodeMessage))
-      const text = textOf(message.content)
-      const parts: Array<Response.PartEncoded> = [{ type: "response-metadata", id: message.id, modelId: message.model }]
-      if (text !== "") parts.push({ type: "text", text })
-      parts.push({
-        type: "finish",
-        reason: finishReason(message.stop_reason),
-        usage: toUsage(message.usage ?? {}),
-        ...Language.finishMetadata(message.stop_reason)
+export const make = (options: AnthropicOptions): Effect.Effect<LanguageModel.LanguageModel> =>
+  ProviderModel.make({
+    module: "AnthropicLanguageModel",
+    client: options.client,
+    url: `${options.baseUrl.replace(/\/+$/, "")}/v1/messages`,
+    headers: {
+      "x-api-key": Redacted.value(options.apiKey),
+      "anthropic-version": "2023-06-01"
+    },
+    body: (prompt, maxOutputTokens, stream) => {
+      const body = toBody(options.model, prompt, maxOutputTokens)
+      return stream ? { ...body, stream: true } : body
+    },
+    finishReason,
+    reply: {
+      schema: Message,
+      name: "message",
+      read: (message) => ({
+        metadata: { type: "response-metadata", id: message.id, modelId: message.model },
+        text: ProviderModel.textOf(message.content),
+        finishReason: message.stop_reason,
+        usage: toUsage(message.usage ?? {})
       })
-      return parts
-    }),
-
-    streamText: (providerOptions) =>
-      Language.MaxOutputTokens.use((maxOutputTokens) =>
-        post("streamText", { ...toBody(options.model, providerOptions.prompt, maxOutputTokens), stream: true })
-      ).pipe(
-        Effect.map((response) =>
-          Stream.suspend(() => {
-            let started = false
-            let stopped = false
-            let reason: string | null | undefined
-            let usage: Usage = {}
-
-            const onEvent = (data: string): Effect.Effect<Array<Response.StreamPartEncoded>, AiError.AiError> =>
-              ProviderHttp.parseJson(moduleName, "streamText", data).pipe(
-                Effect.flatMap((json) => {
-                  // Overload and other failures after the 200 arrive as an `error` event.
-                  if (json?.type === "error") {
-                    return Effect.fail(
-                      AiError.make({
-                        module: moduleName,
-                        method: "streamText",
-                        reason: new AiError.InternalProviderError({
-                          description: ProviderHttp.providerMessage(data) ?? "The stream reported an error"
-                        })
-                      })
-                    )
-                  }
-                  return decodeEvent(json)
-                }),
-                Effect.map((event): Array<Response.StreamPartEncoded> => {
-                  switch (event.type) {
-                    case "message_start": {
-                      usage = { ...usage, ...event.message?.usage }
-                      return [{ type: "response-metadata", id: event.message?.id, modelId: event.message?.model }]
-                    }
-                    case "content_block_delta": {
-                      if (event.delta?.type !== "text_delta" || !event.delta.text) return []
-                      const parts: Array<Response.StreamPartEncoded> = []
-                      if (!started) {
-                        started = true
-                        parts.push({ type: "text-start", id: "0" })
-                      }
-                      parts.push({ type: "text-delta", id: "0", delta: event.delta.text })
-                      return parts
-                    }
-                    case "message_delta": {
-                      // Counts here are cumulative and override those of message_start.
-                      reason = event.delta?.stop_reason ?? reason
-                      for (const [key, value] of Object.entries(event.usage ?? {})) {
-                        if (typeof value === "number") usage = { ...usage, [key]: value }
-                      }
-                      return []
-                    }
-                    case "message_stop": {
-                      stopped = true
-                      return []
-                    }
-                    default:
-                      return []
-                  }
-                })
-              )
-
-            const end = Stream.suspend(
-              (): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> =>
-                stopped
-                  ? Stream.fromIterable<Response.StreamPartEncoded>([
-                      ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
-                      {
-                        type: "finish",
-                        reason: finishReason(reason),
-                        usage: toUsage(usage),
-                        ...Language.finishMetadata(reason)
-                      }
-                    ])
-                  : Stream.fail(ProviderHttp.streamCut(moduleName, "streamText", url))
-            )
-
-            return ProviderHttp.sseEvents(moduleName, "streamText", response).pipe(
-              Stream.takeUntil((event) => event.event === "message_stop"),
-              Stream.mapEffect((event) => onEvent(event.data)),
-              Stream.flattenIterable,
-              Stream.concat(end)
-            )
-          })
-        ),
-        Stream.unwrap
-      )
+    },
+    stream: {
+      schema: StreamEvent,
+      name: "stream event",
+      // Overload and other failures after the 200 arrive as an `error` event.
+      isError: (json) => json?.type === "error",
+      isLast: (event) => event.event === "message_stop",
+      reader: () => {
+        let started = false
+        let stopped = false
+        let reason: string | null | undefined
+        let usage: Usage = {}
+        return {
+          onEvent: (event) => {
+            switch (event.type) {
+              case "message_start": {
+                usage = { ...usage, ...event.message?.usage }
+                return [{ type: "response-metadata", id: event.message?.id, modelId: event.message?.model }]
+              }
+              case "content_block_delta": {
+                if (event.delta?.type !== "text_delta" || !event.delta.text) return []
+                const parts: Array<Response.StreamPartEncoded> = []
+                if (!started) {
+                  started = true
+                  parts.push({ type: "text-start", id: "0" })
+                }
+                parts.push({ type: "text-delta", id: "0", delta: event.delta.text })
+                return parts
+              }
+              case "message_delta": {
+                // Counts here are cumulative and override those of message_start.
+                reason = event.delta?.stop_reason ?? reason
+                for (const [key, value] of Object.entries(event.usage ?? {})) {
+                  if (typeof value === "number") usage = { ...usage, [key]: value }
+                }
+                return []
+              }
+              case "message_stop": {
+                stopped = true
+                return []
+              }
+              default:
+                return []
+            }
+          },
+          end: () => (stopped ? { textStarted: started, finishReason: reason, usage: toUsage(usage) } : undefined)
+        }
+      }
+    }
   })
-}

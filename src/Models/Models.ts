@@ -304,33 +304,17 @@ export const make = Effect.gen(function* () {
         message: `Model "${model}" names no model after "${provider}/"`
       })
     }
-    if (provider === "openai") {
-      if (Option.isNone(config.openaiApiKey) && requiresOpenAiKey(config.openaiBaseUrl)) {
-        return yield* new ModelError({
-          reason: "NotConfigured",
-          message: `Model "${model}" needs OPENAI_API_KEY, which is not set`
-        })
-      }
-      const languageModel = yield* OpenAi.make({
-        client,
-        baseUrl: config.openaiBaseUrl,
-        apiKey: config.openaiApiKey,
-        model: name
-      })
-      return { provider, name, languageModel } satisfies Target
-    }
-    if (Option.isNone(config.anthropicApiKey)) {
+    const [keyName, apiKey] =
+      provider === "openai" ? ["OPENAI_API_KEY", config.openaiApiKey] : ["ANTHROPIC_API_KEY", config.anthropicApiKey]
+    if (Option.isNone(apiKey) && (provider === "anthropic" || requiresOpenAiKey(config.openaiBaseUrl))) {
       return yield* new ModelError({
         reason: "NotConfigured",
-        message: `Model "${model}" needs ANTHROPIC_API_KEY, which is not set`
+        message: `Model "${model}" needs ${keyName}, which is not set`
       })
     }
-    const languageModel = yield* Anthropic.make({
-      client,
-      baseUrl: config.anthropicBaseUrl,
-      apiKey: config.anthropicApiKey.value,
-      model: name
-    })
+    const languageModel = yield* provider === "openai"
+      ? OpenAi.make({ client, baseUrl: config.openaiBaseUrl, apiKey, model: name })
+      : Anthropic.make({ client, baseUrl: config.anthropicBaseUrl, apiKey: Option.getOrThrow(apiKey), model: name })
     return { provider, name, languageModel } satisfies Target
   })
 

@@ -1,15 +1,12 @@
-import * as Effect from "effect/Effect"
+import type * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
-import * as Stream from "effect/Stream"
-import * as AiError from "effect/ai/AiError"
 import type * as LanguageModel from "effect/ai/LanguageModel"
-import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
 import type * as HttpClient from "effect/http/HttpClient"
-import * as ProviderHttp from "./ProviderHttp.ts"
+import * as ProviderModel from "./ProviderModel.ts"
 
 /**
  * An effect/ai `LanguageModel` over the OpenAI Chat Completions API, which
@@ -26,11 +23,6 @@ export interface OpenAiOptions {
   /** The model name without the `openai/` prefix. */
   readonly model: string
 }
-
-const moduleName = "OpenAiLanguageModel"
-
-const textOf = (parts: ReadonlyArray<{ readonly type: string; readonly text?: string | undefined }>) =>
-  parts.flatMap((part) => (part.type === "text" && part.text !== undefined ? [part.text] : [])).join("")
 
 /**
  * The name of the reply's ceiling: OpenAI's own API takes
@@ -53,7 +45,7 @@ export const toMessages = (prompt: Prompt.Prompt): Array<{ readonly role: string
         return [{ role: "system", content: message.content }]
       case "user":
       case "assistant":
-        return [{ role: message.role, content: textOf(message.content) }]
+        return [{ role: message.role, content: ProviderModel.textOf(message.content) }]
       case "tool":
         // No tools are offered, so no tool results are ever sent back.
         return []
@@ -156,136 +148,75 @@ const metadata = (chunk: {
   timestamp: chunk.created === undefined ? undefined : new Date(chunk.created * 1000).toISOString()
 })
 
-const decode = <S extends Schema.Top & { readonly DecodingServices: never }>(
-  schema: S,
-  method: string,
-  what: string
-) => {
-  const decodeUnknown = Schema.decodeUnknownEffect(schema)
-  return (input: unknown): Effect.Effect<S["Type"], AiError.AiError> =>
-    decodeUnknown(input).pipe(
-      Effect.mapError(() => ProviderHttp.invalidResponse(moduleName, method, `Unexpected ${what}`))
-    )
-}
-
 /** The provider for `openai/<model>`. */
 export const make = (options: OpenAiOptions): Effect.Effect<LanguageModel.LanguageModel> => {
-  const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
-  const headers: Record<string, string> = Option.match(options.apiKey, {
-    onNone: () => ({}),
-    onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` })
-  })
-  const post = (method: string, body: Record<string, unknown>) =>
-    ProviderHttp.postJson({ client: options.client, module: moduleName, method, url, headers, body })
-  const decodeCompletion = decode(ChatCompletion, "generateText", "chat completion")
-  const decodeChunk = decode(ChatCompletionChunk, "streamText", "chat completion chunk")
   const ceiling = ceilingField(options.baseUrl)
-
-  return Language.make({
-    generateText: Effect.fnUntraced(function* (providerOptions) {
-      const response = yield* post("generateText", {
-        model: options.model,
-        messages: toMessages(providerOptions.prompt),
-        [ceiling]: yield* Language.MaxOutputTokens
-      })
-      const completion = yield* ProviderHttp.readJson(
-        moduleName,
-        "generateText"
-      )(response).pipe(Effect.flatMap(decodeCompletion))
-      const choice = completion.choices[0]
-      const parts: Array<Response.PartEncoded> = [metadata(completion)]
-      const text = choice?.message.content ?? choice?.message.refusal ?? ""
-      if (text !== "") parts.push({ type: "text", text })
-      parts.push({
-        type: "finish",
-        reason: finishReason(choice?.finish_reason),
-        usage: toUsage(completion.usage),
-        ...Language.finishMetadata(choice?.finish_reason)
-      })
-      return parts
+  return ProviderModel.make({
+    module: "OpenAiLanguageModel",
+    client: options.client,
+    url: `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`,
+    headers: Option.match(options.apiKey, {
+      onNone: (): Record<string, string> => ({}),
+      onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` })
     }),
-
-    streamText: (providerOptions) =>
-      Language.MaxOutputTokens.use((maxOutputTokens) =>
-        post("streamText", {
-          model: options.model,
-          messages: toMessages(providerOptions.prompt),
-          [ceiling]: maxOutputTokens,
-          stream: true,
-          // Without it the stream carries no token counts.
-          stream_options: { include_usage: true }
-        })
-      ).pipe(
-        Effect.map((response) =>
-          Stream.suspend(() => {
-            let started = false
-            let done = false
-            let reason: string | null | undefined
-            let usage: typeof Usage.Type | null | undefined
-
-            const onEvent = (data: string): Effect.Effect<Array<Response.StreamPartEncoded>, AiError.AiError> => {
-              if (data === "[DONE]") {
-                done = true
-                return Effect.succeed([])
-              }
-              return ProviderHttp.parseJson(moduleName, "streamText", data).pipe(
-                Effect.flatMap((json) => {
-                  // An error after the 200 arrives as a `data:` payload of its own.
-                  if (json !== null && typeof json === "object" && "error" in json) {
-                    return Effect.fail(
-                      AiError.make({
-                        module: moduleName,
-                        method: "streamText",
-                        reason: new AiError.InternalProviderError({
-                          description: ProviderHttp.providerMessage(data) ?? "The stream reported an error"
-                        })
-                      })
-                    )
-                  }
-                  return decodeChunk(json)
-                }),
-                Effect.map((chunk) => {
-                  const parts: Array<Response.StreamPartEncoded> = []
-                  if (!started) {
-                    started = true
-                    parts.push(metadata(chunk), { type: "text-start", id: "0" })
-                  }
-                  for (const choice of chunk.choices ?? []) {
-                    const delta = choice.delta?.content ?? choice.delta?.refusal
-                    if (delta) parts.push({ type: "text-delta", id: "0", delta })
-                    if (choice.finish_reason) reason = choice.finish_reason
-                  }
-                  if (chunk.usage) usage = chunk.usage
-                  return parts
-                })
-              )
+    body: (prompt, maxOutputTokens, stream) => ({
+      model: options.model,
+      messages: toMessages(prompt),
+      [ceiling]: maxOutputTokens,
+      // Without `stream_options` the stream carries no token counts.
+      ...(stream ? { stream: true, stream_options: { include_usage: true } } : {})
+    }),
+    finishReason,
+    reply: {
+      schema: ChatCompletion,
+      name: "chat completion",
+      read: (completion) => {
+        const choice = completion.choices[0]
+        return {
+          metadata: metadata(completion),
+          text: choice?.message.content ?? choice?.message.refusal ?? "",
+          finishReason: choice?.finish_reason,
+          usage: toUsage(completion.usage)
+        }
+      }
+    },
+    stream: {
+      schema: ChatCompletionChunk,
+      name: "chat completion chunk",
+      // An error after the 200 arrives as a `data:` payload of its own.
+      isError: (json) => json !== null && typeof json === "object" && "error" in json,
+      isLast: (event) => event.data === "[DONE]",
+      marker: "[DONE]",
+      reader: () => {
+        let started = false
+        let done = false
+        let reason: string | null | undefined
+        let usage: typeof Usage.Type | null | undefined
+        return {
+          onEvent: (chunk) => {
+            const parts: Array<Response.StreamPartEncoded> = []
+            if (!started) {
+              started = true
+              parts.push(metadata(chunk), { type: "text-start", id: "0" })
             }
-
-            const end = Stream.suspend((): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> => {
-              // Some compatible servers close after the finish reason without [DONE].
-              if (!done && reason === undefined) {
-                return Stream.fail(ProviderHttp.streamCut(moduleName, "streamText", url))
-              }
-              return Stream.fromIterable<Response.StreamPartEncoded>([
-                ...(started ? [{ type: "text-end" as const, id: "0" }] : []),
-                {
-                  type: "finish",
-                  reason: finishReason(reason),
-                  usage: toUsage(usage),
-                  ...Language.finishMetadata(reason)
-                }
-              ])
-            })
-
-            return ProviderHttp.sseEvents(moduleName, "streamText", response).pipe(
-              Stream.takeUntil((event) => event.data === "[DONE]"),
-              Stream.mapEffect((event) => onEvent(event.data)),
-              Stream.flattenIterable,
-              Stream.concat(end)
-            )
-          })
-        ),
-        Stream.unwrap
-      )
+            for (const choice of chunk.choices ?? []) {
+              const delta = choice.delta?.content ?? choice.delta?.refusal
+              if (delta) parts.push({ type: "text-delta", id: "0", delta })
+              if (choice.finish_reason) reason = choice.finish_reason
+            }
+            if (chunk.usage) usage = chunk.usage
+            return parts
+          },
+          onMarker: () => {
+            done = true
+          },
+          // Some compatible servers close after the finish reason without [DONE].
+          end: () =>
+            !done && reason === undefined
+              ? undefined
+              : { textStarted: started, finishReason: reason, usage: toUsage(usage) }
+        }
+      }
+    }
   })
 }

@@ -160,6 +160,12 @@ export const readJson = (module: string, method: string) => (response: HttpClien
 export const invalidResponse = (module: string, method: string, description: string) =>
   failure(module, method, new AiError.InvalidResponseError({ description }))
 
+/** One event of an SSE body: its `event:` name and `data:` payload. */
+export interface SseEvent {
+  readonly event: string
+  readonly data: string
+}
+
 /**
  * The `data:` payloads of an SSE response body, with the `event:` name.
  * Reconnection is not supported, so `retry:` directives and ids are ignored.
@@ -168,9 +174,9 @@ export const sseEvents = (
   module: string,
   method: string,
   response: HttpClientResponse.HttpClientResponse
-): Stream.Stream<{ readonly event: string; readonly data: string }, AiError.AiError> =>
+): Stream.Stream<SseEvent, AiError.AiError> =>
   Stream.suspend(() => {
-    const events: Array<{ readonly event: string; readonly data: string }> = []
+    const events: Array<SseEvent> = []
     const parser = Sse.makeParser((event) => {
       if (event._tag === "Event") events.push({ event: event.event, data: event.data })
     })

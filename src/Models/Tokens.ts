@@ -23,21 +23,27 @@ const plainText = { disallowedSpecial: new Set<string>() }
  */
 export const maxRunChars = 128
 
-// What JavaScript's \s matches: the pre-tokenizer's runs break at these.
-const isSpace = (code: number) =>
-  code === 0x20 ||
-  (code >= 0x09 && code <= 0x0d) ||
-  code === 0xa0 ||
-  code === 0x1680 ||
-  (code >= 0x2000 && code <= 0x200a) ||
-  code === 0x2028 ||
-  code === 0x2029 ||
-  code === 0x202f ||
-  code === 0x205f ||
-  code === 0x3000 ||
-  code === 0xfeff
+/**
+ * What JavaScript's \s matches, by UTF-16 code unit: the pre-tokenizer's runs
+ * break at these, and the splitter cuts its pieces there. Most code units are
+ * printable ASCII, answered by the first test.
+ */
+export const isSpace = (code: number) =>
+  code > 0x20 && code < 0xa0
+    ? false
+    : code === 0x20 ||
+      (code >= 0x09 && code <= 0x0d) ||
+      code === 0xa0 ||
+      code === 0x1680 ||
+      (code >= 0x2000 && code <= 0x200a) ||
+      code === 0x2028 ||
+      code === 0x2029 ||
+      code === 0x202f ||
+      code === 0x205f ||
+      code === 0x3000 ||
+      code === 0xfeff
 
-const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff
+export const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff
 
 /** Tokens of `text` under the o200k_base encoding. */
 export const countTokens = (text: string): number => {

@@ -9,7 +9,9 @@ import * as OpenApi from "effect/http-api/OpenApi"
 import { noCredential, operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { ApiKeyId, type SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
+import { PageOf, PageQuery } from "../Domain/Page.ts"
 import {
+  BadRequest,
   Conflict,
   Forbidden,
   NotFound,
@@ -368,14 +370,17 @@ export class KeysApi extends HttpApiGroup.make("keys")
       })
     ),
     HttpApiEndpoint.get("list", "/", {
-      success: Schema.Struct({ data: Schema.Array(ApiKey), total: Schema.Int })
+      query: PageQuery,
+      success: PageOf(ApiKey),
+      error: BadRequest
     }).annotateMerge(
       operation({
         summary: "List API keys",
         description:
           "The tenant's keys that are not revoked, by prefix and scopes (never the key itself), with " +
-          "when each expires and when it was last used.",
-        credential: sessionCredential
+          "when each expires and when it was last used, a page at a time (`limit`, `cursor`), oldest first.",
+        credential: sessionCredential,
+        errors: "400 on a bad `limit` or `cursor`."
       })
     ),
     HttpApiEndpoint.delete("revoke", "/:id", {

@@ -8,7 +8,9 @@ import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
-import type { ApiKeyId, TenantId } from "../Domain/Ids.ts"
+import { decodeCursor } from "../Domain/Cursor.ts"
+import { type ApiKeyId, isId, type TenantId } from "../Domain/Ids.ts"
+import { defaultPageSize, type PageRequest } from "../Domain/Page.ts"
 import { NotFound } from "../Domain/Problems.ts"
 import type { Principal, Scope } from "./Api.ts"
 import { CredentialGuard } from "./CredentialGuard.ts"
@@ -154,9 +156,10 @@ export class ApiKeys extends Context.Service<ApiKeys>()("agent-host/ApiKeys", {
       return { ...created, key }
     })
 
-    const list = Traced.fn("ApiKeys.list")(function* (tenantId: TenantId) {
-      const rows = yield* repo.listApiKeys(tenantId)
-      return { data: rows.map(toApiKey), total: rows.length }
+    const list = Traced.fn("ApiKeys.list")(function* (tenantId: TenantId, page: PageRequest) {
+      const after = yield* decodeCursor(page.cursor, isId)
+      const rows = yield* repo.listApiKeys(tenantId, { after, limit: page.limit ?? defaultPageSize })
+      return { ...rows, data: rows.data.map(toApiKey) }
     })
 
     const revoke = Traced.fn("ApiKeys.revoke")(function* (tenantId: TenantId, id: ApiKeyId) {

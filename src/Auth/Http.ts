@@ -81,9 +81,9 @@ export const KeysHttp = HttpApiBuilder.group(
         const principal = yield* CurrentPrincipal
         return yield* keys.create(principal.tenantId, payload)
       }),
-      list: Traced.fn(function* () {
+      list: Traced.fn(function* ({ query }) {
         const principal = yield* CurrentPrincipal
-        return yield* keys.list(principal.tenantId)
+        return yield* keys.list(principal.tenantId, query)
       }),
       revoke: Traced.fn(function* ({ params }) {
         const principal = yield* CurrentPrincipal

@@ -8,6 +8,7 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlSchema from "effect/sql/SqlSchema"
 import { forEachChunk } from "../Database/Chunks.ts"
+import { tenantPage } from "../Database/Page.ts"
 import { CounterSql } from "../Database/Sql.ts"
 import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
 import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
@@ -166,13 +167,17 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
         Traced.withSpan("AuthRepo.insertApiKey")
       )
 
-    const listApiKeys = SqlSchema.findAll({
-      Request: TenantId,
-      Result: ApiKeyRow,
-      execute: (tenantId) =>
-        sql`SELECT ${sql.literal(keyColumns)} FROM api_keys
-            WHERE tenant_id = ${tenantId} AND revoked_at IS NULL ORDER BY id`
-    })
+    /** A page of the tenant's keys that are not revoked, in id (so creation) order. */
+    const listApiKeys = (tenantId: TenantId, page: { readonly after: string | null; readonly limit: number }) =>
+      tenantPage({
+        table: "api_keys",
+        columns: keyColumns,
+        row: ApiKeyRow,
+        tenantId,
+        filters: [sql`revoked_at IS NULL`],
+        after: page.after,
+        limit: page.limit
+      }).pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.orDie, Traced.withSpan("AuthRepo.listApiKeys"))
 
     /** Revokes and returns the hash, so the caller can drop it from caches. */
     const revokeApiKey = (tenantId: TenantId, id: ApiKeyId) =>
@@ -223,7 +228,7 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
         findLiveSession(tokenHash).pipe(Effect.orDie, Effect.tap(Metric.update(sessionLookups, 1))),
       revokeSession,
       insertApiKey,
-      listApiKeys: (tenantId: TenantId) => listApiKeys(tenantId).pipe(Effect.orDie),
+      listApiKeys,
       revokeApiKey,
       findApiKeyByHash: (keyHash: string) =>
         findApiKeyByHash(keyHash).pipe(Effect.orDie, Effect.tap(Metric.update(keyLookups, 1))),
@@ -241,15 +246,11 @@ export class AuthRepo extends Context.Service<AuthRepo>()("agent-host/AuthRepo",
  */
 export const credentialChannel = "api_key_revoked"
 
-export const toApiKey = (row: ApiKeyRow): ApiKey => ({
-  id: row.id,
-  name: row.name,
-  prefix: row.prefix,
+/** A key as clients see it: without its tenant, hash and revocation. */
+export const toApiKey = ({ tenantId: _tenant, keyHash: _hash, revokedAt: _revoked, ...key }: ApiKeyRow): ApiKey => ({
+  ...key,
   // No stored list means every scope.
-  scopes: row.scopes ?? allScopes,
-  createdAt: row.createdAt,
-  expiresAt: row.expiresAt,
-  lastUsedAt: row.lastUsedAt
+  scopes: key.scopes ?? allScopes
 })
 
 /**

@@ -17,7 +17,7 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         assert.deepStrictEqual(created.scopes, ["read", "chat"])
 
         // The bytes as sent, not only what the client decodes: the key is nowhere in them.
-        const [list, response] = yield* api.keys.list({ responseMode: "decoded-and-response" })
+        const [list, response] = yield* api.keys.list({ query: {}, responseMode: "decoded-and-response" })
         assert.strictEqual(list.total, 1)
         assert.notInclude(yield* response.text, created.key)
         assert.strictEqual(list.data[0]!.prefix, created.prefix)
@@ -55,6 +55,87 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         })
         assert.strictEqual(noName.status, 400)
         assert.deepStrictEqual(noName.body.errors[0].path, ["payload", "name"])
+      })
+    )
+
+    it.effect("lists the keys a page at a time, oldest first; without a limit, one default page", () =>
+      Effect.gen(function* () {
+        const account = yield* TestServer.signUp()
+        const api = yield* TestServer.apiClient(account.token)
+        const created: Array<string> = []
+        for (const name of ["k1", "k2", "k3", "k4", "k5"])
+          created.push((yield* api.keys.create({ payload: { name } })).id)
+
+        const first = yield* api.keys.list({ query: { limit: 2 } })
+        assert.deepStrictEqual(
+          first.data.map((k) => k.id),
+          created.slice(0, 2)
+        )
+        assert.strictEqual(first.total, 5)
+        assert.isNotNull(first.nextCursor)
+        const second = yield* api.keys.list({ query: { limit: 2, cursor: first.nextCursor! } })
+        assert.deepStrictEqual(
+          second.data.map((k) => k.id),
+          created.slice(2, 4)
+        )
+        const third = yield* api.keys.list({ query: { limit: 2, cursor: second.nextCursor! } })
+        assert.deepStrictEqual(
+          third.data.map((k) => k.id),
+          created.slice(4)
+        )
+        assert.isNull(third.nextCursor)
+        assert.strictEqual(third.total, 5)
+
+        const all = yield* api.keys.list({ query: {} })
+        assert.deepStrictEqual(
+          all.data.map((k) => k.id),
+          created
+        )
+        assert.strictEqual(all.total, 5)
+        assert.isNull(all.nextCursor)
+      })
+    )
+
+    it.effect("rejects a bad limit or cursor with a 400 problem naming the query parameter", () =>
+      Effect.gen(function* () {
+        const client = yield* TestClient
+        const account = yield* TestServer.signUp()
+        const headers = TestServer.bearer(account.token)
+        for (const limit of ["0", "201", "abc", "1.5"]) {
+          const response = yield* client.request("GET", `/api/keys?limit=${limit}`, { headers })
+          assert.strictEqual(response.status, 400, limit)
+          assert.deepStrictEqual(response.body.errors[0].path, ["query", "limit"], limit)
+        }
+        // AA decodes to a NUL; the other is the base64url of something that is not an id.
+        for (const cursor of ["AA", Buffer.from("not-an-id").toString("base64url"), "%%%"]) {
+          const response = yield* client.request("GET", `/api/keys?cursor=${cursor}`, { headers })
+          assert.strictEqual(response.status, 400, cursor)
+          assert.strictEqual(response.headers.get("content-type"), "application/problem+json")
+          assert.deepStrictEqual(response.body.errors[0].path, ["query", "cursor"], cursor)
+        }
+      })
+    )
+
+    it.effect("leaves revoked keys out of every page and of the total", () =>
+      Effect.gen(function* () {
+        const account = yield* TestServer.signUp()
+        const api = yield* TestServer.apiClient(account.token)
+        const created: Array<ApiKeyId> = []
+        for (const name of ["a", "b", "c", "d"]) created.push((yield* api.keys.create({ payload: { name } })).id)
+        yield* api.keys.revoke({ params: { id: created[1]! } })
+        yield* api.keys.revoke({ params: { id: created[3]! } })
+
+        const seen: Array<string> = []
+        let cursor: string | null = null
+        do {
+          const page: { readonly data: ReadonlyArray<{ readonly id: string }>; readonly nextCursor: string | null } =
+            yield* api.keys.list({ query: cursor === null ? { limit: 1 } : { limit: 1, cursor } })
+          assert.isAtMost(page.data.length, 1)
+          seen.push(...page.data.map((k) => k.id))
+          cursor = page.nextCursor
+        } while (cursor !== null)
+        assert.deepStrictEqual(seen, [created[0], created[2]])
+        assert.strictEqual((yield* api.keys.list({ query: { limit: 1 } })).total, 2)
       })
     )
   })
@@ -105,7 +186,7 @@ layer(TestServer.layer(), { excludeTestServices: true })("API keys", (it) => {
         yield* api.keys.revoke({ params: { id: ApiKeyId.make(key.id) } })
         const after = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
         assert.strictEqual(after.status, 401)
-        assert.strictEqual((yield* api.keys.list()).total, 0)
+        assert.strictEqual((yield* api.keys.list({ query: {} })).total, 0)
         const again = yield* Effect.flip(api.keys.revoke({ params: { id: ApiKeyId.make(key.id) } }))
         assert.instanceOf(again, NotFound)
       })

@@ -385,14 +385,18 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { dashboardEnabled: true, webhoo
   )
 })
 
-// One agent more than the dashboard's page of 50 (the free plan keeps 50, so
-// this server lets it keep more).
+// One agent (and one key) more than the dashboard's page of 50 (the free plan
+// keeps 50 agents and 10 keys, so this server lets it keep more).
 const pagedAgents = 51
+const pagedKeys = 51
 
 layer(
   TestServer.layer({
     dashboardEnabled: true,
-    planQuotas: { ...defaultPlanQuotas, free: { ...defaultPlanQuotas.free, agents: pagedAgents } }
+    planQuotas: {
+      ...defaultPlanQuotas,
+      free: { ...defaultPlanQuotas.free, agents: pagedAgents, apiKeys: pagedKeys }
+    }
   }),
   { excludeTestServices: true }
 )("the dashboard's lists", (it) => {
@@ -436,6 +440,38 @@ layer(
           // A choice of agents offers every one of them.
           await nav(page, "Chat")
           await page.getByLabel("Agent").locator("option", { hasText: later[0]! }).waitFor({ state: "attached" })
+        })
+      }),
+    { timeout: 180_000 }
+  )
+
+  it.effect(
+    "the keys screen shows a page of keys, and the next after “Load more”",
+    () =>
+      Effect.gen(function* () {
+        const client = yield* TestClient
+        const base = client.baseUrl
+        const account = yield* TestServer.signUp()
+        const api = yield* TestServer.apiClient(account.token)
+        const names = Array.from({ length: pagedKeys }, (_, i) => `Key ${String(i + 1).padStart(2, "0")}`)
+        for (const name of names) yield* api.keys.create({ payload: { name } })
+        yield* withBrowser(async (page) => {
+          await page.goto(`${base}/app/keys`)
+          await page.getByLabel("E-mail").fill(account.email)
+          await page.getByLabel("Password").fill(account.password)
+          await page.getByRole("button", { name: "Log in" }).click()
+          await page.getByRole("heading", { name: "Getting started" }).waitFor()
+          await nav(page, "API keys")
+          const rows = page.getByRole("region", { name: "Your keys" }).locator("tbody tr")
+          const more = page.getByRole("button", { name: "Load more keys" })
+          await more.waitFor()
+          assert.strictEqual(await rows.count(), 50, "one page of keys at first")
+          await page.getByText(`50 of ${pagedKeys} shown`).waitFor()
+
+          await more.click()
+          await rows.filter({ hasText: names[pagedKeys - 1]! }).waitFor()
+          assert.deepStrictEqual((await rows.locator("th").allTextContents()).sort(), names, "every key, once")
+          assert.strictEqual(await more.count(), 0, "nothing left to load")
         })
       }),
     { timeout: 180_000 }

@@ -1,6 +1,6 @@
 import { useState } from "react"
 import { allScopes, type ApiKey, type Scope } from "../../../src/Auth/Api.ts"
-import { ApiCall, Confirm, CopyButton, Field, formatDate, ProblemMessage } from "../shared/components.tsx"
+import { ApiCall, Confirm, CopyButton, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
 import { expiryPresets, useKeys } from "./hooks.ts"
 
 const scopeHelp: Record<Scope, string> = {
@@ -12,7 +12,7 @@ const scopeHelp: Record<Scope, string> = {
 
 /** API keys: make one (its secret shown once), see them with their use, revoke. */
 export const KeysScreen = () => {
-  const { keys, error, form, create, created, dismissCreated, revoke, problem, fieldError } = useKeys()
+  const { keys, list, error, form, create, created, dismissCreated, revoke, problem, fieldError } = useKeys()
   const [revoking, setRevoking] = useState<ApiKey>()
 
   return (
@@ -137,6 +137,7 @@ export const KeysScreen = () => {
             </tbody>
           </table>
         )}
+        <LoadMore list={list} label="Load more keys" />
         <ApiCall call={{ method: "GET", path: "/api/keys" }} />
       </section>
 

@@ -1,7 +1,7 @@
 import { type FormEvent, useState } from "react"
 import { allScopes, type ApiKey, type Scope } from "../../../src/Auth/Api.ts"
 import { ApiProblem, call } from "../shared/api.ts"
-import { useLoad } from "../shared/data.ts"
+import { pageQuery, usePaged } from "../shared/data.ts"
 
 // Expiry presets, in days; the form shows the date each one gives.
 export const expiryPresets = [
@@ -14,13 +14,9 @@ export const expiryPresets = [
 const expiryOf = (preset: string, now = Date.now()): Date | null =>
   preset === "never" ? null : new Date(now + Number(preset) * 86_400_000)
 
-/**
- * The tenant's keys, with making one (its secret kept until dismissed) and
- * revoking. The keys route answers every key at once: a tenant holds at most
- * its plan's MAX_API_KEYS.
- */
+/** The tenant's keys, a page at a time, with making one (its secret kept until dismissed) and revoking. */
 export const useKeys = () => {
-  const keys = useLoad(() => call((c) => c.keys.list()), [])
+  const keys = usePaged((cursor) => call((c) => c.keys.list({ query: pageQuery(cursor) })), [])
   const [name, setName] = useState("")
   const [scopes, setScopes] = useState<ReadonlyArray<Scope>>(allScopes)
   const [preset, setPreset] = useState<string>("90")
@@ -58,7 +54,8 @@ export const useKeys = () => {
   const fieldError = (path: string) => (problem instanceof ApiProblem ? problem.messagesFor(path)[0] : undefined)
 
   return {
-    keys: keys.data?.data,
+    keys: keys.items,
+    list: keys,
     error: keys.error,
     form: { name, setName, scopes, toggleScope, preset, setPreset, expiry, request },
     create,

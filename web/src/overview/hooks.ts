@@ -5,7 +5,7 @@ import { useLoad } from "../shared/data.ts"
 export const useProgress = () =>
   useLoad(async () => {
     const [keys, agents, executions] = await Promise.all([
-      call((c) => c.keys.list()),
+      call((c) => c.keys.list({ query: { limit: 1 } })),
       call((c) => c.agents.list({ query: { limit: 20 } })),
       call((c) => c.executions.list({ query: { limit: 1 } }))
     ])

@@ -2,7 +2,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
-import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { CurrentPrincipal } from "../Auth/Api.ts"
@@ -10,25 +9,25 @@ import type { AgentId } from "../Domain/Ids.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { forTenant, jsonPages, managementHandlers } from "../Http/Management.ts"
 import { EventStreams } from "../Http/EventStreams.ts"
+import * as ServerSentEvents from "../Http/ServerSentEvents.ts"
 import { Agents } from "./Agents.ts"
 import { AgentList, type ChatRequest, V1AgentList } from "./Api.ts"
 import { Chat } from "./Chat.ts"
 import type { ReplyEvent } from "./Conversation.ts"
 import * as Traced from "../Observability/Traced.ts"
 
-const encoder = new TextEncoder()
-const sse = (event: string, data: unknown) => encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
-
 /** Server-sent events: `delta` events, then `done` with the response, or `error` with a problem. */
 const toEventStream = <E extends { readonly status: number }>(events: Stream.Stream<ReplyEvent, E>) =>
-  HttpServerResponse.stream(
+  ServerSentEvents.response(
     events.pipe(
-      Stream.map((event) =>
-        event._tag === "Delta" ? sse("delta", { text: event.text }) : sse("done", event.response)
+      Stream.map(
+        (event): ServerSentEvents.ServerSentEvent =>
+          event._tag === "Delta"
+            ? { event: "delta", data: { text: event.text } }
+            : { event: "done", data: event.response }
       ),
-      Stream.catch((problem) => Stream.make(sse("error", problem)))
-    ),
-    { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+      Stream.catch((problem) => Stream.make({ event: "error", data: problem }))
+    )
   )
 
 const wantsEventStream = (request: HttpServerRequest.HttpServerRequest) =>

@@ -5,6 +5,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import type { PageRequest } from "../Domain/Page.ts"
+import * as ServerSentEvents from "./ServerSentEvents.ts"
 
 /** A route of the caller's tenant: the tenant is the authenticated principal's, never the request's. */
 export const forTenant =
@@ -67,8 +68,6 @@ export const jsonPages = <S extends Schema.Encoder<unknown>>(schema: S) => {
   }
 }
 
-const encoder = new TextEncoder()
-
 interface LoggedEvent {
   readonly id: string
   readonly type: string
@@ -92,18 +91,14 @@ export const runEventStream = <A extends LoggedEvent | StreamEnd>(
   events: Stream.Stream<A>,
   about: (event: Exclude<A, StreamEnd>) => object
 ) =>
-  HttpServerResponse.stream(
-    Stream.map(events, (event) => {
-      if ("reason" in event) return encoder.encode(`event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`)
+  ServerSentEvents.response(
+    Stream.map(events, (event): ServerSentEvents.ServerSentEvent => {
+      if ("reason" in event) return { event: event.type, data: event }
       const logged = event as Exclude<A, StreamEnd>
-      return encoder.encode(
-        `id: ${logged.id}\nevent: ${logged.type}\ndata: ${JSON.stringify({
-          type: logged.type,
-          ...about(logged),
-          ...(logged.data as object),
-          at: logged.createdAt
-        })}\n\n`
-      )
-    }),
-    { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+      return {
+        id: logged.id,
+        event: logged.type,
+        data: { type: logged.type, ...about(logged), ...(logged.data as object), at: logged.createdAt }
+      }
+    })
   )

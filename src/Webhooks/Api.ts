@@ -6,6 +6,7 @@ import { cursorParam } from "../Domain/Cursor.ts"
 import { Text, text } from "../Domain/Input.ts"
 import type { Doc } from "../Domain/Management.ts"
 import { BadRequest, Conflict, NotFound, RedeliveryLimitReached, RedeliveryRateLimited } from "../Domain/Problems.ts"
+import { WebhookEndpoint } from "./Endpoint.ts"
 
 // Schemas of outbound webhooks, shared by every feature whose runs send
 // events (team rooms, orchestrations), and the routes of an owner's webhook,
@@ -19,15 +20,8 @@ export const WebhookUrl = text(
   description: "An http(s) URL. Every address its host resolves to must be public unless WEBHOOK_ALLOW_PRIVATE=true."
 })
 
-/** Where a feature's events go, as its resource shows it. */
-export const WebhookState = Schema.Struct({
-  outputWebhookUrl: Schema.NullOr(Schema.String),
-  webhookEnabled: Schema.Boolean,
-  webhookDisabledReason: Schema.NullOr(Schema.String).annotate({
-    description:
-      "Why the service disabled the webhook (a 410 answer, or failing for WEBHOOK_DISABLE_AFTER); null otherwise."
-  })
-})
+/** Where a feature's events go, as its resource shows it: its webhook endpoint's JSON. */
+export const WebhookState = WebhookEndpoint.json
 export type WebhookState = typeof WebhookState.Type
 
 /** The signing secret, shown once: when a webhook URL is first set, and on each rotation. */

@@ -3,17 +3,13 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { forEachChunk } from "../Database/Chunks.ts"
+import * as TenantRepo from "../Database/TenantRepo.ts"
 import type { TenantId } from "../Domain/Ids.ts"
+import type { DeliveryAttempt } from "./Api.ts"
+import { WebhookEndpoint } from "./Endpoint.ts"
 import type { Owner } from "./Webhooks.ts"
-
-export interface EndpointRow {
-  readonly id: string
-  readonly ownerId: string
-  readonly url: string
-  readonly enabled: boolean
-  readonly disabledReason: string | null
-}
 
 /** An event with what its delivery needs of its endpoint (null when the endpoint is gone). */
 export interface DeliveryRow {
@@ -34,19 +30,9 @@ export interface DeliveryRow {
   readonly previousSecret: string | null
 }
 
-export interface AttemptRow {
+/** An attempt of the delivery log, with its key (the log's order). */
+export interface AttemptRow extends DeliveryAttempt {
   readonly id: string
-  readonly eventId: string
-  readonly type: string
-  readonly subjectId: string
-  readonly attempt: number
-  readonly redelivery: number
-  readonly at: Date
-  readonly url: string
-  readonly httpStatus: number | null
-  readonly error: string | null
-  readonly durationMs: number
-  readonly response: string | null
 }
 
 /** An endpoint's stored secrets, as the re-seal of the v1 format reads them. */
@@ -69,11 +55,25 @@ export interface PruneKey {
 export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/WebhooksRepo", {
   make: Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
-    const endpointCols = sql.literal("id, owner_id, url, enabled, disabled_reason")
+    // The tenant repository makes and changes endpoints; finding and removing
+    // one go by its owner, not its id, in statements of their own below.
+    const endpointRows = yield* TenantRepo.make(WebhookEndpoint, {
+      table: "webhook_endpoints",
+      spanPrefix: "WebhooksRepo",
+      expressions: {
+        outputWebhookUrl: "url",
+        webhookEnabled: "enabled AND disabled_reason IS NULL",
+        webhookDisabledReason: "disabled_reason"
+      }
+    })
+    const endpointCols = sql.literal(endpointRows.columns)
+    const decodeEndpoints = Schema.decodeUnknownEffect(Schema.Array(WebhookEndpoint))
+    const ofOwner = (tenantId: TenantId, owner: Owner) =>
+      sql`tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}`
 
     const findEndpoint = (tenantId: TenantId, owner: Owner) =>
-      sql<EndpointRow>`SELECT ${endpointCols} FROM webhook_endpoints
-        WHERE tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}`.pipe(
+      sql`SELECT ${endpointCols} FROM webhook_endpoints WHERE ${ofOwner(tenantId, owner)}`.pipe(
+        Effect.flatMap(decodeEndpoints),
         Effect.map((rows) => Option.fromNullishOr(rows[0])),
         Effect.orDie
       )
@@ -82,53 +82,53 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
       forEachChunk(
         ids,
         (chunk) =>
-          sql<EndpointRow>`
+          sql`
           SELECT ${endpointCols} FROM webhook_endpoints
           WHERE tenant_id = ${tenantId} AND owner_kind = ${kind} AND owner_id IN ${sql.in(chunk)}`
       ).pipe(
-        Effect.map((chunks): ReadonlyArray<EndpointRow> => chunks.flat()),
+        Effect.flatMap((chunks) => decodeEndpoints(chunks.flat())),
         Effect.orDie
       )
 
-    const insertEndpoint = (input: {
-      readonly id: string
-      readonly tenantId: TenantId
-      readonly owner: Owner
-      readonly url: string
-      readonly enabled: boolean
-      readonly secret: string
-    }) =>
-      sql<EndpointRow>`INSERT INTO webhook_endpoints (id, tenant_id, owner_kind, owner_id, url, enabled, secret)
-        VALUES (${input.id}, ${input.tenantId}, ${input.owner.kind}, ${input.owner.id}, ${input.url}, ${input.enabled}, ${input.secret})
-        ON CONFLICT (tenant_id, owner_kind, owner_id) DO NOTHING
-        RETURNING ${endpointCols}`.pipe(
-        Effect.map((rows) => Option.fromNullishOr(rows[0])),
-        Effect.orDie
-      )
-
-    /** A new URL or switch; either re-enables a disabled endpoint and forgets its failures. */
-    const updateEndpoint = (
+    /**
+     * The owner's new endpoint, or the one another request made meanwhile
+     * (then `inserted` is false). To be run under the tenant's lock
+     * (Limits.admit), which every insert takes: nothing can come between
+     * this look and the insert.
+     */
+    const insertEndpoint = (
       tenantId: TenantId,
       owner: Owner,
-      change: { readonly url: string | null; readonly enabled: boolean | null }
+      input: { readonly url: string; readonly enabled: boolean; readonly secret: string }
     ) =>
-      sql<EndpointRow>`UPDATE webhook_endpoints SET
-          url = COALESCE(${change.url}, url),
-          enabled = COALESCE(${change.enabled}, enabled),
-          disabled_reason = NULL, disabled_at = NULL, failing_since = NULL,
-          updated_at = now()
-        WHERE tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}
-        RETURNING ${endpointCols}`.pipe(
-        Effect.map((rows) => Option.fromNullishOr(rows[0])),
-        Effect.orDie
+      Effect.flatMap(
+        findEndpoint(tenantId, owner),
+        Option.match({
+          onSome: (endpoint) => Effect.succeed({ endpoint, inserted: false }),
+          onNone: () =>
+            Effect.map(
+              endpointRows.insert(tenantId, { ownerKind: owner.kind, ownerId: owner.id, ...input }),
+              (endpoint) => ({ endpoint, inserted: true })
+            )
+        })
       )
 
+    /** A new URL or switch (either, or both); it re-enables a disabled endpoint and forgets its failures. */
+    const updateEndpoint = (
+      tenantId: TenantId,
+      id: string,
+      change: { readonly url: string | null; readonly enabled: boolean | null }
+    ) =>
+      endpointRows.update(tenantId, id, {
+        ...(change.url === null ? {} : { url: change.url }),
+        ...(change.enabled === null ? {} : { enabled: change.enabled }),
+        disabledReason: null,
+        disabledAt: null,
+        failingSince: null
+      })
+
     const removeEndpoint = (tenantId: TenantId, owner: Owner) =>
-      sql`DELETE FROM webhook_endpoints
-        WHERE tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}`.pipe(
-        Effect.asVoid,
-        Effect.orDie
-      )
+      sql`DELETE FROM webhook_endpoints WHERE ${ofOwner(tenantId, owner)}`.pipe(Effect.asVoid, Effect.orDie)
 
     /** The new secret signs from now on; the current one goes on signing for `overlapMs`. */
     const rotate = (tenantId: TenantId, owner: Owner, secret: string, overlapMs: number) =>
@@ -136,7 +136,7 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
           previous_secret = secret, secret = ${secret},
           previous_expires_at = now() + make_interval(secs => ${overlapMs / 1000}),
           updated_at = now()
-        WHERE tenant_id = ${tenantId} AND owner_kind = ${owner.kind} AND owner_id = ${owner.id}
+        WHERE ${ofOwner(tenantId, owner)}
         RETURNING previous_expires_at`.pipe(
         Effect.map((rows) => Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.previousExpiresAt))),
         Effect.orDie
@@ -184,18 +184,7 @@ export class WebhooksRepo extends Context.Service<WebhooksRepo>()("agent-host/We
      * Logs an attempt. An attempt run again (its node was lost before its
      * outcome was stored) is logged again: the receiver may have had both.
      */
-    const recordAttempt = (attempt: {
-      readonly eventId: string
-      readonly endpointId: string
-      readonly redelivery: number
-      readonly attempt: number
-      readonly at: Date
-      readonly url: string
-      readonly httpStatus: number | null
-      readonly error: string | null
-      readonly durationMs: number
-      readonly response: string | null
-    }) =>
+    const recordAttempt = (attempt: Omit<DeliveryAttempt, "type" | "subjectId"> & { readonly endpointId: string }) =>
       sql`INSERT INTO webhook_attempts (event_id, endpoint_id, redelivery, attempt, at, url, http_status, error, duration_ms, response)
         VALUES (${attempt.eventId}, ${attempt.endpointId}, ${attempt.redelivery}, ${attempt.attempt}, ${attempt.at}, ${attempt.url},
                 ${attempt.httpStatus}, ${attempt.error}, ${attempt.durationMs}, ${attempt.response})`.pipe(

@@ -14,7 +14,7 @@ import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
 import { maxIdsPerStatement } from "../Database/Chunks.ts"
 import { decodeCursor, encodeCursor, type Page } from "../Domain/Cursor.ts"
-import { newId, type TenantId } from "../Domain/Ids.ts"
+import type { TenantId } from "../Domain/Ids.ts"
 import {
   BadRequest,
   Conflict,
@@ -31,15 +31,16 @@ import {
   type WebhookState
 } from "./Api.ts"
 import { DeliveryWorkflow } from "./Delivery.ts"
+import type { OwnerKind, WebhookEndpoint } from "./Endpoint.ts"
 import * as Guard from "./Guard.ts"
-import { type EndpointRow, type PruneKey, WebhooksRepo } from "./Repo.ts"
+import { type PruneKey, WebhooksRepo } from "./Repo.ts"
 import { newEventId, newSecret, SecretBox } from "./Signing.ts"
 import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 /** What sends events: a team (its room) or an orchestration (its executions). */
 export interface Owner {
-  readonly kind: "team" | "orchestration"
+  readonly kind: typeof OwnerKind.Type
   readonly id: string
 }
 
@@ -147,10 +148,10 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
     const guard = yield* Guard.EgressGuard
 
     const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
-    const stateOf = (row: EndpointRow): WebhookState => ({
-      outputWebhookUrl: row.url,
-      webhookEnabled: row.enabled && row.disabledReason === null,
-      webhookDisabledReason: row.disabledReason
+    const stateOf = (endpoint: WebhookEndpoint): WebhookState => ({
+      outputWebhookUrl: endpoint.outputWebhookUrl,
+      webhookEnabled: endpoint.webhookEnabled,
+      webhookDisabledReason: endpoint.webhookDisabledReason
     })
 
     const refused = (field: ReadonlyArray<string>, message: string) =>
@@ -172,29 +173,27 @@ export class Webhooks extends Context.Service<Webhooks, WebhooksShape>()("agent-
           return { state: noWebhook, signingSecret: null }
         }
         const url = change.url === undefined ? null : yield* checkUrl(change.url, field)
-        const existing = yield* repo.findEndpoint(tenantId, owner)
-        if (Option.isNone(existing)) {
+        const found = yield* repo.findEndpoint(tenantId, owner)
+        let endpoint: WebhookEndpoint
+        if (Option.isSome(found)) endpoint = found.value
+        else {
           if (url === null) return { state: noWebhook, signingSecret: null }
           const secret = newSecret()
-          const inserted = yield* limits.admit(
+          const made = yield* limits.admit(
             tenantId,
             "webhookEndpoints",
-            repo.insertEndpoint({
-              id: newId(),
-              tenantId,
-              owner,
+            repo.insertEndpoint(tenantId, owner, {
               url,
               enabled: change.enabled ?? true,
               secret: box.seal(secret, { tenantId, ...owner })
             })
           )
+          if (made.inserted) return { state: stateOf(made.endpoint), signingSecret: secret }
           // Another request set it at the same moment: this one changes it, with the secret already made.
-          if (Option.isSome(inserted)) return { state: stateOf(inserted.value), signingSecret: secret }
+          endpoint = made.endpoint
         }
-        if (url === null && change.enabled === undefined) {
-          return { state: Option.match(existing, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
-        }
-        const updated = yield* repo.updateEndpoint(tenantId, owner, { url, enabled: change.enabled ?? null })
+        if (url === null && change.enabled === undefined) return { state: stateOf(endpoint), signingSecret: null }
+        const updated = yield* repo.updateEndpoint(tenantId, endpoint.id, { url, enabled: change.enabled ?? null })
         return { state: Option.match(updated, { onNone: () => noWebhook, onSome: stateOf }), signingSecret: null }
       }
     )

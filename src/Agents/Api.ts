@@ -7,12 +7,13 @@ import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import { activeList, DefinitionStatus, Description, Name } from "../Domain/Definition.ts"
 import * as Entity from "../Domain/Entity.ts"
 import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId } from "../Domain/Ids.ts"
 import { boundedArray, text } from "../Domain/Input.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
-import { maxPageSize, PageOf, pageQuery, PageQuery } from "../Domain/Page.ts"
+import { maxPageSize, PageOf, pageQuery } from "../Domain/Page.ts"
 import {
   BadGateway,
   BadRequest,
@@ -34,8 +35,8 @@ export const ChatSource = Schema.Struct({
 })
 export type ChatSource = typeof ChatSource.Type
 
-export const AgentStatus = Schema.Literals(["active", "inactive"])
-export type AgentStatus = typeof AgentStatus.Type
+export const AgentStatus = DefinitionStatus
+export type AgentStatus = DefinitionStatus
 
 // `local` is the built-in offline model; anything else is `provider/name`.
 export const ModelId = text(
@@ -45,8 +46,6 @@ export const ModelId = text(
   })
 )
 
-const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
-const Description = text(Schema.isMaxLength(2000))
 const Instructions = text(Schema.isMaxLength(32_000))
 
 export const maxAgentKnowledgeBases = 10
@@ -300,17 +299,10 @@ export class AgentsApi extends HttpApiGroup.make("agents")
 
 export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
   .add(
-    HttpApiEndpoint.get("list", "/", {
-      query: PageQuery,
-      success: V1AgentList,
-      error: BadRequest
-    }).annotateMerge(
-      keyOperation("read", "bearer", {
-        summary: "List active agents",
-        description: "The tenant's active agents, without their instructions, a page at a time (`limit`, `cursor`).",
-        errors: "400 on a bad `limit` or `cursor`."
-      })
-    ),
+    activeList(V1AgentList, (doc) => keyOperation("read", "bearer", doc), {
+      summary: "List active agents",
+      description: "The tenant's active agents, without their instructions, a page at a time (`limit`, `cursor`)."
+    }),
     HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).annotateMerge(keyOperation("chat", "bearer", chatDoc))
   )
   .middleware(ApiKeyAuth)

@@ -3,7 +3,7 @@ import * as OpenApi from "effect/http-api/OpenApi"
 // What /docs and /openapi.json say about each operation. Every operation has
 // a summary and a description in the same three parts, so a reader finds
 // what it does, who may call it and how it fails in the same place each time
-// (test/Platform/OpenApi.test.ts holds every operation to it).
+// (test/Project/OpenApi.test.ts holds every operation to it).
 
 export interface OperationDoc {
   /** A short imperative title, shown in the reference's sidebar. */

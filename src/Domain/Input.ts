@@ -3,7 +3,7 @@ import * as SchemaAST from "effect/SchemaAST"
 import * as SchemaTransformation from "effect/SchemaTransformation"
 
 // The building blocks of every request schema (payload, query, path params,
-// headers) of every Api.ts. test/Platform/HostileInput.test.ts walks the
+// headers) of every Api.ts. test/Http/HostileInput.test.ts walks the
 // whole API to hold each rule below.
 
 // ---------------------------------------------------------------------------

@@ -3,7 +3,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
 import { Limits, quotaReached } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
@@ -19,7 +18,6 @@ import {
   RechunkRateLimited,
   UnsupportedMediaType
 } from "../Domain/Problems.ts"
-import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
 import * as DurableRuns from "../Runtime/DurableRuns.ts"
 import { defaultPageSize, type PageRequest } from "../Domain/Page.ts"
 import { type ChunkingInput, type Document, isChunkKey, type KnowledgeBase } from "./Api.ts"
@@ -78,18 +76,11 @@ export interface UploadFile {
 /** Knowledge bases, their documents and chunks, uploads and their ingestion, and its sweeps. */
 export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledge", {
   make: Effect.gen(function* () {
+    const ingestion = yield* DurableRuns.workflowCalls(IngestionWorkflow, (documentId) => ({ documentId }))
     const repo = yield* KnowledgeRepo
-    const tables = yield* ClusterStorage.ClusterTables
     const sandbox = yield* ExtractionSandbox
     const config = yield* AppConfig
-    const engine = yield* WorkflowEngine.WorkflowEngine
     const limits = yield* Limits
-
-    const startWorkflow = (documentId: string) =>
-      IngestionWorkflow.execute({ documentId }, { discard: true }).pipe(
-        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
-        Effect.asVoid
-      )
 
     const findBase = Traced.fn("Knowledge.findBase")(function* (tenantId: TenantId, id: string) {
       const base = yield* repo.bases.findById(tenantId, id)
@@ -217,7 +208,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
       for (const documentId of inserted) {
         const stored = yield* DurableRuns.startStored({
           insert: Effect.succeed({ id: documentId, fresh: true }),
-          start: startWorkflow,
+          start: ingestion.start,
           timeout: config.clusterCallTimeout,
           // Stored but its start not confirmed: the sweeps start it, and the answer shows it processing.
           notStarted: (id) => id,
@@ -262,10 +253,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
     const documents = Traced.fn("Knowledge.documents")(function* (
       tenantId: TenantId,
       knowledgeId: string,
-      page: {
-        readonly limit?: number | undefined
-        readonly cursor?: string | undefined
-      }
+      page: PageRequest
     ) {
       yield* findBase(tenantId, knowledgeId)
       const after = yield* decodeCursor(page.cursor, isId)
@@ -369,7 +357,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
     const sweeps: DurableRuns.Sweeps = {
       unfinished: repo.processing,
       notStarted: repo.processingSince,
-      start: startWorkflow,
+      start: ingestion.start,
       reap: Effect.gen(function* () {
         const ids = yield* repo.failStuck(Duration.toSeconds(config.ingestionTimeout))
         if (ids.length === 0) return
@@ -378,11 +366,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
         )
       }),
       unpruned: (limit) => repo.unpruned(Duration.toSeconds(config.ingestionMessagesRetention), limit),
-      prune: (ids) =>
-        Effect.flatMap(
-          Effect.forEach(ids, (documentId) => IngestionWorkflow.executionId({ documentId })),
-          (entityIds) => Effect.orDie(tables.pruneMessages(IngestionWorkflow, entityIds, repo.markPruned(ids)))
-        )
+      prune: (ids) => ingestion.prune(ids, repo.markPruned(ids))
     }
 
     return {

@@ -3,39 +3,32 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Struct from "effect/Struct"
 import * as SqlClient from "effect/sql/SqlClient"
 import { limitFor } from "../Billing/Limits.ts"
 import { chunksOfTenant, lockTenantPlan } from "../Billing/Repo.ts"
 import { AppConfig } from "../Config.ts"
 import { forEachChunk } from "../Database/Chunks.ts"
+import * as DurableRunRepo from "../Database/DurableRunRepo.ts"
 import { tenantPage } from "../Database/Page.ts"
 import * as TenantRepo from "../Database/TenantRepo.ts"
 import { encodeCursor } from "../Domain/Cursor.ts"
-import { DocumentId, isId, KnowledgeId, newId, type TenantId } from "../Domain/Ids.ts"
+import { isId, newId, type TenantId } from "../Domain/Ids.ts"
 import { RunWaiting } from "../Domain/RunQueue.ts"
-import { Chunk, DocumentStatus, KnowledgeBase } from "./Api.ts"
+import { Chunk, Document, type DocumentStatus, KnowledgeBase } from "./Api.ts"
 import { searchText } from "./Segment.ts"
 import type { Chunking } from "./Chunking.ts"
 import type { Chunk as SplitChunk, Heading } from "./Splitter.ts"
 import * as Traced from "../Observability/Traced.ts"
 
+/** A document's row: the fields of `Document` that are columns as they are, and the columns of the others. */
 export const DocumentRow = Schema.Struct({
-  id: DocumentId,
-  knowledgeId: KnowledgeId,
-  filename: Schema.String,
-  contentType: Schema.String,
-  bytes: Schema.Int,
-  sha256: Schema.String,
-  status: DocumentStatus,
+  ...Struct.omit(Document.fields, ["error", "chunking", "waiting"]),
   errorCode: Schema.NullOr(Schema.String),
   errorMessage: Schema.NullOr(Schema.String),
   chunkStrategy: Schema.String,
   chunkSize: Schema.Int,
   chunkOverlap: Schema.Int,
-  chunkCount: Schema.Int,
-  tokenCount: Schema.Int,
-  createdAt: Schema.Date,
-  updatedAt: Schema.Date,
   /** Set while the document waits for one of its tenant's extraction places. */
   waiting: Schema.NullOr(RunWaiting)
 })
@@ -95,6 +88,15 @@ export interface ExtractionStrain {
   readonly detail: string
 }
 
+// A document's ingestion is a durable run while the document is processing;
+// its stored messages are pruned counted from the document's last change.
+const sweptDocuments: DurableRunRepo.Conditions = {
+  unfinished: "status = 'processing'",
+  notStarted: "status = 'processing'",
+  finished: "status <> 'processing'",
+  finishedAt: "updated_at"
+}
+
 const chunkKey = (documentId: string, index: number) => `${documentId}/${index}`
 
 /** All SQL of knowledge bases, documents and chunks (search has its own, SearchRepo.ts). */
@@ -108,6 +110,11 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       config.businessExtractionConcurrency
     ] as const
     const documentColumns = documentColumnsFor(extractionCaps)
+    const ingestions = DurableRunRepo.make(sql, {
+      table: "knowledge_documents",
+      spanPrefix: "KnowledgeRepo",
+      conditions: sweptDocuments
+    })
 
     /**
      * Whether `adding` chunks in place of `documentId`'s would take the
@@ -503,15 +510,6 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
 
     // --- sweeps --------------------------------------------------------------
 
-    const ids = (rows: ReadonlyArray<{ readonly id: string }>) => rows.map((row) => row.id)
-    const processing = sql<{ id: string }>`SELECT id FROM knowledge_documents WHERE status = 'processing'`.pipe(
-      Effect.map(ids),
-      Effect.orDie
-    )
-    const processingSince = (seconds: number, limit: number) =>
-      sql<{ id: string }>`SELECT id FROM knowledge_documents
-        WHERE status = 'processing' AND created_at < now() - make_interval(secs => ${seconds})
-        ORDER BY created_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
     /**
      * Fails what is still processing past `seconds` (a crash loop, a stuck extractor): never processing
      * forever. Counted from the document's extraction place once it has one: waiting behind its tenant's
@@ -521,17 +519,9 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       sql<{ id: string }>`UPDATE knowledge_documents SET status = 'failed', error_code = 'timeout',
             error_message = ${`Ingestion did not finish within ${seconds} s`}, content = NULL, updated_at = now()
           WHERE status = 'processing' AND COALESCE(extraction_slot_at, created_at) < now() - make_interval(secs => ${seconds})
-          RETURNING id`.pipe(Effect.map(ids), Effect.orDie)
-    const unpruned = (seconds: number, limit: number) =>
-      sql<{ id: string }>`SELECT id FROM knowledge_documents
-        WHERE NOT messages_pruned AND status <> 'processing' AND updated_at < now() - make_interval(secs => ${seconds})
-        ORDER BY updated_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
-    // In the transaction that deletes their ingestions' stored messages (ClusterTables.pruneMessages).
-    const markPruned = (documentIds: ReadonlyArray<string>) =>
-      sql`UPDATE knowledge_documents SET messages_pruned = true WHERE id IN ${sql.in(documentIds)}`.pipe(
-        Effect.asVoid,
-        Effect.orDie,
-        Traced.withSpan("KnowledgeRepo.markPruned")
+          RETURNING id`.pipe(
+        Effect.map((rows) => rows.map((row) => row.id)),
+        Effect.orDie
       )
 
     return {
@@ -553,11 +543,11 @@ export class KnowledgeRepo extends Context.Service<KnowledgeRepo>()("agent-host/
       replaceChunks,
       takeRechunkSlot,
       listChunks,
-      processing,
-      processingSince,
+      processing: ingestions.unfinished,
+      processingSince: ingestions.notStarted,
       failStuck,
-      unpruned,
-      markPruned
+      unpruned: ingestions.unpruned,
+      markPruned: ingestions.markPruned
     } as const
   })
 }) {

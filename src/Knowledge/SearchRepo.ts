@@ -5,24 +5,12 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { chunksOf, maxIdsPerStatement } from "../Database/Chunks.ts"
 import type { TenantId } from "../Domain/Ids.ts"
+import { SearchHit } from "./SearchApi.ts"
 import { searchText } from "./Segment.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 /** A chunk found by a search, with its score (0 to 1, higher is better). */
-export const ScoredChunk = Schema.Struct({
-  id: Schema.String,
-  knowledgeId: Schema.String,
-  documentId: Schema.String,
-  filename: Schema.String,
-  index: Schema.Int,
-  content: Schema.String,
-  tokenCount: Schema.Int,
-  startOffset: Schema.Int,
-  endOffset: Schema.Int,
-  page: Schema.NullOr(Schema.Int),
-  headingPath: Schema.Array(Schema.String),
-  score: Schema.Number
-})
+export const ScoredChunk = Schema.Struct({ ...SearchHit.fields, filename: Schema.String })
 export type ScoredChunk = typeof ScoredChunk.Type
 
 /** Bases searched with the same queries, and the documents of theirs that are not ready. */

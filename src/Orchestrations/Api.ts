@@ -9,32 +9,21 @@ import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
+import { activeList, DefinitionStatus, Description, Name, parts } from "../Domain/Definition.ts"
 import * as Entity from "../Domain/Entity.ts"
-import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, OrchestrationId } from "../Domain/Ids.ts"
 import { boundedArray, Text, text, textRecord } from "../Domain/Input.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
 import { PageOf, PageQuery } from "../Domain/Page.ts"
-import {
-  BadRequest,
-  Conflict,
-  NotFound,
-  QuotaReached,
-  ServiceUnavailable,
-  TokenBudgetSpent,
-  TooManyRunningRuns,
-  TooManyStreams
-} from "../Domain/Problems.ts"
-import { PreferHeader, RunWaiting } from "../Domain/RunQueue.ts"
+import { BadRequest, Conflict, NotFound, QuotaReached, TooManyStreams } from "../Domain/Problems.ts"
+import { RunStatus, runEventStream, runTimeoutMs, runTotals, startErrors, startHeaders } from "../Domain/RunApi.ts"
 import { webhookEndpoints, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
-export const OrchestrationStatus = Schema.Literals(["active", "inactive"])
-export type OrchestrationStatus = typeof OrchestrationStatus.Type
+export const OrchestrationStatus = DefinitionStatus
+export type OrchestrationStatus = DefinitionStatus
 
 export const maxSteps = 50
 export const maxPromptLength = 32_000
-export const minTimeoutMs = 1_000
-export const maxTimeoutMs = 3_600_000
 export const defaultTimeoutMs = 300_000
 
 /** Step ids and variable names: what may follow `steps.` and `variables.` in a template. */
@@ -87,19 +76,13 @@ export const StepInput = Schema.Struct({
   )
 })
 
-export const Steps = boundedArray(StepInput, {
-  min: 1,
+export const Steps = parts(StepInput, {
+  name: "step",
   max: maxSteps,
-  tooFew: "Expected at least one step",
-  tooMany: `Expected at most ${maxSteps} steps`,
   description: "The output of an execution is the output of the last step of this list."
 })
 
-const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
-const Description = text(Schema.isMaxLength(2000))
-const TimeoutMs = Schema.Int.check(Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })).annotate({
-  description: `Milliseconds an execution may run, ${minTimeoutMs} to ${maxTimeoutMs} (default ${defaultTimeoutMs}).`
-})
+const TimeoutMs = runTimeoutMs((range) => `Milliseconds an execution may run, ${range} (default ${defaultTimeoutMs}).`)
 
 /**
  * An orchestration: its row, its JSON with its webhook, and what a client
@@ -159,8 +142,8 @@ export const V1OrchestrationList = PageOf(V1Orchestration)
 // Executions
 // ---------------------------------------------------------------------------
 
-export const ExecutionStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
-export type ExecutionStatus = typeof ExecutionStatus.Type
+export const ExecutionStatus = RunStatus
+export type ExecutionStatus = RunStatus
 
 export const ExecuteRequest = Schema.Struct({
   input: text(Schema.isMaxLength(maxPromptLength)),
@@ -196,57 +179,37 @@ export const Execution = Schema.Struct({
   status: ExecutionStatus,
   output: Schema.NullOr(Schema.String),
   error: Schema.NullOr(Schema.String),
-  tokensUsed: Schema.Int,
-  durationMs: Schema.NullOr(Schema.Int),
-  createdAt: Schema.Date,
-  completedAt: Schema.NullOr(Schema.Date),
-  waiting: Schema.optionalKey(RunWaiting)
+  ...runTotals
 })
 export type Execution = typeof Execution.Type
 
 export const ExecutionList = PageOf(Execution)
 
-/** The events of an execution's stream, in the order they can come. */
-export const executionEventNames = [
-  "execution.running",
-  "step.started",
-  "step.completed",
-  "execution.completed",
-  "execution.failed",
-  "execution.cancelled",
-  "stream.end"
-] as const
-
-/** What an execution event carries (each kind some of it). */
-export const ExecutionEventData = Schema.Struct({
-  type: Schema.String,
-  stepId: Schema.optionalKey(Schema.NullOr(Schema.String)),
-  at: Schema.optionalKey(Schema.String),
-  status: Schema.optionalKey(ExecutionStatus),
-  output: Schema.optionalKey(Schema.String),
-  error: Schema.optionalKey(Schema.String),
-  tokens: Schema.optionalKey(Schema.Number).annotate({ description: "A completed step's tokens." }),
-  tokensUsed: Schema.optionalKey(Schema.Number).annotate({
-    description: "The execution's tokens, on its final event."
-  }),
-  reason: Schema.optionalKey(Schema.Literals(["maxDuration", "executionTimeout"])).annotate({
-    description: "Why a `stream.end` ended the stream before the execution finished."
-  })
+/** An execution's events: its steps' (`step.started`, `step.completed`) between its own. */
+const executionEvents = runEventStream("execution", "step", "executionTimeout", {
+  about: { stepId: Schema.optionalKey(Schema.NullOr(Schema.String)) },
+  fields: {
+    output: Schema.optionalKey(Schema.String),
+    error: Schema.optionalKey(Schema.String),
+    tokens: Schema.optionalKey(Schema.Number).annotate({ description: "A completed step's tokens." }),
+    tokensUsed: Schema.optionalKey(Schema.Number).annotate({
+      description: "The execution's tokens, on its final event."
+    })
+  }
 })
 
-export const ExecutionEvents = eventStream(executionEventNames, ExecutionEventData)
+/** The events of an execution's stream, in the order they can come. */
+export const executionEventNames = executionEvents.names
+export const ExecutionEvents = executionEvents.events
 
 // Executing and following executions, with an API key or a session (the
 // dashboard): one shape and one documentation, the credential aside.
 const executeSpec = {
   params: { id: OrchestrationId },
-  headers: {
-    "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))),
-    prefer: PreferHeader
-  },
+  headers: startHeaders,
   payload: ExecuteRequest,
   success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
-  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, ExecutionNotStarted, TooManyRunningRuns]
+  error: startErrors(ExecutionNotStarted)
 } as const
 
 const executeDoc = {
@@ -415,17 +378,10 @@ export class OrchestrationsApi extends HttpApiGroup.make("orchestrations")
 
 export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
   .add(
-    HttpApiEndpoint.get("list", "/", {
-      query: PageQuery,
-      success: V1OrchestrationList,
-      error: BadRequest
-    }).annotateMerge(
-      keyOperation("read", "bearer", {
-        summary: "List active orchestrations",
-        description: "The tenant's active orchestrations, without their steps, a page at a time (`limit`, `cursor`).",
-        errors: "400 on a bad `limit` or `cursor`."
-      })
-    ),
+    activeList(V1OrchestrationList, (doc) => keyOperation("read", "bearer", doc), {
+      summary: "List active orchestrations",
+      description: "The tenant's active orchestrations, without their steps, a page at a time (`limit`, `cursor`)."
+    }),
     HttpApiEndpoint.post("execute", "/:id/execute", executeSpec).annotateMerge(
       keyOperation("execute", "bearer", executeDoc)
     )

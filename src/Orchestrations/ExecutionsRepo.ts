@@ -7,10 +7,9 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlSchema from "effect/sql/SqlSchema"
 import * as Batcher from "../Database/Batcher.ts"
-import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
+import * as DurableRunRepo from "../Database/DurableRunRepo.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { isId, TenantId } from "../Domain/Ids.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
@@ -21,31 +20,28 @@ import * as Traced from "../Observability/Traced.ts"
 // Executions: the read model clients poll, written by the workflow. Every
 // statement is scoped by tenant or names one execution by id.
 
-const executionColumns = `id, orchestration_id, status, output, error, tokens_used,
-  (EXTRACT(EPOCH FROM (COALESCE(completed_at, now()) - created_at)) * 1000)::int AS duration_ms,
-  created_at, completed_at`
+const executionColumns = `id, orchestration_id, status, output, error, tokens_used, ${DurableRunRepo.timeColumns}`
 
 const Snapshot = Schema.Struct({
-  tenantId: TenantId,
+  ...DurableRunRepo.begunFields(ExecutionStatus),
   orchestrationId: Schema.String,
-  status: ExecutionStatus,
   input: Schema.String,
   variables: Schema.Record(Schema.String, Schema.String),
-  steps: Schema.Array(Step),
-  timeoutMs: Schema.Int,
-  createdAt: Schema.Date
+  steps: Schema.Array(Step)
 })
 export type Snapshot = typeof Snapshot.Type
 
+// The sweeps' partial indexes name `completed_at`, set exactly when an
+// execution finishes (0016_executions_hot_start.ts): so do their reads.
+const sweptExecutions: DurableRunRepo.Conditions = {
+  unfinished: "completed_at IS NULL AND status IN ('pending', 'running')",
+  notStarted: "completed_at IS NULL AND status = 'pending'",
+  finished: "completed_at IS NOT NULL AND status IN ('completed', 'failed', 'cancelled')",
+  finishedAt: "completed_at"
+}
+
 // What an execute with an Idempotency-Key claims or finds.
-const claimedColumns = "id, orchestration_id, status, request_hash"
-const Claimed = Schema.Struct({
-  id: Schema.String,
-  orchestrationId: Schema.String,
-  status: ExecutionStatus,
-  requestHash: Schema.NullOr(Schema.String),
-  fresh: Schema.Boolean
-})
+const Claimed = Schema.Struct({ ...DurableRunRepo.claimedFields(ExecutionStatus), orchestrationId: Schema.String })
 
 /** What an execute stored or found; `started` when its workflow's start request was stored with it. */
 type Stored = typeof Claimed.Type & { readonly started?: boolean }
@@ -82,6 +78,17 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     const sql = yield* PgClient.PgClient
     const webhooks = yield* Webhooks
     const cols = sql.literal(executionColumns)
+    const runs = DurableRunRepo.make(sql, {
+      table: "executions",
+      spanPrefix: "ExecutionsRepo",
+      conditions: sweptExecutions
+    })
+    const keyed = DurableRunRepo.keyed(sql, {
+      table: "executions",
+      spanPrefix: "ExecutionsRepo",
+      returning: "id, orchestration_id, status, request_hash",
+      claimed: Claimed
+    })
 
     const executionValues = (input: NewExecution) =>
       sql`(${input.id}, ${input.tenantId}, ${input.orchestrationId}, 'pending', ${input.input},
@@ -91,14 +98,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       "INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms, idempotency_key, request_hash)"
     )
     const claim = (input: NewExecution) =>
-      claimKeyed({
-        table: "executions",
-        returning: claimedColumns,
-        claimed: Claimed,
-        tenantId: input.tenantId,
-        idempotencyKey: input.idempotencyKey,
-        insert: sql`${insertInto} VALUES ${executionValues(input)}`
-      }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      keyed.claim(input.tenantId, input.idempotencyKey, sql`${insertInto} VALUES ${executionValues(input)}`)
     const decodeClaimed = Schema.decodeUnknownEffect(Schema.Array(Claimed))
     // Executions without a key accepted together are stored by one
     // statement, one commit (Batcher.ts), with the start requests of those
@@ -113,8 +113,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       if (inputs.length === 1 && starts.length === 0) {
         return Effect.map(Effect.result(claim(inputs[0]!)), (result) => [result])
       }
-      const stored = sql`${insertInto} VALUES ${sql.csv(inputs.map(executionValues))}
-              RETURNING ${sql.literal(claimedColumns)}, true AS fresh`
+      const stored = keyed.fresh(sql`${insertInto} VALUES ${sql.csv(inputs.map(executionValues))}`)
       return ClusterStorage.storedWithStarts(sql, stored, starts).pipe(
         Effect.flatMap(decodeClaimed),
         Effect.map((rows) => {
@@ -166,18 +165,11 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     // Moves a pending run to running (with its event) and returns its
     // definition, fixed when it was accepted, in one statement. On a run
     // already running it changes nothing; a finished run comes back as it is.
-    const begin = SqlSchema.findOne({
-      Request: Schema.String,
-      Result: Snapshot,
-      execute: (id) =>
-        sql`WITH started AS (
-              UPDATE executions SET status = 'running', started_at = COALESCE(started_at, now())
-              WHERE id = ${id} AND status = 'pending'
-              RETURNING id, status, output, error, tokens_used, steps
-            ), event AS (${startEvents})
-            SELECT tenant_id, orchestration_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
-                   input, variables, steps, timeout_ms, created_at
-            FROM executions WHERE id = ${id}`
+    const begin = runs.begin({
+      result: Snapshot,
+      returning: "id, status, output, error, tokens_used, steps",
+      event: startEvents,
+      columns: "orchestration_id, input, variables, steps"
     })
 
     // Runs that start together (the cluster starts the workflows of the
@@ -449,72 +441,18 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       )
 
     /** Events after `afterId`, oldest first. */
-    const events = (id: string, afterId: string) =>
-      sql<{ id: string; type: string; stepId: string | null; data: unknown; createdAt: Date }>`
-        SELECT id::text AS id, type, step_id, data, created_at FROM execution_events
-        WHERE execution_id = ${id} AND execution_events.id > ${afterId}::bigint
-        ORDER BY execution_events.id LIMIT 500`.pipe(Effect.orDie)
+    const events = DurableRunRepo.events<{ stepId: string | null }>(sql, "execution_events", "execution_id", "step_id")
 
     /** When an execution's own timeout runs out, for bounding its event streams. */
     const deadline = (tenantId: TenantId, id: string) =>
-      isId(id)
-        ? sql<{ createdAt: Date; timeoutMs: number }>`
-            SELECT created_at, timeout_ms FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
-            Effect.map((rows) =>
-              Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)
-            ),
-            Effect.orDie
-          )
-        : Effect.succeed(Option.none<number>())
-
-    const unfinished = sql<{
-      id: string
-    }>`SELECT id FROM executions WHERE completed_at IS NULL AND status IN ('pending', 'running')`.pipe(
-      Effect.map((rows) => rows.map((row) => row.id)),
-      Effect.orDie
-    )
-
-    /** Executions accepted more than `seconds` ago that have not started yet. */
-    const notStarted = (seconds: number, limit: number) =>
-      sql<{ id: string }>`SELECT id FROM executions
-        WHERE completed_at IS NULL AND status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})
-        ORDER BY created_at LIMIT ${limit}`.pipe(
-        Effect.map((rows) => rows.map((row) => row.id)),
-        Effect.orDie
-      )
-
-    /** Finished executions whose workflow messages are older than `seconds` and still stored; oldest first. */
-    const unpruned = (seconds: number, limit: number) =>
-      sql<{ id: string }>`SELECT id FROM executions
-        WHERE NOT messages_pruned AND completed_at IS NOT NULL AND status IN ('completed', 'failed', 'cancelled')
-          AND completed_at < now() - make_interval(secs => ${seconds})
-        ORDER BY completed_at LIMIT ${limit}`.pipe(
-        Effect.map((rows) => rows.map((row) => row.id)),
-        Effect.orDie
-      )
-
-    /**
-     * Marks these finished executions as pruned, in the transaction that
-     * deletes their workflows' stored messages (ClusterTables.pruneMessages).
-     */
-    const markPruned = (ids: ReadonlyArray<string>) =>
-      sql`UPDATE executions SET messages_pruned = true WHERE id IN ${sql.in(ids)}`.pipe(
-        Effect.asVoid,
-        Effect.orDie,
-        Traced.withSpan("ExecutionsRepo.markPruned")
-      )
+      isId(id) ? runs.deadline(tenantId, [sql`id = ${id}`]) : Effect.succeed(Option.none<number>())
 
     return {
-      unpruned,
-      markPruned,
-      notStarted,
+      unpruned: runs.unpruned,
+      markPruned: runs.markPruned,
+      notStarted: runs.notStarted,
       insert,
-      claimedBy: (tenantId: TenantId, idempotencyKey: string) =>
-        keyedBy({ table: "executions", returning: claimedColumns, claimed: Claimed, tenantId, idempotencyKey }).pipe(
-          Effect.provideService(SqlClient.SqlClient, sql),
-          Effect.orDie,
-          Traced.withSpan("ExecutionsRepo.claimedBy")
-        ),
+      claimedBy: keyed.claimedBy,
       get: (tenantId: TenantId, id: string) =>
         isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
       // The workflow's statements keep their errors typed: it retries what is
@@ -550,7 +488,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       failTimedOut,
       events,
       deadline,
-      unfinished
+      unfinished: runs.unfinished
     } as const
   })
 }) {

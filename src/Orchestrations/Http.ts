@@ -6,7 +6,6 @@ import { CurrentPrincipal } from "../Auth/Api.ts"
 import type { OrchestrationId } from "../Domain/Ids.ts"
 import type { PageRequest } from "../Domain/Page.ts"
 import { forTenant, managementHandlers, runEventStream } from "../Http/Management.ts"
-import { asksNotToWait } from "../Domain/RunQueue.ts"
 import type { ExecuteRequest, ExecutionStatus } from "./Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import { Executions } from "./Executions.ts"
@@ -25,9 +24,7 @@ const executeHandler = (executions: Executions["Service"]) =>
     readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
   }) {
     const { tenantId } = yield* CurrentPrincipal
-    return yield* withBudgetHeaders(
-      executions.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
-    )
+    return yield* withBudgetHeaders(executions.start(tenantId, params.id, { payload, headers }))
   })
 
 export const OrchestrationsHttp = HttpApiBuilder.group(

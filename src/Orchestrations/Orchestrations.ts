@@ -9,6 +9,7 @@ import type { OrchestrationId, TenantId } from "../Domain/Ids.ts"
 import type { PageRequest } from "../Domain/Page.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
 import type { WebhookState } from "../Webhooks/Api.ts"
+import { ownedWebhook } from "../Webhooks/Owned.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import type { CreateOrchestration, Orchestration, OrchestrationView, Step, UpdateOrchestration } from "./Api.ts"
 import { OrchestrationsRepo } from "./Repo.ts"
@@ -387,20 +388,21 @@ export const invalidSteps = (issues: ReadonlyArray<Issue>): BadRequest => {
 
 const notFound = (id: string) => new NotFound({ detail: `No orchestration ${id}` })
 
+const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
+
 /** Orchestration definitions of a tenant. */
 export class Orchestrations extends Context.Service<Orchestrations>()("agent-host/Orchestrations", {
   make: Effect.gen(function* () {
     const repo = yield* OrchestrationsRepo
     const config = yield* AppConfig
-    const webhooks = yield* Webhooks
-    const quotas = yield* Limits
-    const noWebhook: WebhookState = { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null }
     const limits = {
       maxPromptChars: config.maxPromptChars,
       maxInputChars: config.maxMessageChars,
       maxVariableChars: config.maxVariableChars,
       maxSteps: config.maxSteps
     }
+    const webhooks = yield* Webhooks
+    const quotas = yield* Limits
 
     /**
      * The whole definition is checked whenever steps are written. Every agent
@@ -511,33 +513,9 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       yield* webhooks.remove(tenantId, ownerOf(id))
     })
 
-    const deliveries = Traced.fn("Orchestrations.deliveries")(function* (
-      tenantId: TenantId,
-      id: OrchestrationId,
-      query: {
-        readonly limit?: number | undefined
-        readonly cursor?: string | undefined
-      }
-    ) {
-      yield* get(tenantId, id)
-      return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
-    })
+    const webhook = ownedWebhook({ service: "Orchestrations", webhooks, owner: ownerOf, find: get })
 
-    const redeliver = Traced.fn("Orchestrations.redeliver")(function* (
-      tenantId: TenantId,
-      id: OrchestrationId,
-      eventId: string
-    ) {
-      yield* get(tenantId, id)
-      return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
-    })
-
-    const rotateSecret = Traced.fn("Orchestrations.rotateSecret")(function* (tenantId: TenantId, id: OrchestrationId) {
-      yield* get(tenantId, id)
-      return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
-    })
-
-    return { list, listViews, create, get, view, update, remove, deliveries, redeliver, rotateSecret } as const
+    return { list, listViews, create, get, view, update, remove, ...webhook } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([OrchestrationsRepo.layer, Limits.layer]))

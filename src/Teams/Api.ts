@@ -15,26 +15,17 @@ import {
   SessionQuota
 } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
+import { activeList, DefinitionStatus, Description, Name, parts } from "../Domain/Definition.ts"
 import * as Entity from "../Domain/Entity.ts"
-import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId, TeamId } from "../Domain/Ids.ts"
-import { boundedArray, Text, text } from "../Domain/Input.ts"
+import { Text, text } from "../Domain/Input.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
-import {
-  BadRequest,
-  Conflict,
-  NotFound,
-  QuotaReached,
-  ServiceUnavailable,
-  TokenBudgetSpent,
-  TooManyRunningRuns,
-  TooManyStreams
-} from "../Domain/Problems.ts"
-import { PreferHeader, RunWaiting } from "../Domain/RunQueue.ts"
+import { BadRequest, Conflict, NotFound, QuotaReached, TooManyStreams } from "../Domain/Problems.ts"
+import { RunStatus, runEventStream, runTimeoutMs, runTotals, startErrors, startHeaders } from "../Domain/RunApi.ts"
 import { webhookEndpoints, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
-export const TeamStatus = Schema.Literals(["active", "inactive"])
-export type TeamStatus = typeof TeamStatus.Type
+export const TeamStatus = DefinitionStatus
+export type TeamStatus = DefinitionStatus
 
 // One literal, not a one-member union: the OpenAPI document then says `enum: ["chat"]` without an `anyOf` around it.
 export const TeamMode = Schema.Literal("chat")
@@ -47,12 +38,9 @@ export const defaultMaxTurns = 12
 export const maxMaxTurns = 50
 export const defaultTokenBudget = 200_000
 export const maxTokenBudget = 10_000_000
-export const minTimeoutMs = 1_000
-export const maxTimeoutMs = 3_600_000
 export const defaultTimeoutMs = 600_000
 
-export const RunStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
-export type RunStatus = typeof RunStatus.Type
+export { RunStatus }
 
 export const StopReason = Schema.Literals(["done", "max_turns", "token_budget", "timeout", "error", "cancelled"])
 export type StopReason = typeof StopReason.Type
@@ -73,16 +61,12 @@ export const MemberInput = Schema.Struct({
   )
 })
 
-const Members = boundedArray(MemberInput, {
-  min: 1,
+const Members = parts(MemberInput, {
+  name: "member",
   max: maxMembers,
-  tooFew: "Expected at least one member",
-  tooMany: `Expected at most ${maxMembers} members`,
   description: "Distinct agents of the tenant, in speaking order for `round_robin`."
 })
 
-const Name = text(Schema.isMinLength(1, { message: "Expected a non-empty name" }), Schema.isMaxLength(200))
-const Description = text(Schema.isMaxLength(2000))
 const MaxTurns = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxMaxTurns })).annotate({
   description:
     `Turns a run may take, 1 to ${maxMaxTurns} and at most the plan's (FREE_TEAM_MAX_TURNS...) (default ` +
@@ -93,11 +77,11 @@ const TokenBudgetLimit = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum
     `Model tokens a run may spend, 1 to ${maxTokenBudget} and at most the plan's (FREE_TEAM_TOKEN_BUDGET...) ` +
     `(default ${defaultTokenBudget}, or the plan's bound when lower).`
 })
-const TimeoutMs = Schema.Int.check(Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })).annotate({
-  description:
-    `Milliseconds a run may take, ${minTimeoutMs} to ${maxTimeoutMs} and at most the plan's (FREE_TEAM_TIMEOUT...) ` +
+const TimeoutMs = runTimeoutMs(
+  (range) =>
+    `Milliseconds a run may take, ${range} and at most the plan's (FREE_TEAM_TIMEOUT...) ` +
     `(default ${defaultTimeoutMs}, or the plan's bound when lower).`
-})
+)
 const LeaderAgentId = Schema.NullOr(AgentId.check(Schema.isMaxLength(200))).annotate({
   description:
     "The member who picks each next speaker and writes the final answer; required for `leader`, null otherwise."
@@ -177,9 +161,12 @@ export const TranscriptEntry = Schema.Struct({
   tokens: Schema.Int,
   createdAt: Schema.Date
 })
-export type TranscriptEntry = typeof TranscriptEntry.Type
 
 export const Transcript = PageOf(TranscriptEntry)
+
+/** Whether a string can be a transcript index: a transcript is paged by it. */
+export const isTranscriptIndex = (key: string) => /^(0|[1-9]\d{0,8})$/.test(key)
+export const TranscriptPageQuery = pageQuery(isTranscriptIndex)
 
 export const TeamRun = Schema.Struct({
   runId: Schema.String,
@@ -191,21 +178,13 @@ export const TeamRun = Schema.Struct({
   error: Schema.NullOr(Schema.String),
   stopReason: Schema.NullOr(StopReason),
   turns: Schema.Int,
-  tokensUsed: Schema.Int,
-  durationMs: Schema.NullOr(Schema.Int),
-  createdAt: Schema.Date,
-  completedAt: Schema.NullOr(Schema.Date),
-  waiting: Schema.optionalKey(RunWaiting)
+  ...runTotals
 })
 export type TeamRun = typeof TeamRun.Type
 
 export const TeamRunWithTranscript = Schema.Struct({ ...TeamRun.fields, transcript: Transcript })
 
 export const TeamRunList = PageOf(TeamRun)
-
-/** Whether a string can be a transcript index: a transcript is paged by it. */
-export const isTranscriptIndex = (key: string) => /^(0|[1-9]\d{0,8})$/.test(key)
-export const TranscriptPageQuery = pageQuery(isTranscriptIndex)
 
 /**
  * The run is stored and will run, but its start could not be confirmed in
@@ -223,42 +202,29 @@ export class RunNotStarted extends HttpApiError.Problem<RunNotStarted>()(
   }
 ) {}
 
-/** The events of a team run's stream, in the order they can come. */
-export const runEventNames = [
-  "run.running",
-  "turn.started",
-  "turn.completed",
-  "run.completed",
-  "run.failed",
-  "run.cancelled",
-  "stream.end"
-] as const
-
-/** What a team run event carries (each kind some of it). */
-export const RunEventData = Schema.Struct({
-  type: Schema.String,
-  turn: Schema.optionalKey(Schema.NullOr(Schema.Int)),
-  at: Schema.optionalKey(Schema.String),
-  status: Schema.optionalKey(RunStatus),
-  index: Schema.optionalKey(Schema.Int),
-  agentId: Schema.optionalKey(Schema.String),
-  role: Schema.optionalKey(Schema.String),
-  content: Schema.optionalKey(Schema.String),
-  tokens: Schema.optionalKey(Schema.Number),
-  closing: Schema.optionalKey(Schema.Boolean).annotate({
-    description: "A closing turn asked for the final answer at a limit."
-  }),
-  result: Schema.optionalKey(Schema.String),
-  error: Schema.optionalKey(Schema.NullOr(Schema.String)),
-  stopReason: Schema.optionalKey(Schema.NullOr(StopReason)),
-  turns: Schema.optionalKey(Schema.Int),
-  tokensUsed: Schema.optionalKey(Schema.Number),
-  reason: Schema.optionalKey(Schema.Literals(["maxDuration", "runTimeout"])).annotate({
-    description: "Why a `stream.end` ended the stream before the run finished."
-  })
+/** A team run's events: its turns' (`turn.started`, `turn.completed`) between its own. */
+const teamRunEvents = runEventStream("run", "turn", "runTimeout", {
+  about: { turn: Schema.optionalKey(Schema.NullOr(Schema.Int)) },
+  fields: {
+    index: Schema.optionalKey(Schema.Int),
+    agentId: Schema.optionalKey(Schema.String),
+    role: Schema.optionalKey(Schema.String),
+    content: Schema.optionalKey(Schema.String),
+    tokens: Schema.optionalKey(Schema.Number),
+    closing: Schema.optionalKey(Schema.Boolean).annotate({
+      description: "A closing turn asked for the final answer at a limit."
+    }),
+    result: Schema.optionalKey(Schema.String),
+    error: Schema.optionalKey(Schema.NullOr(Schema.String)),
+    stopReason: Schema.optionalKey(Schema.NullOr(StopReason)),
+    turns: Schema.optionalKey(Schema.Int),
+    tokensUsed: Schema.optionalKey(Schema.Number)
+  }
 })
 
-export const RunEvents = eventStream(runEventNames, RunEventData)
+/** The events of a team run's stream, in the order they can come. */
+export const runEventNames = teamRunEvents.names
+export const RunEvents = teamRunEvents.events
 
 const runParams = { id: TeamId, runId: Text }
 
@@ -318,12 +284,9 @@ const runDocs = {
 // What starting a run takes and may answer, in every group.
 const runSpec = {
   params: { id: TeamId },
-  headers: {
-    "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))),
-    prefer: PreferHeader
-  },
+  headers: startHeaders,
   payload: RunRequest,
-  error: [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, RunNotStarted, TooManyRunningRuns]
+  error: startErrors(RunNotStarted)
 } as const
 
 /** `{ success: true, data }`: the bodies of the key-authenticated team routes. */
@@ -443,17 +406,10 @@ export class TeamsApi extends HttpApiGroup.make("teams")
 /** The key-authenticated team routes; /api/v1 and /api/public answer the same bodies. */
 const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header") =>
   HttpApiGroup.make(name).add(
-    HttpApiEndpoint.get("list", "/", {
-      query: PageQuery,
-      success: ListEnvelope,
-      error: BadRequest
-    }).annotateMerge(
-      keyOperation("teams", via, {
-        summary: "List active teams",
-        description: "The tenant's active teams, a page at a time (`limit`, `cursor`).",
-        errors: "400 on a bad `limit` or `cursor`."
-      })
-    ),
+    activeList(ListEnvelope, (doc) => keyOperation("teams", via, doc), {
+      summary: "List active teams",
+      description: "The tenant's active teams, a page at a time (`limit`, `cursor`)."
+    }),
     HttpApiEndpoint.post("run", "/:id/run", {
       ...runSpec,
       success: envelope(RunHandle).pipe(HttpApiSchema.status(202))

@@ -4,7 +4,6 @@ import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import { Api } from "../Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import type { PageRequest } from "../Domain/Page.ts"
-import { asksNotToWait } from "../Domain/RunQueue.ts"
 import { forTenant, managementHandlers, runEventStream } from "../Http/Management.ts"
 import { TeamRuns } from "./TeamRuns.ts"
 import { Teams } from "./Teams.ts"
@@ -26,10 +25,7 @@ const runHandlers = (runs: TeamRuns["Service"]) => ({
         readonly payload: { readonly mission: string }
         readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
       }
-    ) =>
-      withBudgetHeaders(
-        runs.start(tenantId, params.id, payload, headers["idempotency-key"], !asksNotToWait(headers.prefer))
-      )
+    ) => withBudgetHeaders(runs.start(tenantId, params.id, { payload, headers }))
   ),
   runs: forTenant(
     (tenantId, { params, query }: { readonly params: { readonly id: string }; readonly query: PageRequest }) =>

@@ -4,9 +4,8 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlSchema from "effect/sql/SqlSchema"
-import { claimKeyed, keyedBy } from "../Database/Idempotency.ts"
+import * as DurableRunRepo from "../Database/DurableRunRepo.ts"
 import { tenantPage } from "../Database/Page.ts"
 import * as TenantRepo from "../Database/TenantRepo.ts"
 import { isId, TenantId } from "../Domain/Ids.ts"
@@ -29,30 +28,28 @@ export const RunSnapshot = Schema.Struct({
 export type RunSnapshot = typeof RunSnapshot.Type
 
 const runColumns = `id AS run_id, team_id, mode, status, mission, result, error, stop_reason, turns, tokens_used,
-  (EXTRACT(EPOCH FROM (COALESCE(completed_at, now()) - created_at)) * 1000)::int AS duration_ms,
-  created_at, completed_at`
+  ${DurableRunRepo.timeColumns}`
 
 const Begun = Schema.Struct({
-  tenantId: TenantId,
+  ...DurableRunRepo.begunFields(RunStatus),
   teamId: Schema.String,
-  status: RunStatus,
   mission: Schema.String,
-  snapshot: RunSnapshot,
-  timeoutMs: Schema.Int,
-  createdAt: Schema.Date
+  snapshot: RunSnapshot
 })
 export type Begun = typeof Begun.Type
 
 // What a run request with an Idempotency-Key claims or finds.
-const claimedColumns = "id, team_id, status, request_hash"
-const Claimed = Schema.Struct({
-  id: Schema.String,
-  teamId: Schema.String,
-  status: RunStatus,
-  requestHash: Schema.NullOr(Schema.String),
-  fresh: Schema.Boolean
-})
+const Claimed = Schema.Struct({ ...DurableRunRepo.claimedFields(RunStatus), teamId: Schema.String })
 export type Claimed = typeof Claimed.Type
+
+/** What a run's final status is written with. */
+export interface Outcome {
+  readonly result?: string | null
+  readonly error?: string | null
+  readonly stopReason: StopReason
+  readonly turns?: number
+  readonly tokensUsed?: number
+}
 
 interface NewRun {
   readonly id: string
@@ -73,6 +70,13 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
   make: Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
     const runCols = sql.literal(runColumns)
+    const durableRuns = DurableRunRepo.make(sql, { table: "team_runs", spanPrefix: "TeamsRepo" })
+    const keyed = DurableRunRepo.keyed(sql, {
+      table: "team_runs",
+      spanPrefix: "TeamsRepo",
+      returning: "id, team_id, status, request_hash",
+      claimed: Claimed
+    })
     const teams = yield* TenantRepo.make(Team, {
       table: "teams",
       spanPrefix: "TeamsRepo",
@@ -110,22 +114,11 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
      */
     const insertRun = (input: NewRun): Effect.Effect<Claimed & { readonly started?: boolean }> =>
       (input.startRequest !== undefined && input.idempotencyKey === null
-        ? ClusterStorage.storedWithStarts(
-            sql,
-            sql`${insertRunValues(input)} RETURNING ${sql.literal(claimedColumns)}, true AS fresh`,
-            [input.startRequest]
-          ).pipe(
+        ? ClusterStorage.storedWithStarts(sql, keyed.fresh(insertRunValues(input)), [input.startRequest]).pipe(
             Effect.flatMap((rows) => decodeClaimed(rows[0])),
             Effect.map((claimed) => ({ ...claimed, started: true }))
           )
-        : claimKeyed({
-            table: "team_runs",
-            returning: claimedColumns,
-            claimed: Claimed,
-            tenantId: input.tenantId,
-            idempotencyKey: input.idempotencyKey,
-            insert: insertRunValues(input)
-          }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+        : keyed.claim(input.tenantId, input.idempotencyKey, insertRunValues(input))
       ).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.insertRun"))
 
     const getRun = SqlSchema.findOneOption({
@@ -164,21 +157,12 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
     // Moves a pending run to running (with its event) and returns what it was
     // given, fixed when it was accepted, in one statement. A run already
     // running is left as it is; a finished one comes back as it is.
-    const begin = SqlSchema.findOne({
-      Request: Schema.String,
-      Result: Begun,
-      execute: (id) =>
-        sql`WITH started AS (
-              UPDATE team_runs SET status = 'running', started_at = COALESCE(started_at, now())
-              WHERE id = ${id} AND status = 'pending'
-              RETURNING id
-            ), event AS (
-              INSERT INTO team_run_events (run_id, type, data)
-              SELECT id, 'run.running', '{"status":"running"}'::jsonb FROM started
-            )
-            SELECT tenant_id, team_id, CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status,
-                   mission, snapshot, timeout_ms, created_at
-            FROM team_runs WHERE id = ${id}`
+    const begin = durableRuns.begin({
+      result: Begun,
+      returning: "id",
+      event: sql`INSERT INTO team_run_events (run_id, type, data)
+        SELECT id, 'run.running', '{"status":"running"}'::jsonb FROM started`,
+      columns: "team_id, mission, snapshot"
     })
 
     /** The turn's transcript row: written again, not twice, when a turn runs again after a crash. */
@@ -218,17 +202,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
      * one statement; final statuses never change again. The run as GET shows
      * it when it moved, nothing when it was already final.
      */
-    const finish = (
-      runId: string,
-      to: "completed" | "failed" | "cancelled",
-      fields: {
-        readonly result?: string | null
-        readonly error?: string | null
-        readonly stopReason: StopReason
-        readonly turns?: number
-        readonly tokensUsed?: number
-      }
-    ) =>
+    const finish = (runId: string, to: "completed" | "failed" | "cancelled", fields: Outcome) =>
       sql`WITH updated AS (
             UPDATE team_runs SET
               status = ${to},
@@ -286,54 +260,14 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       )
 
     /** Events after `afterId`, oldest first. */
-    const events = (runId: string, afterId: string) =>
-      sql<{ id: string; type: string; turn: number | null; data: unknown; createdAt: Date }>`
-        SELECT id::text AS id, type, turn, data, created_at FROM team_run_events
-        WHERE run_id = ${runId} AND team_run_events.id > ${afterId}::bigint
-        ORDER BY team_run_events.id LIMIT 500`.pipe(Effect.orDie)
-
-    /** When a run's own timeout runs out, for bounding its event streams. */
-    const deadline = (tenantId: TenantId, teamId: string, runId: string) =>
-      sql<{ createdAt: Date; timeoutMs: number }>`
-        SELECT created_at, timeout_ms FROM team_runs WHERE tenant_id = ${tenantId} AND team_id = ${teamId} AND id = ${runId}`.pipe(
-        Effect.map((rows) =>
-          Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)
-        ),
-        Effect.orDie
-      )
-
-    const ids = (rows: ReadonlyArray<{ readonly id: string }>) => rows.map((row) => row.id)
-
-    const unfinished = sql<{ id: string }>`SELECT id FROM team_runs WHERE status IN ('pending', 'running')`.pipe(
-      Effect.map(ids),
-      Effect.orDie
-    )
+    const events = DurableRunRepo.events<{ turn: number | null }>(sql, "team_run_events", "run_id", "turn")
 
     /** The team's runs not yet in a final state. */
     const unfinishedOf = (tenantId: TenantId, teamId: string) =>
       sql<{ id: string }>`SELECT id FROM team_runs
         WHERE tenant_id = ${tenantId} AND team_id = ${teamId} AND status IN ('pending', 'running')`.pipe(
-        Effect.map(ids),
+        Effect.map((rows) => rows.map((row) => row.id)),
         Effect.orDie
-      )
-
-    const notStarted = (seconds: number, limit: number) =>
-      sql<{ id: string }>`SELECT id FROM team_runs
-        WHERE status = 'pending' AND created_at < now() - make_interval(secs => ${seconds})
-        ORDER BY created_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
-
-    const unpruned = (seconds: number, limit: number) =>
-      sql<{ id: string }>`SELECT id FROM team_runs
-        WHERE NOT messages_pruned AND status IN ('completed', 'failed', 'cancelled')
-          AND completed_at < now() - make_interval(secs => ${seconds})
-        ORDER BY completed_at LIMIT ${limit}`.pipe(Effect.map(ids), Effect.orDie)
-
-    /** Marks these finished runs pruned, in the transaction that deletes their workflows' stored messages (ClusterTables.pruneMessages). */
-    const markPruned = (runIds: ReadonlyArray<string>) =>
-      sql`UPDATE team_runs SET messages_pruned = true WHERE id IN ${sql.in(runIds)}`.pipe(
-        Effect.asVoid,
-        Effect.orDie,
-        Traced.withSpan("TeamsRepo.markPruned")
       )
 
     return {
@@ -345,12 +279,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
           : agentsAmong(tenantId, candidates)
       },
       insertRun,
-      claimedBy: (tenantId: TenantId, idempotencyKey: string) =>
-        keyedBy({ table: "team_runs", returning: claimedColumns, claimed: Claimed, tenantId, idempotencyKey }).pipe(
-          Effect.provideService(SqlClient.SqlClient, sql),
-          Effect.orDie,
-          Traced.withSpan("TeamsRepo.claimedBy")
-        ),
+      claimedBy: keyed.claimedBy,
       getRun: (tenantId: TenantId, teamId: string, runId: string) =>
         isId(runId) && isId(teamId)
           ? getRun({ tenantId, teamId, runId }).pipe(Effect.orDie, Traced.withSpan("TeamsRepo.getRun"))
@@ -365,12 +294,14 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       failTimedOut,
       events,
       deadline: (tenantId: TenantId, teamId: string, runId: string) =>
-        isId(runId) && isId(teamId) ? deadline(tenantId, teamId, runId) : Effect.succeed(Option.none<number>()),
-      unfinished,
+        isId(runId) && isId(teamId)
+          ? durableRuns.deadline(tenantId, [sql`team_id = ${teamId}`, sql`id = ${runId}`])
+          : Effect.succeed(Option.none<number>()),
+      unfinished: durableRuns.unfinished,
       unfinishedOf,
-      notStarted,
-      unpruned,
-      markPruned,
+      notStarted: durableRuns.notStarted,
+      unpruned: durableRuns.unpruned,
+      markPruned: durableRuns.markPruned,
       /** Runs `effect` in one transaction (a final status with its webhook event). */
       withTransaction: sql.withTransaction
     } as const

@@ -22,7 +22,7 @@ import { RunSignals } from "../Runtime/RunSignals.ts"
 import { RunSlots } from "../Runtime/RunSlots.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { type StopReason, TeamRun } from "./Api.ts"
-import { TeamsRepo } from "./Repo.ts"
+import { type Outcome, TeamsRepo } from "./Repo.ts"
 import * as Room from "./Room.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -86,13 +86,7 @@ const encodeRun = Schema.encodeSync(Schema.toCodecJson(TeamRun))
 export const finishRun = Traced.fn("TeamRuns.finish")(function* (
   runId: string,
   to: "completed" | "failed" | "cancelled",
-  fields: {
-    readonly result?: string | null
-    readonly error?: string | null
-    readonly stopReason: StopReason
-    readonly turns?: number
-    readonly tokensUsed?: number
-  }
+  fields: Outcome
 ) {
   const repo = yield* TeamsRepo
   const webhooks = yield* Webhooks

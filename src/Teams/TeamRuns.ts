@@ -1,47 +1,23 @@
-import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Sharding from "effect/cluster/Sharding"
-import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as Crypto from "node:crypto"
-import { defaultPageSize } from "../Domain/Page.ts"
+import { defaultPageSize, type PageRequest } from "../Domain/Page.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
-import { isId, newId, type TenantId } from "../Domain/Ids.ts"
+import { isId, type TenantId } from "../Domain/Ids.ts"
 import { Conflict, invalidField, NotFound } from "../Domain/Problems.ts"
-import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
 import * as DurableRuns from "../Runtime/DurableRuns.ts"
 import { EventStreams } from "../Http/EventStreams.ts"
-import { RunSignals } from "../Runtime/RunSignals.ts"
-import { refuseRunning, RunSlots } from "../Runtime/RunSlots.ts"
-import { isTranscriptIndex, RunNotStarted, type RunRequest, type RunStatus, type TeamRun } from "./Api.ts"
-import { type Claimed, TeamsRepo } from "./Repo.ts"
+import { isTranscriptIndex, RunNotStarted, type RunRequest, type TeamRun } from "./Api.ts"
+import { TeamsRepo } from "./Repo.ts"
 import { finishRun, reapTimedOut, TeamRunWorkflow } from "./TeamRunWorkflow.ts"
 import { Teams, withinPlan } from "./Teams.ts"
 import type { Webhooks } from "../Webhooks/Webhooks.ts"
 import * as Traced from "../Observability/Traced.ts"
-
-export interface RunEvent {
-  readonly id: string
-  readonly type: string
-  readonly turn: number | null
-  readonly data: unknown
-  readonly createdAt: Date
-}
-
-/** The last event of a stream that ran out of time before the run finished. */
-export interface StreamEnd {
-  readonly type: "stream.end"
-  readonly reason: "maxDuration" | "runTimeout"
-}
-
-const finalEvents = new Set(["run.completed", "run.failed", "run.cancelled"])
-
-const isFinal = (status: RunStatus) => status === "completed" || status === "failed" || status === "cancelled"
 
 const requestHash = (teamId: string, request: RunRequest) =>
   Crypto.createHash("sha256")
@@ -51,39 +27,29 @@ const requestHash = (teamId: string, request: RunRequest) =>
 /** Starting, reading, listing and cancelling team runs, and their sweeps. */
 export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns", {
   make: Effect.gen(function* () {
-    const teams = yield* Teams
-    const repo = yield* TeamsRepo
-    const engine = yield* WorkflowEngine.WorkflowEngine
-    const config = yield* AppConfig
-    const budget = yield* TokenBudget
-    const streams = yield* EventStreams
-    const sharding = yield* Sharding.Sharding
-    const tables = yield* ClusterStorage.ClusterTables
-    const localStart = tables.startMessage(TeamRunWorkflow)
-    const runSlots = yield* RunSlots
-    const signals = yield* RunSignals
     // What finishing a run needs (its read model and the room's webhook outbox).
     const finishing = yield* Effect.context<TeamsRepo | Webhooks>()
-
-    const startWorkflow = (runId: string) =>
-      TeamRunWorkflow.execute({ runId }, { discard: true }).pipe(
-        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
-        Effect.asVoid
-      )
-
-    // An Idempotency-Key that names a run already accepted: that run, or a 409 for another request.
-    const replayOf = (claimed: Claimed, hash: string | null) =>
-      claimed.requestHash !== hash
-        ? Effect.fail(new Conflict({ detail: "This Idempotency-Key was used with a different request" }))
-        : Effect.succeed({ runId: claimed.id, status: claimed.status, mode: "chat" as const })
+    const teams = yield* Teams
+    const repo = yield* TeamsRepo
+    const config = yield* AppConfig
+    const runs = yield* DurableRuns.runsOf({
+      notStarted: (runId) => new RunNotStarted({ detail: "The run is stored and will start shortly", runId }),
+      workflow: TeamRunWorkflow,
+      payload: (runId) => ({ runId }),
+      slots: "team_run",
+      what: "A team run",
+      answer: (claimed, status) => ({ runId: claimed.id, status, mode: "chat" as const }),
+      finalEvents: ["run.completed", "run.failed", "run.cancelled"],
+      repo,
+      // DurableRunRepo.events reads at most 500.
+      eventsPageSize: 500,
+      retention: (config) => config.teamRunMessagesRetention
+    })
 
     const start = Traced.fn("TeamRuns.start")(function* (
       tenantId: TenantId,
       teamId: string,
-      request: RunRequest,
-      idempotencyKey: string | undefined,
-      // False (`Prefer: wait=0`): refused with a 429 rather than queued when the tenant's runs are at its cap.
-      wait = true
+      { payload: request, headers }: DurableRuns.StartRequest<RunRequest>
     ) {
       if (request.mission.trim() === "") return yield* invalidField("mission", "Expected a non-empty mission")
       if (request.mission.length > config.maxMessageChars) {
@@ -92,68 +58,35 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
           `Expected at most ${config.maxMessageChars} characters (MAX_MESSAGE_CHARS)`
         )
       }
-      const hash = idempotencyKey === undefined ? null : requestHash(teamId, request)
-      // A spent token budget refuses a new run up front (each turn checks
-      // again), but not the replay of one accepted before.
-      const spent = yield* budget
-        .admitWork(tenantId)
-        .pipe(Effect.as(undefined), Effect.catchTag("TokenBudgetSpent", Effect.succeed))
-      if (spent !== undefined) {
-        const earlier = idempotencyKey === undefined ? Option.none() : yield* repo.claimedBy(tenantId, idempotencyKey)
-        if (Option.isNone(earlier)) return yield* spent
-        return yield* replayOf(earlier.value, hash)
-      }
-      // A team set under a larger plan runs within this plan's bounds.
-      const team = withinPlan(yield* teams.active(tenantId, teamId), (yield* teams.boundsOf(tenantId)).bounds)
-      // The members' names are fixed with the rest; their models and instructions are read at each turn.
-      const agents = yield* repo.agentsAmong(
-        tenantId,
-        team.members.map((member) => member.agentId)
-      )
-      const id = newId()
-      // As an execute's (Executions.start): without a key, a run this node
-      // will run is stored with its workflow's start request.
-      const startRequest =
-        idempotencyKey === undefined && Duration.isGreaterThan(config.clusterCallTimeout, Duration.zero)
-          ? yield* localStart({ runId: id })
-          : undefined
-      if (!wait) {
-        const refused = yield* runSlots.reserve("team_run", tenantId, id)
-        if (refused !== undefined) return yield* refuseRunning(refused.refusedAt)
-      }
-      const claimed = yield* DurableRuns.startStored({
-        insert: repo.insertRun({
-          id,
-          tenantId,
-          teamId: team.id,
-          mission: request.mission,
-          snapshot: {
-            members: team.members.map((member) => ({
-              ...member,
-              name: agents.get(member.agentId)?.name ?? member.agentId
-            })),
-            turnTaking: team.turnTaking,
-            leaderAgentId: team.leaderAgentId,
-            maxTurns: team.maxTurns,
-            tokenBudget: team.tokenBudget,
-            timeoutMs: team.timeoutMs
-          },
-          idempotencyKey: idempotencyKey ?? null,
-          requestHash: hash,
-          startRequest
-        }),
-        start: startWorkflow,
-        poll: sharding.pollStorage,
-        workflow: TeamRunWorkflow._tag,
-        timeout: config.clusterCallTimeout,
-        notStarted: (runId) => new RunNotStarted({ detail: "The run is stored and will start shortly", runId }),
-        what: "A team run"
+      return yield* runs.accept(tenantId, headers, {
+        hash: () => requestHash(teamId, request),
+        prepare: Effect.gen(function* () {
+          // A team set under a larger plan runs within this plan's bounds.
+          const team = withinPlan(yield* teams.active(tenantId, teamId), (yield* teams.boundsOf(tenantId)).bounds)
+          // The members' names are fixed with the rest; their models and instructions are read at each turn.
+          const agents = yield* repo.agentsAmong(
+            tenantId,
+            team.members.map((member) => member.agentId)
+          )
+          return (run: DurableRuns.NewRun) =>
+            repo.insertRun({
+              ...run,
+              teamId: team.id,
+              mission: request.mission,
+              snapshot: {
+                members: team.members.map((member) => ({
+                  ...member,
+                  name: agents.get(member.agentId)?.name ?? member.agentId
+                })),
+                turnTaking: team.turnTaking,
+                leaderAgentId: team.leaderAgentId,
+                maxTurns: team.maxTurns,
+                tokenBudget: team.tokenBudget,
+                timeoutMs: team.timeoutMs
+              }
+            })
+        })
       })
-      if (!claimed.fresh) {
-        if (!wait) yield* runSlots.release(id)
-        return yield* replayOf(claimed, hash)
-      }
-      return { runId: claimed.id, status: "pending" as const, mode: "chat" as const }
     })
 
     /** The team must be the tenant's (any status: its runs stay readable). */
@@ -166,10 +99,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       tenantId: TenantId,
       teamId: string,
       runId: string,
-      query: {
-        readonly limit?: number | undefined
-        readonly cursor?: string | undefined
-      }
+      query: PageRequest
     ) {
       yield* findRun(tenantId, teamId, runId)
       const after = yield* decodeCursor(query.cursor, isTranscriptIndex)
@@ -187,21 +117,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return run.value
     })
 
-    // Pending runs that wait for a slot say so (one statement, only when some are pending).
-    const withWaiting = <R extends TeamRun>(tenantId: TenantId, runs: ReadonlyArray<R>) =>
-      Effect.map(
-        runSlots.waiting(
-          tenantId,
-          runs.filter((run) => run.status === "pending").map((run) => run.runId)
-        ),
-        (waiting) =>
-          runs.map((run): R => {
-            const queued = waiting.get(run.runId)
-            return queued === undefined
-              ? run
-              : { ...run, waiting: { reason: "tenant_concurrency", ahead: queued.ahead, limit: queued.limit } }
-          })
-      )
+    const withWaiting = <R extends TeamRun>(tenantId: TenantId, teamRuns: ReadonlyArray<R>) =>
+      runs.withWaiting(tenantId, teamRuns, (run) => run.runId)
 
     const get = Traced.fn("TeamRuns.get")(function* (tenantId: TenantId, teamId: string, runId: string) {
       const [run] = yield* withWaiting(tenantId, [yield* findRun(tenantId, teamId, runId)])
@@ -209,14 +126,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return { ...run!, transcript: firstPage }
     })
 
-    const list = Traced.fn("TeamRuns.list")(function* (
-      tenantId: TenantId,
-      teamId: string,
-      query: {
-        readonly limit?: number | undefined
-        readonly cursor?: string | undefined
-      }
-    ) {
+    const list = Traced.fn("TeamRuns.list")(function* (tenantId: TenantId, teamId: string, query: PageRequest) {
       yield* ensureTeam(tenantId, teamId)
       const before = yield* decodeCursor(query.cursor, isId)
       const page = yield* repo.runs(tenantId, teamId, before, query.limit ?? defaultPageSize)
@@ -225,26 +135,14 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
 
     const cancel = Traced.fn("TeamRuns.cancel")(function* (tenantId: TenantId, teamId: string, runId: string) {
       const run = yield* findRun(tenantId, teamId, runId)
-      if (isFinal(run.status)) return yield* new Conflict({ detail: `The run is already ${run.status}` })
+      if (DurableRuns.isFinal(run.status)) return yield* new Conflict({ detail: `The run is already ${run.status}` })
       const cancelled = yield* finishRun(runId, "cancelled", { error: "Cancelled", stopReason: "cancelled" }).pipe(
         Effect.provideContext(finishing),
         Effect.orDie
       )
       if (!cancelled) return yield* new Conflict({ detail: "The run has just finished" })
-      // Whichever node runs its turn aborts the model call now; a run waiting
-      // for a slot leaves the queue (effect's interrupt below only takes
-      // effect when the workflow next suspends).
-      yield* signals.cancel(runId)
-      // The turn in flight is interrupted; the read model already says cancelled for good.
-      yield* Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) =>
-        TeamRunWorkflow.interrupt(workflowId)
-      ).pipe(
-        Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
-        Effect.timeoutOrElse({
-          duration: config.clusterCallTimeout,
-          orElse: () => Effect.logWarning("Cancel: the team run could not be interrupted in time", { runId })
-        })
-      )
+      // The turn in flight is aborted; the read model already says cancelled for good.
+      yield* runs.stop(runId)
       return yield* findRun(tenantId, teamId, runId)
     })
 
@@ -262,65 +160,27 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     ) {
       const deadline = yield* repo.deadline(tenantId, teamId, runId)
       if (Option.isNone(deadline)) return yield* new NotFound({ detail: `No run ${runId} of team ${teamId}` })
-      const now = yield* Clock.currentTimeMillis
-      const runEnd = deadline.value + Duration.toMillis(config.teamClosingTurnTimeout) + 2_000
-      const streamEnd = now + Duration.toMillis(config.eventStreamMaxDuration)
-      const end: StreamEnd = { type: "stream.end", reason: runEnd <= streamEnd ? "runTimeout" : "maxDuration" }
-
-      // One cap for every kind of stream a tenant opens, across the cluster.
-      return yield* streams.follow<RunEvent, StreamEnd>(tenantId, {
-        runId,
-        read: (after) => repo.events(runId, after),
-        // TeamsRepo.events reads at most 500.
-        pageSize: 500,
-        isFinal: (type) => finalEvents.has(type),
-        lastEventId,
-        now,
-        endsAt: Math.min(runEnd, streamEnd),
-        end
+      return yield* runs.follow(tenantId, runId, lastEventId, {
+        at: deadline.value + Duration.toMillis(config.teamClosingTurnTimeout) + 2_000,
+        reason: "runTimeout"
       })
     })
 
-    const sweeps: DurableRuns.Sweeps = {
-      unfinished: repo.unfinished,
-      // Runs waiting for a slot have started their workflows: not to be nudged.
-      notStarted: (seconds, limit) =>
-        Effect.flatMap(repo.notStarted(seconds, limit), (ids) =>
-          Effect.map(runSlots.queuedAmong(ids), (queued) => ids.filter((id) => !queued.has(id)))
-        ),
-      start: startWorkflow,
-      // Past its timeout, its closing turn and a few seconds for a live run to record its own end.
-      reap: Effect.gen(function* () {
+    // Past its timeout, its closing turn and a few seconds for a live run to record its own end.
+    const sweeps = runs.sweeps(
+      Effect.gen(function* () {
         const ids = yield* reapTimedOut(Duration.toSeconds(config.teamClosingTurnTimeout) + 5).pipe(
           Effect.provideContext(finishing),
           Effect.orDie
         )
-        if (ids.length === 0) return
-        yield* Effect.logWarning("Team runs past their timeout failed by the sweep").pipe(
-          Effect.annotateLogs({ count: ids.length })
-        )
-        // Their model calls in flight stop, and those waiting for a slot leave the queue.
-        yield* Effect.forEach(ids, signals.cancel, { discard: true })
-        yield* Effect.forEach(
-          ids,
-          (runId) =>
-            Effect.flatMap(TeamRunWorkflow.executionId({ runId }), (workflowId) =>
-              TeamRunWorkflow.interrupt(workflowId)
-            ).pipe(
-              Effect.provideService(WorkflowEngine.WorkflowEngine, engine),
-              Effect.timeout(config.clusterCallTimeout),
-              Effect.ignore
-            ),
-          { discard: true, concurrency: 10 }
-        )
-      }),
-      unpruned: (limit) => repo.unpruned(Duration.toSeconds(config.teamRunMessagesRetention), limit),
-      prune: (ids) =>
-        Effect.flatMap(
-          Effect.forEach(ids, (runId) => TeamRunWorkflow.executionId({ runId })),
-          (entityIds) => Effect.orDie(tables.pruneMessages(TeamRunWorkflow, entityIds, repo.markPruned(ids)))
-        )
-    }
+        if (ids.length > 0) {
+          yield* Effect.logWarning("Team runs past their timeout failed by the sweep").pipe(
+            Effect.annotateLogs({ count: ids.length })
+          )
+        }
+        return ids
+      })
+    )
 
     /** Cancels every unfinished run of the team (it is being deleted). */
     const cancelUnfinished = Traced.fn("TeamRuns.cancelUnfinished")(function* (tenantId: TenantId, teamId: string) {
@@ -339,16 +199,14 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     return { start, get, list, transcript, cancel, cancelUnfinished, events, sweeps } as const
   })
 }) {
-  static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([Teams.layer, TeamsRepo.layer, TokenBudget.layer, EventStreams.layer])
-  )
-
   /** The sweeps of team runs (DurableRuns.sweeper), a cluster singleton. */
   static readonly sweeper = DurableRuns.sweeper(
     "TeamRunsSweep",
     "Team runs",
-    Effect.gen(function* () {
-      return (yield* TeamRuns).sweeps
-    })
+    TeamRuns.useSync((s) => s.sweeps)
+  )
+
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([Teams.layer, TeamsRepo.layer, TokenBudget.layer, EventStreams.layer])
   )
 }

@@ -10,6 +10,7 @@ import { AppConfig, type TeamLimits } from "../Config.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import { BadRequest, NotFound } from "../Domain/Problems.ts"
 import type { WebhookState } from "../Webhooks/Api.ts"
+import { ownedWebhook } from "../Webhooks/Owned.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import {
   type CreateTeam,
@@ -260,29 +261,9 @@ export class Teams extends Context.Service<Teams>()("agent-host/Teams", {
       yield* webhooks.remove(tenantId, ownerOf(id))
     })
 
-    const rotateSecret = Traced.fn("Teams.rotateSecret")(function* (tenantId: TenantId, id: string) {
-      yield* find(tenantId, id)
-      return yield* webhooks.rotateSecret(tenantId, ownerOf(id))
-    })
+    const webhook = ownedWebhook({ service: "Teams", webhooks, owner: ownerOf, find })
 
-    const deliveries = Traced.fn("Teams.deliveries")(function* (
-      tenantId: TenantId,
-      id: string,
-      query: {
-        readonly limit?: number | undefined
-        readonly cursor?: string | undefined
-      }
-    ) {
-      yield* find(tenantId, id)
-      return yield* webhooks.deliveries(tenantId, ownerOf(id), query)
-    })
-
-    const redeliver = Traced.fn("Teams.redeliver")(function* (tenantId: TenantId, id: string, eventId: string) {
-      yield* find(tenantId, id)
-      return yield* webhooks.redeliver(tenantId, ownerOf(id), eventId)
-    })
-
-    return { list, create, get, active, update, remove, rotateSecret, deliveries, redeliver, boundsOf } as const
+    return { list, create, get, active, update, remove, ...webhook, boundsOf } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(

@@ -1,0 +1,84 @@
+import * as Schema from "effect/Schema"
+import { eventStream } from "./EventStream.ts"
+import { text } from "./Input.ts"
+import { BadRequest, Conflict, NotFound, ServiceUnavailable, TokenBudgetSpent, TooManyRunningRuns } from "./Problems.ts"
+import { PreferHeader, RunWaiting } from "./RunQueue.ts"
+
+// What the routes of the runs tenants start and follow (executions, team
+// runs) declare alike: one shape, whichever kind of run.
+
+/** A run's status: `pending` once accepted (and while it waits for a slot), `running`, then final. */
+export const RunStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
+export type RunStatus = typeof RunStatus.Type
+
+/** The headers of a route that starts a run. */
+export const startHeaders = {
+  "idempotency-key": Schema.optionalKey(text(Schema.isMinLength(1), Schema.isMaxLength(200))),
+  prefer: PreferHeader
+}
+
+/** What a route that starts a run answers besides its success, `notStarted` being its kind's 503. */
+export const startErrors = <NotStarted extends Schema.Top>(notStarted: NotStarted) =>
+  [NotFound, BadRequest, Conflict, ServiceUnavailable, TokenBudgetSpent, notStarted, TooManyRunningRuns] as const
+
+/** The bounds of a run's `timeoutMs`, whatever its kind. */
+export const minTimeoutMs = 1_000
+export const maxTimeoutMs = 3_600_000
+
+/** A run's `timeoutMs` as clients send it, described by `describe` given its range. */
+export const runTimeoutMs = (describe: (range: string) => string) =>
+  Schema.Int.check(Schema.isBetween({ minimum: minTimeoutMs, maximum: maxTimeoutMs })).annotate({
+    description: describe(`${minTimeoutMs} to ${maxTimeoutMs}`)
+  })
+
+/** The last fields of a run as the routes show it: its tokens and times, and whether it waits for a slot. */
+export const runTotals = {
+  tokensUsed: Schema.Int,
+  durationMs: Schema.NullOr(Schema.Int),
+  createdAt: Schema.Date,
+  completedAt: Schema.NullOr(Schema.Date),
+  waiting: Schema.optionalKey(RunWaiting)
+}
+
+/**
+ * A kind of run's event stream. Its events, in the order they can come, are
+ * `<run>.running`, `<part>.started` and `<part>.completed` for each part (a
+ * step, a turn), one final `<run>.completed`, `<run>.failed` or
+ * `<run>.cancelled`, or a `stream.end` when the stream ends first. Each
+ * carries some of: its `type`, what it is `about` (the part), when, the run's
+ * status, the kind's own `fields`, and on a `stream.end` the `reason`:
+ * `maxDuration` or the run's own timeout (`timeoutReason`).
+ */
+export const runEventStream = <
+  const Run extends string,
+  const Part extends string,
+  About extends Schema.Struct.Fields,
+  Fields extends Schema.Struct.Fields,
+  const Reason extends string
+>(
+  run: Run,
+  part: Part,
+  timeoutReason: Reason,
+  data: { readonly about: About; readonly fields: Fields }
+) => {
+  const names = [
+    `${run}.running`,
+    `${part}.started`,
+    `${part}.completed`,
+    `${run}.completed`,
+    `${run}.failed`,
+    `${run}.cancelled`,
+    "stream.end"
+  ] as const
+  const carried = Schema.Struct({
+    type: Schema.String,
+    ...data.about,
+    at: Schema.optionalKey(Schema.String),
+    status: Schema.optionalKey(RunStatus),
+    ...data.fields,
+    reason: Schema.optionalKey(Schema.Literals(["maxDuration", timeoutReason])).annotate({
+      description: `Why a \`stream.end\` ended the stream before the ${run} finished.`
+    })
+  })
+  return { names, events: eventStream(names, carried) } as const
+}

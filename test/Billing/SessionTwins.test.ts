@@ -1,6 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
+import { eventually } from "../support/Eventually.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { type Account, TestClient, type TestResponse } from "../support/TestServer.ts"
 
@@ -266,13 +267,15 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("session twins"
           })
           assert.strictEqual(uploaded.headers.get("ratelimit-remaining"), String(freeLimit - 1), uploaded.text)
           const documentId = (uploaded.status === 201 ? uploaded.body : uploaded.body.data[0]).id as string
-          for (let i = 0; i < 200; i++) {
-            const got = yield* client.request("GET", `/api/knowledge/${base.body.id}/documents/${documentId}`, {
-              headers: auth
-            })
-            if (got.body.status !== "processing") break
-            yield* Effect.sleep("50 millis")
-          }
+          yield* eventually(
+            Effect.flatMap(
+              client.request("GET", `/api/knowledge/${base.body.id}/documents/${documentId}`, { headers: auth }),
+              (got) =>
+                got.body.status === "processing"
+                  ? Effect.die(new Error("the document is still processing"))
+                  : Effect.void
+            )
+          )
           const rechunked = yield* client.request(
             "POST",
             `/api/knowledge/${base.body.id}/documents/${documentId}/rechunk`,

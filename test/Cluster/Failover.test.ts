@@ -11,7 +11,7 @@ import {
   startNodes,
   twoStepSetup
 } from "../support/Cluster.ts"
-import { eventually } from "../support/Eventually.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
@@ -44,8 +44,8 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
 
     // Two conversations living on the victim: one on the built-in model, one on the slow fake.
     const tenant = yield* Effect.promise(() => twoStepSetup(urls[0]!, `${signal.toLowerCase()}@example.com`))
-    const probe = yield* Effect.promise(() => conversationOn(victim, urls, tenant, "local"))
-    const slowProbe = yield* Effect.promise(() => conversationOn(victim, urls, tenant, "openai/gpt-4o-mini"))
+    const probe = yield* Effect.promise(() => conversationOn(victim, nodes, tenant, "local"))
+    const slowProbe = yield* Effect.promise(() => conversationOn(victim, nodes, tenant, "openai/gpt-4o-mini"))
     const setup = { ...tenant, ids: yield* Effect.promise(() => executeMany(urls, tenant, count)) }
 
     const asked = (prefix: string) =>
@@ -56,7 +56,21 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
         intervalMs: 10
       })
     )
-    yield* Effect.sleep("100 millis") // the nodes' log batches
+    // Every step a is done: wait for its line, out with the nodes' log batches.
+    yield* Effect.promise(() =>
+      eventually(() => {
+        const logged = new Set(
+          linesWith(nodes, "Step completed").flatMap(({ line }) =>
+            line.annotations.stepId === "a" ? [line.annotations.executionId as string] : []
+          )
+        )
+        assert.deepStrictEqual(
+          setup.ids.filter((id) => !logged.has(id)),
+          [],
+          "executions whose step a is not logged"
+        )
+      })
+    )
     // The executions the victim was running: it completed their step a.
     const victims = new Set(
       linesWith([victim], "Step completed").map(({ line }) => line.annotations.executionId as string)
@@ -100,19 +114,24 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
           )
         : undefined
     // The time until a survivor answers the victim's conversation.
-    const handOver = yield* Effect.promise(async () => {
-      for (;;) {
-        const reply = await request(`${survivorA.baseUrl}/api/v1/agents/${probe.agentId}/chat`, {
-          method: "POST",
-          headers: setup.bearer,
-          body: { message: "still there?", conversationId: probe.conversationId }
-        })
-        if (reply.status === 200) return Date.now() - signalledAt
-        assert.strictEqual(reply.status, 503, reply.text) // unreachable for now, and said so
-        if (Date.now() - signalledAt > 30_000) throw new Error("no survivor answers the conversation")
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-    })
+    const otherAnswers: Array<string> = []
+    const handOver = yield* Effect.promise(() =>
+      eventually(
+        async () => {
+          const reply = await request(`${survivorA.baseUrl}/api/v1/agents/${probe.agentId}/chat`, {
+            method: "POST",
+            headers: setup.bearer,
+            body: { message: "still there?", conversationId: probe.conversationId }
+          })
+          if (reply.status === 200) return Date.now() - signalledAt
+          if (reply.status !== 503) otherAnswers.push(`${reply.status} ${reply.text}`)
+          throw new Error(`no survivor answers the conversation (${reply.status})`)
+        },
+        { timeoutMs: 30_000 }
+      )
+    )
+    // Until then it is unreachable for now, and said so (503).
+    assert.deepStrictEqual(otherAnswers, [])
     // The turn in flight was answered (finished, or run again by the new owner)
     // or refused with a 503: either way within bounds, never left hanging.
     const interrupted = yield* Effect.promise(() => inFlight)
@@ -169,26 +188,32 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
 /** A new conversation with an agent on `model` that lives on `node`: its agent and id. */
 const conversationOn = async (
   node: ClusterNode,
-  urls: ReadonlyArray<string>,
+  nodes: ReadonlyArray<ClusterNode>,
   tenant: { readonly session: Record<string, string>; readonly bearer: Record<string, string> },
   model: string
 ) => {
-  const agent = await requestJson(`${urls[0]}/api/agents`, {
+  const agent = await requestJson(`${nodes[0]!.baseUrl}/api/agents`, {
     method: "POST",
     headers: tenant.session,
     body: { name: "Probe", model }
   })
   for (let attempt = 0; attempt < 40; attempt++) {
-    const reply = await requestJson(`${urls[attempt % urls.length]}/api/v1/agents/${agent.id}/chat`, {
+    const reply = await requestJson(`${nodes[attempt % nodes.length]!.baseUrl}/api/v1/agents/${agent.id}/chat`, {
       method: "POST",
       headers: tenant.bearer,
       body: { message: "probe" }
     })
-    await new Promise((resolve) => setTimeout(resolve, 100)) // the node's log batch
-    const lives = linesWith([node], "Conversation turn").some(
-      ({ line }) => line.annotations.conversationId === reply.conversationId
+    // The turn's line, from the node the conversation lives on, once that node's log batch is out.
+    const turn = await eventually(() =>
+      defined(
+        "the probe's turn in the logs",
+        linesWith(nodes, "Conversation turn").find(
+          ({ line }) => line.annotations.conversationId === reply.conversationId
+        )
+      )
     )
-    if (lives) return { agentId: agent.id as string, conversationId: reply.conversationId as string }
+    if (turn.node === node.runnerAddress)
+      return { agentId: agent.id as string, conversationId: reply.conversationId as string }
   }
   throw new Error(`no conversation landed on ${node.runnerAddress}`)
 }

@@ -6,6 +6,7 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { awaitFinal, type ClusterNode, executeMany, linesWith, orchestrationSetup } from "../support/Cluster.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { freePort, projectRoot, spawnService, waitReady } from "../support/Process.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
@@ -31,14 +32,9 @@ const probe = (runnerAddress: string, env: Record<string, string>) =>
 
 const refusals = (node: ClusterNode) => linesWith([node], "Runner connection refused").map(({ line }) => line)
 
-const until = (condition: () => boolean, what: string, timeoutMs = 10_000) =>
-  Effect.promise(async () => {
-    const deadline = Date.now() + timeoutMs
-    while (!condition()) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-      await new Promise((resolve) => setTimeout(resolve, 25))
-    }
-  })
+/** Waits for the `count`th refusal in the node's log. */
+const refused = (node: ClusterNode, count: number, what: string) =>
+  Effect.promise(() => eventually(() => defined(what, refusals(node)[count - 1])))
 
 const tempDir = Effect.acquireRelease(
   Effect.promise(() => Fs.mkdtemp(NodePath.join(Os.tmpdir(), "runner-certs-"))),
@@ -106,7 +102,7 @@ describe("the runner port admits only the cluster's nodes", () => {
           // Effect's own socket client, as a node without the credential would speak.
           const plain = yield* probe(a.runnerAddress, { PROBE_MODE: "plain" })
           assert.isFalse(plain.answered)
-          yield* until(() => refusals(a).length >= 1, "the refusal of the plaintext peer in the node's log")
+          yield* refused(a, 1, "the refusal of the plaintext peer in the node's log")
 
           // TLS with the wrong secret.
           const wrong = yield* probe(a.runnerAddress, {
@@ -114,7 +110,7 @@ describe("the runner port admits only the cluster's nodes", () => {
             PROBE_SECRET: Crypto.randomBytes(32).toString("base64")
           })
           assert.isFalse(wrong.answered)
-          yield* until(() => refusals(a).length >= 2, "the refusal of the peer with another secret in the node's log")
+          yield* refused(a, 2, "the refusal of the peer with another secret in the node's log")
           for (const line of refusals(a)) assert.match(line.annotations.peer, /^127\.0\.0\.1:\d+$/)
 
           // The same probe with the cluster's secret is answered: the probe itself works.
@@ -158,7 +154,7 @@ describe("the runner port admits only the cluster's nodes", () => {
             PROBE_CA_FILE: NodePath.join(dir, "ca.crt")
           })
           assert.isFalse(intruder.answered)
-          yield* until(() => refusals(a).length >= 2, "both refusals in the node's log")
+          yield* refused(a, 2, "both refusals in the node's log")
 
           const member = yield* probe(a.runnerAddress, {
             PROBE_MODE: "certificates",

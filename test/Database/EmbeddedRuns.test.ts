@@ -6,7 +6,8 @@ import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Embedded from "../../src/Database/Embedded.ts"
-import { freePort, projectRoot } from "../support/Process.ts"
+import { eventually } from "../support/Eventually.ts"
+import { freePort, projectRoot, unlessExited } from "../support/Process.ts"
 
 // `npm start` as a new user runs it, with the embedded PostgreSQL: real service
 // processes, real initdb and postgres, killed and signalled as a terminal would.
@@ -94,24 +95,30 @@ const run = (dataDir: string, options: { readonly port?: number; readonly wrappe
 
 /** Waits for `condition`, failing past `seconds` with `what` and what `detail` says then. */
 const waitFor = (what: string, seconds: number, condition: () => Promise<boolean> | boolean, detail = () => "") =>
-  Effect.promise(async () => {
-    const deadline = Date.now() + seconds * 1000
-    while (!(await condition())) {
-      if (Date.now() > deadline) throw new Error(`Timed out after ${seconds} s waiting for ${what}\n${detail()}`)
-      await new Promise((resolve) => setTimeout(resolve, 100))
-    }
-  })
+  Effect.promise(() =>
+    eventually(
+      async () => {
+        if (!(await condition())) throw new Error(`Timed out after ${seconds} s waiting for ${what}\n${detail()}`)
+      },
+      { timeoutMs: seconds * 1000, intervalMs: 100 }
+    )
+  )
 
 const ready = (run: Run) =>
-  waitFor(
-    "the service to be ready",
-    90,
-    async () => {
-      if (run.child.exitCode !== null) throw new Error(`The service exited (${run.child.exitCode}):\n${run.output()}`)
-      const response = await fetch(`${run.baseUrl}/health/ready`).catch(() => undefined)
-      return response?.status === 200
-    },
-    run.output
+  Effect.promise(() =>
+    // A service that exits is not waited for.
+    unlessExited(
+      run.exited,
+      eventually(
+        async () => {
+          const response = await fetch(`${run.baseUrl}/health/ready`).catch(() => undefined)
+          if (response?.status !== 200)
+            throw new Error(`Timed out after 90 s waiting for the service to be ready\n${run.output()}`)
+        },
+        { timeoutMs: 90_000, intervalMs: 100 }
+      ),
+      () => new Error(`The service exited (${run.child.exitCode}):\n${run.output()}`)
+    )
   )
 
 const stopWith = (run: Run, signal: NodeJS.Signals) =>
@@ -149,9 +156,13 @@ const stopLeftover = (pid: number) =>
   Effect.promise(async () => {
     if (!(await isRunning(pid))) return
     process.kill(pid, "SIGINT")
-    const deadline = Date.now() + 20_000
-    while ((await isRunning(pid)) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100))
-    if (await isRunning(pid)) process.kill(pid, "SIGKILL")
+    // Given 20 s to stop cleanly; killed after that.
+    await eventually(
+      async () => {
+        if (await isRunning(pid)) throw new Error(`the server (pid ${pid}) is still running`)
+      },
+      { timeoutMs: 20_000, intervalMs: 100 }
+    ).catch(() => process.kill(pid, "SIGKILL"))
   })
 
 const parentOf = async (pid: number) => {

@@ -1,5 +1,5 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Layer, Schedule } from "effect"
+import { Effect, Layer } from "effect"
 import * as Sharding from "effect/cluster/Sharding"
 import { SqlClient } from "effect/sql"
 import { newId, TenantId } from "../../src/Domain/Ids.ts"
@@ -7,6 +7,7 @@ import { ExecutionWorkflow } from "../../src/Orchestrations/ExecutionWorkflow.ts
 import { ExecutionsRepo } from "../../src/Orchestrations/ExecutionsRepo.ts"
 import * as ClusterStorage from "../../src/Runtime/ClusterStorage.ts"
 import * as ClusterStarts from "../support/ClusterStarts.ts"
+import { eventually } from "../support/Eventually.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -35,18 +36,18 @@ const unkeyed = (
     })
   )
 
-// Polls until every one of these executions has finished (bounded).
+// Waits until every one of these executions has finished (bounded).
 const allFinished = (ids: ReadonlyArray<string>) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
-    for (let i = 0; i < 300; i++) {
-      const [{ open }] = yield* sql<{ open: string }>`
-        SELECT count(*) FILTER (WHERE completed_at IS NULL)::text AS open FROM executions WHERE id IN ${sql.in(ids)}`
-      if (open === "0") return
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.die(new Error("the executions did not finish within 15 s"))
-  })
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    eventually(
+      Effect.flatMap(
+        sql<{ open: string }>`
+          SELECT count(*) FILTER (WHERE completed_at IS NULL)::text AS open FROM executions WHERE id IN ${sql.in(ids)}`,
+        ([row]) =>
+          row!.open === "0" ? Effect.void : Effect.die(new Error(`${row!.open} of the executions have not finished`))
+      )
+    )
+  )
 
 const startsOf = (ids: ReadonlyArray<string>) => ClusterStarts.startsOf("Execution", "executionId", ids)
 
@@ -144,9 +145,11 @@ describe("executions accepted and begun together", () => {
           const { account, orchestrationId, steps } = yield* TestServer.oneStepOrchestration("local")
           // This single node holds every shard once it has taken their locks.
           const startFor = (id: string) =>
-            Effect.flatMap(localStart({ executionId: id }), (row) =>
-              row === undefined ? Effect.die(new Error("the shard is not held here yet")) : Effect.succeed(row)
-            ).pipe(Effect.retry({ times: 100, schedule: Schedule.spaced("50 millis") }))
+            eventually(
+              Effect.flatMap(localStart({ executionId: id }), (row) =>
+                row === undefined ? Effect.die(new Error("the shard is not held here yet")) : Effect.succeed(row)
+              )
+            )
           const accept = (input: string) =>
             Effect.gen(function* () {
               const id = newId()

@@ -128,12 +128,15 @@ describe("an execute whose start is not confirmed in time", () => {
         assert.isNotNull(started.headers.get("retry-after"))
         const id = started.body.executionId as string
         assert.isString(id)
-        let status = "pending"
         // (Polled slowly: the free plan allows 100 requests a day.)
-        for (let i = 0; i < 40 && status !== "completed"; i++) {
-          yield* Effect.sleep("150 millis")
-          status = (yield* client.request("GET", `/api/v1/executions/${id}`, { headers: auth })).body.status
-        }
+        const status = yield* eventually(
+          Effect.map(client.request("GET", `/api/v1/executions/${id}`, { headers: auth }), (polled) => {
+            const status: string = polled.body.status
+            if (status !== "completed") throw new Error(`the execution is ${status}`)
+            return status
+          }),
+          { timeoutMs: 10_000, intervalMs: 250 }
+        )
         assert.strictEqual(status, "completed")
       })
     )

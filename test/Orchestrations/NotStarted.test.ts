@@ -5,6 +5,7 @@ import { newId, TenantId } from "../../src/Domain/Ids.ts"
 import { Executions } from "../../src/Orchestrations/Executions.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/ExecutionsRepo.ts"
 import * as DurableRuns from "../../src/Runtime/DurableRuns.ts"
+import { eventually } from "../support/Eventually.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -38,17 +39,21 @@ describe("executions stored without their start (a crash in between)", () => {
             requestHash: null
           })
 
-          let status = "pending"
-          while (Date.now() - acceptedAt < 25_000) {
-            const polled = yield* client.request("GET", `/api/v1/executions/${stored.id}`, {
-              headers: TestServer.bearer(key)
-            })
-            status = polled.body.status
-            if (status === "completed") break
-            // Nothing starts it before it is 10 s old: the sweep at start ran before it existed.
-            if (Date.now() - acceptedAt < 9_000) assert.strictEqual(status, "pending")
-            yield* Effect.sleep("250 millis")
-          }
+          // Nothing starts it before it is 10 s old: the sweep at start ran before it existed.
+          const earlyStatuses: Array<string> = []
+          const status = yield* eventually(
+            Effect.map(
+              client.request("GET", `/api/v1/executions/${stored.id}`, { headers: TestServer.bearer(key) }),
+              (polled) => {
+                const status: string = polled.body.status
+                if (Date.now() - acceptedAt < 9_000 && status !== "pending") earlyStatuses.push(status)
+                if (status !== "completed") throw new Error(`the execution is ${status}`)
+                return status
+              }
+            ),
+            { timeoutMs: 25_000, intervalMs: 250 }
+          )
+          assert.deepStrictEqual(earlyStatuses, [], "statuses before it was 9 s old, other than pending")
           assert.strictEqual(status, "completed")
           const took = Date.now() - acceptedAt
           assert.isAtLeast(took, 10_000)
@@ -73,13 +78,18 @@ describe("an execute whose answer gives up on the cluster", () => {
         const listed = yield* client.request("GET", "/api/v1/executions", { headers: TestServer.bearer(key) })
         const id: string = listed.body.data[0].id
         // This layer runs no sweeps at all: only the handed-over start can run it.
-        let status = "pending"
         // (Polled slowly: the free plan allows 100 requests a day.)
-        for (let i = 0; i < 40 && status !== "completed"; i++) {
-          yield* Effect.sleep("150 millis")
-          status = (yield* client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) })).body
-            .status
-        }
+        const status = yield* eventually(
+          Effect.map(
+            client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) }),
+            (polled) => {
+              const status: string = polled.body.status
+              if (status !== "completed") throw new Error(`the execution is ${status}`)
+              return status
+            }
+          ),
+          { timeoutMs: 10_000, intervalMs: 250 }
+        )
         assert.strictEqual(status, "completed")
       })
     )

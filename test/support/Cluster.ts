@@ -1,5 +1,6 @@
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
+import { eventually } from "./Eventually.ts"
 import { freePort, type ServiceProcess, spawnService, waitReady } from "./Process.ts"
 
 export interface ClusterNode extends ServiceProcess {
@@ -102,30 +103,30 @@ export const signUpTenant = async (baseUrl: string, email: string) => {
   }
 }
 
-/** Polls until every execution is final; their bodies, in order. */
+/** Polls (bounded) until every execution is final; their bodies, in order. */
 export const awaitFinal = async (
   baseUrls: ReadonlyArray<string>,
   bearer: Record<string, string>,
   ids: ReadonlyArray<string>,
   timeoutMs: number
 ) => {
-  const deadline = Date.now() + timeoutMs
   const finals = new Map<string, any>()
   let turn = 0
-  while (finals.size < ids.length) {
-    for (const id of ids) {
-      if (finals.has(id)) continue
-      const base = baseUrls[turn++ % baseUrls.length]!
-      const { status, body } = await request(`${base}/api/v1/executions/${id}`, { headers: bearer })
-      if (status !== 200 && status !== 503) throw new Error(`GET execution ${id}: ${status}`)
-      if (status === 200 && ["completed", "failed", "cancelled"].includes(body.status)) finals.set(id, body)
-    }
-    if (finals.size === ids.length) break
-    if (Date.now() > deadline) {
-      throw new Error(`${ids.length - finals.size} executions not final after ${timeoutMs} ms`)
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200))
-  }
+  await eventually(
+    async () => {
+      for (const id of ids) {
+        if (finals.has(id)) continue
+        const base = baseUrls[turn++ % baseUrls.length]!
+        const { status, body } = await request(`${base}/api/v1/executions/${id}`, { headers: bearer })
+        if (status !== 200 && status !== 503) throw new Error(`GET execution ${id}: ${status}`)
+        if (status === 200 && ["completed", "failed", "cancelled"].includes(body.status)) finals.set(id, body)
+      }
+      if (finals.size < ids.length)
+        throw new Error(`${ids.length - finals.size} executions not final after ${timeoutMs} ms`)
+    },
+    // Every try reads each open execution: a slower pace spares the nodes under test.
+    { timeoutMs, intervalMs: 200 }
+  )
   return ids.map((id) => finals.get(id))
 }
 

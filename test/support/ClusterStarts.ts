@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import * as EntityId from "effect/cluster/EntityId"
 import * as Sharding from "effect/cluster/Sharding"
 import { SqlClient } from "effect/sql"
+import { eventually } from "./Eventually.ts"
 import { sample } from "./Prometheus.ts"
 import { TestClient } from "./TestServer.ts"
 
@@ -12,12 +13,15 @@ import { TestClient } from "./TestServer.ts"
 // stores.
 
 /** Waits until this single node holds every shard (bounded). */
-export const shardsHeld = Effect.gen(function* () {
-  const sharding = yield* Sharding.Sharding
-  for (let i = 0; i < 100 && !sharding.hasShardId(sharding.getShardId(EntityId.make("any"), "default")); i++) {
-    yield* Effect.sleep("50 millis")
-  }
-})
+export const shardsHeld = Effect.flatMap(Sharding.Sharding, (sharding) =>
+  eventually(
+    Effect.suspend(() =>
+      sharding.hasShardId(sharding.getShardId(EntityId.make("any"), "default"))
+        ? Effect.void
+        : Effect.die(new Error("this node does not hold its shards yet"))
+    )
+  )
+)
 
 /** `workflow_starts_total` of `workflow`: how many starts were stored with their rows, and by the client. */
 export const startsCounted = (workflow: string) =>
@@ -57,18 +61,20 @@ const perRequest = [
 /**
  * The start of `ownId` (stored with its row) is the row the cluster's client
  * stored for `clientsId`, column by column, but for what is each request's own,
- * once both are processed or 5 s have passed.
+ * once both are processed (bounded).
  */
 export const assertStoredAsClientStores = (workflow: string, field: string, ownId: string, clientsId: string) =>
   Effect.gen(function* () {
     const sharding = yield* Sharding.Sharding
     // A run's own row reaches its end before the cluster marks its start
     // message processed (with the workflow's reply): wait, bounded, for both.
-    let stored = yield* startsOf(workflow, field, [ownId, clientsId])
-    for (let i = 0; i < 200 && !(stored.get(ownId)?.processed && stored.get(clientsId)?.processed); i++) {
-      yield* Effect.sleep("25 millis")
-      stored = yield* startsOf(workflow, field, [ownId, clientsId])
-    }
+    const stored = yield* eventually(
+      Effect.flatMap(startsOf(workflow, field, [ownId, clientsId]), (stored) =>
+        stored.get(ownId)?.processed && stored.get(clientsId)?.processed
+          ? Effect.succeed(stored)
+          : Effect.die(new Error(`the start requests of ${ownId} and ${clientsId} are not both processed yet`))
+      )
+    )
     const own = stored.get(ownId)
     const clients = stored.get(clientsId)
     assert.isDefined(own)

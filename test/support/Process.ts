@@ -2,6 +2,7 @@ import { Effect } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Net from "node:net"
 import * as NodePath from "node:path"
+import { eventually } from "./Eventually.ts"
 
 export const projectRoot = NodePath.resolve(import.meta.dirname, "../..")
 
@@ -60,19 +61,33 @@ export const spawnService = (env: Record<string, string>) =>
       })
   )
 
-/** Polls /health/ready until it answers 200, or fails with what the process printed. */
-export const waitReady = (service: ServiceProcess, timeoutMs = 30_000) =>
-  Effect.promise(async () => {
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      if (service.child.exitCode !== null) break
-      try {
-        const response = await fetch(`${service.baseUrl}/health/ready`)
-        if (response.status === 200) return Date.now()
-      } catch {
-        // not listening yet
-      }
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-    throw new Error(`service not ready:\n${service.stdout()}\n${service.stderr()}`)
-  })
+/** `wait`, unless the process exits first: then it fails at once with `failure`. */
+export const unlessExited = <A>(exited: Promise<unknown>, wait: Promise<A>, failure: () => Error) =>
+  Promise.race([
+    wait,
+    exited.then(() => {
+      throw failure()
+    })
+  ])
+
+/** Polls /health/ready until it answers 200 (its time), or fails with what the process printed. */
+export const waitReady = (service: ServiceProcess, timeoutMs = 30_000) => {
+  const notReady = (cause?: unknown) =>
+    new Error(`service not ready:\n${service.stdout()}\n${service.stderr()}`, { cause })
+  return Effect.promise(() =>
+    unlessExited(
+      service.exited,
+      eventually(
+        async () => {
+          const response = await fetch(`${service.baseUrl}/health/ready`)
+          if (response.status !== 200) throw new Error(`/health/ready answered ${response.status}`)
+          return Date.now()
+        },
+        { timeoutMs }
+      ).catch((cause: unknown) => {
+        throw notReady(cause)
+      }),
+      notReady
+    )
+  )
+}

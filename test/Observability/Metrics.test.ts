@@ -2,6 +2,7 @@ import { assert, describe, it, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Metric, Option, Redacted } from "effect"
 import { isLocalScrape, isLoopback } from "../../src/Http/MetricsHttp.ts"
 import { labelled } from "../../src/Observability/Observability.ts"
+import { eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { sample } from "../support/Prometheus.ts"
 import * as TestServer from "../support/TestServer.ts"
@@ -33,26 +34,30 @@ describe("GET /metrics", () => {
         assert.strictEqual(missing.status, 404)
         const started = yield* executeOnce(setup)
         assert.strictEqual(started.status, 202)
-        for (let i = 0; i < 100; i++) {
-          const polled = yield* client.request("GET", `/api/v1/executions/${started.body.executionId}`, {
-            headers: TestServer.bearer(setup.key)
-          })
-          if (polled.body.status === "completed") break
-          yield* Effect.sleep("50 millis")
-        }
+        yield* eventually(
+          Effect.flatMap(
+            client.request("GET", `/api/v1/executions/${started.body.executionId}`, {
+              headers: TestServer.bearer(setup.key)
+            }),
+            (polled) =>
+              polled.body.status === "completed"
+                ? Effect.void
+                : Effect.die(new Error(`the execution is ${polled.body.status}`))
+          )
+        )
 
         // The read model says "completed" a moment before the workflow returns and counts itself out:
         // scrape until the execution is counted and no workflow is in flight (bounded).
-        let metrics = yield* client.request("GET", "/metrics")
-        for (let i = 0; i < 100; i++) {
-          if (
-            sample(metrics.text, "executions_total", { status: "completed" }) === 1 &&
-            sample(metrics.text, "workflows_in_flight", {}) === 0
-          )
-            break
-          yield* Effect.sleep("20 millis")
-          metrics = yield* client.request("GET", "/metrics")
-        }
+        const metrics = yield* eventually(
+          Effect.flatMap(client.request("GET", "/metrics"), (metrics) => {
+            const counted = sample(metrics.text, "executions_total", { status: "completed" })
+            const inFlight = sample(metrics.text, "workflows_in_flight", {})
+            return counted === 1 && inFlight === 0
+              ? Effect.succeed(metrics)
+              : Effect.die(new Error(`executions_total{completed} ${counted}, workflows_in_flight ${inFlight}`))
+          }),
+          { intervalMs: 20 }
+        )
         assert.strictEqual(metrics.status, 200)
         assert.match(metrics.headers.get("content-type") ?? "", /^text\/plain/)
         const text = metrics.text

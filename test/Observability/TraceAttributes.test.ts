@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import { connectionTarget } from "../../src/Database/Sql.ts"
 import { spanUrl } from "../../src/Webhooks/Guard.ts"
 import { awaitFinal, orchestrationSetup, request, requestJson, startNodes } from "../support/Cluster.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { FakeAnthropic } from "../support/FakeAnthropic.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import { FakeOtlp } from "../support/FakeOtlp.ts"
@@ -20,15 +21,7 @@ const ERROR = 2 // OTLP status code
 const openAiKey = "sk-trace-attributes"
 const anthropicKey = "sk-ant-trace-attributes"
 
-const poll = async <A>(what: string, check: () => A | undefined, timeoutMs = 30_000): Promise<A> => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const value = check()
-    if (value !== undefined) return value
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-  throw new Error(`Timed out waiting for ${what}`)
-}
+const within = { timeoutMs: 30_000 }
 
 describe("trace attributes", () => {
   it("the database's host, port and name come from its URL, as the client reads it", () => {
@@ -131,7 +124,10 @@ describe("trace attributes", () => {
             body: { mission: "Decide" }
           })
           const runId = run.data.runId as string
-          await poll("the team run's webhook event, delivered at the second attempt", () => receiver.requests[1])
+          await eventually(
+            () => defined("the team run's webhook event, delivered at the second attempt", receiver.requests[1]),
+            within
+          )
 
           // An ingestion.
           const knowledge = await requestJson(`${base}/api/knowledge`, {
@@ -185,16 +181,21 @@ describe("trace attributes", () => {
         const named = (name: string) => spans().filter((span) => span.name === name)
         const withAttribute = (key: string, value: unknown) => spans().filter((span) => span.attributes[key] === value)
         yield* Effect.promise(() =>
-          poll("the spans of every run", () =>
-            named("ExecutionWorkflow.step").length >= 2 &&
-            named("TeamRunWorkflow.turn").length >= 1 &&
-            named("Knowledge.ingest").some((span) => span.attributes["tenant.id"] !== undefined) &&
-            spans().some((span) => span.spanId === spanId) &&
-            spans().some((span) => span.spanId === failed.spanId) &&
-            named("chat local").length >= 1 &&
-            named("GET").some((span) => span.kind === SERVER)
-              ? true
-              : undefined
+          eventually(
+            () =>
+              defined(
+                "the spans of every run",
+                named("ExecutionWorkflow.step").length >= 2 &&
+                  named("TeamRunWorkflow.turn").length >= 1 &&
+                  named("Knowledge.ingest").some((span) => span.attributes["tenant.id"] !== undefined) &&
+                  spans().some((span) => span.spanId === spanId) &&
+                  spans().some((span) => span.spanId === failed.spanId) &&
+                  named("chat local").length >= 1 &&
+                  named("GET").some((span) => span.kind === SERVER)
+                  ? true
+                  : undefined
+              ),
+            within
           )
         )
 

@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import { awaitFinal, linesWith, orchestrationSetup, requestJson, startNodes } from "../support/Cluster.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import { FakeOtlp, type ReceivedSpan } from "../support/FakeOtlp.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
@@ -50,28 +51,35 @@ describe("OpenTelemetry traces across nodes", () => {
               body: { input }
             })
             await awaitFinal([a.baseUrl], setup.bearer, [started.executionId], 30_000)
-            await new Promise((resolve) => setTimeout(resolve, 200))
-            const ranOnB = linesWith([b], "Step completed").some(
-              ({ line }) => line.annotations.executionId === started.executionId
-            )
+            const stepOf = ({ line }: { line: Record<string, any> }) =>
+              line.annotations.executionId === started.executionId
+            // The step's log line, on whichever node ran it, once that node's batch is out.
+            await eventually(() => defined("the step's log line", linesWith([a, b], "Step completed").find(stepOf)))
+            const ranOnB = linesWith([b], "Step completed").some(stepOf)
             if (ranOnB) return { traceId, callerSpanId, input, executionId: started.executionId as string }
           }
           throw new Error("no execution ran on node B")
         })
 
-        // Spans leave each node in batches, every second.
+        // Spans leave each node in batches, every second: wait for every span the checks
+        // below look for, and for the parent of each span received, from both nodes' batches.
         const traceSpans = () => otlp.spans().filter((span) => span.traceId === chosen.traceId)
         const isModelCall = (span: ReceivedSpan) => span.attributes["gen_ai.request.model"] !== undefined
-        yield* Effect.promise(async () => {
-          const deadline = Date.now() + 15_000
-          while (!(traceSpans().some(isModelCall) && traceSpans().some((s) => s.kind === SERVER))) {
-            if (Date.now() > deadline)
-              throw new Error(`spans of the trace: ${JSON.stringify(traceSpans().map((s) => s.name))}`)
-            await new Promise((resolve) => setTimeout(resolve, 100))
-          }
-          await new Promise((resolve) => setTimeout(resolve, 2_000)) // the rest of both nodes' batches
-        })
-        const spans = traceSpans()
+        const spans = yield* Effect.promise(() =>
+          eventually(() => {
+            const spans = traceSpans()
+            const ids = new Set(spans.map((span) => span.spanId))
+            const whole =
+              spans.some(isModelCall) &&
+              spans.some((span) => span.kind === SERVER) &&
+              spans.some((span) => span.name === "Executions.start") &&
+              spans.some((span) => span.name === "ExecutionWorkflow.run") &&
+              spans.some((span) => span.attributes["db.system.name"] === "postgresql") &&
+              spans.every((span) => span.parentSpanId === chosen.callerSpanId || ids.has(span.parentSpanId!))
+            if (!whole) throw new Error(`spans of the trace: ${JSON.stringify(spans.map((span) => span.name))}`)
+            return spans
+          })
+        )
 
         // Both nodes took part, under the configured resource.
         const instances = new Set(spans.map((span) => span.resource["service.instance.id"]))

@@ -1,7 +1,23 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import type { Agent } from "../../src/Agents/Api.ts"
+import { AgentId } from "../../src/Domain/Ids.ts"
+import { NotFound } from "../../src/Domain/Problems.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
+
+const ids = (page: { readonly data: ReadonlyArray<{ readonly id: string }> }) => page.data.map((agent) => agent.id)
+
+/** The agent as the API-key list sends it: the reference's fields only, its date as on the wire. */
+const referenceView = ({ id, name, description, model, status, memoryEnabled, createdAt }: typeof Agent.json.Type) => ({
+  id,
+  name,
+  description,
+  model,
+  status,
+  memoryEnabled,
+  createdAt: createdAt.toISOString()
+})
 
 layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestServices: true })("agents", (it) => {
   describe("management", () => {
@@ -9,10 +25,10 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
       Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
-        const auth = { headers: TestServer.bearer(account.token) }
-        const created = yield* client.request("POST", "/api/agents", { ...auth, body: { name: "Scout" } })
-        assert.strictEqual(created.status, 201)
-        assert.deepInclude(created.body, {
+        const api = yield* TestServer.apiClient(account.token)
+        // The typed client decodes a success only at its declared status (201, 200, 204).
+        const created = yield* api.agents.create({ payload: { name: "Scout" } })
+        assert.deepInclude(created, {
           name: "Scout",
           description: "",
           instructions: "",
@@ -20,25 +36,25 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
           status: "active",
           memoryEnabled: true
         })
-        const id = created.body.id as string
+        const params = { id: created.id }
 
-        const read = yield* client.request("GET", `/api/agents/${id}`, auth)
-        assert.strictEqual(read.status, 200)
-        assert.deepStrictEqual(read.body, created.body)
+        const read = yield* api.agents.get({ params })
+        assert.deepStrictEqual(read, created)
 
-        const updated = yield* client.request("PUT", `/api/agents/${id}`, {
-          ...auth,
-          body: { instructions: "Be brief.", memoryEnabled: false }
+        const updated = yield* api.agents.update({
+          params,
+          payload: { instructions: "Be brief.", memoryEnabled: false }
         })
-        assert.strictEqual(updated.status, 200)
-        assert.strictEqual(updated.body.name, "Scout")
-        assert.strictEqual(updated.body.instructions, "Be brief.")
-        assert.strictEqual(updated.body.memoryEnabled, false)
-        assert.isTrue(new Date(updated.body.updatedAt) >= new Date(created.body.updatedAt))
+        assert.strictEqual(updated.name, "Scout")
+        assert.strictEqual(updated.instructions, "Be brief.")
+        assert.strictEqual(updated.memoryEnabled, false)
+        assert.isTrue(updated.updatedAt >= created.updatedAt)
 
-        const removed = yield* client.request("DELETE", `/api/agents/${id}`, auth)
-        assert.strictEqual(removed.status, 204)
-        const gone = yield* client.request("GET", `/api/agents/${id}`, auth)
+        yield* api.agents.remove({ params })
+        // Raw: the content type of the problem is part of the check.
+        const gone = yield* client.request("GET", `/api/agents/${created.id}`, {
+          headers: TestServer.bearer(account.token)
+        })
         assert.strictEqual(gone.status, 404)
         assert.strictEqual(gone.headers.get("content-type"), "application/problem+json")
       })
@@ -48,47 +64,37 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
       "lists show every change at once on this node; the API-key list has the active agents in the reference's fields, without instructions",
       () =>
         Effect.gen(function* () {
-          const client = yield* TestClient
           const account = yield* TestServer.signUp()
-          const auth = { headers: TestServer.bearer(account.token) }
-          const key = { headers: TestServer.bearer((yield* TestServer.createKey(account)).key) }
-          const ids = (response: { readonly body: any }) =>
-            (response.body.data as Array<{ id: string }>).map((a) => a.id)
-          const first = yield* client.request("POST", "/api/agents", {
-            ...auth,
-            body: { name: "First", instructions: "Secret." }
-          })
-          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [first.body.id])
-          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [first.body.id])
+          const api = yield* TestServer.apiClient(account.token)
+          const keyApi = yield* TestServer.apiClient((yield* TestServer.createKey(account)).key)
+          const v1List = keyApi.v1Agents.list({ query: {} })
+          const first = yield* api.agents.create({ payload: { name: "First", instructions: "Secret." } })
+          assert.deepStrictEqual(ids(yield* api.agents.list({ query: {} })), [first.id])
+          assert.deepStrictEqual(ids(yield* v1List), [first.id])
           // Each change shows in the very next list, read twice (the second from what the node kept).
-          const second = yield* client.request("POST", "/api/agents", {
-            ...auth,
-            body: { name: "Second", status: "inactive" }
-          })
+          const second = yield* api.agents.create({ payload: { name: "Second", status: "inactive" } })
           for (let i = 0; i < 2; i++) {
-            const all = yield* client.request("GET", "/api/agents", auth)
-            assert.deepStrictEqual(all.body, { data: [first.body, second.body], total: 2, nextCursor: null })
-            const active = yield* client.request("GET", "/api/v1/agents", key)
-            assert.strictEqual(active.headers.get("content-type"), "application/json")
-            const { id, name, description, model, status, memoryEnabled, createdAt } = first.body
-            assert.deepStrictEqual(active.body, {
-              data: [{ id, name, description, model, status, memoryEnabled, createdAt }],
+            const all = yield* api.agents.list({ query: {} })
+            assert.deepStrictEqual(all, { data: [first, second], total: 2, nextCursor: null })
+            // The bytes as sent, not only what the client decodes: no field beyond the reference's.
+            const [, active] = yield* keyApi.v1Agents.list({ query: {}, responseMode: "decoded-and-response" })
+            assert.strictEqual(active.headers["content-type"], "application/json")
+            assert.deepStrictEqual(yield* active.json, {
+              data: [referenceView(first)],
               total: 1,
               nextCursor: null
             })
           }
-          yield* client.request("PUT", `/api/agents/${second.body.id}`, { ...auth, body: { status: "active" } })
-          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [
-            first.body.id,
-            second.body.id
-          ])
-          assert.strictEqual((yield* client.request("GET", "/api/v1/agents?limit=1", key)).body.total, 2)
-          yield* client.request("DELETE", `/api/agents/${first.body.id}`, auth)
-          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/v1/agents", key)), [second.body.id])
-          assert.deepStrictEqual(ids(yield* client.request("GET", "/api/agents", auth)), [second.body.id])
+          yield* api.agents.update({ params: { id: second.id }, payload: { status: "active" } })
+          assert.deepStrictEqual(ids(yield* v1List), [first.id, second.id])
+          assert.strictEqual((yield* keyApi.v1Agents.list({ query: { limit: 1 } })).total, 2)
+          yield* api.agents.remove({ params: { id: first.id } })
+          assert.deepStrictEqual(ids(yield* v1List), [second.id])
+          assert.deepStrictEqual(ids(yield* api.agents.list({ query: {} })), [second.id])
         })
     )
 
+    // Raw: these bodies are what the typed client refuses to send.
     it.effect("names the bad field on create and update", () =>
       Effect.gen(function* () {
         const client = yield* TestClient
@@ -121,38 +127,35 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         const owner = yield* TestServer.signUp()
         const stranger = yield* TestServer.signUp()
         const agent = yield* TestServer.createAgent(owner)
+        const params = { id: AgentId.make(agent.id) }
+        const strangerApi = yield* TestServer.apiClient(stranger.token)
+        // Raw: the two problems are compared as sent, every field but the detail.
         const strangerAuth = { headers: TestServer.bearer(stranger.token) }
         const missing = yield* client.request("GET", "/api/agents/0190c1a8-0000-7000-8000-000000000000", strangerAuth)
         const read = yield* client.request("GET", `/api/agents/${agent.id}`, strangerAuth)
         assert.strictEqual(read.status, 404)
         assert.deepStrictEqual({ ...read.body, detail: undefined }, { ...missing.body, detail: undefined })
-        const update = yield* client.request("PUT", `/api/agents/${agent.id}`, {
-          ...strangerAuth,
-          body: { name: "Mine" }
-        })
-        assert.strictEqual(update.status, 404)
-        const remove = yield* client.request("DELETE", `/api/agents/${agent.id}`, strangerAuth)
-        assert.strictEqual(remove.status, 404)
-        const list = yield* client.request("GET", "/api/agents", strangerAuth)
-        assert.strictEqual(list.body.total, 0)
-        const key = yield* TestServer.createKey(stranger)
-        const v1 = yield* client.request("GET", "/api/v1/agents", { headers: TestServer.bearer(key.key) })
-        assert.strictEqual(v1.body.total, 0)
-        const ownerRead = yield* client.request("GET", `/api/agents/${agent.id}`, {
-          headers: TestServer.bearer(owner.token)
-        })
-        assert.strictEqual(ownerRead.body.name, "Helper")
+        const update = yield* Effect.flip(strangerApi.agents.update({ params, payload: { name: "Mine" } }))
+        assert.instanceOf(update, NotFound)
+        const remove = yield* Effect.flip(strangerApi.agents.remove({ params }))
+        assert.instanceOf(remove, NotFound)
+        const list = yield* strangerApi.agents.list({ query: {} })
+        assert.strictEqual(list.total, 0)
+        const keyApi = yield* TestServer.apiClient((yield* TestServer.createKey(stranger)).key)
+        const v1 = yield* keyApi.v1Agents.list({ query: {} })
+        assert.strictEqual(v1.total, 0)
+        const ownerApi = yield* TestServer.apiClient(owner.token)
+        const ownerRead = yield* ownerApi.agents.get({ params })
+        assert.strictEqual(ownerRead.name, "Helper")
       })
     )
 
     it.effect("an id that cannot exist is simply not found", () =>
       Effect.gen(function* () {
-        const client = yield* TestClient
         const account = yield* TestServer.signUp()
-        const response = yield* client.request("GET", "/api/agents/not-a-uuid", {
-          headers: TestServer.bearer(account.token)
-        })
-        assert.strictEqual(response.status, 404)
+        const api = yield* TestServer.apiClient(account.token)
+        const response = yield* Effect.flip(api.agents.get({ params: { id: AgentId.make("not-a-uuid") } }))
+        assert.instanceOf(response, NotFound)
       })
     )
   })
@@ -160,7 +163,6 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
   describe("GET /api/v1/agents", () => {
     it.effect("lists only active agents, paginated by cursor, with the full total", () =>
       Effect.gen(function* () {
-        const client = yield* TestClient
         const account = yield* TestServer.signUp()
         const key = yield* TestServer.createKey(account, ["read"])
         const created: Array<string> = []
@@ -168,40 +170,29 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
           created.push((yield* TestServer.createAgent(account, { name: `Agent ${i}` })).id)
         }
         yield* TestServer.createAgent(account, { name: "Retired", status: "inactive" })
-        const headers = TestServer.bearer(key.key)
+        const keyApi = yield* TestServer.apiClient(key.key)
 
-        const first = yield* client.request("GET", "/api/v1/agents?limit=2", { headers })
-        assert.strictEqual(first.status, 200)
-        assert.strictEqual(first.body.total, 5)
-        assert.deepStrictEqual(
-          first.body.data.map((a: { id: string }) => a.id),
-          created.slice(0, 2)
-        )
-        const second = yield* client.request("GET", `/api/v1/agents?limit=2&cursor=${first.body.nextCursor}`, {
-          headers
-        })
-        assert.deepStrictEqual(
-          second.body.data.map((a: { id: string }) => a.id),
-          created.slice(2, 4)
-        )
-        const third = yield* client.request("GET", `/api/v1/agents?limit=2&cursor=${second.body.nextCursor}`, {
-          headers
-        })
-        assert.deepStrictEqual(
-          third.body.data.map((a: { id: string }) => a.id),
-          created.slice(4)
-        )
-        assert.isNull(third.body.nextCursor)
-        assert.strictEqual(third.body.total, 5)
+        const first = yield* keyApi.v1Agents.list({ query: { limit: 2 } })
+        assert.strictEqual(first.total, 5)
+        assert.deepStrictEqual(ids(first), created.slice(0, 2))
+        assert.isNotNull(first.nextCursor)
+        const second = yield* keyApi.v1Agents.list({ query: { limit: 2, cursor: first.nextCursor } })
+        assert.deepStrictEqual(ids(second), created.slice(2, 4))
+        assert.isNotNull(second.nextCursor)
+        const third = yield* keyApi.v1Agents.list({ query: { limit: 2, cursor: second.nextCursor } })
+        assert.deepStrictEqual(ids(third), created.slice(4))
+        assert.isNull(third.nextCursor)
+        assert.strictEqual(third.total, 5)
 
-        const all = yield* client.request("GET", "/api/v1/agents", { headers })
-        assert.strictEqual(all.body.data.length, 5)
-        assert.isTrue(all.body.data.every((a: { status: string }) => a.status === "active"))
-        const management = yield* client.request("GET", "/api/agents", { headers: TestServer.bearer(account.token) })
-        assert.strictEqual(management.body.total, 6)
+        const all = yield* keyApi.v1Agents.list({ query: {} })
+        assert.strictEqual(all.data.length, 5)
+        assert.isTrue(all.data.every((a) => a.status === "active"))
+        const management = yield* (yield* TestServer.apiClient(account.token)).agents.list({ query: {} })
+        assert.strictEqual(management.total, 6)
       })
     )
 
+    // Raw: the typed client refuses to send these values.
     it.effect("rejects a bad limit or cursor with 400 naming the query parameter", () =>
       Effect.gen(function* () {
         const client = yield* TestClient

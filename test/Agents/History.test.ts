@@ -1,6 +1,8 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
+import type { TurnList } from "../../src/Agents/Api.ts"
+import { NotFound } from "../../src/Domain/Problems.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
@@ -15,21 +17,21 @@ const setUp = Effect.gen(function* () {
   const client = yield* TestClient
   const account = yield* TestServer.signUp()
   const key = yield* TestServer.createKey(account, ["chat"])
-  const agent = yield* TestServer.createAgent(account, {
-    model: "openai/gpt-4o-mini",
-    instructions,
-    memoryEnabled: true
+  const api = yield* TestServer.apiClient(account.token)
+  const keyApi = yield* TestServer.apiClient(key.key)
+  const agent = yield* api.agents.create({
+    payload: { name: "Helper", model: "openai/gpt-4o-mini", instructions, memoryEnabled: true }
   })
   const chat = (message: string, conversationId: string) =>
-    client.request("POST", `/api/v1/agents/${agent.id}/chat`, {
-      headers: TestServer.bearer(key.key),
-      body: { message, conversationId }
-    })
-  const messages = (conversationId: string, query = "") =>
+    keyApi.v1Agents.chat({ params: { id: agent.id }, payload: { message, conversationId } })
+  const messages = (conversationId: string, query: { readonly limit?: number; readonly cursor?: string } = {}) =>
+    api.agents.turns({ params: { id: agent.id, conversationId }, query })
+  // Raw, for the queries the typed client refuses to send.
+  const rawMessages = (conversationId: string, query: string) =>
     client.request("GET", `/api/agents/${agent.id}/conversations/${conversationId}/messages${query}`, {
       headers: TestServer.bearer(account.token)
     })
-  return { account, agentId: agent.id, chat, messages }
+  return { account, agentId: agent.id, chat, messages, rawMessages }
 })
 
 layer(withFake, { excludeTestServices: true })("conversation history, bounded", (it) => {
@@ -39,35 +41,37 @@ layer(withFake, { excludeTestServices: true })("conversation history, bounded", 
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ text: "Noted." })
-        const { chat, messages } = yield* setUp
-        for (let n = 1; n <= 5; n++) assert.strictEqual((yield* chat(`Message ${n}`, "paged")).status, 200)
+        const { chat, messages, rawMessages } = yield* setUp
+        for (let n = 1; n <= 5; n++) yield* chat(`Message ${n}`, "paged")
 
         const indexes: Array<Array<number>> = []
-        let query = "?limit=2"
+        let cursor: string | null = null
         for (let page = 0; page < 5; page++) {
-          const response = yield* messages("paged", query)
-          assert.strictEqual(response.status, 200, response.text)
-          assert.strictEqual(response.body.total, 5)
-          indexes.push(response.body.data.map((turn: { index: number }) => turn.index))
-          if (response.body.nextCursor === null) break
-          query = `?limit=2&cursor=${response.body.nextCursor}`
+          const response: typeof TurnList.Type = yield* messages(
+            "paged",
+            cursor === null ? { limit: 2 } : { limit: 2, cursor }
+          )
+          assert.strictEqual(response.total, 5)
+          indexes.push(response.data.map((turn) => turn.index))
+          if (response.nextCursor === null) break
+          cursor = response.nextCursor
         }
         assert.deepStrictEqual(indexes, [[1, 2], [3, 4], [5]])
-        const first = yield* messages("paged", "?limit=1")
-        assert.strictEqual(first.body.data[0].message, "Message 1")
-        assert.strictEqual(first.body.data[0].reply, "Noted.")
+        const first = yield* messages("paged", { limit: 1 })
+        assert.strictEqual(first.data[0]!.message, "Message 1")
+        assert.strictEqual(first.data[0]!.reply, "Noted.")
         // Without a limit, the default page holds all five, and says nothing follows.
         const all = yield* messages("paged")
-        assert.strictEqual(all.body.data.length, 5)
-        assert.strictEqual(all.body.nextCursor, null)
+        assert.strictEqual(all.data.length, 5)
+        assert.strictEqual(all.nextCursor, null)
 
         for (const bad of ["?cursor=AA", "?cursor=not-a-cursor", "?limit=0", "?limit=201"]) {
-          const response = yield* messages("paged", bad)
+          const response = yield* rawMessages("paged", bad)
           assert.strictEqual(response.status, 400, `${bad}: ${response.text}`)
           assert.match(response.headers.get("content-type") ?? "", /^application\/problem\+json/)
           assert.strictEqual(response.body.errors[0].path[0], "query")
         }
-        assert.strictEqual((yield* messages("nobody-here")).status, 404)
+        assert.instanceOf(yield* Effect.flip(messages("nobody-here")), NotFound)
       })
     )
   })
@@ -100,8 +104,7 @@ layer(withFake, { excludeTestServices: true })("conversation history, bounded", 
                           'openai/gpt-4o-mini', 0, 0, now(), now()
                    FROM generate_series(41, 43) AS n`
 
-          const answered = yield* chat("What now?", "long")
-          assert.strictEqual(answered.status, 200, answered.text)
+          yield* chat("What now?", "long")
           const recent = [41, 42, 43].flatMap((n) => [
             { role: "user", content: `Recent message ${n}` },
             { role: "assistant", content: `Recent reply ${n}` }
@@ -122,11 +125,11 @@ layer(withFake, { excludeTestServices: true })("conversation history, bounded", 
           ])
 
           // Every turn is still stored, the old ones included.
-          const page = yield* messages("long", "?limit=200")
-          assert.strictEqual(page.body.total, 45)
-          assert.strictEqual(page.body.data.length, 45)
-          assert.strictEqual(page.body.data[0].message.length, 32_000)
-          assert.strictEqual(page.body.data[44].message, "And then?")
+          const page = yield* messages("long", { limit: 200 })
+          assert.strictEqual(page.total, 45)
+          assert.strictEqual(page.data.length, 45)
+          assert.strictEqual(page.data[0]!.message.length, 32_000)
+          assert.strictEqual(page.data[44]!.message, "And then?")
         })
     )
   })

@@ -1,5 +1,6 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { Unauthorized } from "../../src/Domain/Problems.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -7,27 +8,33 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
   describe("register", () => {
     it.effect("creates a tenant on the free plan with the user as owner", () =>
       Effect.gen(function* () {
-        const client = yield* TestClient
-        const response = yield* client.request("POST", "/api/auth/register", {
-          body: { email: "owner@example.com", password: "12345678" }
+        const api = yield* TestServer.apiClient()
+        const [account, response] = yield* api.auth.register({
+          payload: { email: "owner@example.com", password: "12345678" },
+          responseMode: "decoded-and-response"
         })
         assert.strictEqual(response.status, 201)
-        assert.deepStrictEqual(Object.keys(response.body).sort(), ["tenant", "user"])
-        assert.strictEqual(response.body.user.email, "owner@example.com")
-        assert.strictEqual(response.body.user.name, null)
-        assert.strictEqual(response.body.tenant.plan, "free")
-        assert.isString(response.body.tenant.id)
-        assert.notProperty(response.body.user, "passwordHash")
+        // The bytes as sent, not only what the client decodes: nothing more than the account.
+        const wire = yield* response.text
+        assert.deepStrictEqual(Object.keys(JSON.parse(wire)).sort(), ["tenant", "user"])
+        assert.notInclude(wire, "passwordHash")
+        assert.strictEqual(account.user.email, "owner@example.com")
+        assert.strictEqual(account.user.name, null)
+        assert.strictEqual(account.tenant.plan, "free")
+        assert.isString(account.tenant.id)
       })
     )
 
     it.effect("refuses a duplicate e-mail, whatever its case, with 409", () =>
       Effect.gen(function* () {
         const client = yield* TestClient
-        const first = yield* client.request("POST", "/api/auth/register", {
-          body: { email: "twice@example.com", password: "12345678" }
+        const api = yield* TestServer.apiClient()
+        const [, first] = yield* api.auth.register({
+          payload: { email: "twice@example.com", password: "12345678" },
+          responseMode: "decoded-and-response"
         })
         assert.strictEqual(first.status, 201)
+        // The problem's wire format (its content type) is checked on the raw answer.
         const second = yield* client.request("POST", "/api/auth/register", {
           body: { email: "TWICE@example.com", password: "abcdefgh" }
         })
@@ -67,38 +74,37 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
   describe("login", () => {
     it.effect("returns a token, its expiry and the user, and sets an HttpOnly session cookie", () =>
       Effect.gen(function* () {
-        const client = yield* TestClient
-        yield* client.request("POST", "/api/auth/register", {
-          body: { email: "login@example.com", password: "12345678", name: "Lou" }
+        const api = yield* TestServer.apiClient()
+        yield* api.auth.register({ payload: { email: "login@example.com", password: "12345678", name: "Lou" } })
+        const [login, response] = yield* api.auth.login({
+          payload: { email: "login@example.com", password: "12345678" },
+          responseMode: "decoded-and-response"
         })
-        const login = yield* client.request("POST", "/api/auth/login", {
-          body: { email: "login@example.com", password: "12345678" }
-        })
-        assert.strictEqual(login.status, 200)
-        assert.match(login.body.token, /^st_[A-Za-z0-9_-]{43}$/)
-        assert.strictEqual(login.body.user.name, "Lou")
-        const expiresIn = new Date(login.body.expiresAt).getTime() - Date.now()
+        assert.strictEqual(response.status, 200)
+        assert.match(login.token ?? "", /^st_[A-Za-z0-9_-]{43}$/)
+        assert.strictEqual(login.user.name, "Lou")
+        const expiresIn = login.expiresAt.getTime() - Date.now()
         assert.isTrue(expiresIn > 6.9 * 86_400_000 && expiresIn <= 7 * 86_400_000)
-        const cookie = login.headers.get("set-cookie") ?? ""
+        const cookie = response.headers["set-cookie"] ?? ""
         assert.match(cookie, /^session=st_/)
         assert.match(cookie, /HttpOnly/i)
         assert.match(cookie, /SameSite=Lax/i)
         assert.match(cookie, /Path=\//)
         assert.notMatch(cookie, /Secure/i)
 
-        const me = yield* client.request("GET", "/api/auth/me", { headers: { cookie: cookie.split(";")[0]! } })
-        assert.strictEqual(me.status, 200)
-        assert.strictEqual(me.body.user.email, "login@example.com")
-        assert.strictEqual(me.body.tenant.plan, "free")
+        const viaCookie = yield* TestServer.apiClient(cookie.split(";")[0]!, "cookie")
+        const me = yield* viaCookie.auth.me()
+        assert.strictEqual(me.user.email, "login@example.com")
+        assert.strictEqual(me.tenant.plan, "free")
       })
     )
 
     it.effect("answers an unknown e-mail and a wrong password with the same 401", () =>
       Effect.gen(function* () {
         const client = yield* TestClient
-        yield* client.request("POST", "/api/auth/register", {
-          body: { email: "known@example.com", password: "12345678" }
-        })
+        const api = yield* TestServer.apiClient()
+        yield* api.auth.register({ payload: { email: "known@example.com", password: "12345678" } })
+        // Raw: the two answers are compared byte for byte, headers included.
         const wrongPassword = yield* client.request("POST", "/api/auth/login", {
           body: { email: "known@example.com", password: "87654321" }
         })
@@ -118,10 +124,12 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
       Effect.gen(function* () {
         const client = yield* TestClient
         const account = yield* TestServer.signUp()
-        const before = yield* client.request("GET", "/api/auth/me", { headers: TestServer.bearer(account.token) })
-        assert.strictEqual(before.status, 200)
-        const logout = yield* client.request("POST", "/api/auth/logout", { headers: TestServer.bearer(account.token) })
+        const api = yield* TestServer.apiClient(account.token)
+        const before = yield* api.auth.me()
+        assert.strictEqual(before.user.email, account.email)
+        const [, logout] = yield* api.auth.logout({ responseMode: "decoded-and-response" })
         assert.strictEqual(logout.status, 204)
+        // Raw: the refusal's content type is part of what is checked.
         const after = yield* client.request("GET", "/api/auth/me", { headers: TestServer.bearer(account.token) })
         assert.strictEqual(after.status, 401)
         assert.strictEqual(after.headers.get("content-type"), "application/problem+json")
@@ -130,12 +138,13 @@ layer(TestServer.layer(), { excludeTestServices: true })("accounts and sessions"
 
     it.effect("revokes the cookie session and expires the cookie", () =>
       Effect.gen(function* () {
-        const client = yield* TestClient
         const account = yield* TestServer.signUp()
-        const logout = yield* client.request("POST", "/api/auth/logout", { headers: { cookie: account.cookie } })
+        const api = yield* TestServer.apiClient(account.cookie, "cookie")
+        const [, logout] = yield* api.auth.logout({ responseMode: "decoded-and-response" })
         assert.strictEqual(logout.status, 204)
-        assert.match(logout.headers.get("set-cookie") ?? "", /^session=;.*(Max-Age=0|Expires=Thu, 01 Jan 1970)/i)
-        const after = yield* client.request("GET", "/api/auth/me", { headers: { cookie: account.cookie } })
+        assert.match(logout.headers["set-cookie"] ?? "", /^session=;.*(Max-Age=0|Expires=Thu, 01 Jan 1970)/i)
+        const after = yield* Effect.flip(api.auth.me())
+        assert.instanceOf(after, Unauthorized)
         assert.strictEqual(after.status, 401)
       })
     )
@@ -160,12 +169,13 @@ layer(TestServer.layer({ cookieSecure: true }), { excludeTestServices: true })("
   it.effect("COOKIE_SECURE names the session cookie __Host-session and marks it Secure", () =>
     Effect.gen(function* () {
       const account = yield* TestServer.signUp()
-      const client = yield* TestClient
-      const login = yield* client.request("POST", "/api/auth/login", {
-        body: { email: account.email, password: account.password }
+      const api = yield* TestServer.apiClient()
+      const [, login] = yield* api.auth.login({
+        payload: { email: account.email, password: account.password },
+        responseMode: "decoded-and-response"
       })
-      assert.match(login.headers.get("set-cookie") ?? "", /^__Host-session=st_/)
-      assert.match(login.headers.get("set-cookie") ?? "", /;\s*Secure/i)
+      assert.match(login.headers["set-cookie"] ?? "", /^__Host-session=st_/)
+      assert.match(login.headers["set-cookie"] ?? "", /;\s*Secure/i)
     })
   )
 })

@@ -1,5 +1,8 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import type { AgentId } from "../../src/Domain/Ids.ts"
+import { BadRequest, Conflict, NotFound } from "../../src/Domain/Problems.ts"
+import type { CreateOrchestration, ExecuteRequest } from "../../src/Orchestrations/Api.ts"
 import { eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as TestServer from "../support/TestServer.ts"
@@ -7,31 +10,26 @@ import { TestClient } from "../support/TestServer.ts"
 
 const withFake = TestServer.layerWithFakeOpenAi(openaiKey)
 
-const setUp = (orchestration: (agentId: string) => Record<string, unknown>) =>
+const setUp = (orchestration: (agentId: AgentId) => Omit<CreateOrchestration, "name">) =>
   Effect.gen(function* () {
-    const client = yield* TestClient
     const account = yield* TestServer.signUp()
     const key = yield* TestServer.createKey(account, ["execute", "read"])
-    const agent = yield* TestServer.createAgent(account, { model: "openai/gpt-4o-mini", instructions: "Be useful." })
-    const created = yield* client.request("POST", "/api/orchestrations", {
-      headers: TestServer.bearer(account.token),
-      body: { name: "Flow", ...orchestration(agent.id) }
+    const api = yield* TestServer.apiClient(account.token)
+    const keyApi = yield* TestServer.apiClient(key.key)
+    const agent = yield* api.agents.create({
+      payload: { name: "Helper", model: "openai/gpt-4o-mini", instructions: "Be useful." }
     })
-    assert.strictEqual(created.status, 201, created.text)
-    const auth = TestServer.bearer(key.key)
-    const execute = (body: unknown, headers: Record<string, string> = {}) =>
-      client.request("POST", `/api/v1/orchestrations/${created.body.id}/execute`, {
-        headers: { ...auth, ...headers },
-        body
-      })
-    const poll = (id: string) => client.request("GET", `/api/v1/executions/${id}`, { headers: auth })
+    const created = yield* api.orchestrations.create({ payload: { name: "Flow", ...orchestration(agent.id) } })
+    const execute = (payload: ExecuteRequest, headers: { readonly "idempotency-key"?: string } = {}) =>
+      keyApi.v1Orchestrations.execute({ params: { id: created.id }, headers, payload })
+    const poll = (id: string) => keyApi.v1Executions.get({ params: { id } })
     const waitFinal = (id: string) => {
       const seen = new Set<string>()
       return eventually(
-        Effect.map(poll(id), (response) => {
-          seen.add(response.body.status)
-          assert.include(["completed", "failed", "cancelled"], response.body.status, "the execution finished")
-          return { execution: response.body, seen }
+        Effect.map(poll(id), (execution) => {
+          seen.add(execution.status)
+          assert.include(["completed", "failed", "cancelled"], execution.status, "the execution finished")
+          return { execution, seen }
         }),
         { timeoutMs: 10_000 }
       )
@@ -39,15 +37,16 @@ const setUp = (orchestration: (agentId: string) => Record<string, unknown>) =>
     return {
       account,
       key: key.key,
+      keyApi,
       agentId: agent.id,
-      orchestrationId: created.body.id as string,
+      orchestrationId: created.id,
       execute,
       poll,
       waitFinal
     }
   })
 
-const threeSteps = (agentId: string) => ({
+const threeSteps = (agentId: AgentId) => ({
   steps: [
     { id: "research", agentId, prompt: "Research {{input}} for {{variables.audience}}" },
     { id: "outline", agentId, prompt: "Outline {{input}}" },
@@ -72,21 +71,32 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
           { text: "O-plan", usage: { input: 5, output: 3 }, delayMs: 300 },
           { text: "Final text", usage: { input: 20, output: 4 } }
         )
-        const { execute, orchestrationId, waitFinal } = yield* setUp(threeSteps)
-        const started = yield* execute({ input: "otters", variables: { audience: "kids" } })
-        assert.strictEqual(started.status, 202)
-        assert.deepStrictEqual(Object.keys(started.body).sort(), ["executionId", "orchestrationId", "status"])
-        assert.strictEqual(started.body.status, "pending")
-        assert.strictEqual(started.body.orchestrationId, orchestrationId)
-        const { execution, seen } = yield* waitFinal(started.body.executionId)
+        const { keyApi, orchestrationId, waitFinal } = yield* setUp(threeSteps)
+        const [started, response] = yield* keyApi.v1Orchestrations.execute({
+          params: { id: orchestrationId },
+          headers: {},
+          payload: { input: "otters", variables: { audience: "kids" } },
+          responseMode: "decoded-and-response"
+        })
+        assert.strictEqual(response.status, 202)
+        // The bytes as sent, not only what the client decodes: these three fields and no other.
+        assert.deepStrictEqual(Object.keys((yield* response.json) as object).sort(), [
+          "executionId",
+          "orchestrationId",
+          "status"
+        ])
+        assert.strictEqual(started.status, "pending")
+        assert.strictEqual(started.orchestrationId, orchestrationId)
+        const { execution, seen } = yield* waitFinal(started.executionId)
         assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
         assert.isTrue(seen.has("running"))
         assert.strictEqual(execution.output, "Final text")
         assert.isNull(execution.error)
         assert.strictEqual(execution.tokensUsed, 44)
-        assert.strictEqual(execution.id, started.body.executionId)
+        assert.strictEqual(execution.id, started.executionId)
+        assert.isNotNull(execution.durationMs)
         assert.isAtLeast(execution.durationMs, 300)
-        assert.isString(execution.completedAt)
+        assert.instanceOf(execution.completedAt, Date)
         // The parallel pair takes the first two scripted replies in whichever order its requests arrive.
         const prompts = fake.requests.map((r) => r.body.messages[1].content)
         assert.sameMembers(prompts.slice(0, 2), ["Research otters for kids", "Outline otters"])
@@ -126,7 +136,7 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         const { execute, key, waitFinal } = yield* setUp(threeSteps)
         const client = yield* TestClient
         const started = yield* execute({ input: "x", variables: { audience: "y" } })
-        const live = yield* readEvents(client.baseUrl, key, started.body.executionId)
+        const live = yield* readEvents(client.baseUrl, key, started.executionId)
         assert.strictEqual(live.status, 200)
         assert.match(live.contentType ?? "", /^text\/event-stream/)
         const types = live.events.map((e) => e.event)
@@ -142,8 +152,8 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         assert.isAbove(index("step.started", "write"), index("step.completed", "outline"))
         assert.strictEqual(live.events[live.events.length - 1]!.data.output, "out")
 
-        yield* waitFinal(started.body.executionId)
-        const late = yield* readEvents(client.baseUrl, key, started.body.executionId)
+        yield* waitFinal(started.executionId)
+        const late = yield* readEvents(client.baseUrl, key, started.executionId)
         assert.deepStrictEqual(late.events, live.events)
       })
     )
@@ -158,9 +168,8 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         }))
         const client = yield* TestClient
         const started = yield* execute({ input: "x" })
-        assert.strictEqual(started.status, 202, started.text)
-        yield* waitFinal(started.body.executionId)
-        const { events } = yield* readEvents(client.baseUrl, key, started.body.executionId)
+        yield* waitFinal(started.executionId)
+        const { events } = yield* readEvents(client.baseUrl, key, started.executionId)
         assert.deepStrictEqual(
           events.map((e) => e.event),
           ["execution.running", "step.started", "step.completed", "execution.completed"]
@@ -185,8 +194,9 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         fake.script({ status: 400, message: "Bad things", times: 2 })
         const { execute, waitFinal } = yield* setUp(threeSteps)
         const started = yield* execute({ input: "x", variables: { audience: "y" } })
-        const { execution } = yield* waitFinal(started.body.executionId)
+        const { execution } = yield* waitFinal(started.executionId)
         assert.strictEqual(execution.status, "failed")
+        assert.isNotNull(execution.error)
         assert.include(execution.error, "Bad things")
         assert.isNull(execution.output)
       })
@@ -202,9 +212,10 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
           steps: [{ id: "slow", agentId, prompt: "{{input}}" }]
         }))
         const started = yield* execute({ input: "x" })
-        const { execution } = yield* waitFinal(started.body.executionId)
+        const { execution } = yield* waitFinal(started.executionId)
         fake.setDefault({})
         assert.strictEqual(execution.status, "failed")
+        assert.isNotNull(execution.error)
         assert.match(execution.error, /timed out/)
       })
     )
@@ -214,25 +225,23 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({ hang: true })
-        const { execute, key, poll, waitFinal } = yield* setUp((agentId) => ({
+        const { execute, keyApi, poll, waitFinal } = yield* setUp((agentId) => ({
           steps: [{ id: "slow", agentId, prompt: "{{input}}" }]
         }))
-        const client = yield* TestClient
         const started = yield* execute({ input: "x" })
-        yield* Effect.sleep("300 millis")
-        const cancelled = yield* client.request("POST", `/api/v1/executions/${started.body.executionId}/cancel`, {
-          headers: TestServer.bearer(key)
-        })
-        assert.strictEqual(cancelled.status, 202)
-        assert.strictEqual(cancelled.body.status, "cancelled")
-        const { execution } = yield* waitFinal(started.body.executionId)
+        const params = { id: started.executionId }
+        yield* TestServer.waitFor(
+          "the execution to run",
+          Effect.map(poll(started.executionId), (execution) => (execution.status === "running" ? execution : undefined))
+        )
+        const cancelled = yield* keyApi.v1Executions.cancel({ params })
+        assert.strictEqual(cancelled.status, "cancelled")
+        const { execution } = yield* waitFinal(started.executionId)
         fake.setDefault({})
         assert.strictEqual(execution.status, "cancelled")
-        const again = yield* client.request("POST", `/api/v1/executions/${started.body.executionId}/cancel`, {
-          headers: TestServer.bearer(key)
-        })
-        assert.strictEqual(again.status, 409)
-        assert.strictEqual((yield* poll(started.body.executionId)).body.status, "cancelled")
+        const again = yield* Effect.flip(keyApi.v1Executions.cancel({ params }))
+        assert.instanceOf(again, Conflict)
+        assert.strictEqual((yield* poll(started.executionId)).status, "cancelled")
       })
     )
 
@@ -241,23 +250,30 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({})
-        const { execute, orchestrationId, waitFinal } = yield* setUp(threeSteps)
-        const noInput = yield* execute({ variables: { audience: "y" } })
+        const { execute, key, orchestrationId, waitFinal } = yield* setUp(threeSteps)
+        const client = yield* TestClient
+        // Raw: a body without its input is one the typed client refuses to send.
+        const noInput = yield* client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
+          headers: TestServer.bearer(key),
+          body: { variables: { audience: "y" } }
+        })
         assert.strictEqual(noInput.status, 400)
         assert.deepStrictEqual(noInput.body.errors[0].path, ["payload", "input"])
-        const noVariable = yield* execute({ input: "x" })
-        assert.strictEqual(noVariable.status, 400)
-        assert.deepStrictEqual(noVariable.body.errors[0].path, ["payload", "variables", "audience"])
+        const noVariable = yield* Effect.flip(execute({ input: "x" }))
+        assert.instanceOf(noVariable, BadRequest)
+        assert.deepStrictEqual(noVariable.errors?.[0]?.path, ["payload", "variables", "audience"])
         const started = yield* execute({ input: "x", variables: { audience: "y" } })
-        yield* waitFinal(started.body.executionId)
+        yield* waitFinal(started.executionId)
         const stranger = yield* setUp(threeSteps)
-        const client = yield* TestClient
-        const foreignRun = yield* client.request("POST", `/api/v1/orchestrations/${orchestrationId}/execute`, {
-          headers: TestServer.bearer(stranger.key),
-          body: { input: "x", variables: { audience: "y" } }
-        })
-        assert.strictEqual(foreignRun.status, 404)
-        assert.strictEqual((yield* stranger.poll(started.body.executionId)).status, 404)
+        const foreignRun = yield* Effect.flip(
+          stranger.keyApi.v1Orchestrations.execute({
+            params: { id: orchestrationId },
+            headers: {},
+            payload: { input: "x", variables: { audience: "y" } }
+          })
+        )
+        assert.instanceOf(foreignRun, NotFound)
+        assert.instanceOf(yield* Effect.flip(stranger.poll(started.executionId)), NotFound)
       })
     )
 
@@ -266,20 +282,18 @@ layer(withFake, { excludeTestServices: true })("executions", (it) => {
         const fake = yield* FakeOpenAi
         fake.reset()
         fake.setDefault({})
-        const { execute, key, waitFinal } = yield* setUp(threeSteps)
+        const { execute, keyApi, waitFinal } = yield* setUp(threeSteps)
         const body = { input: "x", variables: { audience: "y" } }
         const first = yield* execute(body, { "idempotency-key": "order-42" })
         const replay = yield* execute(body, { "idempotency-key": "order-42" })
-        assert.strictEqual(replay.status, 202)
         // The same execution, as it is now (it may have started already).
-        assert.deepStrictEqual({ ...replay.body, status: first.body.status }, first.body)
-        assert.oneOf(replay.body.status, ["pending", "running", "completed"])
-        const conflict = yield* execute({ ...body, input: "other" }, { "idempotency-key": "order-42" })
-        assert.strictEqual(conflict.status, 409)
-        yield* waitFinal(first.body.executionId)
-        const client = yield* TestClient
-        const list = yield* client.request("GET", "/api/v1/executions", { headers: TestServer.bearer(key) })
-        assert.strictEqual(list.body.total, 1)
+        assert.deepStrictEqual({ ...replay, status: first.status }, first)
+        assert.oneOf(replay.status, ["pending", "running", "completed"])
+        const conflict = yield* Effect.flip(execute({ ...body, input: "other" }, { "idempotency-key": "order-42" }))
+        assert.instanceOf(conflict, Conflict)
+        yield* waitFinal(first.executionId)
+        const list = yield* keyApi.v1Executions.list({ query: {} })
+        assert.strictEqual(list.total, 1)
         assert.strictEqual(fake.requests.length, 3)
       })
     )

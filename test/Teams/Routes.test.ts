@@ -1,7 +1,9 @@
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
+import { AgentId, TeamId } from "../../src/Domain/Ids.ts"
+import { BadRequest, Conflict, NotFound } from "../../src/Domain/Problems.ts"
 import * as ClusterStarts from "../support/ClusterStarts.ts"
-import { awaitRun, createTeam, teamOf } from "../support/Teams.ts"
+import { awaitRun, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { bearer, createAgent, createKey, signUp, TestClient } from "../support/TestServer.ts"
 
@@ -16,16 +18,18 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
         const account = yield* signUp()
         const { key } = yield* createKey(account, ["teams"])
         const { team } = yield* teamOf(account, "local", 2)
+        const id = TeamId.make(team.id)
+        const api = yield* TestServer.apiClient(account.token)
+        const v1 = (yield* TestServer.apiClient(key)).v1Teams
+        const pub = (yield* TestServer.apiClient(key, "x-api-key")).publicTeams
 
-        const v1 = yield* client.request("GET", "/api/v1/teams", { headers: bearer(key) })
-        assert.strictEqual(v1.status, 200, v1.text)
-        const pub = yield* client.request("GET", "/api/public/teams", { headers: xApiKey(key) })
-        assert.strictEqual(pub.status, 200, pub.text)
-        assert.deepStrictEqual(pub.body, v1.body)
-        assert.strictEqual(v1.body.success, true)
-        assert.strictEqual(v1.body.total, 1)
-        assert.strictEqual(v1.body.nextCursor, null)
-        assert.strictEqual(v1.body.data[0].id, team.id)
+        const v1List = yield* v1.list({ query: {} })
+        const pubList = yield* pub.list({ query: {} })
+        assert.deepStrictEqual(pubList, v1List)
+        assert.strictEqual(v1List.success, true)
+        assert.strictEqual(v1List.total, 1)
+        assert.strictEqual(v1List.nextCursor, null)
+        assert.strictEqual(v1List.data[0]!.id, id)
 
         // Each header on the other group, and none at all: 401.
         for (const [path, headers] of [
@@ -47,7 +51,7 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
           assert.strictEqual(refused.status, 401, refused.text)
         }
 
-        // The exact 202 body on both groups.
+        // The exact 202 body on both groups, as sent.
         for (const [path, headers] of [
           [`/api/public/teams/${team.id}/run`, xApiKey(key)],
           [`/api/v1/teams/${team.id}/run`, bearer(key)]
@@ -55,23 +59,21 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
           const started = yield* client.request("POST", path, { headers, body: { mission: "Plan a picnic" } })
           assert.strictEqual(started.status, 202, started.text)
           assert.deepStrictEqual(Object.keys(started.body), ["success", "data"])
-          const runId = started.body.data.runId
+          const runId: string = started.body.data.runId
           assert.isString(runId)
           assert.deepStrictEqual(started.body, { success: true, data: { runId, status: "pending", mode: "chat" } })
-          const run = yield* awaitRun(account, team.id, runId)
+          yield* awaitRun(account, team.id, runId)
+          const run = yield* api.teams.getRun({ params: { id, runId } })
           assert.strictEqual(run.status, "completed")
           // The run reads the same on every group.
-          const viaPublic = yield* client.request("GET", `/api/public/teams/${team.id}/runs/${runId}`, {
-            headers: xApiKey(key)
-          })
-          const viaV1 = yield* client.request("GET", `/api/v1/teams/${team.id}/runs/${runId}`, { headers: bearer(key) })
-          assert.strictEqual(viaPublic.status, 200)
-          assert.deepStrictEqual(viaPublic.body, { success: true, data: run })
-          assert.deepStrictEqual(viaV1.body, viaPublic.body)
+          const viaPublic = yield* pub.getRun({ params: { id, runId } })
+          const viaV1 = yield* v1.getRun({ params: { id, runId } })
+          assert.deepStrictEqual(viaPublic, { success: true, data: run })
+          assert.deepStrictEqual(viaV1, viaPublic)
         }
-        const runs = yield* client.request("GET", `/api/public/teams/${team.id}/runs`, { headers: xApiKey(key) })
-        assert.strictEqual(runs.body.success, true)
-        assert.strictEqual(runs.body.data.total, 2)
+        const runs = yield* pub.runs({ params: { id }, query: {} })
+        assert.strictEqual(runs.success, true)
+        assert.strictEqual(runs.data.total, 2)
       })
   )
 
@@ -103,108 +105,100 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
 
   it.effect("another tenant's team and run, an inactive team and an id that cannot exist are 404", () =>
     Effect.gen(function* () {
-      const client = yield* TestClient
       const owner = yield* signUp()
       const ownerKey = (yield* createKey(owner, ["teams"])).key
+      const ownerApi = yield* TestServer.apiClient(owner.token)
+      const ownerV1 = (yield* TestServer.apiClient(ownerKey)).v1Teams
       const { team } = yield* teamOf(owner, "local", 1)
-      const runId = (yield* client.request("POST", `/api/v1/teams/${team.id}/run`, {
-        headers: bearer(ownerKey),
-        body: { mission: "m" }
-      })).body.data.runId
+      const id = TeamId.make(team.id)
+      const runId = (yield* ownerV1.run({ params: { id }, headers: {}, payload: { mission: "m" } })).data.runId
       yield* awaitRun(owner, team.id, runId)
 
       const other = yield* signUp()
       const otherKey = (yield* createKey(other, ["teams"])).key
-      const lists = yield* client.request("GET", "/api/public/teams", { headers: xApiKey(otherKey) })
-      assert.deepStrictEqual(lists.body, { success: true, data: [], total: 0, nextCursor: null })
-      for (const [method, path] of [
-        ["POST", `/api/v1/teams/${team.id}/run`],
-        ["GET", `/api/v1/teams/${team.id}/runs`],
-        ["GET", `/api/v1/teams/${team.id}/runs/${runId}`],
-        ["GET", `/api/v1/teams/${team.id}/runs/${runId}/transcript`],
-        ["POST", `/api/v1/teams/${team.id}/runs/${runId}/cancel`],
-        ["GET", `/api/v1/teams/${team.id}/runs/${runId}/events`],
-        ["POST", "/api/v1/teams/not-an-id/run"]
-      ] as const) {
-        const refused = yield* client.request(method, path, {
-          headers: bearer(otherKey),
-          body: method === "POST" ? { mission: "m" } : undefined
-        })
-        assert.strictEqual(refused.status, 404, `${method} ${path}: ${refused.text}`)
-      }
-      for (const method of ["GET", "PUT", "DELETE"]) {
-        const refused = yield* client.request(method, `/api/teams/${team.id}`, {
-          headers: bearer(other.token),
-          body: method === "PUT" ? { name: "x" } : undefined
-        })
-        assert.strictEqual(refused.status, 404, `${method}: ${refused.text}`)
+      const otherApi = yield* TestServer.apiClient(other.token)
+      const otherV1 = (yield* TestServer.apiClient(otherKey)).v1Teams
+      const lists = yield* (yield* TestServer.apiClient(otherKey, "x-api-key")).publicTeams.list({ query: {} })
+      assert.deepStrictEqual(lists, { success: true, data: [], total: 0, nextCursor: null })
+      // Each route's refusal, flipped into the value to check.
+      const refusals = [
+        ["run", Effect.flip(otherV1.run({ params: { id }, headers: {}, payload: { mission: "m" } }))],
+        ["runs", Effect.flip(otherV1.runs({ params: { id }, query: {} }))],
+        ["getRun", Effect.flip(otherV1.getRun({ params: { id, runId } }))],
+        ["transcript", Effect.flip(otherV1.transcript({ params: { id, runId }, query: {} }))],
+        ["cancel", Effect.flip(otherV1.cancel({ params: { id, runId } }))],
+        ["events", Effect.flip(otherV1.events({ params: { id, runId } }))],
+        [
+          "run of an id that cannot exist",
+          Effect.flip(otherV1.run({ params: { id: TeamId.make("not-an-id") }, headers: {}, payload: { mission: "m" } }))
+        ],
+        ["get", Effect.flip(otherApi.teams.get({ params: { id } }))],
+        ["update", Effect.flip(otherApi.teams.update({ params: { id }, payload: { name: "x" } }))],
+        ["remove", Effect.flip(otherApi.teams.remove({ params: { id } }))]
+      ] as const
+      for (const [route, refusal] of refusals) {
+        const refused = yield* refusal
+        assert.instanceOf(refused, NotFound, route)
+        assert.strictEqual(refused.status, 404, route)
       }
       // The owner's run under another of the owner's teams is not found either.
       const second = yield* teamOf(owner, "local", 1)
-      const crossed = yield* client.request("GET", `/api/v1/teams/${second.team.id}/runs/${runId}`, {
-        headers: bearer(ownerKey)
-      })
-      assert.strictEqual(crossed.status, 404)
+      const crossed = yield* Effect.flip(ownerV1.getRun({ params: { id: TeamId.make(second.team.id), runId } }))
+      assert.instanceOf(crossed, NotFound)
 
       // Inactive: absent from the key lists, 404 to run, still managed by session.
-      const updated = yield* client.request("PUT", `/api/teams/${team.id}`, {
-        headers: bearer(owner.token),
-        body: { status: "inactive" }
-      })
-      assert.strictEqual(updated.status, 200, updated.text)
-      assert.strictEqual(updated.body.status, "inactive")
-      const inactive = yield* client.request("POST", `/api/public/teams/${team.id}/run`, {
-        headers: xApiKey(ownerKey),
-        body: { mission: "m" }
-      })
-      assert.strictEqual(inactive.status, 404, inactive.text)
-      const listed = yield* client.request("GET", "/api/v1/teams", { headers: bearer(ownerKey) })
+      const updated = yield* ownerApi.teams.update({ params: { id }, payload: { status: "inactive" } })
+      assert.strictEqual(updated.status, "inactive")
+      const inactive = yield* Effect.flip(
+        (yield* TestServer.apiClient(ownerKey, "x-api-key")).publicTeams.run({
+          params: { id },
+          headers: {},
+          payload: { mission: "m" }
+        })
+      )
+      assert.instanceOf(inactive, NotFound)
+      const listed = yield* ownerV1.list({ query: {} })
       assert.deepStrictEqual(
-        listed.body.data.map((t: any) => t.id),
+        listed.data.map((t) => t.id),
         [second.team.id]
       )
-      const managed = yield* client.request("GET", "/api/teams", { headers: bearer(owner.token) })
-      assert.strictEqual(managed.body.total, 2)
+      const managed = yield* ownerApi.teams.list({ query: {} })
+      assert.strictEqual(managed.total, 2)
     })
   )
 
   it.effect("Idempotency-Key: the same key and body give the same run, another body a 409", () =>
     Effect.gen(function* () {
-      const client = yield* TestClient
       const account = yield* signUp()
       const { key } = yield* createKey(account, ["teams"])
       const { team } = yield* teamOf(account, "local", 2)
-      const send = (
-        mission: string,
-        idempotencyKey: string,
-        headers: Record<string, string> = bearer(key),
-        group = "v1"
-      ) =>
-        client.request("POST", `/api/${group}/teams/${team.id}/run`, {
-          headers: { ...headers, "idempotency-key": idempotencyKey },
-          body: { mission }
-        })
+      const id = TeamId.make(team.id)
+      const v1 = (yield* TestServer.apiClient(key)).v1Teams
+      const pub = (yield* TestServer.apiClient(key, "x-api-key")).publicTeams
+      const send = (mission: string, idempotencyKey: string, group: "v1" | "public" = "v1") => {
+        const request = { params: { id }, headers: { "idempotency-key": idempotencyKey }, payload: { mission } }
+        return group === "v1" ? v1.run(request) : pub.run(request)
+      }
       const first = yield* send("Write a haiku", "key-1")
-      assert.strictEqual(first.status, 202)
       const again = yield* send("Write a haiku", "key-1")
-      assert.strictEqual(again.status, 202)
-      assert.strictEqual(again.body.data.runId, first.body.data.runId)
+      assert.strictEqual(again.data.runId, first.data.runId)
       // The same key through the other group is the same tenant's key.
-      const viaPublic = yield* send("Write a haiku", "key-1", xApiKey(key), "public")
-      assert.strictEqual(viaPublic.body.data.runId, first.body.data.runId)
-      const other = yield* send("Write a sonnet", "key-1")
-      assert.strictEqual(other.status, 409, other.text)
+      const viaPublic = yield* send("Write a haiku", "key-1", "public")
+      assert.strictEqual(viaPublic.data.runId, first.data.runId)
+      const other = yield* Effect.flip(send("Write a sonnet", "key-1"))
+      assert.instanceOf(other, Conflict)
+      assert.strictEqual(other.status, 409)
       const fresh = yield* send("Write a haiku", "key-2")
-      assert.notStrictEqual(fresh.body.data.runId, first.body.data.runId)
-      yield* awaitRun(account, team.id, first.body.data.runId)
+      assert.notStrictEqual(fresh.data.runId, first.data.runId)
+      yield* awaitRun(account, team.id, first.data.runId)
       // A replay once the run is done shows it as it is now.
       const done = yield* send("Write a haiku", "key-1")
-      assert.deepStrictEqual(done.body, {
+      assert.deepStrictEqual(done, {
         success: true,
-        data: { runId: first.body.data.runId, status: "completed", mode: "chat" }
+        data: { runId: first.data.runId, status: "completed", mode: "chat" }
       })
-      const runs = yield* client.request("GET", `/api/teams/${team.id}/runs`, { headers: bearer(account.token) })
-      assert.strictEqual(runs.body.total, 2)
+      const runs = yield* (yield* TestServer.apiClient(account.token)).teams.runs({ params: { id }, query: {} })
+      assert.strictEqual(runs.total, 2)
     })
   )
 
@@ -212,16 +206,14 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
     "a run without a key on this node's shard stores its start request with its row, as the cluster's client stores a keyed run's",
     () =>
       Effect.gen(function* () {
-        const client = yield* TestClient
         const account = yield* signUp()
         const { key } = yield* createKey(account, ["teams"])
         const { team } = yield* teamOf(account, "local", 2)
+        const v1 = (yield* TestServer.apiClient(key)).v1Teams
         yield* ClusterStarts.shardsHeld
-        const send = (headers: Record<string, string>) =>
-          client.request("POST", `/api/v1/teams/${team.id}/run`, {
-            headers: { ...bearer(key), ...headers },
-            body: { mission: "Compare" }
-          })
+        // A typed answer is the declared 202.
+        const send = (headers: { readonly "idempotency-key"?: string }) =>
+          v1.run({ params: { id: TeamId.make(team.id) }, headers, payload: { mission: "Compare" } })
         const before = yield* ClusterStarts.startsCounted("TeamRun")
         const ours = yield* send({})
         assert.deepStrictEqual(
@@ -231,13 +223,12 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
         )
         // A keyed run is claimed in a transaction, and its start sent by the cluster's client.
         const clients = yield* send({ "idempotency-key": "compare-1" })
-        assert.deepStrictEqual([ours.status, clients.status], [202, 202])
         assert.deepStrictEqual(
           yield* ClusterStarts.startsCounted("TeamRun"),
           [before[0]! + 1, before[1]! + 1],
           "sent by the cluster's client"
         )
-        const ids = [ours.body.data.runId as string, clients.body.data.runId as string]
+        const ids = [ours.data.runId, clients.data.runId]
         for (const id of ids) yield* awaitRun(account, team.id, id)
         const { own } = yield* ClusterStarts.assertStoredAsClientStores("TeamRun", "runId", ids[0]!, ids[1]!)
         assert.strictEqual(own.processed, true)
@@ -251,12 +242,15 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
       const { key } = yield* createKey(account, ["teams"])
       const { team, agents } = yield* teamOf(account, "local", 2)
       const session = bearer(account.token)
-      const paths = (response: TestServer.TestResponse) => response.body.errors.map((e: any) => e.path.join("."))
+      const api = yield* TestServer.apiClient(account.token)
+      const id = TeamId.make(team.id)
+      // The fields a 400 names, from a raw body or a typed BadRequest.
+      const paths = (errors: BadRequest["errors"]) => (errors ?? []).map((e) => e.path.join("."))
 
       for (const body of [{}, { mission: "" }, { mission: "   " }, { mission: 42 }, { mission: "x".repeat(32_001) }]) {
         const refused = yield* client.request("POST", `/api/v1/teams/${team.id}/run`, { headers: bearer(key), body })
         assert.strictEqual(refused.status, 400, `${JSON.stringify(body).slice(0, 40)}: ${refused.text}`)
-        assert.include(paths(refused).join(" "), "mission")
+        assert.include(paths(refused.body.errors).join(" "), "mission")
       }
 
       const other = yield* signUp()
@@ -286,28 +280,27 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
       for (const [body, expected] of cases) {
         const refused = yield* client.request("POST", "/api/teams", { headers: session, body: { name: "T", ...body } })
         assert.strictEqual(refused.status, 400, `${JSON.stringify(body).slice(0, 80)}: ${refused.text}`)
-        assert.deepStrictEqual([...paths(refused)].sort(), [...expected].sort(), refused.text)
+        assert.deepStrictEqual([...paths(refused.body.errors)].sort(), [...expected].sort(), refused.text)
       }
-      const update = yield* client.request("PUT", `/api/teams/${team.id}`, {
-        headers: session,
-        body: { turnTaking: "leader" }
-      })
+      const update = yield* Effect.flip(api.teams.update({ params: { id }, payload: { turnTaking: "leader" } }))
+      assert.instanceOf(update, BadRequest)
       assert.strictEqual(update.status, 400)
-      assert.deepStrictEqual(paths(update), ["payload.leaderAgentId"])
+      assert.deepStrictEqual(paths(update.errors), ["payload.leaderAgentId"])
       // Nothing changed.
-      const unchanged = yield* client.request("GET", `/api/teams/${team.id}`, { headers: session })
-      assert.strictEqual(unchanged.body.turnTaking, "round_robin")
+      const unchanged = yield* api.teams.get({ params: { id } })
+      assert.strictEqual(unchanged.turnTaking, "round_robin")
     })
   )
 
   it.effect("management CRUD: defaults, read, partial update, delete; leader teams", () =>
     Effect.gen(function* () {
-      const client = yield* TestClient
       const account = yield* signUp()
-      const session = bearer(account.token)
-      const a = yield* createAgent(account, { name: "Ann" })
-      const b = yield* createAgent(account, { name: "Bo" })
-      const created = yield* createTeam(account, { members: [{ agentId: a.id, role: "writer" }, { agentId: b.id }] })
+      const api = yield* TestServer.apiClient(account.token)
+      const a = AgentId.make((yield* createAgent(account, { name: "Ann" })).id)
+      const b = AgentId.make((yield* createAgent(account, { name: "Bo" })).id)
+      const created = yield* api.teams.create({
+        payload: { name: "Team", members: [{ agentId: a, role: "writer" }, { agentId: b }] }
+      })
       assert.deepStrictEqual(
         { ...created, id: undefined, createdAt: undefined, updatedAt: undefined },
         {
@@ -317,8 +310,8 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
           mode: "chat",
           status: "active",
           members: [
-            { agentId: a.id, role: "writer" },
-            { agentId: b.id, role: "" }
+            { agentId: a, role: "writer" },
+            { agentId: b, role: "" }
           ],
           turnTaking: "round_robin",
           leaderAgentId: null,
@@ -330,26 +323,23 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
           updatedAt: undefined
         }
       )
-      const got = yield* client.request("GET", `/api/teams/${created.id}`, { headers: session })
-      assert.deepStrictEqual(got.body, created)
-      const led = yield* client.request("PUT", `/api/teams/${created.id}`, {
-        headers: session,
-        body: { turnTaking: "leader", leaderAgentId: b.id, maxTurns: 5, description: "d" }
+      const params = { id: created.id }
+      const got = yield* api.teams.get({ params })
+      assert.deepStrictEqual(got, created)
+      const led = yield* api.teams.update({
+        params,
+        payload: { turnTaking: "leader", leaderAgentId: b, maxTurns: 5, description: "d" }
       })
-      assert.strictEqual(led.status, 200, led.text)
-      assert.strictEqual(led.body.leaderAgentId, b.id)
-      assert.strictEqual(led.body.maxTurns, 5)
-      assert.strictEqual(led.body.name, "Team")
+      assert.strictEqual(led.leaderAgentId, b)
+      assert.strictEqual(led.maxTurns, 5)
+      assert.strictEqual(led.name, "Team")
       // Back to round robin: the leader goes.
-      const back = yield* client.request("PUT", `/api/teams/${created.id}`, {
-        headers: session,
-        body: { turnTaking: "round_robin" }
-      })
-      assert.strictEqual(back.body.leaderAgentId, null)
-      const removed = yield* client.request("DELETE", `/api/teams/${created.id}`, { headers: session })
+      const back = yield* api.teams.update({ params, payload: { turnTaking: "round_robin" } })
+      assert.strictEqual(back.leaderAgentId, null)
+      const [, removed] = yield* api.teams.remove({ params, responseMode: "decoded-and-response" })
       assert.strictEqual(removed.status, 204)
-      const gone = yield* client.request("GET", `/api/teams/${created.id}`, { headers: session })
-      assert.strictEqual(gone.status, 404)
+      const gone = yield* Effect.flip(api.teams.get({ params }))
+      assert.instanceOf(gone, NotFound)
     })
   )
 

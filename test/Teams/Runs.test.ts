@@ -1,22 +1,34 @@
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
+import { AgentId, TeamId } from "../../src/Domain/Ids.ts"
+import { Conflict } from "../../src/Domain/Problems.ts"
+import type { TeamRunWithTranscript } from "../../src/Teams/Api.ts"
 import { eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import { awaitRun, startRun, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
-import { bearer, createKey, signUp, TestClient } from "../support/TestServer.ts"
+import { type Account, bearer, createKey, signUp, TestClient } from "../support/TestServer.ts"
 
 const model = "openai/gpt-4o-mini"
 
 /** The user prompt of every request the fake received, and the system prompt, oldest first. */
 const prompts = (fake: FakeOpenAi["Service"]) =>
-  fake.requests.map((request) => ({
-    system: request.body.messages.find((m: any) => m.role === "system")?.content as string,
-    user: request.body.messages.at(-1).content as string
-  }))
+  fake.requests.map((request) => {
+    // The provider's wire format, which the fake records as it came.
+    const messages: ReadonlyArray<{ readonly role: string; readonly content: string }> = request.body.messages
+    return { system: messages.find((m) => m.role === "system")?.content, user: messages.at(-1)!.content }
+  })
 
-const transcriptOf = (run: any) =>
-  run.transcript.data.map((entry: any) => ({ index: entry.index, agentId: entry.agentId, content: entry.content }))
+/** The run once it is final, as the typed client reads it. */
+const finished = (account: Account, teamId: string, runId: string) =>
+  Effect.gen(function* () {
+    yield* awaitRun(account, teamId, runId)
+    const api = yield* TestServer.apiClient(account.token)
+    return yield* api.teams.getRun({ params: { id: TeamId.make(teamId), runId } })
+  })
+
+const transcriptOf = (run: typeof TeamRunWithTranscript.Type) =>
+  run.transcript.data.map((entry) => ({ index: entry.index, agentId: entry.agentId, content: entry.content }))
 
 layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Duration.seconds(5) }), {
   excludeTestServices: true
@@ -27,7 +39,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { key } = yield* createKey(account, ["teams"])
       const { team, agents } = yield* teamOf(account, "local", 3)
       const runId = yield* startRun(key, team.id, "Plan a picnic by the river")
-      const run = yield* awaitRun(account, team.id, runId)
+      const run = yield* finished(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "done")
       assert.strictEqual(run.turns, 3)
@@ -36,25 +48,25 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       assert.strictEqual(run.error, null)
       assert.strictEqual(run.result, `Every member has spoken on "Plan a picnic by the river".`)
       assert.deepStrictEqual(
-        run.transcript.data.map((e: any) => [e.index, e.agentId, e.role]),
+        run.transcript.data.map((e) => [e.index, e.agentId, e.role]),
         [
           [0, agents[0]!.id, "role 0"],
           [1, agents[1]!.id, "role 1"],
           [2, agents[2]!.id, "role 2"]
         ]
       )
-      assert.include(run.transcript.data[0].content, "A here:")
-      assert.notInclude(run.transcript.data[1].content, "FINAL ANSWER")
-      assert.include(run.transcript.data[2].content, "FINAL ANSWER:")
+      assert.include(run.transcript.data[0]!.content, "A here:")
+      assert.notInclude(run.transcript.data[1]!.content, "FINAL ANSWER")
+      assert.include(run.transcript.data[2]!.content, "FINAL ANSWER:")
       assert.strictEqual(run.transcript.total, 3)
       assert.strictEqual(run.transcript.nextCursor, null)
       for (const entry of run.transcript.data) assert.isAbove(entry.tokens, 0)
       assert.strictEqual(
         run.tokensUsed,
-        run.transcript.data.reduce((n: number, e: any) => n + e.tokens, 0)
+        run.transcript.data.reduce((n, e) => n + e.tokens, 0)
       )
-      assert.isAtLeast(run.durationMs, 0)
-      assert.isString(run.completedAt)
+      assert.isAtLeast(run.durationMs ?? -1, 0)
+      assert.instanceOf(run.completedAt, Date)
     })
   )
 
@@ -67,22 +79,22 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         const { team, agents } = yield* teamOf(account, "local", 3, { turnTaking: "leader" })
         const [a, b, c] = agents.map((agent) => agent.id)
         // Lead from the last member: order of picks is member order among those who have not spoken.
-        const client = yield* TestClient
-        const led = yield* client.request("PUT", `/api/teams/${team.id}`, {
-          headers: bearer(account.token),
-          body: { leaderAgentId: c }
+        const api = yield* TestServer.apiClient(account.token)
+        const led = yield* api.teams.update({
+          params: { id: TeamId.make(team.id) },
+          payload: { leaderAgentId: AgentId.make(c!) }
         })
-        assert.strictEqual(led.status, 200, led.text)
+        assert.strictEqual(led.leaderAgentId, c)
         const runId = yield* startRun(key, team.id, "Name the boat")
-        const run = yield* awaitRun(account, team.id, runId)
+        const run = yield* finished(account, team.id, runId)
         assert.strictEqual(run.status, "completed", JSON.stringify(run))
         assert.strictEqual(run.stopReason, "done")
         assert.deepStrictEqual(
-          run.transcript.data.map((e: any) => e.agentId),
+          run.transcript.data.map((e) => e.agentId),
           [c, a, c, b, c]
         )
-        assert.include(run.transcript.data[0].content, "NEXT: A")
-        assert.include(run.transcript.data[2].content, "NEXT: B")
+        assert.include(run.transcript.data[0]!.content, "NEXT: A")
+        assert.include(run.transcript.data[2]!.content, "NEXT: B")
         assert.strictEqual(run.result, `Every member has spoken on "Name the boat".`)
       })
   )
@@ -101,7 +113,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
           { text: "And lemonade.\nFINAL ANSWER: bread, cheese and lemonade", usage: { input: 120, output: 12 } }
         )
         const runId = yield* startRun(key, team.id, "Pack the basket")
-        const run = yield* awaitRun(account, team.id, runId)
+        const run = yield* finished(account, team.id, runId)
         assert.strictEqual(run.status, "completed", JSON.stringify(run))
         assert.strictEqual(run.stopReason, "done")
         assert.strictEqual(run.result, "bread, cheese and lemonade")
@@ -112,17 +124,17 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
           { index: 1, agentId: agents[1]!.id, content: "And lemonade.\nFINAL ANSWER: bread, cheese and lemonade" }
         ])
         assert.deepStrictEqual(
-          run.transcript.data.map((e: any) => e.tokens),
+          run.transcript.data.map((e) => e.tokens),
           [110, 132]
         )
         const [first, second] = prompts(fake)
-        assert.include(first!.system, "You are A.")
-        assert.include(first!.system, "FINAL ANSWER:")
+        assert.include(first!.system ?? "", "You are A.")
+        assert.include(first!.system ?? "", "FINAL ANSWER:")
         assert.include(first!.user, "Pack the basket")
         assert.include(first!.user, `- A (agentId ${agents[0]!.id}): role 0`)
         assert.include(first!.user, `- B (agentId ${agents[1]!.id}): role 1`)
         assert.include(first!.user, "(nobody has spoken yet)")
-        assert.include(second!.system, "You are B.")
+        assert.include(second!.system ?? "", "You are B.")
         assert.include(second!.user, "[0] A: Bread and cheese.")
         assert.strictEqual(fake.requests.length, 2)
       })
@@ -148,16 +160,16 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
           { text: "Done.\nFINAL ANSWER: the leader's answer" }
         )
         const runId = yield* startRun(key, team.id, "Decide")
-        const run = yield* awaitRun(account, team.id, runId)
+        const run = yield* finished(account, team.id, runId)
         assert.strictEqual(run.status, "completed", JSON.stringify(run))
         assert.deepStrictEqual(
-          run.transcript.data.map((e: any) => e.agentId),
+          run.transcript.data.map((e) => e.agentId),
           [l, y, l, x, l, y, l]
         )
         assert.strictEqual(run.stopReason, "done")
         assert.strictEqual(run.result, "the leader's answer")
         const leaderPrompt = prompts(fake)[0]!
-        assert.include(leaderPrompt.system, "NEXT:")
+        assert.include(leaderPrompt.system ?? "", "NEXT:")
         assert.include(leaderPrompt.user, "[leader]")
       })
   )
@@ -171,7 +183,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { team } = yield* teamOf(account, model, 2, { maxTurns: 3 })
       fake.script({ text: "talk", times: 3 }, { text: "FINAL ANSWER: the summary" })
       const runId = yield* startRun(key, team.id, "Chat forever")
-      const run = yield* awaitRun(account, team.id, runId)
+      const run = yield* finished(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "max_turns")
       assert.strictEqual(run.result, "the summary")
@@ -193,7 +205,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         { text: "FINAL ANSWER: within budget", usage: { input: 50, output: 5 } }
       )
       const runId = yield* startRun(key, team.id, "Spend")
-      const run = yield* awaitRun(account, team.id, runId)
+      const run = yield* finished(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "token_budget")
       assert.strictEqual(run.result, "within budget")
@@ -213,7 +225,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       fake.script({ hang: true }, { text: "FINAL ANSWER: out of time" })
       const startedAt = Date.now()
       const runId = yield* startRun(key, team.id, "Slowly")
-      const run = yield* awaitRun(account, team.id, runId)
+      const run = yield* finished(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "timeout")
       assert.strictEqual(run.result, "out of time")
@@ -231,10 +243,10 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { team } = yield* teamOf(account, model, 2)
       fake.script({ text: "fine" }, { status: 400, message: "bad request from the fake" })
       const runId = yield* startRun(key, team.id, "Break")
-      const run = yield* awaitRun(account, team.id, runId)
+      const run = yield* finished(account, team.id, runId)
       assert.strictEqual(run.status, "failed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "error")
-      assert.include(run.error, "bad request from the fake")
+      assert.include(run.error ?? "", "bad request from the fake")
       assert.strictEqual(run.result, null)
       assert.strictEqual(run.turns, 1)
     })
@@ -244,7 +256,6 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
     Effect.gen(function* () {
       const fake = yield* FakeOpenAi
       fake.reset()
-      const client = yield* TestClient
       const account = yield* signUp()
       const { key } = yield* createKey(account, ["teams"])
       const { team } = yield* teamOf(account, model, 2)
@@ -255,20 +266,17 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         { timeoutMs: 5_000 }
       )
       assert.strictEqual(fake.requests.length, 1)
-      const cancelled = yield* client.request("POST", `/api/public/teams/${team.id}/runs/${runId}/cancel`, {
-        headers: { "x-api-key": key }
-      })
-      assert.strictEqual(cancelled.status, 202, cancelled.text)
-      assert.strictEqual(cancelled.body.success, true)
-      assert.strictEqual(cancelled.body.data.status, "cancelled")
-      assert.strictEqual(cancelled.body.data.stopReason, "cancelled")
-      const again = yield* client.request("POST", `/api/v1/teams/${team.id}/runs/${runId}/cancel`, {
-        headers: bearer(key)
-      })
+      const params = { id: TeamId.make(team.id), runId }
+      const cancelled = yield* (yield* TestServer.apiClient(key, "x-api-key")).publicTeams.cancel({ params })
+      assert.strictEqual(cancelled.success, true)
+      assert.strictEqual(cancelled.data.status, "cancelled")
+      assert.strictEqual(cancelled.data.stopReason, "cancelled")
+      const again = yield* Effect.flip((yield* TestServer.apiClient(key)).v1Teams.cancel({ params }))
+      assert.instanceOf(again, Conflict)
       assert.strictEqual(again.status, 409)
       fake.setDefault({})
       yield* Effect.sleep("500 millis")
-      const run = yield* awaitRun(account, team.id, runId)
+      const run = yield* finished(account, team.id, runId)
       assert.strictEqual(run.status, "cancelled")
       assert.strictEqual(run.stopReason, "cancelled")
     })
@@ -278,7 +286,6 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
     Effect.gen(function* () {
       const fake = yield* FakeOpenAi
       fake.reset()
-      const client = yield* TestClient
       const account = yield* signUp()
       const { key } = yield* createKey(account, ["teams"])
       const { team } = yield* teamOf(account, model, 2)
@@ -289,13 +296,16 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         { timeoutMs: 5_000 }
       )
       assert.strictEqual(fake.requests.length, 1)
-      const removed = yield* client.request("DELETE", `/api/teams/${team.id}`, { headers: bearer(account.token) })
-      assert.strictEqual(removed.status, 204, removed.text)
+      const id = TeamId.make(team.id)
+      const [, removed] = yield* (yield* TestServer.apiClient(account.token)).teams.remove({
+        params: { id },
+        responseMode: "decoded-and-response"
+      })
+      assert.strictEqual(removed.status, 204)
       fake.setDefault({})
       // The run stays readable, as it ended.
-      const read = yield* client.request("GET", `/api/v1/teams/${team.id}/runs/${runId}`, { headers: bearer(key) })
-      assert.strictEqual(read.status, 200, read.text)
-      assert.deepStrictEqual([read.body.data.status, read.body.data.stopReason], ["cancelled", "cancelled"])
+      const read = yield* (yield* TestServer.apiClient(key)).v1Teams.getRun({ params: { id, runId } })
+      assert.deepStrictEqual([read.data.status, read.data.stopReason], ["cancelled", "cancelled"])
     })
   )
 
@@ -349,26 +359,20 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { team } = yield* teamOf(account, "local", 5)
       const runId = yield* startRun(key, team.id, "Page me")
       yield* awaitRun(account, team.id, runId)
-      const first = yield* client.request("GET", `/api/v1/teams/${team.id}/runs/${runId}/transcript?limit=2`, {
-        headers: bearer(key)
-      })
-      assert.strictEqual(first.status, 200, first.text)
+      const v1 = (yield* TestServer.apiClient(key)).v1Teams
+      const params = { id: TeamId.make(team.id), runId }
+      const first = yield* v1.transcript({ params, query: { limit: 2 } })
       assert.deepStrictEqual(
-        first.body.data.data.map((e: any) => e.index),
+        first.data.data.map((e) => e.index),
         [0, 1]
       )
-      assert.strictEqual(first.body.data.total, 5)
-      const second = yield* client.request(
-        "GET",
-        `/api/v1/teams/${team.id}/runs/${runId}/transcript?limit=2&cursor=${first.body.data.nextCursor}`,
-        {
-          headers: bearer(key)
-        }
-      )
+      assert.strictEqual(first.data.total, 5)
+      const second = yield* v1.transcript({ params, query: { limit: 2, cursor: first.data.nextCursor! } })
       assert.deepStrictEqual(
-        second.body.data.data.map((e: any) => e.index),
+        second.data.data.map((e) => e.index),
         [2, 3]
       )
+      // Raw: a cursor the typed client would refuse to encode.
       const bad = yield* client.request("GET", `/api/v1/teams/${team.id}/runs/${runId}/transcript?cursor=nope`, {
         headers: bearer(key)
       })
@@ -390,7 +394,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { modelContextTokens: 700 }), { 
         // About 150 tokens a turn: the room's rules and members take the rest of the 700.
         fake.setDefault({ text: Array.from({ length: 150 }, (_, i) => `word${i}`).join(" ") })
         const runId = yield* startRun(key, team.id, "Talk at length")
-        const run = yield* awaitRun(account, team.id, runId)
+        const run = yield* finished(account, team.id, runId)
         assert.strictEqual(run.stopReason, "max_turns", JSON.stringify(run))
         const users = prompts(fake).map((p) => p.user)
         assert.include(users[1]!, "[0] A: word0")

@@ -3,12 +3,14 @@ import { Duration, Effect, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import type { AppSettings } from "../../src/Config.ts"
+import { AgentId } from "../../src/Domain/Ids.ts"
+import { BadRequest, Conflict, NotFound } from "../../src/Domain/Problems.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
-import { awaitRun, createTeam, startRun } from "../support/Teams.ts"
+import { awaitRun, startRun } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
-import { bearer, createAgent, createKey, signUp, TestClient } from "../support/TestServer.ts"
+import { createAgent, createKey, signUp } from "../support/TestServer.ts"
 
 // The room's output webhook through the real service: a receiver on loopback
 // (hence WEBHOOK_ALLOW_PRIVATE), signatures checked with the official
@@ -24,7 +26,12 @@ const settings: Partial<AppSettings> = {
 const verify = (secret: string, request: FakeReceiver.ReceivedRequest) =>
   new Webhook(secret).verify(request.body, request.headers) as { type: string; timestamp: string; data: any }
 
-const withoutTranscript = ({ transcript: _, ...run }: any) => run
+// Runs as the session route sends them (`awaitRun`): an event's data is compared with them as sent.
+const withoutTranscript = ({ transcript: _, ...run }: Record<string, unknown>) => run
+
+/** An agent of the account on `model`, as a member's id. */
+const agentOn = (account: TestServer.Account, name: string, model: string) =>
+  Effect.map(createAgent(account, { name, model }), (agent) => AgentId.make(agent.id))
 
 layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices: true })("room webhooks", (it) => {
   it.effect(
@@ -32,20 +39,23 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
     () =>
       Effect.scoped(
         Effect.gen(function* () {
-          const client = yield* TestClient
           const fake = yield* FakeOpenAi
           fake.reset()
           const receiver = yield* FakeReceiver.make
           const account = yield* signUp()
-          const session = bearer(account.token)
+          const teams = (yield* TestServer.apiClient(account.token)).teams
           const { key } = yield* createKey(account, ["teams"])
-          const local = yield* createAgent(account, { name: "Local", model: "local" })
-          const remote = yield* createAgent(account, { name: "Remote", model: "openai/gpt-4o-mini" })
-          const team = yield* createTeam(account, {
-            members: [{ agentId: local.id, role: "thinker" }],
-            room: { outputWebhookUrl: receiver.url("/hook") }
+          const local = yield* agentOn(account, "Local", "local")
+          const remote = yield* agentOn(account, "Remote", "openai/gpt-4o-mini")
+          const team = yield* teams.create({
+            payload: {
+              name: "Team",
+              members: [{ agentId: local, role: "thinker" }],
+              room: { outputWebhookUrl: receiver.url("/hook") }
+            }
           })
-          const secret = team.room.signingSecret as string
+          const params = { id: team.id }
+          const secret = team.room.signingSecret ?? ""
           assert.match(secret, /^whsec_[A-Za-z0-9+/=]+$/)
           assert.deepStrictEqual(
             { ...team.room, signingSecret: undefined },
@@ -57,9 +67,9 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
             }
           )
           // Shown once.
-          const read = yield* client.request("GET", `/api/teams/${team.id}`, { headers: session })
-          assert.notProperty(read.body.room, "signingSecret")
-          assert.strictEqual(read.body.room.outputWebhookUrl, receiver.url("/hook"))
+          const read = yield* teams.get({ params })
+          assert.notProperty(read.room, "signingSecret")
+          assert.strictEqual(read.room.outputWebhookUrl, receiver.url("/hook"))
 
           const completedId = yield* startRun(key, team.id, "Think")
           const completed = yield* awaitRun(account, team.id, completedId)
@@ -70,12 +80,8 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
           assert.isString(first.headers["webhook-id"])
 
           // A provider failure, then a cancel.
-          const updated = yield* client.request("PUT", `/api/teams/${team.id}`, {
-            headers: session,
-            body: { members: [{ agentId: remote.id, role: "talker" }] }
-          })
-          assert.strictEqual(updated.status, 200, updated.text)
-          assert.notProperty(updated.body.room, "signingSecret")
+          const updated = yield* teams.update({ params, payload: { members: [{ agentId: remote, role: "talker" }] } })
+          assert.notProperty(updated.room, "signingSecret")
           fake.script({ status: 400, message: "refused by the fake" })
           const failedId = yield* startRun(key, team.id, "Fail")
           const failed = yield* awaitRun(account, team.id, failedId)
@@ -87,10 +93,8 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
           fake.setDefault({ hang: true })
           const cancelledId = yield* startRun(key, team.id, "Wait")
           yield* eventually(Effect.sync(() => assert.isAtLeast(fake.requests.length, 2, "the hanging turn")))
-          const cancel = yield* client.request("POST", `/api/teams/${team.id}/runs/${cancelledId}/cancel`, {
-            headers: session
-          })
-          assert.strictEqual(cancel.status, 202, cancel.text)
+          const cancel = yield* teams.cancel({ params: { ...params, runId: cancelledId } })
+          assert.strictEqual(cancel.runId, cancelledId)
           fake.setDefault({})
           const third = yield* eventually(Effect.sync(() => defined("the cancelled event", receiver.requests[2])))
           const cancelled = verify(secret, third)
@@ -105,18 +109,15 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
           assert.strictEqual(new Set(receiver.requests.map((r) => r.headers["webhook-id"])).size, 3)
 
           // The delivery log, and a redelivery: same id, a new signature.
-          const log = yield* client.request("GET", `/api/teams/${team.id}/deliveries`, { headers: session })
-          assert.strictEqual(log.status, 200, log.text)
-          assert.strictEqual(log.body.total, 3)
+          const log = yield* teams.deliveries({ params, query: {} })
+          assert.strictEqual(log.total, 3)
           assert.deepStrictEqual(
-            log.body.data.map((a: any) => a.httpStatus),
+            log.data.map((a) => a.httpStatus),
             [200, 200, 200]
           )
           const eventId = first.headers["webhook-id"]!
-          const again = yield* client.request("POST", `/api/teams/${team.id}/deliveries/${eventId}/redeliver`, {
-            headers: session
-          })
-          assert.strictEqual(again.status, 202, again.text)
+          const again = yield* teams.redeliver({ params: { ...params, eventId } })
+          assert.deepStrictEqual(again, { eventId, status: "pending" })
           const redelivered = yield* eventually(Effect.sync(() => defined("the redelivery", receiver.requests[3])))
           assert.strictEqual(redelivered.headers["webhook-id"], eventId)
           assert.strictEqual(verify(secret, redelivered).type, "team.run.completed")
@@ -129,34 +130,30 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
     () =>
       Effect.scoped(
         Effect.gen(function* () {
-          const client = yield* TestClient
           const receiver = yield* FakeReceiver.make
           const account = yield* signUp()
-          const session = bearer(account.token)
+          const teams = (yield* TestServer.apiClient(account.token)).teams
           const { key } = yield* createKey(account, ["teams"])
-          const agent = yield* createAgent(account, { name: "Local", model: "local" })
+          const agent = yield* agentOn(account, "Local", "local")
           // No webhook at first: rotating has nothing to rotate.
-          const team = yield* createTeam(account, { members: [{ agentId: agent.id }] })
+          const team = yield* teams.create({ payload: { name: "Team", members: [{ agentId: agent }] } })
+          const params = { id: team.id }
           assert.deepStrictEqual(team.room, {
             outputWebhookUrl: null,
             webhookEnabled: false,
             webhookDisabledReason: null
           })
-          const none = yield* client.request("POST", `/api/teams/${team.id}/room/secret`, { headers: session })
-          assert.strictEqual(none.status, 409, none.text)
+          const none = yield* Effect.flip(teams.rotateSecret({ params }))
+          assert.instanceOf(none, Conflict)
+          assert.strictEqual(none.status, 409)
 
-          const set = yield* client.request("PUT", `/api/teams/${team.id}`, {
-            headers: session,
-            body: { room: { outputWebhookUrl: receiver.url("/room") } }
-          })
-          assert.strictEqual(set.status, 200, set.text)
-          const oldSecret = set.body.room.signingSecret as string
-          assert.isString(oldSecret)
-          const rotated = yield* client.request("POST", `/api/teams/${team.id}/room/secret`, { headers: session })
-          assert.strictEqual(rotated.status, 200, rotated.text)
-          const newSecret = rotated.body.signingSecret as string
+          const set = yield* teams.update({ params, payload: { room: { outputWebhookUrl: receiver.url("/room") } } })
+          const oldSecret = set.room.signingSecret ?? ""
+          assert.isString(set.room.signingSecret)
+          const rotated = yield* teams.rotateSecret({ params })
+          const newSecret = rotated.signingSecret
           assert.notStrictEqual(newSecret, oldSecret)
-          assert.isString(rotated.body.previousSecretExpiresAt)
+          assert.instanceOf(rotated.previousSecretExpiresAt, Date)
 
           const runId = yield* startRun(key, team.id, "Rotate")
           yield* awaitRun(account, team.id, runId)
@@ -165,40 +162,39 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
           assert.strictEqual(verify(oldSecret, delivered).data.runId, runId)
 
           // Disabled: a run sends nothing.
-          const off = yield* client.request("PUT", `/api/teams/${team.id}`, {
-            headers: session,
-            body: { room: { webhookEnabled: false } }
-          })
-          assert.strictEqual(off.body.room.webhookEnabled, false)
+          const off = yield* teams.update({ params, payload: { room: { webhookEnabled: false } } })
+          assert.strictEqual(off.room.webhookEnabled, false)
           const quiet = yield* startRun(key, team.id, "Quiet")
           yield* awaitRun(account, team.id, quiet)
           yield* Effect.sleep("500 millis")
           assert.strictEqual(receiver.requests.length, 1)
 
-          const other = yield* signUp()
-          for (const [method, path] of [
-            ["POST", `/api/teams/${team.id}/room/secret`],
-            ["GET", `/api/teams/${team.id}/deliveries`],
-            ["POST", `/api/teams/${team.id}/deliveries/${delivered.headers["webhook-id"]}/redeliver`]
-          ] as const) {
-            const refused = yield* client.request(method, path, { headers: bearer(other.token) })
-            assert.strictEqual(refused.status, 404, `${method} ${path}: ${refused.text}`)
+          const theirs = (yield* TestServer.apiClient((yield* signUp()).token)).teams
+          const eventId = delivered.headers["webhook-id"]!
+          // Each route's refusal, flipped into the value to check.
+          const refusals = [
+            ["rotateSecret", Effect.flip(theirs.rotateSecret({ params }))],
+            ["deliveries", Effect.flip(theirs.deliveries({ params, query: {} }))],
+            ["redeliver", Effect.flip(theirs.redeliver({ params: { ...params, eventId } }))]
+          ] as const
+          for (const [route, refusal] of refusals) {
+            const refused = yield* refusal
+            assert.instanceOf(refused, NotFound, route)
+            assert.strictEqual(refused.status, 404, route)
           }
           // A URL that is not http(s) is a 400 naming the room's field.
-          const bad = yield* client.request("PUT", `/api/teams/${team.id}`, {
-            headers: session,
-            body: { room: { outputWebhookUrl: "ftp://example.com/hook" } }
-          })
-          assert.strictEqual(bad.status, 400, bad.text)
+          const bad = yield* Effect.flip(
+            teams.update({ params, payload: { room: { outputWebhookUrl: "ftp://example.com/hook" } } })
+          )
+          assert.instanceOf(bad, BadRequest)
           assert.deepStrictEqual(
-            bad.body.errors.map((e: any) => e.path.join(".")),
+            bad.errors?.map((e) => e.path.join(".")),
             ["payload.room.outputWebhookUrl"]
           )
           // Deleting the team forgets its room.
-          const removed = yield* client.request("DELETE", `/api/teams/${team.id}`, { headers: session })
+          const [, removed] = yield* teams.remove({ params, responseMode: "decoded-and-response" })
           assert.strictEqual(removed.status, 204)
-          const gone = yield* client.request("GET", `/api/teams/${team.id}/deliveries`, { headers: session })
-          assert.strictEqual(gone.status, 404)
+          assert.instanceOf(yield* Effect.flip(teams.deliveries({ params, query: {} })), NotFound)
         })
       )
   )

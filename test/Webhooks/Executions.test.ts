@@ -4,6 +4,7 @@ import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import type { AppSettings } from "../../src/Config.ts"
 import { AgentId, newId, TenantId } from "../../src/Domain/Ids.ts"
+import { Conflict, NotFound } from "../../src/Domain/Problems.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/ExecutionsRepo.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
@@ -31,47 +32,45 @@ const setUp = (options: { readonly model: string; readonly url: string | undefin
     const key = yield* TestServer.createKey(account, ["execute", "read"])
     const agent = yield* TestServer.createAgent(account, { model: options.model })
     const session = TestServer.bearer(account.token)
-    const created = yield* client.request("POST", "/api/orchestrations", {
-      headers: session,
-      body: {
+    const auth = TestServer.bearer(key.key)
+    const api = yield* TestServer.apiClient(account.token)
+    const keyApi = yield* TestServer.apiClient(key.key)
+    const created = yield* api.orchestrations.create({
+      payload: {
         name: "Hooked",
-        steps: [{ id: "s", agentId: agent.id, prompt: "Say {{input}}" }],
+        steps: [{ id: "s", agentId: AgentId.make(agent.id), prompt: "Say {{input}}" }],
         ...(options.url === undefined ? {} : { outputWebhookUrl: options.url })
       }
     })
-    assert.strictEqual(created.status, 201, created.text)
-    const id = created.body.id as string
-    const auth = TestServer.bearer(key.key)
+    const id = created.id
     const execute = (input = "hello") =>
-      Effect.gen(function* () {
-        const started = yield* client.request("POST", `/api/v1/orchestrations/${id}/execute`, {
-          headers: auth,
-          body: { input }
-        })
-        assert.strictEqual(started.status, 202, started.text)
-        return started.body.executionId as string
-      })
-    const execution = (executionId: string) =>
+      Effect.map(
+        keyApi.v1Orchestrations.execute({ params: { id }, headers: {}, payload: { input } }),
+        (started) => started.executionId
+      )
+    const execution = (executionId: string) => keyApi.v1Executions.get({ params: { id: executionId } })
+    /** The execution as GET sends it, untyped: an event's data is compared with it as sent. */
+    const executionAsSent = (executionId: string) =>
       Effect.map(
         client.request("GET", `/api/v1/executions/${executionId}`, { headers: auth }),
         (response) => response.body
       )
-    const deliveries = (query = "") =>
-      Effect.map(
-        client.request("GET", `/api/orchestrations/${id}/deliveries${query}`, { headers: session }),
-        (response) => response
-      )
-    const orchestration = () =>
-      Effect.map(client.request("GET", `/api/orchestrations/${id}`, { headers: session }), (response) => response.body)
+    const deliveries = (query: { readonly limit?: number; readonly cursor?: string } = {}) =>
+      api.orchestrations.deliveries({ params: { id }, query })
+    const orchestration = () => api.orchestrations.get({ params: { id } })
     return {
       account,
+      api,
+      keyApi,
       session,
       auth,
       agentId: agent.id,
       id,
-      created: created.body,
+      created,
+      secret: created.signingSecret ?? "",
       execute,
       execution,
+      executionAsSent,
       deliveries,
       orchestration
     }
@@ -89,12 +88,11 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
         () =>
           Effect.scoped(
             Effect.gen(function* () {
-              const client = yield* TestClient
               const fake = yield* FakeOpenAi
               fake.reset()
               const receiver = yield* FakeReceiver.make
               const flow = yield* setUp({ model: "openai/gpt-4o-mini", url: receiver.url() })
-              const secret = flow.created.signingSecret as string
+              const secret = flow.secret
               assert.match(secret, /^whsec_[A-Za-z0-9+/]{43}=$/)
               assert.strictEqual(flow.created.outputWebhookUrl, receiver.url())
               assert.isTrue(flow.created.webhookEnabled)
@@ -114,7 +112,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
               const completed = yield* finished(completedId)
               const completedEvent = verify(secret, completed)
               assert.strictEqual(completedEvent.type, "execution.completed")
-              assert.deepStrictEqual(completedEvent.data, yield* flow.execution(completedId))
+              assert.deepStrictEqual(completedEvent.data, yield* flow.executionAsSent(completedId))
               assert.strictEqual(completedEvent.data.status, "completed")
               assert.strictEqual(completed.headers["content-type"], "application/json")
               assert.match(completed.headers["user-agent"] ?? "", /agent-host/)
@@ -125,30 +123,27 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
               const failedId = yield* flow.execute()
               const failedEvent = verify(secret, yield* finished(failedId))
               assert.strictEqual(failedEvent.type, "execution.failed")
-              assert.deepStrictEqual(failedEvent.data, yield* flow.execution(failedId))
+              assert.deepStrictEqual(failedEvent.data, yield* flow.executionAsSent(failedId))
               assert.strictEqual(failedEvent.data.status, "failed")
 
               // Cancelled while its step waits on the provider.
               fake.script({ delayMs: 5_000 })
               const cancelledId = yield* flow.execute()
               yield* eventually(Effect.sync(() => assert.isAtLeast(fake.requests.length, 3, "the step started")))
-              const cancel = yield* client.request("POST", `/api/v1/executions/${cancelledId}/cancel`, {
-                headers: flow.auth
-              })
-              assert.strictEqual(cancel.status, 202, cancel.text)
+              const cancel = yield* flow.keyApi.v1Executions.cancel({ params: { id: cancelledId } })
+              assert.strictEqual(cancel.executionId, cancelledId)
               const cancelledEvent = verify(secret, yield* finished(cancelledId))
               assert.strictEqual(cancelledEvent.type, "execution.cancelled")
-              assert.deepStrictEqual(cancelledEvent.data, yield* flow.execution(cancelledId))
+              assert.deepStrictEqual(cancelledEvent.data, yield* flow.executionAsSent(cancelledId))
 
               // One event each, one attempt each.
               yield* Effect.sleep("300 millis")
               assert.strictEqual(receiver.requests.length, 3)
               assert.strictEqual(new Set(receiver.requests.map((request) => request.headers["webhook-id"])).size, 3)
               const log = yield* flow.deliveries()
-              assert.strictEqual(log.status, 200, log.text)
-              assert.strictEqual(log.body.total, 3)
+              assert.strictEqual(log.total, 3)
               assert.deepStrictEqual(
-                log.body.data.map((attempt: any) => [
+                log.data.map((attempt) => [
                   attempt.type,
                   attempt.subjectId,
                   attempt.attempt,
@@ -188,7 +183,8 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
                 )
               )
               const log = yield* flow.deliveries()
-              assert.deepStrictEqual(log.body, { data: [], total: 0, nextCursor: null })
+              assert.deepStrictEqual(log, { data: [], total: 0, nextCursor: null })
+              // Raw: the exact fields the key-authenticated view sends.
               const v1 = yield* client.request("GET", "/api/v1/orchestrations", { headers: flow.auth })
               assert.strictEqual(v1.status, 200, v1.text)
               assert.deepStrictEqual(Object.keys(v1.body.data[0]).sort(), [
@@ -220,14 +216,14 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
               const flow = yield* setUp({ model: "local", url: receiver.url() })
               const executionId = yield* flow.execute()
               const log = yield* eventually(
-                Effect.map(flow.deliveries(), (response) => {
-                  assert.isAtLeast(response.body.total, 5, "five attempts")
-                  return response.body
+                Effect.map(flow.deliveries(), (page) => {
+                  assert.isAtLeast(page.total, 5, "five attempts")
+                  return page
                 })
               )
               const attempts = [...log.data].reverse()
               assert.deepStrictEqual(
-                attempts.map((attempt: any) => [attempt.attempt, attempt.httpStatus]),
+                attempts.map((attempt) => [attempt.attempt, attempt.httpStatus]),
                 [
                   [1, 500],
                   [2, 500],
@@ -236,16 +232,16 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
                   [5, 204]
                 ]
               )
-              assert.strictEqual(attempts[0].error, "HTTP 500")
+              assert.strictEqual(attempts[0]!.error, "HTTP 500")
               // A loopback receiver is a private target: its answer is not kept.
-              assert.isNull(attempts[0].response)
-              assert.match(attempts[2].error, /No answer within 400 ms/)
-              assert.isAtLeast(attempts[2].durationMs, 390)
+              assert.isNull(attempts[0]!.response)
+              assert.match(attempts[2]!.error ?? "", /No answer within 400 ms/)
+              assert.isAtLeast(attempts[2]!.durationMs, 390)
               assert.match(
-                attempts[3].error,
+                attempts[3]!.error ?? "",
                 /Redirect not followed \(HTTP 302, Location: http:\/\/127\.0\.0\.1:\d+\/moved\)/
               )
-              assert.isNull(attempts[4].error)
+              assert.isNull(attempts[4]!.error)
               for (const attempt of attempts) {
                 assert.strictEqual(attempt.subjectId, executionId)
                 assert.strictEqual(attempt.url, receiver.url())
@@ -258,7 +254,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
               assert.strictEqual(requests.length, 5)
               assert.strictEqual(new Set(requests.map((request) => request.headers["webhook-id"])).size, 1)
               assert.strictEqual(new Set(requests.map((request) => request.body)).size, 1)
-              for (const request of requests) verify(flow.created.signingSecret, request)
+              for (const request of requests) verify(flow.secret, request)
               // The waits of the schedule, at least (the timed-out attempt adds its own 400 ms).
               for (let i = 1; i < requests.length; i++) {
                 assert.isAtLeast(
@@ -269,18 +265,22 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
               }
 
               // Paging through the log, newest first.
-              const first = yield* flow.deliveries("?limit=2")
+              const first = yield* flow.deliveries({ limit: 2 })
               assert.deepStrictEqual(
-                first.body.data.map((attempt: any) => attempt.attempt),
+                first.data.map((attempt) => attempt.attempt),
                 [5, 4]
               )
-              assert.strictEqual(first.body.total, 5)
-              const second = yield* flow.deliveries(`?limit=2&cursor=${first.body.nextCursor}`)
+              assert.strictEqual(first.total, 5)
+              const second = yield* flow.deliveries({ limit: 2, cursor: first.nextCursor! })
               assert.deepStrictEqual(
-                second.body.data.map((attempt: any) => attempt.attempt),
+                second.data.map((attempt) => attempt.attempt),
                 [3, 2]
               )
-              const bad = yield* flow.deliveries("?cursor=bm9wZQ")
+              // Raw: a cursor the typed client would refuse to encode.
+              const client = yield* TestClient
+              const bad = yield* client.request("GET", `/api/orchestrations/${flow.id}/deliveries?cursor=bm9wZQ`, {
+                headers: flow.session
+              })
               assert.strictEqual(bad.status, 400, bad.text)
             })
           )
@@ -308,7 +308,6 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
       it.effect("410 Gone disables the webhook, and the orchestration says why", () =>
         Effect.scoped(
           Effect.gen(function* () {
-            const client = yield* TestClient
             const receiver = yield* FakeReceiver.make
             receiver.script({ status: 410 })
             const flow = yield* setUp({ model: "local", url: receiver.url() })
@@ -319,20 +318,19 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
                 return orchestration
               })
             )
-            assert.match(disabled.webhookDisabledReason, /410/)
+            assert.match(disabled.webhookDisabledReason ?? "", /410/)
             assert.strictEqual(disabled.outputWebhookUrl, receiver.url())
             // No retry, and the next execution sends nothing.
             yield* flow.execute()
             yield* Effect.sleep("600 millis")
             assert.strictEqual(receiver.requests.length, 1)
             // Turning it on again re-enables it.
-            const enabled = yield* client.request("PUT", `/api/orchestrations/${flow.id}`, {
-              headers: flow.session,
-              body: { webhookEnabled: true }
+            const enabled = yield* flow.api.orchestrations.update({
+              params: { id: flow.id },
+              payload: { webhookEnabled: true }
             })
-            assert.strictEqual(enabled.status, 200, enabled.text)
-            assert.deepStrictEqual([enabled.body.webhookEnabled, enabled.body.webhookDisabledReason], [true, null])
-            assert.isFalse("signingSecret" in enabled.body)
+            assert.deepStrictEqual([enabled.webhookEnabled, enabled.webhookDisabledReason], [true, null])
+            assert.isFalse("signingSecret" in enabled)
             yield* flow.execute()
             yield* eventually(
               Effect.sync(() => assert.isAtLeast(receiver.requests.length, 2, "a delivery after re-enabling"))
@@ -346,7 +344,6 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
       it.effect("a redelivery sends the same event id with a new timestamp and signature, logged as a redelivery", () =>
         Effect.scoped(
           Effect.gen(function* () {
-            const client = yield* TestClient
             const receiver = yield* FakeReceiver.make
             const flow = yield* setUp({ model: "local", url: receiver.url() })
             yield* flow.execute()
@@ -359,29 +356,24 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
               { timeoutMs: 2_000 }
             )
 
-            const redelivered = yield* client.request(
-              "POST",
-              `/api/orchestrations/${flow.id}/deliveries/${eventId}/redeliver`,
-              {
-                headers: flow.session
-              }
-            )
-            assert.strictEqual(redelivered.status, 202, redelivered.text)
-            assert.deepStrictEqual(redelivered.body, { eventId, status: "pending" })
+            const redeliver = (owner: typeof flow, eventId: string) =>
+              owner.api.orchestrations.redeliver({ params: { id: owner.id, eventId } })
+            const redelivered = yield* redeliver(flow, eventId)
+            assert.deepStrictEqual(redelivered, { eventId, status: "pending" })
             const second = yield* eventually(Effect.sync(() => defined("the redelivery", receiver.requests[1])))
             assert.strictEqual(second.headers["webhook-id"], eventId)
             assert.strictEqual(second.body, first.body)
             assert.isAbove(Number(second.headers["webhook-timestamp"]), firstTimestamp)
             assert.notStrictEqual(second.headers["webhook-signature"], first.headers["webhook-signature"])
-            verify(flow.created.signingSecret, second)
+            verify(flow.secret, second)
             const log = yield* eventually(
-              Effect.map(flow.deliveries(), (response) => {
-                assert.isAtLeast(response.body.total, 2, "the redelivery in the log")
-                return response.body
+              Effect.map(flow.deliveries(), (page) => {
+                assert.isAtLeast(page.total, 2, "the redelivery in the log")
+                return page
               })
             )
             assert.deepStrictEqual(
-              log.data.map((attempt: any) => [attempt.eventId, attempt.redelivery, attempt.attempt]),
+              log.data.map((attempt) => [attempt.eventId, attempt.redelivery, attempt.attempt]),
               [
                 [eventId, 1, 1],
                 [eventId, 0, 1]
@@ -389,35 +381,18 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
             )
 
             // Not an event of this orchestration: 404, for a made-up id and for another tenant's.
-            const unknown = yield* client.request(
-              "POST",
-              `/api/orchestrations/${flow.id}/deliveries/msg_nope/redeliver`,
-              {
-                headers: flow.session
-              }
-            )
-            assert.strictEqual(unknown.status, 404, unknown.text)
+            assert.instanceOf(yield* Effect.flip(redeliver(flow, "msg_nope")), NotFound)
             const other = yield* setUp({ model: "local", url: undefined })
-            const foreign = yield* client.request(
-              "POST",
-              `/api/orchestrations/${other.id}/deliveries/${eventId}/redeliver`,
-              {
-                headers: other.session
-              }
+            assert.instanceOf(yield* Effect.flip(redeliver(other, eventId)), NotFound)
+            const foreignOwner = yield* Effect.flip(
+              other.api.orchestrations.redeliver({ params: { id: flow.id, eventId } })
             )
-            assert.strictEqual(foreign.status, 404, foreign.text)
-            const foreignOwner = yield* client.request(
-              "POST",
-              `/api/orchestrations/${flow.id}/deliveries/${eventId}/redeliver`,
-              {
-                headers: other.session
-              }
+            assert.instanceOf(foreignOwner, NotFound)
+            const foreignLog = yield* Effect.flip(
+              other.api.orchestrations.deliveries({ params: { id: flow.id }, query: {} })
             )
-            assert.strictEqual(foreignOwner.status, 404, foreignOwner.text)
-            const foreignLog = yield* client.request("GET", `/api/orchestrations/${flow.id}/deliveries`, {
-              headers: other.session
-            })
-            assert.strictEqual(foreignLog.status, 404, foreignLog.text)
+            assert.instanceOf(foreignLog, NotFound)
+            assert.strictEqual(foreignLog.status, 404)
           })
         )
       )
@@ -425,33 +400,32 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
       it.effect("the secret is shown once; after a rotation deliveries carry both signatures, each verifiable", () =>
         Effect.scoped(
           Effect.gen(function* () {
-            const client = yield* TestClient
             const receiver = yield* FakeReceiver.make
             const flow = yield* setUp({ model: "local", url: receiver.url() })
-            const oldSecret = flow.created.signingSecret as string
+            const orchestrations = flow.api.orchestrations
+            const params = { id: flow.id }
+            const oldSecret = flow.secret
 
             // Never shown again: not by GET, the list, nor an update that changes the URL.
             const got = yield* flow.orchestration()
             assert.isFalse("signingSecret" in got)
-            const listed = yield* client.request("GET", "/api/orchestrations", { headers: flow.session })
-            assert.isFalse(JSON.stringify(listed.body).includes("whsec_"))
-            const moved = yield* client.request("PUT", `/api/orchestrations/${flow.id}`, {
-              headers: flow.session,
-              body: { outputWebhookUrl: receiver.url("/other") }
+            // The bytes as sent, not only what the client decodes.
+            const [, listed] = yield* orchestrations.list({ query: {}, responseMode: "decoded-and-response" })
+            assert.notInclude(yield* listed.text, "whsec_")
+            const moved = yield* orchestrations.update({
+              params,
+              payload: { outputWebhookUrl: receiver.url("/other") }
             })
-            assert.strictEqual(moved.status, 200, moved.text)
-            assert.isFalse("signingSecret" in moved.body)
-            assert.strictEqual(moved.body.outputWebhookUrl, receiver.url("/other"))
+            assert.isFalse("signingSecret" in moved)
+            assert.strictEqual(moved.outputWebhookUrl, receiver.url("/other"))
 
-            const rotated = yield* client.request("POST", `/api/orchestrations/${flow.id}/webhook/secret`, {
-              headers: flow.session
-            })
-            assert.strictEqual(rotated.status, 200, rotated.text)
-            const newSecret = rotated.body.signingSecret as string
+            const rotated = yield* orchestrations.rotateSecret({ params })
+            const newSecret = rotated.signingSecret
             assert.match(newSecret, /^whsec_/)
             assert.notStrictEqual(newSecret, oldSecret)
-            assert.isAbove(new Date(rotated.body.previousSecretExpiresAt).getTime(), Date.now() + 23 * 3600_000)
-            assert.isFalse(JSON.stringify(yield* flow.orchestration()).includes("whsec_"))
+            assert.isAbove(rotated.previousSecretExpiresAt?.getTime() ?? 0, Date.now() + 23 * 3600_000)
+            const [, after] = yield* orchestrations.get({ params, responseMode: "decoded-and-response" })
+            assert.notInclude(yield* after.text, "whsec_")
 
             yield* flow.execute()
             const request = yield* eventually(Effect.sync(() => defined("a delivery", receiver.requests[0])))
@@ -472,22 +446,15 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
 
             // Without a webhook there is nothing to rotate.
             const bare = yield* setUp({ model: "local", url: undefined })
-            const conflict = yield* client.request("POST", `/api/orchestrations/${bare.id}/webhook/secret`, {
-              headers: bare.session
-            })
-            assert.strictEqual(conflict.status, 409, conflict.text)
+            const conflict = yield* Effect.flip(bare.api.orchestrations.rotateSecret({ params: { id: bare.id } }))
+            assert.instanceOf(conflict, Conflict)
+            assert.strictEqual(conflict.status, 409)
             // Removing the URL removes the webhook.
-            const removed = yield* client.request("PUT", `/api/orchestrations/${flow.id}`, {
-              headers: flow.session,
-              body: { outputWebhookUrl: null }
-            })
-            assert.deepStrictEqual([removed.body.outputWebhookUrl, removed.body.webhookEnabled], [null, false])
+            const removed = yield* orchestrations.update({ params, payload: { outputWebhookUrl: null } })
+            assert.deepStrictEqual([removed.outputWebhookUrl, removed.webhookEnabled], [null, false])
             // Setting one again makes (and shows) a new secret.
-            const again = yield* client.request("PUT", `/api/orchestrations/${flow.id}`, {
-              headers: flow.session,
-              body: { outputWebhookUrl: receiver.url() }
-            })
-            assert.match(again.body.signingSecret, /^whsec_/)
+            const again = yield* orchestrations.update({ params, payload: { outputWebhookUrl: receiver.url() } })
+            assert.match(again.signingSecret ?? "", /^whsec_/)
           })
         )
       )
@@ -511,7 +478,7 @@ layer(TestServer.layer({ ...settings, webhookDisableAfter: Duration.millis(1) })
               return orchestration
             })
           )
-          assert.match(disabled.webhookDisabledReason, /WEBHOOK_DISABLE_AFTER/)
+          assert.match(disabled.webhookDisabledReason ?? "", /WEBHOOK_DISABLE_AFTER/)
           // The first failure starts the clock, the next one finds it run out: no more attempts after that.
           yield* Effect.sleep("700 millis")
           assert.strictEqual(receiver.requests.length, 2)
@@ -553,9 +520,9 @@ layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))),
           const reaped = yield* repo.failTimedOut(0)
           assert.includeMembers([...reaped], [hookedId, bareId])
           const request = yield* eventually(Effect.sync(() => defined("the event", receiver.requests[0])))
-          const event = verify(hooked.created.signingSecret, request)
+          const event = verify(hooked.secret, request)
           assert.strictEqual(event.type, "execution.failed")
-          assert.deepStrictEqual(event.data, yield* hooked.execution(hookedId))
+          assert.deepStrictEqual(event.data, yield* hooked.executionAsSent(hookedId))
           assert.match(event.data.error, /timed out after 1000 ms/)
           assert.strictEqual((yield* bare.execution(bareId)).status, "failed")
           // Reaped once: a second sweep finds nothing.

@@ -95,22 +95,33 @@ const clientLayer = Layer.effect(
 
 /**
  * The typed client of the API's declaration (src/Api.ts) for the server under
- * test, sending `credential` (a session token or an API key) as a bearer token.
+ * test, sending `credential` (a session token or an API key) as a bearer token,
+ * or, `via: "x-api-key"`, an API key in `X-API-Key` (the /api/public routes),
+ * or, `via: "cookie"`, a session cookie (`Account.cookie`).
  * Requests and answers go through the same schemas as the service's, so a
  * renamed field is a compile error; an answer of 400 and over fails with the
  * endpoint's declared problem (`Effect.flip` it to assert on it), and
  * `responseMode: "decoded-and-response"` gives the raw response beside the
  * value. Hostile input, raw error bodies and fuzzing stay with `request`.
  */
-export const apiClient = (credential?: string) =>
+export const apiClient = (credential?: string, via: "bearer" | "x-api-key" | "cookie" = "bearer") =>
   Effect.flatMap(TestClient, ({ baseUrl }) =>
     HttpApiClient.make(Api, {
       baseUrl,
       ...(credential === undefined
         ? {}
-        : { transformClient: HttpClient.mapRequest(HttpClientRequest.bearerToken(credential)) })
+        : {
+            transformClient: HttpClient.mapRequest(
+              via === "bearer"
+                ? HttpClientRequest.bearerToken(credential)
+                : HttpClientRequest.setHeader(via, credential)
+            )
+          })
     })
   ).pipe(Effect.provide(FetchHttpClient.layer))
+
+/** What `apiClient` gives, for helpers that take one. */
+export type ApiClient = Effect.Success<ReturnType<typeof apiClient>>
 
 /** The real service on an ephemeral port over a migrated database of its own, plus a client for it. */
 export const layer = (overrides: Partial<AppSettings> = {}) =>

@@ -215,6 +215,8 @@ export interface AppSettings {
   /** Bounds on a DOCX's zip entries, read from its directory before it is opened: declared size and compression ratio. */
   readonly extractionZipMaxEntryBytes: number
   readonly extractionZipMaxRatio: number
+  /** How long an upload of one file waits for its ingestion before answering 202 (zero: at once). */
+  readonly uploadReadyWait: Duration.Duration
   /** A document still processing this long after its upload is failed by the sweep. */
   readonly ingestionTimeout: Duration.Duration
   /** How long the cluster's stored messages of a finished ingestion are kept. */
@@ -711,6 +713,7 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   extractionMaxAttempts: intBetween("EXTRACTION_MAX_ATTEMPTS", 1, 100).pipe(Config.withDefault(2)),
   extractionZipMaxEntryBytes: Config.Int("EXTRACTION_ZIP_MAX_ENTRY_BYTES").pipe(Config.withDefault(50 * 1024 * 1024)),
   extractionZipMaxRatio: Config.Int("EXTRACTION_ZIP_MAX_RATIO").pipe(Config.withDefault(100)),
+  uploadReadyWait: Config.Duration("UPLOAD_READY_WAIT").pipe(Config.withDefault(Duration.seconds(2))),
   ingestionTimeout: Config.Duration("INGESTION_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
   ingestionMessagesRetention: Config.Duration("INGESTION_MESSAGES_RETENTION").pipe(
     Config.withDefault(Duration.hours(1))

@@ -98,6 +98,32 @@ const problem = (status: number, requestId: string, detail?: string, headers?: R
     headers ?? {}
   )
 
+/**
+ * A body over a limit: the problem the upload route declares
+ * (Problems.PayloadTooLarge), with the limit that was passed, for every route.
+ */
+const tooLarge = (requestId: string, detail: string, limit: number, headers?: Record<string, string>) =>
+  HttpServerResponse.setHeaders(
+    ProblemDetails.toResponse({
+      type: "urn:agent-host:problem:payload-too-large",
+      title: "Payload Too Large",
+      status: 413,
+      detail,
+      requestId,
+      limit
+    }),
+    headers ?? {}
+  )
+
+/** The multipart limit a request passed, when one did (a file's bytes, or the number of parts). */
+const multipartLimitPassed = (cause: Cause.Cause<unknown>) => {
+  for (const reason of cause.reasons) {
+    const error = reason._tag === "Fail" ? reason.error : reason._tag === "Die" ? reason.defect : undefined
+    if (Multipart.isMultipartError(error)) return error.reason._tag
+  }
+  return undefined
+}
+
 const defaultDetails: Record<number, string> = {
   400: "The request could not be read",
   404: "No such route",
@@ -180,6 +206,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
           const startedAt = performance.now()
 
           let response: HttpServerResponse.HttpServerResponse
+          let failure: Cause.Cause<unknown> | undefined
           const declaredLength = Number(request.headers["content-length"] ?? 0)
           // The route template, found once: the body limit and the metrics and log use it.
           const route = routes.template(request.method, request.url)
@@ -187,7 +214,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
           if (lacksHost(request)) {
             response = problem(400, requestId, "An HTTP/1.1 request needs a Host header")
           } else if (declaredLength > bodyLimit) {
-            response = problem(413, requestId, `The request body is larger than ${bodyLimit} bytes`, {
+            response = tooLarge(requestId, `The request body is larger than ${bodyLimit} bytes`, bodyLimit, {
               connection: "close"
             })
           } else {
@@ -197,6 +224,7 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
               Effect.annotateLogs({ requestId }),
               Effect.exit
             )
+            if (exit._tag === "Failure") failure = exit.cause
             if (exit._tag === "Success") {
               response = exit.value
             } else if (isRouteNotFound(exit.cause)) {
@@ -230,6 +258,15 @@ export const layer = (api: RouteTable, extraRoutes: ReadonlyArray<readonly [stri
             response = HttpServerResponse.setHeader(response, "retry-after", retryAfterSeconds)
           }
 
+          if (response.status === 413 && !isProblem(response)) {
+            const passed = failure === undefined ? undefined : multipartLimitPassed(failure)
+            response =
+              passed === "FileTooLarge"
+                ? tooLarge(requestId, `A file is larger than ${config.maxUploadBytes} bytes`, config.maxUploadBytes)
+                : passed === "TooManyParts"
+                  ? tooLarge(requestId, `More than ${config.maxUploadFiles} files`, config.maxUploadFiles)
+                  : tooLarge(requestId, `The request body is larger than ${bodyLimit} bytes`, bodyLimit)
+          }
           if (response.status >= 400 && !isProblem(response)) {
             response = problem(response.status, requestId, defaultDetails[response.status], bodylessHeaders(response))
           }

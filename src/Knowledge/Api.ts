@@ -230,7 +230,7 @@ export class KnowledgeApi extends HttpApiGroup.make("knowledge")
             "JSON `{ content, filename, contentType?, encoding?, chunking? }` or `multipart/form-data` with " +
             "one or more `files` (and optional `strategy`, `chunkSize`, `chunkOverlap` fields). Plain text, Markdown, " +
             "HTML, JSON, CSV, PDF and DOCX, known by their content and declared type. Each file becomes a document, " +
-            "ingested in the background: 201 with the document when one upload was ingested within about 2 s (ready, " +
+            "ingested in the background: 201 with the document when one upload was ingested within UPLOAD_READY_WAIT, 2 s by default (ready, " +
             "or failed with its error), else 202 with `{ data: [Document] }`, each `processing` until it is `ready` or " +
             "`failed`.",
           credential: sessionCredential,

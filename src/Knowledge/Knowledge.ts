@@ -221,7 +221,7 @@ export class Knowledge extends Context.Service<Knowledge>()("agent-host/Knowledg
         ids.push(stored)
       }
       // Small uploads are usually ingested at once: wait a little for them.
-      const deadline = Date.now() + 2_000
+      const deadline = Date.now() + Duration.toMillis(config.uploadReadyWait)
       let final = false
       while (!final && Date.now() < deadline) {
         const statuses = yield* repo.statusOf(ids)

@@ -276,7 +276,7 @@ layer(withFakes, { excludeTestServices: true })("token reservations", (it) => {
         )
         // A turn refused fails its run; a closing turn refused leaves the run to end with what it has.
         assert.isTrue(
-          runs.some((run) => run.status === "failed" && run.error.includes("model tokens per day")) ||
+          runs.some((run) => run.status === "failed" && (run.error ?? "").includes("model tokens per day")) ||
             runs.some((run) => run.status === "completed" && run.turns < 5),
           JSON.stringify(runs.map((run) => [run.status, run.turns, run.error]))
         )

@@ -8,6 +8,7 @@ import {
   logLines,
   request,
   requestJson,
+  shardsSettled,
   startNodes,
   twoStepSetup
 } from "../support/Cluster.ts"
@@ -40,7 +41,7 @@ const scenario = (signal: "SIGKILL" | "SIGTERM") =>
     const urls = nodes.map((node) => node.baseUrl)
     const [survivorA, survivorB, victim] = nodes as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]]
     // Shards settle once every runner has joined.
-    yield* Effect.sleep("3 seconds")
+    yield* shardsSettled(nodes)
 
     // Two conversations living on the victim: one on the built-in model, one on the slow fake.
     const tenant = yield* Effect.promise(() => twoStepSetup(urls[0]!, `${signal.toLowerCase()}@example.com`))

@@ -1,7 +1,14 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
-import { awaitFinal, linesWith, orchestrationSetup, requestJson, startNodes } from "../support/Cluster.ts"
+import {
+  awaitFinal,
+  linesWith,
+  orchestrationSetup,
+  requestJson,
+  shardsSettled,
+  startNodes
+} from "../support/Cluster.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi } from "../support/FakeOpenAi.ts"
 import { FakeOtlp, type ReceivedSpan } from "../support/FakeOtlp.ts"
@@ -29,7 +36,7 @@ describe("OpenTelemetry traces across nodes", () => {
           OTEL_RESOURCE_ATTRIBUTES: "deployment.environment=test"
         })
         const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]]
-        yield* Effect.sleep("3 seconds") // shards settle over both runners
+        yield* shardsSettled(nodes)
 
         const setup = yield* Effect.promise(async () => {
           const tenant = await orchestrationSetup(a.baseUrl, "tracing@example.com", "openai/gpt-4o-mini", [

@@ -7,6 +7,7 @@ import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { spawnService, waitReady } from "../support/Process.ts"
+import { quietWindow } from "../support/QuietWindow.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
 /** The turn a request to the fake is for: the transcript lines its prompt shows. */
@@ -116,7 +117,8 @@ describe("team run crash recovery", () => {
         const delivered = yield* Effect.promise(() =>
           eventually(() => defined("the event", receiver.requests[0]), { timeoutMs: 30_000, intervalMs: 100 })
         )
-        yield* Effect.sleep("1 second")
+        // A deliberate quiet window: no second copy of the event arrives.
+        yield* quietWindow(1_000)
         assert.strictEqual(receiver.requests.length, 1)
         const event = new Webhook(setup.secret).verify(delivered.body, delivered.headers) as any
         assert.strictEqual(event.type, "team.run.completed")

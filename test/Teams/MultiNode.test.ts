@@ -2,7 +2,15 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
-import { linesWith, request, requestJson, signUpTenant, startNodes } from "../support/Cluster.ts"
+import {
+  linesWith,
+  request,
+  requestJson,
+  shardsSettled,
+  signUpTenant,
+  startNodes,
+  webhookEventsEnded
+} from "../support/Cluster.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
@@ -40,7 +48,7 @@ describe("team runs on three nodes", () => {
         const urls = nodes.map((node) => node.baseUrl)
         const victim = nodes[2]!
         // Shards settle once every runner has joined.
-        yield* Effect.sleep("3 seconds")
+        yield* shardsSettled(nodes)
 
         const setup = yield* Effect.promise(async () => {
           const tenant = await signUpTenant(urls[0]!, "team-nodes@example.com")
@@ -88,8 +96,15 @@ describe("team runs on three nodes", () => {
           eventually(() => assert.isAtLeast(asked(1).length, count, "every turn 1 in flight"), { timeoutMs: 60_000 })
         ).pipe(Effect.tapError(() => Effect.sync(() => console.log(progress()))))
         assert.strictEqual(asked(0).length, count, progress())
-        yield* Effect.sleep("100 millis") // the nodes' log batches
-        const spread = new Set(linesWith(nodes, "Team turn completed").map((entry) => entry.node))
+        // Every turn 0 completed (and logged) before its turn 1 was asked: wait out the nodes' log batches.
+        const completed = yield* Effect.promise(() =>
+          eventually(() => {
+            const lines = linesWith(nodes, "Team turn completed")
+            assert.isAtLeast(lines.length, count, "every turn 0's log line")
+            return lines
+          })
+        )
+        const spread = new Set(completed.map((entry) => entry.node))
         victim.child.kill("SIGKILL")
         yield* Effect.promise(() => victim.exited)
         fake.setDefault({ delayMs: 50, text: "Second.\nFINAL ANSWER: finished" })
@@ -135,7 +150,8 @@ describe("team runs on three nodes", () => {
             { timeoutMs: 60_000 }
           )
         )
-        yield* Effect.sleep("1 second")
+        // Whatever was still to come (a copy of an event whose attempt the victim had begun) has come.
+        yield* webhookEventsEnded(databaseUrl, count)
         console.log(
           `team runs on 3 nodes: turns completed on ${spread.size} nodes before the kill; ` +
             `${ids.size} distinct webhook-ids, ${receiver.requests.length} deliveries in all`

@@ -1,13 +1,14 @@
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import { AgentId, TeamId } from "../../src/Domain/Ids.ts"
+import { AgentId } from "../../src/Domain/Ids.ts"
 import { Conflict } from "../../src/Domain/Problems.ts"
 import type { TeamRunWithTranscript } from "../../src/Teams/Api.ts"
 import { eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
+import { quietWindow } from "../support/QuietWindow.ts"
 import { awaitRun, startRun, teamOf } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
-import { type Account, bearer, createKey, signUp, TestClient } from "../support/TestServer.ts"
+import { bearer, createKey, signUp, TestClient } from "../support/TestServer.ts"
 
 const model = "openai/gpt-4o-mini"
 
@@ -17,14 +18,6 @@ const prompts = (fake: FakeOpenAi["Service"]) =>
     // The provider's wire format, which the fake records as it came.
     const messages: ReadonlyArray<{ readonly role: string; readonly content: string }> = request.body.messages
     return { system: messages.find((m) => m.role === "system")?.content, user: messages.at(-1)!.content }
-  })
-
-/** The run once it is final, as the typed client reads it. */
-const finished = (account: Account, teamId: string, runId: string) =>
-  Effect.gen(function* () {
-    yield* awaitRun(account, teamId, runId)
-    const api = yield* TestServer.apiClient(account.token)
-    return yield* api.teams.getRun({ params: { id: TeamId.make(teamId), runId } })
   })
 
 const transcriptOf = (run: typeof TeamRunWithTranscript.Type) =>
@@ -39,7 +32,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { key } = yield* createKey(account, ["teams"])
       const { team, agents } = yield* teamOf(account, "local", 3)
       const runId = yield* startRun(key, team.id, "Plan a picnic by the river")
-      const run = yield* finished(account, team.id, runId)
+      const run = yield* awaitRun(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "done")
       assert.strictEqual(run.turns, 3)
@@ -81,12 +74,12 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         // Lead from the last member: order of picks is member order among those who have not spoken.
         const api = yield* TestServer.apiClient(account.token)
         const led = yield* api.teams.update({
-          params: { id: TeamId.make(team.id) },
+          params: { id: team.id },
           payload: { leaderAgentId: AgentId.make(c!) }
         })
         assert.strictEqual(led.leaderAgentId, c)
         const runId = yield* startRun(key, team.id, "Name the boat")
-        const run = yield* finished(account, team.id, runId)
+        const run = yield* awaitRun(account, team.id, runId)
         assert.strictEqual(run.status, "completed", JSON.stringify(run))
         assert.strictEqual(run.stopReason, "done")
         assert.deepStrictEqual(
@@ -113,7 +106,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
           { text: "And lemonade.\nFINAL ANSWER: bread, cheese and lemonade", usage: { input: 120, output: 12 } }
         )
         const runId = yield* startRun(key, team.id, "Pack the basket")
-        const run = yield* finished(account, team.id, runId)
+        const run = yield* awaitRun(account, team.id, runId)
         assert.strictEqual(run.status, "completed", JSON.stringify(run))
         assert.strictEqual(run.stopReason, "done")
         assert.strictEqual(run.result, "bread, cheese and lemonade")
@@ -160,7 +153,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
           { text: "Done.\nFINAL ANSWER: the leader's answer" }
         )
         const runId = yield* startRun(key, team.id, "Decide")
-        const run = yield* finished(account, team.id, runId)
+        const run = yield* awaitRun(account, team.id, runId)
         assert.strictEqual(run.status, "completed", JSON.stringify(run))
         assert.deepStrictEqual(
           run.transcript.data.map((e) => e.agentId),
@@ -183,7 +176,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { team } = yield* teamOf(account, model, 2, { maxTurns: 3 })
       fake.script({ text: "talk", times: 3 }, { text: "FINAL ANSWER: the summary" })
       const runId = yield* startRun(key, team.id, "Chat forever")
-      const run = yield* finished(account, team.id, runId)
+      const run = yield* awaitRun(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "max_turns")
       assert.strictEqual(run.result, "the summary")
@@ -205,7 +198,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         { text: "FINAL ANSWER: within budget", usage: { input: 50, output: 5 } }
       )
       const runId = yield* startRun(key, team.id, "Spend")
-      const run = yield* finished(account, team.id, runId)
+      const run = yield* awaitRun(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "token_budget")
       assert.strictEqual(run.result, "within budget")
@@ -225,7 +218,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       fake.script({ hang: true }, { text: "FINAL ANSWER: out of time" })
       const startedAt = Date.now()
       const runId = yield* startRun(key, team.id, "Slowly")
-      const run = yield* finished(account, team.id, runId)
+      const run = yield* awaitRun(account, team.id, runId)
       assert.strictEqual(run.status, "completed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "timeout")
       assert.strictEqual(run.result, "out of time")
@@ -243,7 +236,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const { team } = yield* teamOf(account, model, 2)
       fake.script({ text: "fine" }, { status: 400, message: "bad request from the fake" })
       const runId = yield* startRun(key, team.id, "Break")
-      const run = yield* finished(account, team.id, runId)
+      const run = yield* awaitRun(account, team.id, runId)
       assert.strictEqual(run.status, "failed", JSON.stringify(run))
       assert.strictEqual(run.stopReason, "error")
       assert.include(run.error ?? "", "bad request from the fake")
@@ -266,7 +259,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         { timeoutMs: 5_000 }
       )
       assert.strictEqual(fake.requests.length, 1)
-      const params = { id: TeamId.make(team.id), runId }
+      const params = { id: team.id, runId }
       const cancelled = yield* (yield* TestServer.apiClient(key, "x-api-key")).publicTeams.cancel({ params })
       assert.strictEqual(cancelled.success, true)
       assert.strictEqual(cancelled.data.status, "cancelled")
@@ -275,8 +268,9 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       assert.instanceOf(again, Conflict)
       assert.strictEqual(again.status, 409)
       fake.setDefault({})
-      yield* Effect.sleep("500 millis")
-      const run = yield* finished(account, team.id, runId)
+      // A deliberate quiet window: nothing moves the cancelled run on.
+      yield* quietWindow(500)
+      const run = yield* awaitRun(account, team.id, runId)
       assert.strictEqual(run.status, "cancelled")
       assert.strictEqual(run.stopReason, "cancelled")
     })
@@ -296,7 +290,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
         { timeoutMs: 5_000 }
       )
       assert.strictEqual(fake.requests.length, 1)
-      const id = TeamId.make(team.id)
+      const id = team.id
       const [, removed] = yield* (yield* TestServer.apiClient(account.token)).teams.remove({
         params: { id },
         responseMode: "decoded-and-response"
@@ -360,7 +354,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { teamClosingTurnTimeout: Durati
       const runId = yield* startRun(key, team.id, "Page me")
       yield* awaitRun(account, team.id, runId)
       const v1 = (yield* TestServer.apiClient(key)).v1Teams
-      const params = { id: TeamId.make(team.id), runId }
+      const params = { id: team.id, runId }
       const first = yield* v1.transcript({ params, query: { limit: 2 } })
       assert.deepStrictEqual(
         first.data.data.map((e) => e.index),
@@ -394,7 +388,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { modelContextTokens: 700 }), { 
         // About 150 tokens a turn: the room's rules and members take the rest of the 700.
         fake.setDefault({ text: Array.from({ length: 150 }, (_, i) => `word${i}`).join(" ") })
         const runId = yield* startRun(key, team.id, "Talk at length")
-        const run = yield* finished(account, team.id, runId)
+        const run = yield* awaitRun(account, team.id, runId)
         assert.strictEqual(run.stopReason, "max_turns", JSON.stringify(run))
         const users = prompts(fake).map((p) => p.user)
         assert.include(users[1]!, "[0] A: word0")

@@ -101,7 +101,7 @@ layer(withSweeps, { excludeTestServices: true })("team run sweeps", (it) => {
           assert.strictEqual(run.stopReason, "timeout")
           assert.strictEqual(run.error, "The run did not finish within its timeout of 1000 ms")
           const delivered = yield* eventually(Effect.sync(() => defined("the event", receiver.requests[0])))
-          const event = new Webhook(team.room.signingSecret).verify(delivered.body, delivered.headers) as any
+          const event = new Webhook(team.room.signingSecret!).verify(delivered.body, delivered.headers) as any
           assert.strictEqual(event.type, "team.run.failed")
           assert.strictEqual(event.data.runId, runId)
           fake.setDefault({})

@@ -1,13 +1,15 @@
 import { assert, layer } from "@effect/vitest"
-import { Duration, Effect, Option, Redacted } from "effect"
+import { Duration, Effect, Option, Redacted, Schema } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import type { AppSettings } from "../../src/Config.ts"
 import { AgentId } from "../../src/Domain/Ids.ts"
 import { BadRequest, Conflict, NotFound } from "../../src/Domain/Problems.ts"
+import { TeamRun, type TeamRunWithTranscript } from "../../src/Teams/Api.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
+import { quietWindow } from "../support/QuietWindow.ts"
 import { awaitRun, startRun } from "../support/Teams.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { createAgent, createKey, signUp } from "../support/TestServer.ts"
@@ -26,8 +28,9 @@ const settings: Partial<AppSettings> = {
 const verify = (secret: string, request: FakeReceiver.ReceivedRequest) =>
   new Webhook(secret).verify(request.body, request.headers) as { type: string; timestamp: string; data: any }
 
-// Runs as the session route sends them (`awaitRun`): an event's data is compared with them as sent.
-const withoutTranscript = ({ transcript: _, ...run }: Record<string, unknown>) => run
+// An event's data is the run as the routes send it, without its transcript: the run read back, encoded again.
+const withoutTranscript = ({ transcript: _, ...run }: typeof TeamRunWithTranscript.Type) =>
+  Schema.encodeSync(Schema.toCodecJson(TeamRun))(run)
 
 /** An agent of the account on `model`, as a member's id. */
 const agentOn = (account: TestServer.Account, name: string, model: string) =>
@@ -103,13 +106,18 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
           assert.strictEqual(cancelled.data.stopReason, "cancelled")
           assert.deepStrictEqual(cancelled.data, withoutTranscript(yield* awaitRun(account, team.id, cancelledId)))
 
-          // One event per run: nothing more arrives.
-          yield* Effect.sleep("500 millis")
+          // One event per run: nothing more arrives within a deliberate quiet window past the first retry's wait.
+          yield* quietWindow(500)
           assert.strictEqual(receiver.requests.length, 3)
           assert.strictEqual(new Set(receiver.requests.map((r) => r.headers["webhook-id"])).size, 3)
 
           // The delivery log, and a redelivery: same id, a new signature.
-          const log = yield* teams.deliveries({ params, query: {} })
+          const log = yield* eventually(
+            Effect.map(teams.deliveries({ params, query: {} }), (page) => {
+              assert.isAtLeast(page.total, 3, "every attempt in the log")
+              return page
+            })
+          )
           assert.strictEqual(log.total, 3)
           assert.deepStrictEqual(
             log.data.map((a) => a.httpStatus),
@@ -166,7 +174,8 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
           assert.strictEqual(off.room.webhookEnabled, false)
           const quiet = yield* startRun(key, team.id, "Quiet")
           yield* awaitRun(account, team.id, quiet)
-          yield* Effect.sleep("500 millis")
+          // A deliberate quiet window after the run ended, in which its event would have arrived.
+          yield* quietWindow(500)
           assert.strictEqual(receiver.requests.length, 1)
 
           const theirs = (yield* TestServer.apiClient((yield* signUp()).token)).teams

@@ -6,6 +6,7 @@ import { orchestrationSetup, requestJson } from "../support/Cluster.ts"
 import { eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import { spawnService, waitReady } from "../support/Process.ts"
+import { quietWindow } from "../support/QuietWindow.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
 describe("webhook delivery across a crash", () => {
@@ -73,8 +74,9 @@ describe("webhook delivery across a crash", () => {
           )
           console.log(`after the restart, the delivery succeeded within ${Date.now() - restartedAt} ms`)
           assert.strictEqual(receiver.requests.length, 2)
-          // Nothing more comes: the success ended the delivery.
-          yield* Effect.sleep("1500 millis")
+          // Nothing more comes: the success ended the delivery. A deliberate quiet window, past the
+          // schedule's next wait (500 ms), in which a further attempt would have arrived.
+          yield* quietWindow(1_500)
           assert.strictEqual(receiver.requests.length, 2)
           const [before, after] = receiver.requests
           assert.strictEqual(after!.headers["webhook-id"], before!.headers["webhook-id"])

@@ -8,6 +8,7 @@ import { DeliveryWorkflow } from "../../src/Webhooks/Delivery.ts"
 import { Webhooks } from "../../src/Webhooks/Webhooks.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
+import { quietWindow } from "../support/QuietWindow.ts"
 import * as TestServer from "../support/TestServer.ts"
 
 // The service's delivery machinery on its own, through the Webhooks service
@@ -142,7 +143,8 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook delive
             assert.deepStrictEqual((new Webhook(signingSecret!).verify(request.body, request.headers) as any).data, {
               lost: true
             })
-            yield* Effect.sleep("3500 millis")
+            // A deliberate quiet window over the sweep's next pass (every 3 s): it does not start the event again.
+            yield* quietWindow(3_500)
             assert.strictEqual(receiver.requests.length, 1)
           })
         )

@@ -9,6 +9,7 @@ import { ExecutionsRepo } from "../../src/Orchestrations/ExecutionsRepo.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
+import { quietWindow } from "../support/QuietWindow.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
 
@@ -136,11 +137,17 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
               assert.strictEqual(cancelledEvent.type, "execution.cancelled")
               assert.deepStrictEqual(cancelledEvent.data, yield* flow.executionAsSent(cancelledId))
 
-              // One event each, one attempt each.
-              yield* Effect.sleep("300 millis")
+              // One event each, one attempt each: a deliberate quiet window past the first retry's wait
+              // (150 ms), in which a second attempt would have arrived.
+              yield* quietWindow(300)
               assert.strictEqual(receiver.requests.length, 3)
               assert.strictEqual(new Set(receiver.requests.map((request) => request.headers["webhook-id"])).size, 3)
-              const log = yield* flow.deliveries()
+              const log = yield* eventually(
+                Effect.map(flow.deliveries(), (page) => {
+                  assert.isAtLeast(page.total, 3, "every attempt in the log")
+                  return page
+                })
+              )
               assert.strictEqual(log.total, 3)
               assert.deepStrictEqual(
                 log.data.map((attempt) => [
@@ -296,7 +303,8 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
             yield* eventually(
               Effect.sync(() => assert.isAtLeast(receiver.requests.length, schedule.length + 1, "every attempt"))
             )
-            yield* Effect.sleep(`${schedule[schedule.length - 1]! + 300} millis`)
+            // A deliberate quiet window longer than the schedule's last wait: no attempt past the schedule.
+            yield* quietWindow(schedule[schedule.length - 1]! + 300)
             assert.strictEqual(receiver.requests.length, schedule.length + 1)
             const orchestration = yield* flow.orchestration()
             // Failing for less than WEBHOOK_DISABLE_AFTER: still enabled.
@@ -320,9 +328,15 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, settings), { excludeTestServices
             )
             assert.match(disabled.webhookDisabledReason ?? "", /410/)
             assert.strictEqual(disabled.outputWebhookUrl, receiver.url())
-            // No retry, and the next execution sends nothing.
-            yield* flow.execute()
-            yield* Effect.sleep("600 millis")
+            // No retry, and the next execution sends nothing: once it has ended, a deliberate quiet window
+            // past the schedule's first waits, in which a retry or its event would have arrived.
+            const unsent = yield* flow.execute()
+            yield* eventually(
+              Effect.map(flow.execution(unsent), (execution) =>
+                assert.include(["completed", "failed", "cancelled"], execution.status, "the execution ended")
+              )
+            )
+            yield* quietWindow(600)
             assert.strictEqual(receiver.requests.length, 1)
             // Turning it on again re-enables it.
             const enabled = yield* flow.api.orchestrations.update({
@@ -480,7 +494,8 @@ layer(TestServer.layer({ ...settings, webhookDisableAfter: Duration.millis(1) })
           )
           assert.match(disabled.webhookDisabledReason ?? "", /WEBHOOK_DISABLE_AFTER/)
           // The first failure starts the clock, the next one finds it run out: no more attempts after that.
-          yield* Effect.sleep("700 millis")
+          // A deliberate quiet window past the schedule's next waits, in which a third attempt would have arrived.
+          yield* quietWindow(700)
           assert.strictEqual(receiver.requests.length, 2)
         })
       )
@@ -516,8 +531,14 @@ layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))),
             )
           const hookedId = yield* store(hooked)
           const bareId = yield* store(bare)
-          yield* Effect.sleep("1100 millis")
-          const reaped = yield* repo.failTimedOut(0)
+          // Once both are past their timeout (1 s, by the database's clock), the sweep fails them.
+          const reaped = new Set<string>()
+          yield* eventually(
+            Effect.map(repo.failTimedOut(0), (ids) => {
+              for (const id of ids) reaped.add(id)
+              assert.isTrue(reaped.has(hookedId) && reaped.has(bareId), "both past their timeout")
+            })
+          )
           assert.includeMembers([...reaped], [hookedId, bareId])
           const request = yield* eventually(Effect.sync(() => defined("the event", receiver.requests[0])))
           const event = verify(hooked.secret, request)

@@ -2,9 +2,17 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import { Webhook } from "standardwebhooks"
-import { executeMany, orchestrationSetup, requestJson, startNodes } from "../support/Cluster.ts"
+import {
+  executeMany,
+  orchestrationSetup,
+  requestJson,
+  shardsSettled,
+  startNodes,
+  webhookEventsEnded
+} from "../support/Cluster.ts"
 import { eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
+import { quietWindow } from "../support/QuietWindow.ts"
 import { TestDatabaseUrl } from "../support/TestServer.ts"
 
 const count = 30
@@ -28,7 +36,7 @@ describe("webhook delivery on three nodes", () => {
           })
           const urls = nodes.map((node) => node.baseUrl)
           // Shards settle once every runner has joined.
-          yield* Effect.sleep("3 seconds")
+          yield* shardsSettled(nodes)
           const setup = yield* Effect.promise(async () => {
             const tenant = await orchestrationSetup(urls[0]!, "hook-nodes@example.com", "local", [
               { id: "s", prompt: "Say {{input}}" }
@@ -42,7 +50,11 @@ describe("webhook delivery on three nodes", () => {
             return { ...tenant, ids, secret: hooked.signingSecret as string }
           })
 
-          while (receiver.requests.length < count / 3) yield* Effect.sleep("10 millis")
+          // A third delivered, the rest in flight or to come: the kill lands mid-way.
+          yield* eventually(
+            Effect.sync(() => assert.isAtLeast(receiver.requests.length, count / 3, "a third of the deliveries")),
+            { timeoutMs: 60_000, intervalMs: 10 }
+          )
           nodes[2]!.child.kill("SIGKILL")
           yield* Effect.promise(() => nodes[2]!.exited)
           const killedAt = Date.now()
@@ -55,8 +67,9 @@ describe("webhook delivery on three nodes", () => {
               intervalMs: 100
             }
           )
-          // Whatever was still to come (a retry of an attempt cut by the kill) has come.
-          yield* Effect.sleep("3 seconds")
+          // Whatever was still to come (a retry of an attempt cut by the kill, an attempt the killed
+          // node had begun, taken over once its shard locks expire) has come: every delivery has ended.
+          yield* webhookEventsEnded(databaseUrl, count)
 
           const requests = receiver.requests
           const distinct = idsOf()
@@ -90,7 +103,9 @@ describe("webhook delivery on three nodes", () => {
               intervalMs: 100
             }
           )
-          yield* Effect.sleep("2 seconds")
+          // Every later delivery has ended; then a deliberate quiet window: no second copy of a fresh event.
+          yield* webhookEventsEnded(databaseUrl, count + more.length)
+          yield* quietWindow(2_000)
           const later = receiver.requests.slice(before)
           const fresh = new Set(more)
           const forFresh = later.filter((request) =>
@@ -102,9 +117,8 @@ describe("webhook delivery on three nodes", () => {
           assert.strictEqual(forFresh.length, more.length)
           assert.strictEqual(new Set(forFresh.map((request) => request.headers["webhook-id"])).size, more.length)
           assert.strictEqual(idsOf().size, count + more.length)
-          // The killed node's deliveries are taken over once its shard locks
-          // expire, which can be after the wait above: a copy of an earlier event
-          // arriving now is still only an attempt the killed node had begun.
+          // Every earlier delivery had ended before these executions: a copy of an
+          // earlier event arriving now may still only be an attempt the killed node had begun.
           for (const request of later) {
             if (forFresh.includes(request)) continue
             const id = request.headers["webhook-id"]!

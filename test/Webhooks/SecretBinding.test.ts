@@ -26,17 +26,8 @@ const sealV1 = (secret: string) => {
   return ["v1", iv.toString("base64"), cipher.getAuthTag().toString("base64"), data.toString("base64")].join(".")
 }
 
-/** Polls `check` every 50 ms until it gives a value, for at most 20 s. */
-const waitFor = <A, E, R>(what: string, check: Effect.Effect<A | undefined, E, R>) =>
-  Effect.gen(function* () {
-    const deadline = Date.now() + 20_000
-    while (Date.now() < deadline) {
-      const value = yield* check
-      if (value !== undefined) return value
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.die(new Error(`Timed out waiting for ${what}`))
-  })
+// Waits allow 20 s: a delivery's two retries, or a server's start and its re-seal pass.
+const bound = 20_000
 
 const stored = (ownerId: string) =>
   Effect.flatMap(PgClient.PgClient, (sql) =>
@@ -61,7 +52,7 @@ const send = (tenantId: TenantId, owner: Owner, type: string) =>
 
 /** The logged attempts of one event, once there are `n` (or one was answered: a delivery that should have failed). */
 const attemptsOf = (tenantId: TenantId, owner: Owner, eventId: string, n: number) =>
-  waitFor(
+  TestServer.waitFor(
     `${n} attempts of ${eventId}`,
     Effect.map(
       Effect.flatMap(Webhooks, (webhooks) => webhooks.deliveries(tenantId, owner, { limit: 100 })),
@@ -69,7 +60,8 @@ const attemptsOf = (tenantId: TenantId, owner: Owner, eventId: string, n: number
         const attempts = page.data.filter((attempt) => attempt.eventId === eventId)
         return attempts.length >= n || attempts.some((attempt) => attempt.httpStatus !== null) ? attempts : undefined
       }
-    ).pipe(Effect.orDie)
+    ).pipe(Effect.orDie),
+    bound
   )
 
 const unreadable = /cannot be decrypted.*not stored for this webhook/
@@ -120,9 +112,10 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook secret
           }
           // Where it belongs, the same value still signs.
           const eventId = yield* send(first, source, "test.home")
-          const request = yield* waitFor(
+          const request = yield* TestServer.waitFor(
             "the delivery to the source",
-            Effect.sync(() => sourceReceiver.requests[0])
+            Effect.sync(() => sourceReceiver.requests[0]),
+            bound
           )
           assert.strictEqual(request.headers["webhook-id"], eventId)
           assert.strictEqual(
@@ -188,20 +181,22 @@ describe("webhook secrets of the format before v2", () => {
             databaseUrl,
             Effect.gen(function* () {
               const sql = yield* PgClient.PgClient
-              const upgraded = yield* waitFor(
+              const upgraded = yield* TestServer.waitFor(
                 "the re-seal and its record",
                 Effect.gen(function* () {
                   const row = yield* stored(owner.id)
                   const done = yield* sql`SELECT 1 FROM webhook_secret_upgrades WHERE version = 'v2'`.pipe(Effect.orDie)
                   return done.length === 1 ? row : undefined
-                })
+                }),
+                bound
               )
               assert.match(upgraded.secret, /^v2\./)
               assert.match(upgraded.previousSecret ?? "", /^v2\./)
               const eventId = yield* send(setup.tenantId, owner, "test.resealed")
-              const request = yield* waitFor(
+              const request = yield* TestServer.waitFor(
                 "the delivery",
-                Effect.sync(() => receiver.requests[0])
+                Effect.sync(() => receiver.requests[0]),
+                bound
               )
               assert.strictEqual(request.headers["webhook-id"], eventId)
               // One signature by each secret, both verified by the receiver with the secret it was given.

@@ -1,7 +1,11 @@
-import { Effect } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, HashRing, PrimaryKey, Redacted } from "effect"
+import * as RunnerAddress from "effect/cluster/RunnerAddress"
+import * as ShardingConfig from "effect/cluster/ShardingConfig"
 import * as Crypto from "node:crypto"
 import { eventually } from "./Eventually.ts"
 import { freePort, type ServiceProcess, spawnService, waitReady } from "./Process.ts"
+import { sample } from "./Prometheus.ts"
 
 export interface ClusterNode extends ServiceProcess {
   /** The runner address the node advertises, which is also the `node` of its log lines. */
@@ -33,6 +37,57 @@ export const startNodes = (count: number, env: Record<string, string>) =>
     yield* Effect.forEach(nodes, (node) => waitReady(node), { concurrency: "unbounded" })
     return nodes
   })
+
+/**
+ * Waits (bounded) until the shards have settled over `nodes`: each node holds
+ * exactly the shards that effect's hash ring of all of them gives it, and
+ * releases none, as the cluster's gauges on its `/metrics` say. Until then a
+ * runner that joined late may still take shards, and their runs, from another.
+ */
+export const shardsSettled = (nodes: ReadonlyArray<ClusterNode>, timeoutMs = 30_000) => {
+  const ring = HashRing.make<RunnerAddress.RunnerAddress>()
+  for (const node of nodes) {
+    const [host, port] = node.runnerAddress.split(":")
+    HashRing.add(ring, RunnerAddress.make(host!, Number(port)))
+  }
+  const assigned = (HashRing.getShards(ring, ShardingConfig.defaults.shardsPerGroup) ?? []).map(PrimaryKey.value)
+  return Effect.promise(() =>
+    eventually(
+      async () => {
+        for (const node of nodes) {
+          const { text } = await request(`${node.baseUrl}/metrics`)
+          const held = sample(text, "effect_cluster_shards", {})
+          const releasing = sample(text, "effect_cluster_shards_releasing", {})
+          const share = assigned.filter((address) => address === node.runnerAddress).length
+          if (held !== share || (releasing ?? 0) !== 0)
+            throw new Error(`${node.runnerAddress} holds ${held} shards of its ${share}, releasing ${releasing}`)
+        }
+      },
+      { timeoutMs, intervalMs: 200 }
+    )
+  )
+}
+
+/**
+ * Waits (bounded) until the database holds at least `count` webhook events and
+ * none is still pending: every delivery has ended (delivered or failed), so no
+ * attempt of them is still to come, not even one a lost node had begun.
+ */
+export const webhookEventsEnded = (databaseUrl: string, count: number, timeoutMs = 60_000) =>
+  Effect.flatMap(PgClient.PgClient, (sql) =>
+    eventually(
+      Effect.flatMap(
+        sql<{ total: number; pending: number }>`
+          SELECT count(*)::int AS total, count(*) FILTER (WHERE status = 'pending')::int AS pending
+          FROM webhook_events`,
+        ([row]) =>
+          row!.total >= count && row!.pending === 0
+            ? Effect.void
+            : Effect.die(new Error(`${row!.total} webhook events of ${count}, ${row!.pending} still pending`))
+      ),
+      { timeoutMs, intervalMs: 200 }
+    )
+  ).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(databaseUrl) })), Effect.orDie)
 
 /** The JSON log lines a node has written so far. */
 export const logLines = (node: ServiceProcess): Array<Record<string, any>> =>

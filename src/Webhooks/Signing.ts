@@ -10,6 +10,7 @@ import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import { AppConfig } from "../Config.ts"
 import * as Traced from "../Observability/Traced.ts"
+import * as Sealed from "../Runtime/Sealed.ts"
 import { WebhooksRepo } from "./Repo.ts"
 
 /**
@@ -38,34 +39,38 @@ export interface SecretOwner {
   readonly id: string
 }
 
-// The additional data of a v2 value: a JSON array, so no two owners give the same bytes.
+// The additional data of a v2 value.
 const aadOf = (owner: SecretOwner) =>
-  Buffer.from(JSON.stringify(["agent-host/webhook-secret", owner.tenantId, owner.kind, owner.id]), "utf8")
-
-const sealWith = (key: Buffer, version: "v2", secret: string, aad: Buffer): string => {
-  const iv = Crypto.randomBytes(12)
-  const cipher = Crypto.createCipheriv("aes-256-gcm", key, iv)
-  cipher.setAAD(aad)
-  const sealed = Buffer.concat([cipher.update(secret, "utf8"), cipher.final()])
-  return [version, iv.toString("base64"), cipher.getAuthTag().toString("base64"), sealed.toString("base64")].join(".")
-}
-
-const openWith = (key: Buffer, sealed: string, version: "v1" | "v2", aad: Buffer | undefined): string | undefined => {
-  const [found, iv, tag, data, extra] = sealed.split(".")
-  if (found !== version || iv === undefined || tag === undefined || data === undefined || extra !== undefined)
-    return undefined
-  try {
-    const decipher = Crypto.createDecipheriv("aes-256-gcm", key, Buffer.from(iv, "base64"))
-    if (aad !== undefined) decipher.setAAD(aad)
-    decipher.setAuthTag(Buffer.from(tag, "base64"))
-    return Buffer.concat([decipher.update(Buffer.from(data, "base64")), decipher.final()]).toString("utf8")
-  } catch {
-    return undefined
-  }
-}
+  Sealed.additionalData("agent-host/webhook-secret", owner.tenantId, owner.kind, owner.id)
 
 /** A stored value in the format before v2 (sealed without its owner). */
 export const isLegacy = (sealed: string | null): sealed is string => sealed !== null && sealed.startsWith("v1.")
+
+/**
+ * The key that seals webhook signing secrets: WEBHOOK_SECRET_KEY, or the key
+ * file beside the embedded database's data (made on first use). One per
+ * process: the secrets vault uses it too while SECRETS_KEY is unset
+ * (src/Secrets/Vault.ts).
+ */
+export class WebhookSecretKey extends Context.Service<WebhookSecretKey, { readonly key: Buffer }>()(
+  "agent-host/Webhooks/WebhookSecretKey"
+) {
+  static readonly layer = Layer.effect(
+    WebhookSecretKey,
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      const key = Option.isSome(config.webhookSecretKey)
+        ? Buffer.from(Redacted.value(config.webhookSecretKey.value).trim(), "base64")
+        : yield* keyFile(
+            Option.match(config.embeddedPostgresDataDir, {
+              onNone: () => Path.resolve(".data", "webhook-secret.key"),
+              onSome: (dir) => Path.join(Path.dirname(dir), "webhook-secret.key")
+            })
+          )
+      return WebhookSecretKey.of({ key })
+    })
+  )
+}
 
 /**
  * Encrypts signing secrets at rest (AES-256-GCM) with WEBHOOK_SECRET_KEY, or,
@@ -94,23 +99,15 @@ export class SecretBox extends Context.Service<
   static readonly layer = Layer.effect(
     SecretBox,
     Effect.gen(function* () {
-      const config = yield* AppConfig
       const repo = yield* WebhooksRepo
-      const key = Option.isSome(config.webhookSecretKey)
-        ? Buffer.from(Redacted.value(config.webhookSecretKey.value).trim(), "base64")
-        : yield* keyFile(
-            Option.match(config.embeddedPostgresDataDir, {
-              onNone: () => Path.resolve(".data", "webhook-secret.key"),
-              onSome: (dir) => Path.join(Path.dirname(dir), "webhook-secret.key")
-            })
-          )
+      const { key } = yield* WebhookSecretKey
       // v1 opens only while the re-seal has not finished: false once the
       // record says it has (or this node's pass finished).
       let legacyOpens = !(yield* repo.secretsUpgraded.pipe(Effect.retry(startRetry), Effect.orDie))
-      const seal = (secret: string, owner: SecretOwner) => sealWith(key, "v2", secret, aadOf(owner))
+      const seal = (secret: string, owner: SecretOwner) => Sealed.seal(key, "v2", secret, aadOf(owner))
       if (legacyOpens) {
         yield* resealLegacy(repo, (sealed, owner) => {
-          const secret = openWith(key, sealed, "v1", undefined)
+          const secret = Sealed.open(key, "v1", sealed, undefined)
           return secret === undefined ? undefined : seal(secret, owner)
         }).pipe(
           Effect.tap(() =>
@@ -129,13 +126,13 @@ export class SecretBox extends Context.Service<
         seal,
         open: (sealed, owner) =>
           sealed.startsWith("v2.")
-            ? openWith(key, sealed, "v2", aadOf(owner))
+            ? Sealed.open(key, "v2", sealed, aadOf(owner))
             : legacyOpens
-              ? openWith(key, sealed, "v1", undefined)
+              ? Sealed.open(key, "v1", sealed, undefined)
               : undefined
       })
     })
-  ).pipe(Layer.provide(WebhooksRepo.layer))
+  ).pipe(Layer.provide([WebhooksRepo.layer, WebhookSecretKey.layer]))
 }
 
 // Reading the record at start: a database that is briefly out is waited for.

@@ -9,7 +9,9 @@ import { HealthApi } from "./Health/Api.ts"
 import { ExecutionsApi, ExecutionsV1Api, OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
 import { KnowledgeApi } from "./Knowledge/Api.ts"
 import { KnowledgeSearchApi } from "./Knowledge/SearchApi.ts"
+import { SecretsApi } from "./Secrets/Api.ts"
 import { TeamsApi, TeamsPublicApi, TeamsV1Api } from "./Teams/Api.ts"
+import { ToolsApi } from "./Tools/Api.ts"
 
 /** The whole HTTP API: one declaration gives validation, the OpenAPI document and a typed client. */
 export class Api extends HttpApi.make("agent-host")
@@ -29,6 +31,8 @@ export class Api extends HttpApi.make("agent-host")
   .add(TeamsPublicApi)
   .add(KnowledgeApi)
   .add(KnowledgeSearchApi)
+  .add(ToolsApi)
+  .add(SecretsApi)
   .middleware(HttpApiMiddleware.ProblemDetails)
   // A 400 names every bad field of the part that failed (params, headers,
   // query, payload), not just the first. Each request string aborts at its

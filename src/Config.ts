@@ -292,6 +292,22 @@ export interface AppSettings {
   readonly webhookRedeliveryWindow: Duration.Duration
   /** Key (base64 of 32 bytes) that encrypts webhook signing secrets at rest; absent: a key file under .data. */
   readonly webhookSecretKey: Option.Option<Redacted.Redacted<string>>
+  /**
+   * Key (base64 of 32 bytes) that encrypts the tenants' secrets at rest;
+   * absent: the webhook key (WEBHOOK_SECRET_KEY or its key file), so several
+   * nodes share it as they must share that one.
+   */
+  readonly secretsKey: Option.Option<Redacted.Redacted<string>>
+  /** The version of the secrets key: stored with each value, so that a changed key still opens older ones. */
+  readonly secretsKeyVersion: number
+  /** Earlier secrets keys by version, which still open values sealed under them until they are re-sealed. */
+  readonly secretsPreviousKeys: ReadonlyArray<SecretsKey>
+}
+
+/** A secrets key of an earlier version (SECRETS_PREVIOUS_KEYS). */
+export interface SecretsKey {
+  readonly version: number
+  readonly key: Redacted.Redacted<string>
 }
 
 /** The quotas of one plan: the most a tenant may keep of each; null: unlimited. */
@@ -309,6 +325,10 @@ export interface PlanQuotas {
   readonly apiKeys: number | null
   /** Webhook URLs set (a team's room or an orchestration each). */
   readonly webhookEndpoints: number | null
+  /** Secrets of the vault. */
+  readonly secrets: number | null
+  /** Tool definitions. */
+  readonly tools: number | null
 }
 
 export interface PlanQuotasByPlan {
@@ -327,7 +347,9 @@ export const quotaVariables: { readonly [K in keyof PlanQuotas]: string } = {
   orchestrations: "MAX_ORCHESTRATIONS",
   teams: "MAX_TEAMS",
   apiKeys: "MAX_API_KEYS",
-  webhookEndpoints: "MAX_WEBHOOK_ENDPOINTS"
+  webhookEndpoints: "MAX_WEBHOOK_ENDPOINTS",
+  secrets: "MAX_SECRETS",
+  tools: "MAX_TOOLS"
 }
 
 /** The defaults of docs/limits.md. */
@@ -341,7 +363,9 @@ export const defaultPlanQuotas: PlanQuotasByPlan = {
     orchestrations: 50,
     teams: 20,
     apiKeys: 10,
-    webhookEndpoints: 20
+    webhookEndpoints: 20,
+    secrets: 100,
+    tools: 50
   },
   pro: {
     knowledgeBases: 100,
@@ -352,7 +376,9 @@ export const defaultPlanQuotas: PlanQuotasByPlan = {
     orchestrations: 1_000,
     teams: 500,
     apiKeys: 100,
-    webhookEndpoints: 1_000
+    webhookEndpoints: 1_000,
+    secrets: 1_000,
+    tools: 1_000
   },
   // Unlimited definitions; storage stays bounded, since every tenant shares the database.
   business: {
@@ -364,7 +390,9 @@ export const defaultPlanQuotas: PlanQuotasByPlan = {
     orchestrations: null,
     teams: null,
     apiKeys: null,
-    webhookEndpoints: null
+    webhookEndpoints: null,
+    secrets: null,
+    tools: null
   }
 }
 
@@ -561,6 +589,58 @@ const base64Key = (name: string) =>
     name
   )
 
+// `version:key` entries of SECRETS_PREVIOUS_KEYS; undefined for an entry that is not one.
+const secretsKeyEntries = (raw: string) =>
+  raw
+    .split(",")
+    .filter((entry) => entry.trim() !== "")
+    .map((entry) => {
+      const [version, key, extra] = entry.split(":").map((part) => part.trim())
+      return version !== undefined &&
+        /^[1-9]\d{0,5}$/.test(version) &&
+        key !== undefined &&
+        extra === undefined &&
+        Buffer.from(key, "base64").length === 32
+        ? { version: Number(version), key }
+        : undefined
+    })
+
+/**
+ * `version:key,...`, each key the base64 of 32 bytes: the keys of earlier
+ * versions. A bad entry stops the start; the message shows no key.
+ */
+const previousSecretsKeys = Config.option(
+  Config.schema(
+    Schema.Redacted(
+      Schema.String.check(
+        Schema.makeFilter((raw: string) => {
+          const entries = secretsKeyEntries(raw)
+          const bad = entries.indexOf(undefined)
+          if (bad !== -1)
+            return (
+              "Expected comma-separated version:key entries (a version from 1 to 999999, a key the base64 of " +
+              `32 bytes); entry ${bad + 1} is not one`
+            )
+          const versions = entries.map((entry) => entry!.version)
+          const twice = versions.find((version, i) => versions.indexOf(version) !== i)
+          return twice === undefined || `Expected each version once; ${twice} is given twice`
+        })
+      )
+    ),
+    "SECRETS_PREVIOUS_KEYS"
+  )
+).pipe(
+  Config.map(
+    (keys): ReadonlyArray<SecretsKey> =>
+      Option.isNone(keys)
+        ? []
+        : secretsKeyEntries(Redacted.value(keys.value)).map((entry) => ({
+            version: entry!.version,
+            key: Redacted.make(entry!.key)
+          }))
+  )
+)
+
 const flag = (name: string) =>
   oneOf(
     name,
@@ -756,7 +836,10 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   webhookMaxRedeliveries: intBetween("WEBHOOK_MAX_REDELIVERIES", 0, 1_000).pipe(Config.withDefault(10)),
   webhookRedeliveriesPerTenant: intBetween("WEBHOOK_REDELIVERIES_PER_TENANT", 1, 100_000).pipe(Config.withDefault(30)),
   webhookRedeliveryWindow: Config.Duration("WEBHOOK_REDELIVERY_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
-  webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY"))
+  webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY")),
+  secretsKey: Config.option(base64Key("SECRETS_KEY")),
+  secretsKeyVersion: intBetween("SECRETS_KEY_VERSION", 1, 999_999).pipe(Config.withDefault(1)),
+  secretsPreviousKeys: previousSecretsKeys
 }).pipe(
   Config.mapEffect(({ runnerSecret, runnerTlsCa, runnerTlsCert, runnerTlsKey, ...settings }) => {
     const files = [runnerTlsCert, runnerTlsKey, runnerTlsCa].filter(Option.isSome).length
@@ -799,6 +882,20 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
               message:
                 "RUNNER_ADDRESS is set (several nodes) but WEBHOOK_SECRET_KEY is not: set WEBHOOK_SECRET_KEY " +
                 "to the same key on every node (openssl rand -base64 32)"
+            })
+          )
+        )
+      : Effect.succeed(settings)
+  ),
+  // No SECRETS_KEY is no rule of its own: the vault then uses the webhook key, which the rule above requires.
+  Config.mapEffect((settings) =>
+    settings.secretsPreviousKeys.some((previous) => previous.version === settings.secretsKeyVersion)
+      ? Effect.fail(
+          new Config.ConfigError(
+            new SourceError({
+              message:
+                `SECRETS_PREVIOUS_KEYS holds a key of version ${settings.secretsKeyVersion}, which is ` +
+                "SECRETS_KEY_VERSION: give the current key a new version, or drop that entry"
             })
           )
         )

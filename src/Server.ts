@@ -41,9 +41,11 @@ import * as IngestionWorkflow from "./Knowledge/IngestionWorkflow.ts"
 import { Knowledge } from "./Knowledge/Knowledge.ts"
 import { KnowledgeSearch } from "./Knowledge/Search.ts"
 import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
+import * as SecretsHttp from "./Secrets/Http.ts"
 import * as TeamsHttp from "./Teams/Http.ts"
 import { TeamsRepo } from "./Teams/Repo.ts"
 import { TeamRuns } from "./Teams/TeamRuns.ts"
+import * as ToolsHttp from "./Tools/Http.ts"
 import * as TeamRunWorkflow from "./Teams/TeamRunWorkflow.ts"
 import * as WebhookDelivery from "./Webhooks/Delivery.ts"
 import { Webhooks } from "./Webhooks/Webhooks.ts"
@@ -117,7 +119,9 @@ export const RoutesLayer = Layer.unwrap(
     OrchestrationsHttp.layer,
     TeamsHttp.layer,
     KnowledgeHttp.layer,
-    KnowledgeSearchHttp.layer
+    KnowledgeSearchHttp.layer,
+    ToolsHttp.layer,
+    SecretsHttp.layer
   ]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
   // One quota per process: the middleware and the billing route share its batches.

@@ -7,8 +7,9 @@ import { Limits } from "../Billing/Limits.ts"
 import { AppConfig } from "../Config.ts"
 import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import type { PageRequest } from "../Domain/Page.ts"
-import { invalidField, NotFound } from "../Domain/Problems.ts"
+import { invalidField, invalidFields, NotFound } from "../Domain/Problems.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
+import { ToolsRepo } from "../Tools/Repo.ts"
 import type { Agent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
 import * as Traced from "../Observability/Traced.ts"
@@ -23,6 +24,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const budget = yield* TokenBudget
     const knowledge = yield* KnowledgeSearch
     const limits = yield* Limits
+    const tools = yield* ToolsRepo
 
     /** The ids once each, in order, when every one is a knowledge base of the tenant. */
     const checkKnowledge = Traced.fn("Agents.checkKnowledge")(function* (
@@ -40,6 +42,16 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       return unique
     })
 
+    /** The ids once each, in order, when every one is an active tool of the tenant; else a 400 naming each other. */
+    const checkTools = Traced.fn("Agents.checkTools")(function* (tenantId: TenantId, ids: ReadonlyArray<string>) {
+      const active = yield* tools.activeIds(tenantId, ids)
+      const issues = ids.flatMap((id, i) =>
+        active.has(id) ? [] : [{ path: ["toolIds", i], message: `No active tool ${JSON.stringify(id)}` }]
+      )
+      if (issues.length > 0) return yield* invalidFields(issues)
+      return [...new Set(ids)]
+    })
+
     /** A page of the tenant's agents; the key-authenticated list shows the active ones only. */
     const list = (tenantId: TenantId, page: PageRequest, options?: { readonly activeOnly: boolean }) =>
       repo.list(tenantId, page, options?.activeOnly ? "active" : undefined)
@@ -48,7 +60,8 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       const model = input.model ?? config.defaultModel
       yield* budget.checkModel(tenantId, model)
       const knowledgeIds = yield* checkKnowledge(tenantId, input.knowledgeIds ?? [])
-      return yield* limits.admit(tenantId, "agents", repo.insert(tenantId, { ...input, model, knowledgeIds }))
+      const toolIds = yield* checkTools(tenantId, input.toolIds ?? [])
+      return yield* limits.admit(tenantId, "agents", repo.insert(tenantId, { ...input, model, knowledgeIds, toolIds }))
     })
 
     const get = Traced.fn("Agents.get")(function* (tenantId: TenantId, id: AgentId) {
@@ -65,7 +78,12 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       if (input.model !== undefined) yield* budget.checkModel(tenantId, input.model)
       const knowledgeIds =
         input.knowledgeIds === undefined ? undefined : yield* checkKnowledge(tenantId, input.knowledgeIds)
-      const agent = yield* repo.update(tenantId, id, knowledgeIds === undefined ? input : { ...input, knowledgeIds })
+      const toolIds = input.toolIds === undefined ? undefined : yield* checkTools(tenantId, input.toolIds)
+      const agent = yield* repo.update(tenantId, id, {
+        ...input,
+        ...(knowledgeIds === undefined ? {} : { knowledgeIds }),
+        ...(toolIds === undefined ? {} : { toolIds })
+      })
       if (Option.isNone(agent)) return yield* notFound(id)
       return agent.value
     })
@@ -79,6 +97,6 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer, Limits.layer])
+    Layer.provide([AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer, Limits.layer, ToolsRepo.layer])
   )
 }

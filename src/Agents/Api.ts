@@ -56,6 +56,14 @@ const KnowledgeIds = boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength
   description: "Ids of the tenant's knowledge bases the agent is grounded on ([] for none)."
 })
 
+export const maxAgentTools = 32
+
+const ToolIds = boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength(64)), {
+  max: maxAgentTools,
+  tooMany: `Expected at most ${maxAgentTools} tools`,
+  description: "Ids of the tenant's active tools the agent may call ([] for none)."
+})
+
 /** An agent: its row, its JSON, and what a client sends to create (`Agent.jsonCreate`) or update it (`Agent.jsonUpdate`). */
 export class Agent extends Model.Class<Agent>("Agent")({
   id: Entity.id(AgentId),
@@ -74,6 +82,13 @@ export class Agent extends Model.Class<Agent>("Agent")({
     }),
     [],
     KnowledgeIds
+  ),
+  toolIds: Entity.withDefault(
+    Schema.Array(Schema.String).annotate({
+      description: "The tenant's tools the agent is given (docs/tools.md)."
+    }),
+    [],
+    ToolIds
   ),
   createdAt: Entity.generated(Schema.Date),
   updatedAt: Entity.generated(Schema.Date)

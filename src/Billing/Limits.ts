@@ -27,7 +27,9 @@ const described: Record<QuotaName, string> = {
   orchestrations: "orchestrations",
   teams: "teams",
   apiKeys: "API keys",
-  webhookEndpoints: "webhook URLs"
+  webhookEndpoints: "webhook URLs",
+  secrets: "secrets",
+  tools: "tools"
 }
 
 const refusalFields = (plan: Plan, quota: QuotaName, limit: number, used: number, requested: number) => {

@@ -313,7 +313,15 @@ export const chunksOfTenant = (sql: SqlClient.SqlClient, tenantId: TenantId, doc
   )
 
 /** What a tenant has of each quota counted on create (one table each). */
-export type CountedQuota = "knowledgeBases" | "agents" | "orchestrations" | "teams" | "apiKeys" | "webhookEndpoints"
+export type CountedQuota =
+  | "knowledgeBases"
+  | "agents"
+  | "orchestrations"
+  | "teams"
+  | "apiKeys"
+  | "webhookEndpoints"
+  | "secrets"
+  | "tools"
 
 /** A tenant's knowledge: documents, their uploaded bytes, and the chunks of the ready ones. */
 export interface KnowledgeUsage {
@@ -341,7 +349,9 @@ export class LimitsRepo extends Context.Service<LimitsRepo>()("agent-host/Limits
         sql`SELECT count(*)::int AS used FROM api_keys
             WHERE tenant_id = ${tenantId} AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`,
       webhookEndpoints: (tenantId) =>
-        sql`SELECT count(*)::int AS used FROM webhook_endpoints WHERE tenant_id = ${tenantId}`
+        sql`SELECT count(*)::int AS used FROM webhook_endpoints WHERE tenant_id = ${tenantId}`,
+      secrets: (tenantId) => sql`SELECT count(*)::int AS used FROM tenant_secrets WHERE tenant_id = ${tenantId}`,
+      tools: (tenantId) => sql`SELECT count(*)::int AS used FROM tools WHERE tenant_id = ${tenantId}`
     }
 
     const count = (tenantId: TenantId, quota: CountedQuota) =>

@@ -16,6 +16,8 @@ export const OrchestrationId = brandedId("OrchestrationId")
 export const TeamId = brandedId("TeamId")
 export const KnowledgeId = brandedId("KnowledgeId")
 export const DocumentId = brandedId("DocumentId")
+export const ToolId = brandedId("ToolId")
+export const SecretId = brandedId("SecretId")
 
 export type TenantId = typeof TenantId.Type
 export type UserId = typeof UserId.Type
@@ -26,6 +28,8 @@ export type OrchestrationId = typeof OrchestrationId.Type
 export type TeamId = typeof TeamId.Type
 export type KnowledgeId = typeof KnowledgeId.Type
 export type DocumentId = typeof DocumentId.Type
+export type ToolId = typeof ToolId.Type
+export type SecretId = typeof SecretId.Type
 
 const hex = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, "0"))
 

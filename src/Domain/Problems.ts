@@ -91,6 +91,15 @@ export const invalidField = (field: string, message: string, slot: "payload" | "
     errors: [{ path: [slot, field], message }]
   })
 
+/** A 400 naming each bad part of the payload by its path in it (`["steps", 2, "agentId"]`). */
+export const invalidFields = (
+  issues: ReadonlyArray<{ readonly path: ReadonlyArray<string | number>; readonly message: string }>
+): BadRequest =>
+  new BadRequest({
+    detail: issues.map((issue) => `payload.${issue.path.join(".")}: ${issue.message}`).join("; "),
+    errors: issues.map((issue) => ({ path: ["payload", ...issue.path], message: issue.message }))
+  })
+
 /** The tenant's plan has spent its model tokens for the UTC day. */
 export class TokenBudgetSpent extends HttpApiError.Problem<TokenBudgetSpent>()(
   "TokenBudgetSpent",
@@ -171,7 +180,7 @@ const quotaFields = {
   quota: Schema.String.annotate({
     description:
       "Which quota: knowledgeBases, documents, storedBytes, chunks, agents, orchestrations, teams, " +
-      "apiKeys or webhookEndpoints."
+      "apiKeys, webhookEndpoints, secrets or tools."
   }),
   setting: Schema.String.annotate({ description: "The setting that holds it for the plan, e.g. FREE_MAX_AGENTS." }),
   plan: Schema.String,

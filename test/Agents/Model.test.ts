@@ -16,6 +16,7 @@ const fields = [
   "status",
   "memoryEnabled",
   "knowledgeIds",
+  "toolIds",
   "createdAt",
   "updatedAt"
 ]
@@ -47,6 +48,7 @@ layer(TestServer.layer({ defaultModel: "openai/gpt-4o-mini" }), { excludeTestSer
         }
         assert.sameMembers(Object.keys(v1.body.data[0]), v1Fields)
         assert.deepStrictEqual(created.body.knowledgeIds, [])
+        assert.deepStrictEqual(created.body.toolIds, [])
       })
     )
 

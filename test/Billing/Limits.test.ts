@@ -31,7 +31,9 @@ const quotasOf = (n: number): PlanQuotas => ({
   orchestrations: n + 1,
   teams: n,
   apiKeys: n,
-  webhookEndpoints: n
+  webhookEndpoints: n,
+  secrets: n,
+  tools: n
 })
 
 const settings = {
@@ -77,7 +79,9 @@ const setting: Record<keyof PlanQuotas, string> = {
   orchestrations: "MAX_ORCHESTRATIONS",
   teams: "MAX_TEAMS",
   apiKeys: "MAX_API_KEYS",
-  webhookEndpoints: "MAX_WEBHOOK_ENDPOINTS"
+  webhookEndpoints: "MAX_WEBHOOK_ENDPOINTS",
+  secrets: "MAX_SECRETS",
+  tools: "MAX_TOOLS"
 }
 
 /** The refusal names the quota, its setting, the plan, the limit, what the tenant has and what it asked for. */

@@ -24,6 +24,8 @@ import runSlots from "./0022_run_slots.ts"
 import eventStreamSlots from "./0023_event_stream_slots.ts"
 import emailNormalized from "./0024_email_normalized.ts"
 import webhookSecretUpgrades from "./0025_webhook_secret_upgrades.ts"
+import secrets from "./0026_secrets.ts"
+import tools from "./0027_tools.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -51,5 +53,7 @@ export const migrations = Migrator.fromRecord({
   "0022_run_slots": runSlots,
   "0023_event_stream_slots": eventStreamSlots,
   "0024_email_normalized": emailNormalized,
-  "0025_webhook_secret_upgrades": webhookSecretUpgrades
+  "0025_webhook_secret_upgrades": webhookSecretUpgrades,
+  "0026_secrets": secrets,
+  "0027_tools": tools
 })

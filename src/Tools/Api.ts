@@ -1,0 +1,71 @@
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as OpenApi from "effect/http-api/OpenApi"
+import { SessionAuth, sessionCredential } from "../Auth/Api.ts"
+import { operation } from "../Domain/ApiDocs.ts"
+import { ToolId } from "../Domain/Ids.ts"
+import { managementEndpoints } from "../Domain/Management.ts"
+import { PageOf } from "../Domain/Page.ts"
+import { Conflict, NotFound, QuotaReached } from "../Domain/Problems.ts"
+import { Tool } from "./Tool.ts"
+
+export const ToolList = PageOf(Tool.json)
+
+const checked =
+  "`parameters` must be a draft-07 JSON Schema of an object; an `http` tool's url may hold `{{args.NAME}}` in " +
+  "its path and query only, naming properties of `parameters`, and its host must be one of `allowedHosts` and " +
+  "pass the egress guard (no private, loopback, link-local or metadata address unless WEBHOOK_ALLOW_PRIVATE); " +
+  "a `knowledge` tool's bases and an `agent` tool's agent must be the tenant's."
+
+// Deleting is the routes' own: a tool agents have is refused (409) rather than taken from them.
+const [list, create, get, update] = managementEndpoints({
+  name: "tool",
+  model: Tool,
+  credential: sessionCredential,
+  errors: { create: [Conflict, QuotaReached], update: [NotFound, Conflict] },
+  docs: {
+    list: { description: "The tenant's tools, active and inactive, a page at a time (`limit`, `cursor`)." },
+    create: {
+      description:
+        "Defines a tool agents may be given: its name and description (what the model sees), the JSON Schema " +
+        "of its arguments, its kind (`http`, `knowledge` or `agent`) with that kind's settings, and its policy.",
+      errors:
+        `400 on invalid fields, each named by its path: ${checked} 409 when the tenant has a tool of that ` +
+        "name. 429 when the tenant has as many tools as its plan allows (MAX_TOOLS)."
+    },
+    get: { description: "The tool, with its settings and policy." },
+    update: {
+      description:
+        "Changes the fields sent and leaves the others as they are: `settings` is replaced whole, `policy` " +
+        "changes the bounds sent. The settings and parameters are checked together, whichever is sent.",
+      errors: `400 on invalid fields, as on create. 404 when the tool is not the tenant's. 409 when another tool has the name.`
+    }
+  }
+})
+
+const remove = HttpApiEndpoint.delete("remove", "/:id", {
+  params: { id: ToolId },
+  success: HttpApiSchema.NoContent,
+  error: [NotFound, Conflict]
+}).annotateMerge(
+  operation({
+    summary: "Delete a tool",
+    description: "Deletes the tool. A tool that agents have is not deleted: take it out of their `toolIds` first.",
+    credential: sessionCredential,
+    errors: "404 when the tool is not the tenant's. 409 when agents have it, naming them (the first ten)."
+  })
+)
+
+export class ToolsApi extends HttpApiGroup.make("tools")
+  .add(list, create, get, update, remove)
+  .middleware(SessionAuth)
+  .prefix("/api/tools")
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Tools",
+      description:
+        "Define the tools a tenant's agents may call: HTTP requests to the tenant's services, searches of its " +
+        "knowledge bases, questions to its other agents."
+    })
+  ) {}

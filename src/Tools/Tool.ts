@@ -1,0 +1,316 @@
+import * as Schema from "effect/Schema"
+import * as Model from "effect/schema/Model"
+import { DefinitionStatus } from "../Domain/Definition.ts"
+import * as Entity from "../Domain/Entity.ts"
+import { AgentId, ToolId } from "../Domain/Ids.ts"
+import { boundedArray, isSafeTextValue, text, textRecord } from "../Domain/Input.ts"
+import { maxTopK } from "../Knowledge/SearchApi.ts"
+import { bodyPlace, headerPlace, type Place, refusal, urlPlace } from "./Template.ts"
+
+// A tool an agent may call (docs/tools.md): what the model sees (its name,
+// description and the JSON Schema of its arguments), what a call does (its
+// kind and that kind's settings) and the bounds of its calls (its policy).
+// Only the shape is checked here; what needs the tenant's data, the network
+// or a JSON Schema compiler is checked by the service (Tools.ts).
+
+/** What the model calls the tool by: unique within the tenant. */
+export const toolNamePattern = /^[a-zA-Z0-9_-]{1,64}$/
+
+export const ToolName = text(
+  Schema.isPattern(toolNamePattern, { message: "Expected 1 to 64 letters, digits, `_` or `-`" })
+).annotate({ description: "What the model calls the tool by: unique among the tenant's tools." })
+
+export const maxDescriptionChars = 4_000
+
+export const ToolDescription = text(
+  Schema.isMinLength(1, { message: "Expected a non-empty description" }),
+  Schema.isMaxLength(maxDescriptionChars)
+).annotate({ description: "What the tool does and when to use it: the model reads it to decide." })
+
+export const ToolKind = Schema.Literals(["http", "knowledge", "agent"])
+export type ToolKind = typeof ToolKind.Type
+
+// ---------------------------------------------------------------------------
+// Parameters: a JSON Schema
+// ---------------------------------------------------------------------------
+
+/** The most characters of JSON, and levels of nesting, a tool's `parameters` may have. */
+export const maxParametersChars = 32_768
+export const maxParametersDepth = 32
+
+const isPlainObject = (value: unknown): value is { readonly [key: string]: unknown } =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+
+const unsafeText = "Expected text without NUL characters or unpaired UTF-16 surrogates"
+
+/**
+ * Why a JSON value may not be a tool's parameters, before it is compiled: not
+ * an object, too deep, too large, or holding text Postgres would not store as
+ * sent (Domain/Input.ts) or a `__proto__` key, which would read or replace
+ * what objects inherit wherever the schema is copied. Walked without
+ * recursion, so that no nesting, however deep, costs more than the bound.
+ */
+const parametersIssue = (input: unknown): Schema.FilterOutput => {
+  if (!isPlainObject(input)) return "Expected a JSON Schema: an object"
+  const pending: Array<readonly [unknown, ReadonlyArray<string | number>]> = [[input, []]]
+  while (pending.length > 0) {
+    const [value, path] = pending.pop()!
+    if (typeof value === "string") {
+      if (!isSafeTextValue(value)) return { path, issue: unsafeText }
+    } else if (typeof value === "object" && value !== null) {
+      if (path.length >= maxParametersDepth) {
+        return { path, issue: `Expected at most ${maxParametersDepth} levels of nesting` }
+      }
+      if (Array.isArray(value)) value.forEach((item, i) => pending.push([item, [...path, i]]))
+      else {
+        for (const [key, item] of Object.entries(value)) {
+          if (!isSafeTextValue(key)) return { path: [...path, key], issue: unsafeText }
+          if (key === "__proto__") return { path, issue: "Expected no `__proto__` key" }
+          pending.push([item, [...path, key]])
+        }
+      }
+    }
+  }
+  const chars = JSON.stringify(input).length
+  return chars <= maxParametersChars || `Expected at most ${maxParametersChars} characters of JSON, not ${chars}`
+}
+
+/** The JSON Schema of a tool's arguments, as stored and shown. */
+export const JsonSchemaObject = Schema.Record(Schema.String, Schema.Unknown).annotate({
+  description:
+    'The JSON Schema (draft-07) of the arguments: an object schema (`"type": "object"`). The model reads it to ' +
+    "form a call, and every call's arguments are checked against it."
+})
+
+/** The most keywords a tool's `parameters` may have at its root. */
+export const maxParametersKeywords = 64
+
+/**
+ * The JSON Schema as a client sends it: an object of at most
+ * `maxParametersKeywords` keys, refused whole otherwise, then walked within
+ * its bounds.
+ */
+export const ParametersInput = textRecord(Schema.Unknown, { max: maxParametersKeywords })
+  .check(Schema.makeFilter(parametersIssue, { expected: "a JSON Schema object" }))
+  .annotate({
+    description:
+      'A JSON Schema (draft-07) with `"type": "object"`, at most ' +
+      `${maxParametersChars} characters of JSON and ${maxParametersDepth} levels of nesting.`
+  })
+
+// ---------------------------------------------------------------------------
+// Policy
+// ---------------------------------------------------------------------------
+
+/** Each bound of a tool's calls: its range and its default (docs/tools.md#policy). */
+export const policyBounds = {
+  timeoutMs: { minimum: 100, maximum: 120_000, default: 10_000 },
+  maxOutputBytes: { minimum: 1_024, maximum: 1_048_576, default: 16_384 },
+  maxCallsPerRun: { minimum: 1, maximum: 100, default: 10 }
+} as const
+
+export const defaultPolicy = {
+  timeoutMs: policyBounds.timeoutMs.default,
+  maxOutputBytes: policyBounds.maxOutputBytes.default,
+  maxCallsPerRun: policyBounds.maxCallsPerRun.default
+}
+
+const described = {
+  timeoutMs: "Milliseconds one call may take",
+  maxOutputBytes: "Bytes of a call's result the model sees; a longer result is cut, with a marker",
+  maxCallsPerRun: "Calls of this tool one chat turn, execution or team run may make"
+} as const
+
+const policyField = (field: keyof typeof policyBounds) => {
+  const { default: value, ...range } = policyBounds[field]
+  return Schema.Int.check(Schema.isBetween(range)).annotate({
+    description: `${described[field]}: ${range.minimum} to ${range.maximum} (default ${value}).`
+  })
+}
+
+export const ToolPolicy = Schema.Struct({
+  timeoutMs: policyField("timeoutMs"),
+  maxOutputBytes: policyField("maxOutputBytes"),
+  maxCallsPerRun: policyField("maxCallsPerRun")
+})
+export type ToolPolicy = typeof ToolPolicy.Type
+
+/** The policy as a client sends it: each bound left out keeps its default (on create) or its value (on update). */
+export const ToolPolicyInput = Schema.Struct({
+  timeoutMs: Schema.optionalKey(ToolPolicy.fields.timeoutMs),
+  maxOutputBytes: Schema.optionalKey(ToolPolicy.fields.maxOutputBytes),
+  maxCallsPerRun: Schema.optionalKey(ToolPolicy.fields.maxCallsPerRun)
+})
+
+// ---------------------------------------------------------------------------
+// Settings of each kind
+// ---------------------------------------------------------------------------
+
+export const httpMethods = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const
+export const HttpMethod = Schema.Literals(httpMethods)
+
+/** The most each setting may hold (docs/tools.md#kinds). */
+export const settingsBounds = {
+  urlChars: 2_048,
+  headers: 32,
+  headerValueChars: 4_096,
+  bodyChars: 32_000,
+  allowedHosts: 16,
+  knowledgeBases: 8
+} as const
+
+/** A template holding only the placeholders `place` allows. */
+const template = (place: Place) =>
+  Schema.makeFilter<string>((value) => refusal(value, place) ?? true, {
+    expected: `a template with only the placeholders allowed in ${place.name}`
+  })
+
+const UrlTemplate = text(
+  Schema.isMinLength(1, { message: "Expected a URL" }),
+  Schema.isMaxLength(settingsBounds.urlChars, {
+    message: `Expected a URL of at most ${settingsBounds.urlChars} characters`
+  }),
+  template(urlPlace)
+).annotate({
+  description:
+    "The http(s) URL called, a template: `{{args.NAME}}` in its path and query stands for an argument, " +
+    "URL-encoded. Its host is fixed, one of `allowedHosts`, and checked by the egress guard when saved."
+})
+
+const HeaderValue = text(
+  Schema.isMaxLength(settingsBounds.headerValueChars),
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the pattern exists to refuse control characters
+  Schema.isPattern(/^[^\u0000-\u0008\u000a-\u001f\u007f]*$/, {
+    message: "Expected no control characters (but tab) in a header value"
+  }),
+  template(headerPlace)
+)
+
+const BodyTemplate = text(Schema.isMaxLength(settingsBounds.bodyChars), template(bodyPlace)).annotate({
+  description:
+    "The request body, a template over `{{args.NAME}}` (the argument as JSON) and `{{secrets.NAME}}`. " +
+    "Left out: the arguments as a JSON object (none for GET and DELETE). A GET has no body."
+})
+
+/** Whether a string is a host as a URL writes it: a name, an IPv4 address or an IPv6 one in brackets; no port. */
+const isHost = (value: string) => {
+  try {
+    const url = new URL(`http://${value}/`)
+    return url.hostname !== "" && url.port === "" && url.username === "" && url.pathname === "/" && url.search === ""
+  } catch {
+    return false
+  }
+}
+
+const HostName = text(
+  Schema.isMinLength(1, { message: "Expected a host name" }),
+  Schema.isMaxLength(253),
+  Schema.makeFilter<string>((value) => isHost(value) || "Expected a host name (no scheme, port or path)", {
+    expected: "a host name"
+  })
+)
+
+export const HttpSettings = Schema.Struct({
+  kind: Schema.Literal("http"),
+  method: HttpMethod,
+  url: Schema.String,
+  headers: Schema.Record(Schema.String, Schema.String),
+  body: Schema.optionalKey(Schema.String),
+  allowedHosts: Schema.Array(Schema.String),
+  followRedirects: Schema.Boolean
+}).annotate({ description: "An HTTP request to one of the tenant's services." })
+
+export const HttpSettingsInput = Schema.Struct({
+  kind: Schema.Literal("http"),
+  method: HttpMethod,
+  url: UrlTemplate,
+  headers: Schema.optionalKey(
+    textRecord(HeaderValue, { max: settingsBounds.headers }).annotate({
+      description:
+        "Header names and values sent with every call (default none); a value may use `{{secrets.NAME}}`. " +
+        "Headers the service sets itself (Host, Content-Length, Idempotency-Key...) may not be given."
+    })
+  ),
+  body: Schema.optionalKey(BodyTemplate),
+  allowedHosts: boundedArray(HostName, {
+    min: 1,
+    max: settingsBounds.allowedHosts,
+    tooFew: "Expected at least one host",
+    tooMany: `Expected at most ${settingsBounds.allowedHosts} hosts`,
+    description: "The hosts a call may reach: the url's host, and those a followed redirect may go to."
+  }),
+  followRedirects: Schema.optionalKey(
+    Schema.Boolean.annotate({ description: "Whether a redirect to one of `allowedHosts` is followed (default false)." })
+  )
+})
+
+export const KnowledgeSettings = Schema.Struct({
+  kind: Schema.Literal("knowledge"),
+  knowledgeIds: Schema.Array(Schema.String),
+  topK: Schema.Int
+}).annotate({ description: "A search of the tenant's knowledge bases, answered with numbered sources." })
+
+export const KnowledgeSettingsInput = Schema.Struct({
+  kind: Schema.Literal("knowledge"),
+  knowledgeIds: boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength(64)), {
+    min: 1,
+    max: settingsBounds.knowledgeBases,
+    tooFew: "Expected at least one knowledge base",
+    tooMany: `Expected at most ${settingsBounds.knowledgeBases} knowledge bases`,
+    description: "Ids of the tenant's knowledge bases searched."
+  }),
+  topK: Schema.optionalKey(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: maxTopK })).annotate({
+      description: `How many chunks a search gives, 1 to ${maxTopK} (default KNOWLEDGE_TOP_K).`
+    })
+  )
+})
+
+export const AgentSettings = Schema.Struct({
+  kind: Schema.Literal("agent"),
+  agentId: Schema.String
+}).annotate({ description: "A message to another agent of the tenant, answered with its reply." })
+
+export const AgentSettingsInput = Schema.Struct({
+  kind: Schema.Literal("agent"),
+  agentId: AgentId.check(Schema.isMaxLength(64))
+})
+
+/** What a call does, by kind, as stored and shown. */
+export const ToolSettings = Schema.Union([HttpSettings, KnowledgeSettings, AgentSettings])
+export type ToolSettings = typeof ToolSettings.Type
+export type HttpSettings = typeof HttpSettings.Type
+
+/** The settings as a client sends them: `kind` says which of the shapes. */
+export const ToolSettingsInput = Schema.Union([HttpSettingsInput, KnowledgeSettingsInput, AgentSettingsInput]).annotate(
+  {
+    description: "What a call does: `kind` (`http`, `knowledge` or `agent`) and that kind's settings."
+  }
+)
+export type ToolSettingsInput = typeof ToolSettingsInput.Type
+
+// ---------------------------------------------------------------------------
+// The entity
+// ---------------------------------------------------------------------------
+
+/** A tool: its row, its JSON, and what a client sends to create (`Tool.jsonCreate`) or update it (`Tool.jsonUpdate`). */
+export class Tool extends Model.Class<Tool>("Tool")({
+  id: Entity.id(ToolId),
+  name: Entity.required(Schema.String, ToolName),
+  description: Entity.required(Schema.String, ToolDescription),
+  // Read from the settings, for lists; set by sending `settings`.
+  kind: Model.Field({
+    select: ToolKind,
+    json: ToolKind.annotate({ description: "The settings' kind." })
+  }),
+  parameters: Entity.required(JsonSchemaObject, ParametersInput),
+  settings: Entity.required(ToolSettings, ToolSettingsInput),
+  // The defaults when omitted; on update, the bounds sent change and the others stay.
+  policy: Entity.optional(ToolPolicy, ToolPolicyInput),
+  status: Entity.withDefault(DefinitionStatus, "active"),
+  createdAt: Entity.generated(Schema.Date),
+  updatedAt: Entity.generated(Schema.Date)
+}) {}
+
+export type CreateTool = typeof Tool.jsonCreate.Type
+export type UpdateTool = typeof Tool.jsonUpdate.Type

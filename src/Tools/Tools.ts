@@ -1,0 +1,277 @@
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import { AgentsRepo } from "../Agents/Repo.ts"
+import { Limits } from "../Billing/Limits.ts"
+import { AppConfig } from "../Config.ts"
+import type { TenantId, ToolId } from "../Domain/Ids.ts"
+import type { PageRequest } from "../Domain/Page.ts"
+import { Conflict, invalidFields, NotFound } from "../Domain/Problems.ts"
+import { KnowledgeSearch } from "../Knowledge/Search.ts"
+import * as Traced from "../Observability/Traced.ts"
+import * as Guard from "../Webhooks/Guard.ts"
+import { compileParameters } from "./JsonSchema.ts"
+import { ToolsRepo } from "./Repo.ts"
+import { argsOf, placeholders } from "./Template.ts"
+import {
+  type CreateTool,
+  defaultPolicy,
+  type HttpSettings,
+  type ToolSettings,
+  type ToolSettingsInput,
+  type UpdateTool
+} from "./Tool.ts"
+
+const notFound = (id: string) => new NotFound({ detail: `No tool ${id}` })
+
+/** What is wrong with a field of the payload, and where in it. */
+interface Issue {
+  readonly path: ReadonlyArray<string | number>
+  readonly message: string
+}
+
+// A header name is an RFC 9110 token. Those the service sets on every call
+// (and the hop-by-hop ones) are its own: a tool's could only break the call.
+const headerNamePattern = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/
+const reservedHeaders = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+  "expect",
+  "proxy-connection",
+  "idempotency-key",
+  "traceparent",
+  "tracestate",
+  "b3"
+])
+
+const headerIssues = (headers: Readonly<Record<string, string>>): ReadonlyArray<Issue> => {
+  const seen = new Set<string>()
+  return Object.keys(headers).flatMap((name): ReadonlyArray<Issue> => {
+    const path = ["settings", "headers", name]
+    const lower = name.toLowerCase()
+    if (!headerNamePattern.test(name)) return [{ path, message: "Expected a header name: 1 to 64 token characters" }]
+    if (reservedHeaders.has(lower)) return [{ path, message: `${name} is set by the service, not by a tool` }]
+    if (seen.has(lower)) return [{ path, message: `${name} is given twice (header names ignore case)` }]
+    seen.add(lower)
+    return []
+  })
+}
+
+/** A host as a URL's `hostname` has it: lower case, IPv4 in dotted decimal, without a final dot. */
+const normalHost = (host: string) => new URL(`http://${host}/`).hostname.replace(/\.$/, "")
+
+/** The properties of a JSON Schema of arguments: what `{{args.NAME}}` may name. */
+const propertiesOf = (parameters: { readonly [key: string]: unknown }): ReadonlySet<string> => {
+  const properties = parameters.properties
+  return typeof properties === "object" && properties !== null && !Array.isArray(properties)
+    ? new Set(Object.keys(properties))
+    : new Set()
+}
+
+/**
+ * The arguments an HTTP tool's url and body name that its parameters do not
+ * have; none when the parameters are wrong themselves (`properties` undefined).
+ */
+const argIssues = (
+  settings: Pick<HttpSettings, "url" | "body">,
+  properties: ReadonlySet<string> | undefined
+): ReadonlyArray<Issue> => {
+  if (properties === undefined) return []
+  return (["url", "body"] as const).flatMap((field) =>
+    argsOf(settings[field] ?? "")
+      .filter((name) => !properties.has(name))
+      .slice(0, 1)
+      .map((name) => ({
+        path: ["settings", field],
+        message: `{{args.${name}}} names no property of \`parameters\` (its \`properties\`)`
+      }))
+  )
+}
+
+/**
+ * The url template's issues of form: placeholders only after its host, an
+ * http(s) URL without credentials once they are filled, a host among
+ * `allowedHosts`. The URL, filled, when there are none.
+ */
+const urlIssues = (settings: HttpSettings): Result.Result<URL, Issue> => {
+  const path = ["settings", "url"]
+  const template = settings.url.trim()
+  const scheme = template.indexOf("://")
+  const pathStart = template.slice(scheme + 3).search(/[/?#]/)
+  const hostEnd = pathStart === -1 ? template.length : scheme + 3 + pathStart
+  const first = placeholders(template)[0]
+  if (scheme !== -1 && first !== undefined && first.index < hostEnd) {
+    return Result.fail({ path, message: "Placeholders may appear only in the url's path and query: its host is fixed" })
+  }
+  let filled = template
+  for (const found of placeholders(template)) filled = filled.replace(found.text, "x")
+  const url = Guard.parseUrl(filled)
+  if (Result.isFailure(url)) return Result.fail({ path, message: url.failure })
+  const host = url.success.hostname.replace(/\.$/, "")
+  if (!settings.allowedHosts.includes(host)) {
+    return Result.fail({ path, message: `The url's host ${host} is not one of \`allowedHosts\`` })
+  }
+  return Result.succeed(url.success)
+}
+
+/** Tool definitions of a tenant (docs/tools.md). */
+export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
+  make: Effect.gen(function* () {
+    const repo = yield* ToolsRepo
+    const agents = yield* AgentsRepo
+    const knowledge = yield* KnowledgeSearch
+    const guard = yield* Guard.EgressGuard
+    const limits = yield* Limits
+    const config = yield* AppConfig
+
+    /** The issues of `parameters`, with their paths in the payload, or the names of its properties. */
+    const checkParameters = (parameters: {
+      readonly [key: string]: unknown
+    }): { readonly issues: ReadonlyArray<Issue>; readonly properties: ReadonlySet<string> | undefined } =>
+      Result.match(compileParameters(parameters), {
+        onSuccess: () => ({ issues: [], properties: propertiesOf(parameters) }),
+        onFailure: (problems) => ({
+          issues: problems.map((problem) => ({ ...problem, path: ["parameters", ...problem.path] })),
+          properties: undefined
+        })
+      })
+
+    /**
+     * The settings as stored (their defaults filled, hosts in normal form),
+     * or every issue found: of form first, then what needs the tenant's data,
+     * and last, only when nothing else is wrong, the egress guard's look at
+     * the url's host (a name is resolved, every address checked).
+     */
+    const checkSettings = Traced.fn("Tools.checkSettings")(function* (
+      tenantId: TenantId,
+      input: ToolSettingsInput,
+      parameters: ReturnType<typeof checkParameters>
+    ) {
+      const { properties } = parameters
+      const issues = [...parameters.issues]
+      let settings: ToolSettings
+      switch (input.kind) {
+        case "http": {
+          const http: HttpSettings = {
+            kind: "http",
+            method: input.method,
+            url: input.url.trim(),
+            headers: input.headers ?? {},
+            ...(input.body === undefined ? {} : { body: input.body }),
+            allowedHosts: [...new Set(input.allowedHosts.map(normalHost))],
+            followRedirects: input.followRedirects ?? false
+          }
+          settings = http
+          issues.push(...headerIssues(http.headers), ...argIssues(http, properties))
+          if (http.method === "GET" && http.body !== undefined) {
+            issues.push({ path: ["settings", "body"], message: "A GET sends no body" })
+          }
+          const url = urlIssues(http)
+          if (Result.isFailure(url)) issues.push(url.failure)
+          else if (issues.length === 0) {
+            const why = yield* guard
+              .check(url.success)
+              .pipe(Effect.match({ onFailure: (why) => why, onSuccess: () => undefined }))
+            if (why !== undefined) issues.push({ path: ["settings", "url"], message: why })
+          }
+          break
+        }
+        case "knowledge": {
+          const ids = [...new Set(input.knowledgeIds)]
+          const missing = new Set(yield* knowledge.missing(tenantId, ids))
+          input.knowledgeIds.forEach((id, i) => {
+            if (missing.has(id)) {
+              issues.push({ path: ["settings", "knowledgeIds", i], message: `No knowledge base ${JSON.stringify(id)}` })
+            }
+          })
+          settings = { kind: "knowledge", knowledgeIds: ids, topK: input.topK ?? config.knowledgeTopK }
+          break
+        }
+        case "agent": {
+          if (Option.isNone(yield* agents.findById(tenantId, input.agentId))) {
+            issues.push({ path: ["settings", "agentId"], message: `No agent ${JSON.stringify(input.agentId)}` })
+          }
+          settings = { kind: "agent", agentId: input.agentId }
+          break
+        }
+      }
+      if (issues.length > 0) return yield* invalidFields(issues)
+      return settings
+    })
+
+    const list = (tenantId: TenantId, page: PageRequest) => repo.list(tenantId, page)
+
+    const create = Traced.fn("Tools.create")(function* (tenantId: TenantId, input: CreateTool) {
+      const settings = yield* checkSettings(tenantId, input.settings, checkParameters(input.parameters))
+      return yield* limits.admit(
+        tenantId,
+        "tools",
+        repo.insert(tenantId, { ...input, settings, policy: { ...defaultPolicy, ...input.policy } })
+      )
+    })
+
+    const get = Traced.fn("Tools.get")(function* (tenantId: TenantId, id: ToolId) {
+      const tool = yield* repo.findById(tenantId, id)
+      if (Option.isNone(tool)) return yield* notFound(id)
+      return tool.value
+    })
+
+    /**
+     * Changes the fields sent; the settings and the parameters are checked
+     * together, whichever of them is sent (an url naming an argument the new
+     * parameters lack is refused).
+     */
+    const update = Traced.fn("Tools.update")(function* (tenantId: TenantId, id: ToolId, input: UpdateTool) {
+      const { policy, settings: sent, ...fields } = input
+      const existing = yield* get(tenantId, id)
+      const parameters =
+        input.parameters === undefined
+          ? { issues: [], properties: propertiesOf(existing.parameters) }
+          : checkParameters(input.parameters)
+      let settings: ToolSettings | undefined
+      if (sent !== undefined) settings = yield* checkSettings(tenantId, sent, parameters)
+      else {
+        const issues = [
+          ...parameters.issues,
+          ...(existing.settings.kind === "http" ? argIssues(existing.settings, parameters.properties) : [])
+        ]
+        if (issues.length > 0) return yield* invalidFields(issues)
+      }
+      const tool = yield* repo.update(tenantId, id, {
+        ...fields,
+        ...(settings === undefined ? {} : { settings }),
+        ...(policy === undefined ? {} : { policy: { ...existing.policy, ...policy } })
+      })
+      if (Option.isNone(tool)) return yield* notFound(id)
+      return tool.value
+    })
+
+    /** Deletes the tool, unless agents have it: they would lose it without a word. */
+    const remove = Traced.fn("Tools.remove")(function* (tenantId: TenantId, id: ToolId) {
+      const shown = 10
+      const users = yield* repo.usedBy(tenantId, id, shown)
+      if (users.length > 0) {
+        const names = users.map((agent) => `${JSON.stringify(agent.name)} (${agent.id})`).join(", ")
+        const more = users[0]!.total > shown ? ` and ${users[0]!.total - shown} more` : ""
+        return yield* new Conflict({
+          detail: `Agents have this tool: ${names}${more}. Take it out of their toolIds first.`
+        })
+      }
+      if (!(yield* repo.remove(tenantId, id))) return yield* notFound(id)
+    })
+
+    return { list, create, get, update, remove } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(
+    Layer.provide([ToolsRepo.layer, AgentsRepo.layer, KnowledgeSearch.layer, Limits.layer, Guard.EgressGuard.layer])
+  )
+}

@@ -102,6 +102,10 @@ export const layerClientProtocol = (
     })
   )
 
+const peerHungUp = new Set(["ECONNRESET", "EPIPE", "ECONNABORTED"])
+
+const peerOf = (socket: Net.Socket) => `${socket.remoteAddress ?? "unknown"}:${socket.remotePort ?? 0}`
+
 /**
  * The server side: a TLS server on the runner's listen address. Connections
  * reach the cluster's handler only after a completed handshake; a refused one
@@ -109,13 +113,15 @@ export const layerClientProtocol = (
  */
 export const makeServer = Effect.fnUntraced(function* (listen: RunnerEndpoint, settings: TlsSettings) {
   const services = yield* Effect.context<never>()
-  const logRefusal = (error: Error, socket: Net.Socket) =>
+  const logRefusal = (reason: string, socket: Net.Socket) =>
     Effect.runForkWith(services)(
-      Effect.logWarning("Runner connection refused").pipe(
-        Effect.annotateLogs({
-          peer: `${socket.remoteAddress ?? "unknown"}:${socket.remotePort ?? 0}`,
-          reason: (error as { code?: string }).code ?? error.message
-        })
+      Effect.logWarning("Runner connection refused").pipe(Effect.annotateLogs({ peer: peerOf(socket), reason }))
+    )
+
+  const logHangUp = (socket: Net.Socket) =>
+    Effect.runForkWith(services)(
+      Effect.logDebug("Runner connection closed by the peer during the handshake").pipe(
+        Effect.annotateLogs({ peer: peerOf(socket) })
       )
     )
 
@@ -126,7 +132,15 @@ export const makeServer = Effect.fnUntraced(function* (listen: RunnerEndpoint, s
   }
   const server = Tls.createServer(settings.server)
   server.on("tlsClientError", (error, socket) => {
-    logRefusal(error, socket)
+    // Node reports a client certificate it rejected as the socket's hang-up,
+    // with the reason on the socket; a peer that hangs up mid-handshake
+    // itself (a node's client past its open timeout on a busy machine)
+    // presented nothing to refuse.
+    const rejected: unknown = (socket as Tls.TLSSocket).authorizationError
+    const code = (error as { code?: string }).code
+    if (rejected) logRefusal(String(rejected), socket)
+    else if (code !== undefined && peerHungUp.has(code)) logHangUp(socket)
+    else logRefusal(code ?? error.message, socket)
     socket.destroy()
   })
   server.on("secureConnection", (socket) => {

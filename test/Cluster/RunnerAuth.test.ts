@@ -99,9 +99,9 @@ describe("the runner port admits only the cluster's nodes", () => {
           const nodes = yield* startWith(databaseUrl, [{ RUNNER_SECRET: secret }, { RUNNER_SECRET: secret }])
           const [a] = nodes as [ClusterNode, ClusterNode]
 
-          // Effect's own socket client, as a node without the credential would speak.
           // The nodes, started, have refused nobody.
           assert.deepStrictEqual(refusals(a), [])
+          // Effect's own socket client, as a node without the credential would speak.
           const plain = yield* probe(a.runnerAddress, { PROBE_MODE: "plain" })
           assert.isFalse(plain.answered)
           yield* refused(a, 1, "the refusal of the plaintext peer in the node's log")
@@ -162,6 +162,11 @@ describe("the runner port admits only the cluster's nodes", () => {
           })
           assert.isFalse(intruder.answered)
           yield* refused(a, 2, "both refusals in the node's log")
+          // The intruder's refusal names the certificate check that failed.
+          assert.isTrue(
+            refusals(a).some((line) => /VERIFY|CERT/.test(line.annotations.reason)),
+            JSON.stringify(refusals(a).map((line) => line.annotations.reason))
+          )
 
           const member = yield* probe(a.runnerAddress, {
             PROBE_MODE: "certificates",

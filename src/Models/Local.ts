@@ -1,10 +1,13 @@
-import type * as Effect from "effect/Effect"
+import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Language from "./Language.ts"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
+import type * as Tool from "effect/ai/Tool"
 import { localRoomTurn, sourcesHeader, sourcesIn } from "./Conventions.ts"
+import type { ResponseFormat } from "./Models.ts"
+import { instanceOf } from "./SchemaInstance.ts"
 import { countTokens } from "./Tokens.ts"
 
 /**
@@ -12,7 +15,9 @@ import { countTokens } from "./Tokens.ts"
  * service works and can be tested with nothing configured. It does not
  * understand anything; it answers from what it is given (the agent's
  * instructions, the earlier turns, the new message) so a conversation visibly
- * carries its context.
+ * carries its context. Offered tools, it calls them when told to in so many
+ * words (`call NAME {JSON}`) and answers from their results, so every tool
+ * path runs offline (docs/tools.md, "The local model's tool rule").
  */
 
 export const modelId = "local"
@@ -114,6 +119,8 @@ const fromSources = (message: string, system: string): string | undefined => {
   return `According to [${best.n}] (${best.label}): ${quote(sentence, 300)}`
 }
 
+const footer = "(I am the built-in offline model; configure an OpenAI or Anthropic model for real answers.)"
+
 /** The local model's reply to a conversation; the same input always gives the same reply. */
 export const reply = (prompt: string, turns: ReadonlyArray<Turn>): string => {
   const lastUser = turns.findLastIndex((turn) => turn.role === "user")
@@ -162,7 +169,7 @@ export const reply = (prompt: string, turns: ReadonlyArray<Turn>): string => {
     if (related !== undefined) lines.push(`That relates to what you said earlier: ${quote(related)}`)
   }
 
-  lines.push("(I am the built-in offline model; configure an OpenAI or Anthropic model for real answers.)")
+  lines.push(footer)
   return replyPrefix + lines.join(" ")
 }
 
@@ -205,42 +212,244 @@ export const withinTokens = (text: string, tokens: number, maxTokens: number) =>
   return { text: kept, tokens: countTokens(kept), cut: true }
 }
 
-const answer = (prompt: Prompt.Prompt, maxTokens: number) => {
-  const { system, turns } = fromPrompt(prompt)
-  const full = reply(system, turns)
-  const { cut, text, tokens } = withinTokens(full, countTokens(full), maxTokens)
-  const usage: typeof Response.Usage.Encoded = {
-    inputTokens: {
-      total: inputTokens(system, turns),
-      uncached: undefined,
-      cacheRead: undefined,
-      cacheWrite: undefined
-    },
-    outputTokens: { total: tokens, text: undefined, reasoning: undefined }
-  }
-  return { text, usage, reason: cut ? ("length" as const) : ("stop" as const) }
+/** A call the local model makes: `params` parsed JSON, or the raw text when it was not JSON. */
+interface LocalCall {
+  readonly id: string
+  readonly name: string
+  readonly params: unknown
 }
+
+/** The arguments of a call as text: its JSON, or the raw text it was given as. */
+const argumentsText = (params: unknown): string =>
+  typeof params === "string" ? params : (JSON.stringify(params) ?? "")
+
+/** What a tool result says, as text: the content Models passes is a string already. */
+const resultText = (result: unknown): string => (typeof result === "string" ? result : (JSON.stringify(result) ?? ""))
+
+/**
+ * The tools the local model may call under `choice`, in the order offered,
+ * and whether it must call one. A choice naming no offered tool leaves none.
+ */
+const callable = (
+  tools: ReadonlyArray<Tool.Any>,
+  choice: LanguageModel.ToolChoice<string>
+): { readonly names: ReadonlyArray<string>; readonly required: boolean } => {
+  const offered = tools.map((tool) => tool.name)
+  if (choice === "none") return { names: [], required: false }
+  if (choice === "auto") return { names: offered, required: false }
+  if (choice === "required") return { names: offered, required: true }
+  if ("tool" in choice) return { names: offered.filter((name) => name === choice.tool), required: true }
+  return { names: offered.filter((name) => choice.oneOf.includes(name)), required: choice.mode === "required" }
+}
+
+// `call NAME`: `call` as a word of its own (not `recall`), in any case; the
+// name as tools are named, exactly as offered (checked by the caller).
+const callPhrase = /(?<![\p{L}\p{N}_-])call\s+([A-Za-z0-9_-]{1,64})(?![A-Za-z0-9_-])/giu
+
+/** The end (exclusive) of the JSON object opening at `start`, braces in strings aside; none when it never closes. */
+const objectEnd = (text: string, start: number): number | undefined => {
+  let depth = 0
+  let inString = false
+  for (let index = start; index < text.length; index++) {
+    const char = text[index]
+    if (inString) {
+      if (char === "\\") index++
+      else if (char === '"') inString = false
+    } else if (char === '"') inString = true
+    else if (char === "{") depth++
+    else if (char === "}" && --depth === 0) return index + 1
+  }
+  return undefined
+}
+
+/**
+ * The `call NAME {JSON object}` phrases of `text` naming a tool in `names`,
+ * in order: the object parsed, or its raw text when it is not JSON (an object
+ * that never closes runs to the end of the text); no object is `{}`.
+ */
+const callsIn = (text: string, names: ReadonlySet<string>): Array<{ name: string; params: unknown }> => {
+  const calls: Array<{ name: string; params: unknown }> = []
+  const phrase = new RegExp(callPhrase)
+  for (let match = phrase.exec(text); match !== null; match = phrase.exec(text)) {
+    const name = match[1]!
+    if (!names.has(name)) continue
+    const after = phrase.lastIndex
+    const start = after + (text.slice(after).match(/^\s*/)?.[0].length ?? 0)
+    if (text[start] !== "{") {
+      calls.push({ name, params: {} })
+      continue
+    }
+    const end = objectEnd(text, start) ?? text.length
+    const raw = text.slice(start, end).trim()
+    let params: unknown
+    try {
+      params = JSON.parse(raw)
+    } catch {
+      params = raw
+    }
+    calls.push({ name, params })
+    // A `call` inside the arguments is part of them, not another call.
+    phrase.lastIndex = end
+  }
+  return calls
+}
+
+type ToolResult = Extract<Prompt.ToolMessage["content"][number], { readonly type: "tool-result" }>
+
+/** The tool results the prompt ends with (its trailing `tool` messages), in order. */
+const trailingResults = (prompt: Prompt.Prompt): Array<ToolResult> => {
+  const messages = prompt.content
+  let first = messages.length
+  while (first > 0 && messages[first - 1]!.role === "tool") first--
+  return messages
+    .slice(first)
+    .flatMap((message) =>
+      message.role === "tool" ? message.content.filter((part): part is ToolResult => part.type === "tool-result") : []
+    )
+}
+
+/** Every tool call and tool result the prompt holds: what the model has read of earlier calls. */
+const earlierCalls = (prompt: Prompt.Prompt) =>
+  prompt.content.flatMap((message) =>
+    message.role === "assistant" ? message.content.flatMap((part) => (part.type === "tool-call" ? [part] : [])) : []
+  )
+const earlierResults = (prompt: Prompt.Prompt) =>
+  prompt.content.flatMap((message) =>
+    message.role === "tool" ? message.content.filter((part): part is ToolResult => part.type === "tool-result") : []
+  )
+
+const localIdPrefix = "local_call_"
+
+/** The number after which this reply's call ids go on: the highest `local_call_N` the prompt holds. */
+const lastLocalId = (prompt: Prompt.Prompt): number => {
+  let last = 0
+  for (const { id } of [...earlierCalls(prompt), ...earlierResults(prompt)]) {
+    const number = id.startsWith(localIdPrefix) ? Number(id.slice(localIdPrefix.length)) : Number.NaN
+    if (Number.isSafeInteger(number) && number > last) last = number
+  }
+  return last
+}
+
+/**
+ * The calls the local model makes for a prompt (see docs/tools.md, "The
+ * local model's tool rule"): the `call NAME {…}` phrases of the last user
+ * message, or of the tool results the prompt ends with; under a required
+ * choice with no phrase, the first callable tool with `{}`.
+ */
+const callsFor = (
+  prompt: Prompt.Prompt,
+  tools: ReadonlyArray<Tool.Any>,
+  choice: LanguageModel.ToolChoice<string>
+): Array<LocalCall> => {
+  const { names, required } = callable(tools, choice)
+  if (names.length === 0) return []
+  const last = prompt.content.at(-1)
+  const sources =
+    last?.role === "user"
+      ? [textOf(last.content)]
+      : last?.role === "tool"
+        ? trailingResults(prompt).map((result) => resultText(result.result))
+        : []
+  const allowed = new Set(names)
+  const found = sources.flatMap((text) => callsIn(text, allowed))
+  const calls = found.length === 0 && required ? [{ name: names[0]!, params: {} }] : found
+  const after = lastLocalId(prompt)
+  return calls.map((call, index) => ({ id: `${localIdPrefix}${after + index + 1}`, ...call }))
+}
+
+/** The answer to the tool results the prompt ends with: what each said, or that it failed. */
+const fromResults = (results: ReadonlyArray<ToolResult>): string =>
+  replyPrefix +
+  [
+    ...results.map(
+      (result) => `${result.name} ${result.isFailure ? "failed" : "answered"}: ${quote(resultText(result.result))}`
+    ),
+    footer
+  ].join(" ")
+
+const usageOf = (input: number, output: number): typeof Response.Usage.Encoded => ({
+  inputTokens: { total: input, uncached: undefined, cacheRead: undefined, cacheWrite: undefined },
+  outputTokens: { total: output, text: undefined, reasoning: undefined }
+})
+
+/**
+ * The local model's reply to the provider options: tool calls, or text cut
+ * to `maxTokens`; with a response format, a value of its schema as JSON
+ * (SchemaInstance.ts), never cut.
+ */
+const respond = (options: LanguageModel.ProviderOptions, maxTokens: number, format: ResponseFormat | undefined) => {
+  const { prompt } = options
+  const { system, turns } = fromPrompt(prompt)
+  // It reads the earlier calls and their results as well as the turns' text.
+  const input =
+    inputTokens(system, turns) +
+    earlierCalls(prompt).reduce(
+      (total, call) => total + countTokens(call.name) + countTokens(argumentsText(call.params)),
+      0
+    ) +
+    earlierResults(prompt).reduce((total, result) => total + countTokens(resultText(result.result)), 0)
+  const calls = callsFor(prompt, options.tools, options.toolChoice)
+  if (calls.length > 0) {
+    const output = calls.reduce(
+      (total, call) => total + countTokens(call.name) + countTokens(argumentsText(call.params)),
+      0
+    )
+    return { text: "", calls, usage: usageOf(input, output), reason: "tool-calls" as const }
+  }
+  if (format !== undefined) {
+    const message = turns.findLast((turn) => turn.role === "user")?.content ?? ""
+    const text = JSON.stringify(instanceOf(format.schema, message)) ?? "null"
+    return { text, calls, usage: usageOf(input, countTokens(text)), reason: "stop" as const }
+  }
+  const results = trailingResults(prompt)
+  const full = results.length > 0 ? fromResults(results) : reply(system, turns)
+  const { cut, text, tokens } = withinTokens(full, countTokens(full), maxTokens)
+  return { text, calls, usage: usageOf(input, tokens), reason: cut ? ("length" as const) : ("stop" as const) }
+}
+
+const callPart = (call: LocalCall): Response.ToolCallPartEncoded => ({
+  type: "tool-call",
+  id: call.id,
+  name: call.name,
+  params: call.params,
+  providerExecuted: false
+})
 
 /** The `local` model as an effect/ai `LanguageModel`, like the remote providers. */
 export const make: Effect.Effect<LanguageModel.LanguageModel> = Language.make({
   generateText: (options) =>
-    Language.MaxOutputTokens.useSync((maxTokens): Array<Response.PartEncoded> => {
-      const { reason, text, usage } = answer(options.prompt, maxTokens)
-      return [
+    Effect.gen(function* () {
+      const { calls, reason, text, usage } = respond(
+        options,
+        yield* Language.MaxOutputTokens,
+        yield* Language.ResponseFormat
+      )
+      const parts: Array<Response.PartEncoded> = [
         { type: "response-metadata", modelId },
-        { type: "text", text },
+        ...(calls.length > 0 ? calls.map(callPart) : [{ type: "text" as const, text }]),
         { type: "finish", reason, usage }
       ]
+      return parts
     }),
   streamText: (options) =>
     Stream.unwrap(
-      Language.MaxOutputTokens.useSync((maxTokens) => {
-        const { reason, text, usage } = answer(options.prompt, maxTokens)
+      Effect.gen(function* () {
+        const { calls, reason, text, usage } = respond(
+          options,
+          yield* Language.MaxOutputTokens,
+          yield* Language.ResponseFormat
+        )
+        const body: Array<Response.StreamPartEncoded> =
+          calls.length > 0
+            ? calls.map(callPart)
+            : [
+                { type: "text-start", id: "0" },
+                ...words(text).map((delta) => ({ type: "text-delta" as const, id: "0", delta })),
+                { type: "text-end", id: "0" }
+              ]
         return Stream.fromIterable<Response.StreamPartEncoded>([
           { type: "response-metadata", modelId },
-          { type: "text-start", id: "0" },
-          ...words(text).map((delta) => ({ type: "text-delta" as const, id: "0", delta })),
-          { type: "text-end", id: "0" },
+          ...body,
           { type: "finish", reason, usage }
         ])
       })

@@ -13,6 +13,8 @@ import type * as AiError from "effect/ai/AiError"
 import * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
+import * as Tool from "effect/ai/Tool"
+import * as Toolkit from "effect/ai/Toolkit"
 import * as HttpClient from "effect/http/HttpClient"
 import { AppConfig } from "../Config.ts"
 import * as OutgoingHttp from "../Http/OutgoingHttp.ts"
@@ -25,20 +27,68 @@ import { providerMessage, retryAfterOf } from "./ProviderHttp.ts"
 import { countTokens } from "./Tokens.ts"
 import * as Traced from "../Observability/Traced.ts"
 
-export interface ChatMessage {
-  readonly role: "user" | "assistant"
-  readonly content: string
+/** A tool offered to the model: what it sees of it. */
+export interface ToolSpec {
+  /** `^[a-zA-Z0-9_-]{1,64}$`, unique among those offered. */
+  readonly name: string
+  readonly description: string
+  /** A JSON Schema of an object: the call's arguments. */
+  readonly parameters: { readonly [key: string]: unknown }
 }
+
+/** A call the model asked for. */
+export interface ToolCall {
+  /** The provider's id of the call (OpenAI's `call_...`, Anthropic's `toolu_...`), the local model's own. */
+  readonly id: string
+  readonly name: string
+  /** The arguments as the model sent them: parsed JSON, or the text itself when it was not JSON. Unvalidated. */
+  readonly arguments: unknown
+}
+
+export type ChatMessage =
+  | { readonly role: "user"; readonly content: string }
+  | {
+      readonly role: "assistant"
+      readonly content: string
+      /** The calls this turn of the model asked for; their results follow as `tool` messages. */
+      readonly toolCalls?: ReadonlyArray<ToolCall> | undefined
+    }
+  | {
+      readonly role: "tool"
+      /** The id of the call answered. */
+      readonly callId: string
+      /** The tool's name. */
+      readonly name: string
+      /** What the model is shown of the result (or of the error). */
+      readonly content: string
+      readonly isError: boolean
+    }
+
+/** `auto`: the model may call a tool or answer; `none`: it must answer; `required`: it must call one; or one named tool. */
+export type ToolChoice = "auto" | "none" | "required" | { readonly tool: string }
 
 export interface ModelRequest {
   /** `local`, `openai/<name>` or `anthropic/<name>`. */
   readonly model: string
   /** The agent's instructions; "" means no system prompt. */
   readonly system: string
-  /** The history, oldest first, with the new user message last. */
+  /** The history, oldest first, with the new user message last (or the results of the last calls). */
   readonly messages: ReadonlyArray<ChatMessage>
   /** The ceiling on the reply sent to the provider (`max_tokens`): the plan's, from the call's reservation. */
   readonly maxOutputTokens: number
+  /** Tools the model may call; none: it is sent none. */
+  readonly tools?: ReadonlyArray<ToolSpec> | undefined
+  /** Default `auto`. */
+  readonly toolChoice?: ToolChoice | undefined
+  /** Ask for a JSON reply matching `schema` (OpenAI's json_schema response format, Anthropic's forced tool). */
+  readonly responseFormat?: ResponseFormat | undefined
+}
+
+/** A structured reply: a JSON value matching `schema` (a JSON Schema), named `name`. */
+export interface ResponseFormat {
+  readonly type: "json_schema"
+  readonly name: string
+  readonly schema: { readonly [key: string]: unknown }
 }
 
 export interface ModelReply {
@@ -47,6 +97,8 @@ export interface ModelReply {
   readonly model: string
   readonly inputTokens: number
   readonly outputTokens: number
+  /** The calls the model asked for, in its order; none: the reply is its answer. */
+  readonly toolCalls: ReadonlyArray<ToolCall>
 }
 
 export type ModelEvent =
@@ -88,15 +140,79 @@ interface Failure {
   readonly retryAfter: Duration.Duration | undefined
 }
 
+const toMessage = (message: ChatMessage): Prompt.Message => {
+  switch (message.role) {
+    case "user":
+      return Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: message.content })] })
+    case "assistant":
+      return Prompt.makeMessage("assistant", {
+        content: [
+          ...(message.content === "" ? [] : [Prompt.makePart("text", { text: message.content })]),
+          ...(message.toolCalls ?? []).map((call) =>
+            Prompt.makePart("tool-call", {
+              id: call.id,
+              name: call.name,
+              params: call.arguments,
+              providerExecuted: false
+            })
+          )
+        ]
+      })
+    case "tool":
+      return Prompt.makeMessage("tool", {
+        content: [
+          Prompt.makePart("tool-result", {
+            id: message.callId,
+            name: message.name,
+            isFailure: message.isError,
+            result: message.content,
+            providerExecuted: false
+          })
+        ]
+      })
+  }
+}
+
 const toPrompt = (request: ModelRequest): Prompt.Prompt =>
   Prompt.fromMessages([
     ...(request.system === "" ? [] : [Prompt.makeMessage("system", { content: request.system })]),
-    ...request.messages.map((message) =>
-      message.role === "user"
-        ? Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: message.content })] })
-        : Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: message.content })] })
-    )
+    ...request.messages.map(toMessage)
   ])
+
+/**
+ * The options of effect's `generateText` and `streamText` for a request:
+ * its tools as effect/ai dynamic tools over their JSON Schemas, whose calls
+ * this service makes and validates itself.
+ */
+const textOptions = (request: ModelRequest, prompt: Prompt.Prompt): LanguageModel.GenerateTextOptions<any> => {
+  const tools = request.tools ?? []
+  if (tools.length === 0) return { prompt }
+  const choice = request.toolChoice ?? "auto"
+  return {
+    prompt,
+    toolkit: Toolkit.make(
+      ...tools.map((spec) =>
+        Tool.dynamic(spec.name, { description: spec.description, parameters: spec.parameters as never })
+      )
+    ),
+    toolChoice: typeof choice === "string" ? choice : { tool: choice.tool },
+    disableToolCallResolution: true,
+    toolCallValidation: "deferred"
+  }
+}
+
+const toolCallsOf = (parts: ReadonlyArray<{ readonly type: string }>): Array<ToolCall> =>
+  parts.flatMap((part) =>
+    part.type === "tool-call"
+      ? [
+          {
+            id: (part as Response.ToolCallPart<string, unknown>).id,
+            name: (part as Response.ToolCallPart<string, unknown>).name,
+            arguments: (part as Response.ToolCallPart<string, unknown>).params
+          }
+        ]
+      : []
+  )
 
 // The public OpenAI API needs a key. Any other base URL is taken for an
 // OpenAI-compatible server (Ollama, vLLM, LM Studio, llama.cpp), which usually
@@ -130,11 +246,18 @@ const rootCause = (error: unknown): string => {
 const replyModel = (target: Target, reported: string | undefined) =>
   target.provider === "local" ? Local.modelId : `${target.provider}/${reported ?? target.name}`
 
-const toReply = (target: Target, text: string, modelId: string | undefined, usage: Response.Usage): ModelReply => ({
+const toReply = (
+  target: Target,
+  text: string,
+  modelId: string | undefined,
+  usage: Response.Usage,
+  toolCalls: ReadonlyArray<ToolCall>
+): ModelReply => ({
   text,
   model: replyModel(target, modelId),
   inputTokens: usage.inputTokens.total ?? 0,
-  outputTokens: usage.outputTokens.total ?? 0
+  outputTokens: usage.outputTokens.total ?? 0,
+  toolCalls
 })
 
 /**
@@ -181,6 +304,8 @@ const spanOf = (
     "gen_ai.request.max_tokens": request.maxOutputTokens
   }
   if (streaming) attributes["gen_ai.request.stream"] = true
+  // The conventions' output type: JSON when a response format asks for it.
+  if (request.responseFormat !== undefined) attributes["gen_ai.output.type"] = "json"
   const server = provider === "openai" ? servers.openai : provider === "anthropic" ? servers.anthropic : undefined
   if (server !== undefined) {
     attributes["server.address"] = server.address
@@ -439,14 +564,26 @@ export const make = Effect.gen(function* () {
     )
   }
 
-  const generateWithRetries = (target: Target, prompt: Prompt.Prompt, maxOutputTokens: number) => {
-    const attempt = LanguageModel.generateText({ prompt }).pipe(
+  const generateWithRetries = (
+    target: Target,
+    options: LanguageModel.GenerateTextOptions<any>,
+    maxOutputTokens: number,
+    responseFormat: ResponseFormat | undefined
+  ) => {
+    const attempt = (
+      LanguageModel.generateText(options as never) as Effect.Effect<
+        LanguageModel.GenerateTextResponse<any>,
+        AiError.AiError,
+        LanguageModel.LanguageModel
+      >
+    ).pipe(
       Effect.provideService(LanguageModel.LanguageModel, target.languageModel),
       Effect.provideService(Language.MaxOutputTokens, maxOutputTokens),
+      Effect.provideService(Language.ResponseFormat, responseFormat),
       Effect.catch((error) => Effect.flatMap(toFailure(target)(error), Effect.fail)),
       Effect.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Effect.fail(timedOut(target)) })
     )
-    const loop = (retry: number): Effect.Effect<LanguageModel.GenerateTextResponse<{}>, ModelError> =>
+    const loop = (retry: number): Effect.Effect<LanguageModel.GenerateTextResponse<any>, ModelError> =>
       Effect.catch(attempt, (failure) =>
         Effect.flatMap(waitBeforeRetry(target, retry, failure), (again) =>
           again ? loop(retry + 1) : Effect.fail(failure.error)
@@ -455,23 +592,35 @@ export const make = Effect.gen(function* () {
     return loop(0)
   }
 
-  // Once text has reached the caller a retry would repeat it, so only an
-  // attempt that failed before its first delta is retried. The timeout bounds
+  // Once text or a tool call has reached the caller a retry would repeat it,
+  // so only an attempt that failed before its first delta is retried. The timeout bounds
   // each wait for the next part, so a long answer that keeps flowing is fine.
-  const streamWithRetries = (target: Target, prompt: Prompt.Prompt, maxOutputTokens: number) => {
-    const attempt = LanguageModel.streamText({ prompt }).pipe(
+  const streamWithRetries = (
+    target: Target,
+    options: LanguageModel.GenerateTextOptions<any>,
+    maxOutputTokens: number,
+    responseFormat: ResponseFormat | undefined
+  ) => {
+    const attempt = (
+      LanguageModel.streamText(options as never) as Stream.Stream<
+        Response.StreamPart<any>,
+        AiError.AiError,
+        LanguageModel.LanguageModel
+      >
+    ).pipe(
       Stream.provideService(LanguageModel.LanguageModel, target.languageModel),
       Stream.provideService(Language.MaxOutputTokens, maxOutputTokens),
+      Stream.provideService(Language.ResponseFormat, responseFormat),
       Stream.catch((error) => Stream.fromEffect(Effect.flatMap(toFailure(target)(error), Effect.fail))),
       Stream.timeoutOrElse({ duration: config.modelTimeout, orElse: () => Stream.fail(timedOut(target)) })
     )
-    const loop = (retry: number): Stream.Stream<Response.StreamPart<{}>, ModelError> =>
+    const loop = (retry: number): Stream.Stream<Response.StreamPart<any>, ModelError> =>
       Stream.suspend(() => {
         let delivered = false
         return attempt.pipe(
           Stream.tap((part) =>
             Effect.sync(() => {
-              if (part.type === "text-delta") delivered = true
+              if (part.type === "text-delta" || part.type === "tool-call") delivered = true
             })
           ),
           Stream.catch((failure) =>
@@ -491,11 +640,16 @@ export const make = Effect.gen(function* () {
   const generate = (request: ModelRequest) =>
     Effect.gen(function* () {
       const target = yield* resolve(request.model)
-      const response = yield* generateWithRetries(target, toPrompt(request), request.maxOutputTokens)
+      const response = yield* generateWithRetries(
+        target,
+        textOptions(request, toPrompt(request)),
+        request.maxOutputTokens,
+        request.responseFormat
+      )
       const metadata = response.content.find((part) => part.type === "response-metadata")
       const finish = response.content.find((part) => part.type === "finish")
       return {
-        reply: toReply(target, response.text, metadata?.modelId, response.usage),
+        reply: toReply(target, response.text, metadata?.modelId, response.usage, toolCallsOf(response.content)),
         details: {
           id: metadata?.id,
           model: metadata?.modelId,
@@ -514,8 +668,12 @@ export const make = Effect.gen(function* () {
           let responseId: string | undefined
           let finishReason: string | undefined
           let usage: Response.Usage | undefined
-          const toEvents = (part: Response.StreamPart<{}>): Array<ModelEvent> => {
+          const toolCalls: Array<ToolCall> = []
+          const toEvents = (part: Response.StreamPart<any>): Array<ModelEvent> => {
             switch (part.type) {
+              case "tool-call":
+                toolCalls.push(...toolCallsOf([part]))
+                return []
               case "text-delta":
                 text += part.delta
                 return part.delta === "" ? [] : [{ _tag: "Delta", text: part.delta }]
@@ -537,7 +695,8 @@ export const make = Effect.gen(function* () {
                 text,
                 model: replyModel(target, modelId),
                 inputTokens: usage?.inputTokens.total ?? 0,
-                outputTokens: usage?.outputTokens.total ?? 0
+                outputTokens: usage?.outputTokens.total ?? 0,
+                toolCalls
               }
               const details = { id: responseId, model: modelId, finishReason }
               return Effect.as(recordUsage(labelOf(request.model), reply, details), {
@@ -546,11 +705,12 @@ export const make = Effect.gen(function* () {
               } as ModelEvent)
             })
           )
-          return streamWithRetries(target, toPrompt(request), request.maxOutputTokens).pipe(
-            Stream.map(toEvents),
-            Stream.flattenIterable,
-            Stream.concat(done)
-          )
+          return streamWithRetries(
+            target,
+            textOptions(request, toPrompt(request)),
+            request.maxOutputTokens,
+            request.responseFormat
+          ).pipe(Stream.map(toEvents), Stream.flattenIterable, Stream.concat(done))
         })
       )
     ).pipe(Stream.tapError(recordFailure), Stream.withSpan(span.name, span.options))

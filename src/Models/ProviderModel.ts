@@ -5,8 +5,10 @@ import * as AiError from "effect/ai/AiError"
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
+import type * as Tool from "effect/ai/Tool"
 import type * as HttpClient from "effect/http/HttpClient"
 import * as Language from "./Language.ts"
+import type { ResponseFormat } from "./Models.ts"
 import * as ProviderHttp from "./ProviderHttp.ts"
 
 /**
@@ -29,10 +31,50 @@ export interface Ending {
   readonly usage: typeof Response.Usage.Encoded
 }
 
+/** A tool call as the model made it: its arguments parsed from JSON, or the text itself when it is not JSON. */
+export interface ToolCall {
+  readonly id: string
+  readonly name: string
+  readonly params: unknown
+}
+
+/** Arguments as a model sent them (JSON text), parsed; "" counts as no arguments. */
+export const parseArguments = (text: string): unknown => {
+  if (text.trim() === "") return {}
+  try {
+    return JSON.parse(text)
+  } catch {
+    return text
+  }
+}
+
+/** A tool call as an effect/ai response part. */
+export const toolCallPart = (call: ToolCall): Response.ToolCallPartEncoded => ({
+  type: "tool-call",
+  id: call.id,
+  name: call.name,
+  params: call.params,
+  providerExecuted: false
+})
+
 /** What an adapter reads of a whole reply. */
 export interface Reply extends Ending {
   readonly metadata: Response.ResponseMetadataPartEncoded
   readonly text: string
+  readonly toolCalls: ReadonlyArray<ToolCall>
+}
+
+/** What a request's body is made of. */
+export interface BodyInput {
+  readonly prompt: Prompt.Prompt
+  readonly maxOutputTokens: number
+  /** Ask for a streamed reply. */
+  readonly stream: boolean
+  /** The tools offered (none: none are sent) and how the model may use them. */
+  readonly tools: ReadonlyArray<Tool.Any>
+  readonly toolChoice: LanguageModel.ToolChoice<any>
+  /** The JSON reply asked for (Language.ResponseFormat); none: text. */
+  readonly responseFormat: ResponseFormat | undefined
 }
 
 /** One streamed reply's reading, fed its decoded events in order. */
@@ -40,8 +82,14 @@ export interface StreamReader<Event> {
   readonly onEvent: (event: Event) => Array<Response.StreamPartEncoded>
   /** The stream's `marker` came. */
   readonly onMarker?: () => void
-  /** How the stream ended, and whether it opened a text part; undefined: it was cut before its end. */
-  readonly end: () => (Ending & { readonly textStarted: boolean }) | undefined
+  /**
+   * How the stream ended, whether it opened a text part and the tool calls
+   * it made that `onEvent` has not yet given out; undefined: it was cut
+   * before its end.
+   */
+  readonly end: () =>
+    | (Ending & { readonly textStarted: boolean; readonly toolCalls?: ReadonlyArray<ToolCall> | undefined })
+    | undefined
 }
 
 export interface Provider<ReplySchema extends Decodable, EventSchema extends Decodable> {
@@ -50,15 +98,15 @@ export interface Provider<ReplySchema extends Decodable, EventSchema extends Dec
   readonly client: HttpClient.HttpClient
   readonly url: string
   readonly headers: Record<string, string>
-  /** The request's body; `stream` asks for a streamed reply. */
-  readonly body: (prompt: Prompt.Prompt, maxOutputTokens: number, stream: boolean) => Record<string, unknown>
+  readonly body: (input: BodyInput) => Record<string, unknown>
   /** effect's finish reason for the provider's. */
   readonly finishReason: (reason: string | null | undefined) => Response.FinishReason
   readonly reply: {
     readonly schema: ReplySchema
     /** What the reply is called in the error when it does not decode. */
     readonly name: string
-    readonly read: (reply: ReplySchema["Type"]) => Reply
+    /** `input`: what the request's body was made of. */
+    readonly read: (reply: ReplySchema["Type"], input: BodyInput) => Reply
   }
   readonly stream: {
     readonly schema: EventSchema
@@ -69,7 +117,7 @@ export interface Provider<ReplySchema extends Decodable, EventSchema extends Dec
     readonly isLast: (event: ProviderHttp.SseEvent) => boolean
     /** A `data:` payload that is no JSON event but a bare marker (OpenAI's `[DONE]`). */
     readonly marker?: string
-    readonly reader: () => StreamReader<EventSchema["Type"]>
+    readonly reader: (input: BodyInput) => StreamReader<EventSchema["Type"]>
   }
 }
 
@@ -113,26 +161,41 @@ export const make = <ReplySchema extends Decodable, EventSchema extends Decodabl
 
   return Language.make({
     generateText: Effect.fnUntraced(function* (options) {
-      const response = yield* post(
-        "generateText",
-        provider.body(options.prompt, yield* Language.MaxOutputTokens, false)
-      )
+      const input: BodyInput = {
+        prompt: options.prompt,
+        maxOutputTokens: yield* Language.MaxOutputTokens,
+        stream: false,
+        tools: options.tools,
+        toolChoice: options.toolChoice,
+        responseFormat: yield* Language.ResponseFormat
+      }
+      const response = yield* post("generateText", provider.body(input))
       const reply = provider.reply.read(
-        yield* ProviderHttp.readJson(module, "generateText")(response).pipe(Effect.flatMap(decodeReply))
+        yield* ProviderHttp.readJson(module, "generateText")(response).pipe(Effect.flatMap(decodeReply)),
+        input
       )
       const parts: Array<Response.PartEncoded> = [reply.metadata]
       if (reply.text !== "") parts.push({ type: "text", text: reply.text })
+      for (const call of reply.toolCalls) parts.push(toolCallPart(call))
       parts.push(finish(reply))
       return parts
     }),
 
     streamText: (options) =>
-      Language.MaxOutputTokens.use((maxOutputTokens) =>
-        post("streamText", provider.body(options.prompt, maxOutputTokens, true))
-      ).pipe(
-        Effect.map((response) =>
+      Effect.gen(function* () {
+        const input: BodyInput = {
+          prompt: options.prompt,
+          maxOutputTokens: yield* Language.MaxOutputTokens,
+          stream: true,
+          tools: options.tools,
+          toolChoice: options.toolChoice,
+          responseFormat: yield* Language.ResponseFormat
+        }
+        return { input, response: yield* post("streamText", provider.body(input)) }
+      }).pipe(
+        Effect.map(({ input, response }) =>
           Stream.suspend(() => {
-            const reader = stream.reader()
+            const reader = stream.reader(input)
 
             const onEvent = (data: string): Effect.Effect<Array<Response.StreamPartEncoded>, AiError.AiError> => {
               if (data === stream.marker) {
@@ -150,6 +213,7 @@ export const make = <ReplySchema extends Decodable, EventSchema extends Decodabl
               if (ending === undefined) return Stream.fail(ProviderHttp.streamCut(module, "streamText", provider.url))
               return Stream.fromIterable<Response.StreamPartEncoded>([
                 ...(ending.textStarted ? [{ type: "text-end" as const, id: "0" }] : []),
+                ...(ending.toolCalls ?? []).map(toolCallPart),
                 finish(ending)
               ])
             })

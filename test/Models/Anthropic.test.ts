@@ -37,7 +37,8 @@ describe("Anthropic provider", () => {
         text: "About 12 km.",
         model: "anthropic/claude-3-5-haiku-20241022",
         inputTokens: 29,
-        outputTokens: 6
+        outputTokens: 6,
+        toolCalls: []
       })
       assert.strictEqual(fake.requests.length, 1)
       const [request] = fake.requests
@@ -90,7 +91,8 @@ describe("Anthropic provider", () => {
             text: "Take the ridge trail at dawn.",
             model: "anthropic/claude-3-5-haiku-20241022",
             inputTokens: 44,
-            outputTokens: 9
+            outputTokens: 9,
+            toolCalls: []
           }
         })
         const body = fake.requests[0]!.body

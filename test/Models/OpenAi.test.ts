@@ -34,7 +34,8 @@ describe("OpenAI provider", () => {
         text: "About 12 km.",
         model: "openai/gpt-4o-mini-2024-07-18",
         inputTokens: 31,
-        outputTokens: 5
+        outputTokens: 5,
+        toolCalls: []
       })
       assert.strictEqual(fake.requests.length, 1)
       const [request] = fake.requests
@@ -88,7 +89,8 @@ describe("OpenAI provider", () => {
           text: "Take the ridge trail at dawn.",
           model: "openai/gpt-4o-mini-2024-07-18",
           inputTokens: 40,
-          outputTokens: 8
+          outputTokens: 8,
+          toolCalls: []
         }
       })
       const body = fake.requests[0]!.body

@@ -66,6 +66,15 @@ export interface ScriptedReply {
   readonly errorAfter?: number
   /** Use this entry for this many requests; default 1. */
   readonly times?: number
+  /**
+   * Tool calls the reply makes, after its text (none by default: `text` may then be ""). `arguments`: a value
+   * sent as its JSON, or a string sent as it is (so invalid JSON can be sent). `id`: default a fresh one.
+   */
+  readonly toolCalls?: ReadonlyArray<{ readonly id?: string; readonly name: string; readonly arguments: unknown }>
+  /** Streaming: each call's arguments go out in pieces of this many characters (default 3: split mid-token). */
+  readonly argumentChunkChars?: number
+  /** Streaming: the calls' pieces go out in turn (one of each call, then the next of each), where the dialect can. */
+  readonly interleaveToolCalls?: boolean
 }
 
 export interface FakeServer {
@@ -105,12 +114,20 @@ export interface ResolvedReply {
   readonly usage: { readonly input: number; readonly output: number }
   /** The text in streaming deltas (word by word); they concatenate to `text`. */
   readonly deltas: ReadonlyArray<string>
+  /** The tool calls, each with an id and its arguments as the JSON text sent, and that text in streaming pieces. */
+  readonly toolCalls: ReadonlyArray<{
+    readonly id: string
+    readonly name: string
+    readonly argumentsText: string
+    readonly argumentPieces: ReadonlyArray<string>
+  }>
+  readonly interleaveToolCalls: boolean
 }
 
 export interface SseFrame {
   readonly data: string
   readonly event?: string
-  /** A frame carrying text, counted by `dropAfter` / `stallAfter`. */
+  /** A frame carrying text (or a piece of a tool call), counted by `dropAfter` / `stallAfter`. */
   readonly delta?: boolean
 }
 
@@ -148,16 +165,26 @@ export const ceilingOf = (request: RecordedRequest): number | undefined => {
 }
 
 const resolve = (request: RecordedRequest, reply: ScriptedReply): ResolvedReply => {
-  const text = reply.text ?? "Hello from the fake."
+  const text = reply.text ?? (reply.toolCalls === undefined ? "Hello from the fake." : "")
   const input = countWords(request.body?.system) + countWords(request.body?.messages)
   const output = reply.fillMaxTokens === true ? (ceilingOf(request) ?? countWords(text)) : countWords(text)
+  const chunk = Math.max(1, reply.argumentChunkChars ?? 3)
   return {
     text,
     model: reply.model ?? (typeof request.body?.model === "string" ? request.body.model : "unknown"),
     usage: reply.usage ?? { input, output },
-    deltas: wordsOf(text)
+    deltas: wordsOf(text),
+    toolCalls: (reply.toolCalls ?? []).map((call) => {
+      const argumentsText = typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments)
+      const argumentPieces: Array<string> = []
+      for (let at = 0; at < argumentsText.length; at += chunk) argumentPieces.push(argumentsText.slice(at, at + chunk))
+      return { id: call.id ?? `call_fake${++toolCallIds}`, name: call.name, argumentsText, argumentPieces }
+    }),
+    interleaveToolCalls: reply.interleaveToolCalls === true
   }
 }
+
+let toolCallIds = 0
 
 const readBody = (req: Http.IncomingMessage) =>
   new Promise<string>((resolve, reject) => {
@@ -395,9 +422,24 @@ export const openAiDialect = (options: { readonly apiKey?: string } = {}): Diale
     choices: [
       {
         index: 0,
-        message: { role: "assistant", content: reply.text, refusal: null, annotations: [] },
+        message: {
+          role: "assistant",
+          // The real API sends null, not "", beside tool calls.
+          content: reply.text === "" && reply.toolCalls.length > 0 ? null : reply.text,
+          refusal: null,
+          annotations: [],
+          ...(reply.toolCalls.length === 0
+            ? {}
+            : {
+                tool_calls: reply.toolCalls.map((call) => ({
+                  id: call.id,
+                  type: "function",
+                  function: { name: call.name, arguments: call.argumentsText }
+                }))
+              })
+        },
         logprobs: null,
-        finish_reason: "stop"
+        finish_reason: reply.toolCalls.length === 0 ? "stop" : "tool_calls"
       }
     ],
     usage: {
@@ -429,10 +471,29 @@ export const openAiDialect = (options: { readonly apiKey?: string } = {}): Diale
       logprobs: null,
       finish_reason: finish
     })
+    const toolOnly = reply.text === "" && reply.toolCalls.length > 0
+    // Each call opens with its id, name and empty arguments, then its arguments in pieces.
+    const callFrames = reply.toolCalls.map((call, index) => [
+      chunk([
+        choice({
+          tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }]
+        })
+      ]),
+      ...call.argumentPieces.map((piece) => ({
+        ...chunk([choice({ tool_calls: [{ index, function: { arguments: piece } }] })]),
+        delta: true
+      }))
+    ])
+    const toolFrames = reply.interleaveToolCalls
+      ? Array.from({ length: Math.max(0, ...callFrames.map((frames) => frames.length)) }, (_, at) =>
+          callFrames.flatMap((frames) => (at < frames.length ? [frames[at]!] : []))
+        ).flat()
+      : callFrames.flat()
     return [
-      chunk([choice({ role: "assistant", content: "", refusal: null })]),
+      chunk([choice({ role: "assistant", content: toolOnly ? null : "", refusal: null })]),
       ...reply.deltas.map((content) => ({ ...chunk([choice({ content })]), delta: true })),
-      chunk([choice({}, "stop")]),
+      ...toolFrames,
+      chunk([choice({}, reply.toolCalls.length === 0 ? "stop" : "tool_calls")]),
       ...(includeUsage
         ? [
             chunk([], {

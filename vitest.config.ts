@@ -9,7 +9,9 @@ const alone = [
   "test/Knowledge/Poison.test.ts",
   "test/Cluster/Failover.test.ts",
   "test/Cluster/MultiNode.test.ts",
-  "test/Cluster/RunnerAuth.test.ts"
+  "test/Cluster/RunnerAuth.test.ts",
+  "test/Tools/CrashRecovery.test.ts",
+  "test/Tools/Failover.test.ts"
 ]
 
 export default defineConfig({

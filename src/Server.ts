@@ -46,6 +46,9 @@ import * as TeamsHttp from "./Teams/Http.ts"
 import { TeamsRepo } from "./Teams/Repo.ts"
 import { TeamRuns } from "./Teams/TeamRuns.ts"
 import * as ToolsHttp from "./Tools/Http.ts"
+import { AgentTools } from "./Tools/AgentTools.ts"
+import { ToolLoop } from "./Tools/Loop.ts"
+import { ToolsRepo } from "./Tools/Repo.ts"
 import * as TeamRunWorkflow from "./Teams/TeamRunWorkflow.ts"
 import * as WebhookDelivery from "./Webhooks/Delivery.ts"
 import { Webhooks } from "./Webhooks/Webhooks.ts"
@@ -160,7 +163,18 @@ export const EntitiesLayer = Layer.mergeAll(
   WebhookDelivery.layer,
   Webhooks.sweeper
 ).pipe(
-  Layer.provide([AgentsRepo.layer, ExecutionsRepo.layer, TokenBudget.layer, TeamsRepo.layer, KnowledgeSearch.layer]),
+  // The tool loop and what it needs: the agents' tools, their calls' records and how a call is made.
+  // Kept in the output: chats of agents without memory run their loop from the routes.
+  Layer.provideMerge(AgentTools.layer),
+  Layer.provideMerge(ToolLoop.layer),
+  Layer.provide([
+    AgentsRepo.layer,
+    ExecutionsRepo.layer,
+    TokenBudget.layer,
+    TeamsRepo.layer,
+    KnowledgeSearch.layer,
+    ToolsRepo.layer
+  ]),
   // One per process: the runs' slots and signals, which the workflows and the routes share.
   Layer.provideMerge(RunSlots.layerAll),
   // One model client per process: chats of agents without memory call it from the routes.

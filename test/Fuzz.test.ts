@@ -9,8 +9,8 @@ import { TestClient } from "./support/TestServer.ts"
 
 // A bounded run inside `npm test`; `npm run fuzz` runs a long one (FUZZ_REQUESTS).
 // FUZZ_SEED replays a failing run. Every operation meets every kind of
-// credential within 2 x operations x credential kinds requests (92
-// operations and 7 kinds now, 1,288 requests): raise this with the API.
+// credential within 2 x operations x credential kinds requests (97
+// operations and 7 kinds now, 1,358 requests): raise this with the API.
 const requests = Number(process.env.FUZZ_TEST_REQUESTS ?? 1_450)
 const stripeSecret = "whsec_fuzz"
 

@@ -12,6 +12,7 @@ import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { ToolsRepo } from "../Tools/Repo.ts"
 import type { Agent } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
+import { formatIssues } from "../Tools/ResponseFormatCheck.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 const notFound = (id: string) => new NotFound({ detail: `No agent ${id}` })
@@ -56,7 +57,14 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
     const list = (tenantId: TenantId, page: PageRequest, options?: { readonly activeOnly: boolean }) =>
       repo.list(tenantId, page, options?.activeOnly ? "active" : undefined)
 
+    /** A 400 naming where the response format's schema does not compile. */
+    const checkFormat = (format: Parameters<typeof formatIssues>[0]) => {
+      const issues = formatIssues(format, ["responseFormat"])
+      return issues.length > 0 ? Effect.fail(invalidFields(issues)) : Effect.void
+    }
+
     const create = Traced.fn("Agents.create")(function* (tenantId: TenantId, input: typeof Agent.jsonCreate.Type) {
+      yield* checkFormat(input.responseFormat)
       const model = input.model ?? config.defaultModel
       yield* budget.checkModel(tenantId, model)
       const knowledgeIds = yield* checkKnowledge(tenantId, input.knowledgeIds ?? [])
@@ -75,6 +83,7 @@ export class Agents extends Context.Service<Agents>()("agent-host/Agents", {
       id: AgentId,
       input: typeof Agent.jsonUpdate.Type
     ) {
+      yield* checkFormat(input.responseFormat)
       if (input.model !== undefined) yield* budget.checkModel(tenantId, input.model)
       const knowledgeIds =
         input.knowledgeIds === undefined ? undefined : yield* checkKnowledge(tenantId, input.knowledgeIds)

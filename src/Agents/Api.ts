@@ -23,8 +23,10 @@ import {
   QuotaReached,
   ServiceUnavailable,
   TokenBudgetSpent,
+  OutputInvalid,
   TooManyStreams
 } from "../Domain/Problems.ts"
+import { ResponseFormat, ResponseFormatInput } from "../Tools/ResponseFormat.ts"
 
 /** A knowledge chunk a grounded chat answer was given, as the chat response names it. */
 export const ChatSource = Schema.Struct({
@@ -90,6 +92,7 @@ export class Agent extends Model.Class<Agent>("Agent")({
     [],
     ToolIds
   ),
+  responseFormat: Entity.withDefault(Schema.NullOr(ResponseFormat), null, Schema.NullOr(ResponseFormatInput)),
   createdAt: Entity.generated(Schema.Date),
   updatedAt: Entity.generated(Schema.Date)
 }) {}
@@ -139,6 +142,18 @@ export const ChatRequest = Schema.Struct({
 })
 export type ChatRequest = typeof ChatRequest.Type
 
+/** A tool call a chat turn made, as its response names it; the whole record is kept with the tool calls (runKind `chat`). */
+export const ChatToolCall = Schema.Struct({
+  callId: Schema.String.annotate({ description: "The model's id of the call." }),
+  tool: Schema.String.annotate({ description: "The tool's name." }),
+  status: Schema.Literals(["succeeded", "failed"]),
+  durationMs: Schema.Int,
+  error: Schema.optionalKey(
+    Schema.String.annotate({ description: "Only for a failed call: what the model was told (it saw the error)." })
+  )
+})
+export type ChatToolCall = typeof ChatToolCall.Type
+
 export const ChatResponse = Schema.Struct({
   reply: Schema.String,
   conversationId: Schema.String,
@@ -149,6 +164,13 @@ export const ChatResponse = Schema.Struct({
       description:
         "Only for an agent with knowledge bases: the chunks the model was given for this message, best " +
         "first ([] when nothing matched)."
+    })
+  ),
+  toolCalls: Schema.optionalKey(
+    Schema.Array(ChatToolCall).annotate({
+      description:
+        "Only when the turn called tools (docs/agents.md#tools-in-chat): the calls, in the order the model asked " +
+        "for them. The stored history keeps the message and this reply, not the calls."
     })
   )
 })
@@ -181,12 +203,31 @@ export const TurnList = PageOf(Turn)
 const conversationParams = { id: AgentId, conversationId: ConversationId }
 
 // Chat, with an API key or (for the dashboard's playground) a session: one shape, one behaviour.
-/** A streamed chat's events: `delta`s of the reply, then `done` with the response, or `error` with a problem. */
-export const chatEventNames = ["delta", "done", "error"] as const
+/**
+ * A streamed chat's events: `delta`s of the reply, then `done` with the response, or `error` with a problem;
+ * before the reply, an agent with tools sends `tool.called` and `tool.succeeded` or `tool.failed` per call.
+ */
+export const chatEventNames = ["delta", "done", "error", "tool.called", "tool.succeeded", "tool.failed"] as const
+/** What a chat's tool event carries: the call, and its arguments (called), result (succeeded) or error (failed). */
+export const ChatToolEvent = Schema.Struct({
+  callId: Schema.String,
+  tool: Schema.String,
+  arguments: Schema.optionalKey(Schema.Unknown),
+  attempt: Schema.optionalKey(Schema.Int),
+  durationMs: Schema.optionalKey(Schema.Int),
+  result: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  error: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  errorKind: Schema.optionalKey(Schema.NullOr(Schema.String))
+})
 export const ChatEvents = eventStream(
   chatEventNames,
   Schema.Union([
     Schema.Struct({ text: Schema.String }).annotate({ description: "`delta`: the next piece of the reply." }),
+    ChatToolEvent.annotate({
+      description:
+        "`tool.called` (`arguments`), `tool.succeeded` (`result`, `durationMs`), `tool.failed` (`error`, " +
+        "`errorKind`, `durationMs`): a call of the agent's tools, before the reply."
+    }),
     ChatResponse.annotate({ description: "`done`: the response, as without streaming." }),
     Schema.Struct({ status: Schema.Int, title: Schema.String, detail: Schema.optionalKey(Schema.String) }).annotate({
       description: "`error`: the problem that ended the stream."
@@ -206,7 +247,8 @@ const chatSpec = {
     ServiceUnavailable,
     TokenBudgetSpent,
     ModelNotAllowed,
-    TooManyStreams
+    TooManyStreams,
+    OutputInvalid
   ]
 } as const
 
@@ -216,7 +258,9 @@ const chatDoc = {
     "Sends a message and returns the reply. Without `conversationId` a new conversation starts; with " +
     "one, an agent with memory answers with that conversation's earlier turns in mind. With " +
     "`Accept: text/event-stream` the reply streams as server-sent events: `delta` events carrying `{ text }`, " +
-    "then one `done` event carrying this response's JSON (or an `error` event carrying a problem).",
+    "then one `done` event carrying this response's JSON (or an `error` event carrying a problem). An agent " +
+    "with tools may call them before it answers: the response then names the calls (`toolCalls`), and a " +
+    "streamed reply sends `tool.called` and `tool.succeeded` or `tool.failed` events for each before its `delta`s.",
   errors:
     "400 on an empty or too long (MAX_MESSAGE_CHARS) message, 403 when the plan may not use the agent's " +
     "model, 404 when the agent is not the tenant's or is inactive, 429 when the day's model tokens are spent " +

@@ -17,6 +17,7 @@ import {
   NotFound,
   ServiceUnavailable,
   TokenBudgetSpent,
+  OutputInvalid,
   type TooManyStreams
 } from "../Domain/Problems.ts"
 import { toSource } from "../Knowledge/Grounding.ts"
@@ -26,6 +27,8 @@ import { type ChatRequest, isConversationId, isTurnIndex } from "./Api.ts"
 import { defaultPageSize } from "../Domain/Page.ts"
 import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns, type ReplyEvent } from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
+import { policyBounds } from "../Tools/Tool.ts"
+import { defaultMaxToolCallsPerTurn } from "../Tools/Loop.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
@@ -46,6 +49,8 @@ const fromChatFailed = (error: ChatFailed) => {
     case "UnknownModel":
     case "DatabaseUnavailable":
       return new ServiceUnavailable({ detail: error.message })
+    case "InvalidOutput":
+      return new OutputInvalid({ detail: error.message, errors: error.problems ?? [] })
     case "TokenBudgetSpent":
       // The turn's reservation was refused: the tokens left are spent or held by calls in flight.
       return error.spent === undefined
@@ -71,6 +76,12 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       Duration.times(config.modelTimeout, config.modelMaxRetries + 1),
       Duration.seconds(30 * (config.modelMaxRetries + 1))
     )
+    // A turn with tools may make a model call per call it asks for, and one more for its answer, and wait
+    // for each tool up to the longest timeout a tool may have.
+    const loopBound = Duration.sum(
+      Duration.times(callBound, defaultMaxToolCallsPerTurn + 1),
+      Duration.millis(defaultMaxToolCallsPerTurn * policyBounds.timeoutMs.maximum)
+    )
 
     const prepare = Traced.fn("Chat.prepare")(function* (tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
       if (request.message.trim() === "") return yield* invalidField("message", "Expected a non-empty message")
@@ -88,8 +99,10 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
         ? yield* knowledge.search({ tenantId, knowledgeIds: agent.knowledgeIds, query: request.message })
         : []
       const conversationId = request.conversationId ?? newId()
+      const tools = agent.toolIds.length > 0
       return {
         turns: agent.memoryEnabled ? entityTurns(entityId(tenantId, agentId, conversationId)) : stateless,
+        bound: tools || (agent.responseFormat ?? null) !== null ? loopBound : callBound,
         input: {
           tenantId,
           agentId,
@@ -99,7 +112,11 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
           instructions: agent.instructions,
           memoryEnabled: agent.memoryEnabled,
           ...(grounded ? { sources: found.map(toSource) } : {}),
-          ...(standing === undefined ? {} : { plan: standing.plan })
+          ...(standing === undefined ? {} : { plan: standing.plan }),
+          ...(tools ? { toolIds: agent.toolIds } : {}),
+          ...(agent.responseFormat === null || agent.responseFormat === undefined
+            ? {}
+            : { responseFormat: agent.responseFormat })
         }
       }
     })
@@ -111,12 +128,12 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     }
 
     const send = Traced.fn("Chat.send")(function* (tenantId: TenantId, agentId: AgentId, request: ChatRequest) {
-      const { input, turns } = yield* prepare(tenantId, agentId, request)
+      const { bound, input, turns } = yield* prepare(tenantId, agentId, request)
       return yield* turns
         .send(input)
         .pipe(
           Effect.mapError(toProblem),
-          Effect.timeoutOrElse({ duration: callBound, orElse: () => Effect.fail(unreachable) })
+          Effect.timeoutOrElse({ duration: bound, orElse: () => Effect.fail(unreachable) })
         )
     })
 
@@ -134,12 +151,12 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       request: ChatRequest,
       beforeStart: Effect.Effect<void, TooManyStreams, Scope.Scope>
     ) {
-      const { input, turns } = yield* prepare(tenantId, agentId, request)
+      const { bound, input, turns } = yield* prepare(tenantId, agentId, request)
       yield* beforeStart
       const pull = yield* Stream.toPull(
         (turns.streamReply(input) as Stream.Stream<ChatEvent, { readonly _tag: string }>).pipe(
           Stream.mapError(toProblem),
-          Stream.timeoutOrElse({ duration: callBound, orElse: () => Stream.fail(unreachable) })
+          Stream.timeoutOrElse({ duration: bound, orElse: () => Stream.fail(unreachable) })
         )
       )
       // Up to `Started`: the turn's failures until then are the request's.

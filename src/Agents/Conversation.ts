@@ -2,6 +2,7 @@ import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as ClusterSchema from "effect/cluster/ClusterSchema"
@@ -15,8 +16,13 @@ import type { AgentId, TenantId } from "../Domain/Ids.ts"
 import type { TokenBudgetSpent } from "../Domain/Problems.ts"
 import { storable } from "../Domain/Text.ts"
 import { citations, fitSources, GroundingSource, withSources } from "../Knowledge/Grounding.ts"
-import { type ChatMessage, type ModelError, type ModelReply, Models } from "../Models/Models.ts"
-import { ChatResponse } from "./Api.ts"
+import { type ChatMessage, type ModelError, type ModelReply, Models, type ToolSpec } from "../Models/Models.ts"
+import { AgentTools } from "../Tools/AgentTools.ts"
+import type { LoopKey, ToolCallRecord } from "../Tools/CallsRepo.ts"
+import { describeProblems, type LoopModelRequest, requestTokens, type ToolEvent, ToolLoop } from "../Tools/Loop.ts"
+import { ResponseFormat } from "../Tools/ResponseFormat.ts"
+import type { Tool } from "../Tools/Tool.ts"
+import { ChatResponse, type ChatToolCall } from "./Api.ts"
 import { AgentsRepo } from "./Repo.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -29,7 +35,9 @@ import * as Traced from "../Observability/Traced.ts"
  *
  * Messages are volatile (not persisted in the cluster's storage): a chat is a
  * synchronous request, and a caller whose node fails gets an error to retry
- * rather than a reply nobody waits for.
+ * rather than a reply nobody waits for. So is a turn's tool loop: its calls
+ * are recorded, but a turn cut short is not replayed (the caller retries the
+ * chat, and the calls it repeats are made again).
  */
 
 const Address = {
@@ -47,7 +55,11 @@ const TurnInput = Schema.Struct({
   /** Retrieved for this message from the agent's knowledge bases, best first; absent for an agent without any. */
   sources: Schema.optionalKey(Schema.Array(GroundingSource)),
   /** The tenant's plan as the request found it, when it read it: a plan without a budget reserves nothing. */
-  plan: Schema.optionalKey(Plan)
+  plan: Schema.optionalKey(Plan),
+  /** The agent's tools, offered in the turn; absent for an agent without any (and in messages of earlier releases). */
+  toolIds: Schema.optionalKey(Schema.Array(Schema.String)),
+  /** The agent's response format: the reply is JSON matching it; absent for a plain reply. */
+  responseFormat: Schema.optionalKey(ResponseFormat)
 })
 export type TurnInput = typeof TurnInput.Type
 
@@ -58,8 +70,15 @@ export class ChatFailed extends Schema.TaggedError<ChatFailed>()("ChatFailed", {
     "ProviderError",
     "UnknownModel",
     "DatabaseUnavailable",
-    "TokenBudgetSpent"
+    "TokenBudgetSpent",
+    "InvalidOutput"
   ]),
+  /** InvalidOutput: where the reply did not match the response format. */
+  problems: Schema.optionalKey(
+    Schema.Array(
+      Schema.Struct({ path: Schema.Array(Schema.Union([Schema.String, Schema.Number])), message: Schema.String })
+    )
+  ),
   message: Schema.String,
   status: Schema.optionalKey(Schema.Int),
   /** TokenBudgetSpent: the budget the turn's reservation was refused by. */
@@ -78,7 +97,12 @@ export const ChatEvent = Schema.Union([
   // the database) is refused before the response starts; the client never sees it.
   Schema.TaggedStruct("Started", {}),
   Schema.TaggedStruct("Delta", { text: Schema.String }),
-  Schema.TaggedStruct("Done", { response: ChatResponse })
+  Schema.TaggedStruct("Done", { response: ChatResponse }),
+  // A call of the agent's tools, before the reply: `event` is its server-sent event's name.
+  Schema.TaggedStruct("Tool", {
+    event: Schema.Literals(["tool.called", "tool.succeeded", "tool.failed"]),
+    data: Schema.Record(Schema.String, Schema.Unknown)
+  })
 ])
 export type ChatEvent = typeof ChatEvent.Type
 /** What a client of a streamed chat receives. */
@@ -109,6 +133,12 @@ interface StoredTurn {
   readonly cost: number
 }
 
+/** A turn's tokens, as its stored row counts them: every model call's. */
+interface TurnTokens {
+  readonly inputTokens: number
+  readonly outputTokens: number
+}
+
 interface StoredRow {
   readonly seq: number
   readonly message: string
@@ -128,6 +158,15 @@ const budgetSpent = (error: TokenBudgetSpent) =>
     message: error.detail ?? "The day's model tokens are spent",
     spent: { plan: error.plan, budget: error.budget, used: error.used, resetAt: error.resetAt }
   })
+
+/** A call as the chat response names it: a chat's calls end succeeded or failed. */
+const callSummary = (record: ToolCallRecord): ChatToolCall => ({
+  callId: record.callId,
+  tool: record.tool,
+  status: record.status === "succeeded" ? "succeeded" : "failed",
+  durationMs: record.durationMs ?? 0,
+  ...(record.status === "succeeded" || record.error === null ? {} : { error: record.error })
+})
 
 /**
  * The conversation's statements, tried again a few seconds while the database
@@ -159,6 +198,8 @@ export const makeTurns = Effect.gen(function* () {
   const models = yield* Models
   const repo = yield* AgentsRepo
   const tokenBudget = yield* TokenBudget
+  const agentTools = yield* AgentTools
+  const loop = yield* ToolLoop
   // Only the newest turns whose tokens fit the model's whole context budget
   // (the most any prompt can carry) are held, oldest first; older turns stay
   // in Postgres. Loaded on the first message that needs them; the entity is
@@ -262,10 +303,16 @@ export const makeTurns = Effect.gen(function* () {
       )
     )
 
-  const remember = (input: TurnInput, reply: ModelReply, createdAt: Date, reservation: Reservation) =>
+  const tokensOf = (reply: ModelReply): TurnTokens => ({
+    inputTokens: reply.inputTokens,
+    outputTokens: reply.outputTokens
+  })
+
+  // Stores the turn: the message and the final reply only. A loop's tool
+  // calls and results are not history: they are recorded with the calls,
+  // and the next turn's prompt carries the message and the reply.
+  const remember = (input: TurnInput, reply: ModelReply, tokens: TurnTokens, createdAt: Date) =>
     Effect.gen(function* () {
-      // Settled here, where the tokens are known, even if the caller has stopped waiting.
-      yield* tokenBudget.settleInBackground(reservation, reply.inputTokens + reply.outputTokens)
       yield* Effect.logInfo("Conversation turn").pipe(Effect.annotateLogs({ conversationId: input.conversationId }))
       if (!input.memoryEnabled) return
       const turns = yield* loadHistory(input)
@@ -277,8 +324,8 @@ export const makeTurns = Effect.gen(function* () {
           message: input.message,
           reply: storable(reply.text),
           model: reply.model,
-          inputTokens: reply.inputTokens,
-          outputTokens: reply.outputTokens,
+          inputTokens: tokens.inputTokens,
+          outputTokens: tokens.outputTokens,
           createdAt,
           completedAt: new Date()
         })
@@ -291,22 +338,211 @@ export const makeTurns = Effect.gen(function* () {
       while (turns.length > 0 && held > budget) held -= turns.shift()!.cost
     })
 
+  // Settled here, where the tokens are known, even if the caller has stopped waiting.
+  const settleAndRemember = (input: TurnInput, reply: ModelReply, createdAt: Date, reservation: Reservation) =>
+    Effect.andThen(
+      tokenBudget.settleInBackground(reservation, reply.inputTokens + reply.outputTokens),
+      remember(input, reply, tokensOf(reply), createdAt)
+    )
+
   const toResponse = (
     input: TurnInput,
     reply: ModelReply,
-    sources: ReadonlyArray<GroundingSource> | undefined
+    tokens: number,
+    sources: ReadonlyArray<GroundingSource> | undefined,
+    calls: ReadonlyArray<ToolCallRecord> = []
   ): ChatResponse => ({
     reply: reply.text,
     conversationId: input.conversationId,
-    tokens: reply.inputTokens + reply.outputTokens,
+    tokens,
     model: reply.model,
-    ...(sources === undefined ? {} : { sources: citations(sources) })
+    ...(sources === undefined ? {} : { sources: citations(sources) }),
+    ...(calls.length === 0 ? {} : { toolCalls: calls.map(callSummary) })
   })
+
+  /** The agent's active tools; an agent without any costs no statement. */
+  const toolsFor = (input: TurnInput): Effect.Effect<ReadonlyArray<Tool>, ChatFailed> =>
+    input.toolIds === undefined || input.toolIds.length === 0
+      ? Effect.succeed([])
+      : withDatabase(agentTools.toolsOf(input.tenantId as TenantId, input.toolIds))
+
+  /**
+   * The turn's tool loop (docs/agents.md#tools-in-chat): model, calls,
+   * results, model, until it answers. Each model call reserves its own worst
+   * case of the day's tokens (the budget is checked per call, and a spent
+   * one fails the turn as it refuses a turn without tools) and settles its
+   * tokens when it answers. `first` is a reservation already made for the
+   * first call (a streamed turn's, made before its response starts). The
+   * calls are recorded under a run id of the turn's own, runKind `chat`, and
+   * not replayed: a turn cut short is retried by its caller.
+   */
+  const runLoop = (
+    input: TurnInput,
+    tools: ReadonlyArray<Tool>,
+    request: { readonly system: string; readonly messages: ReadonlyArray<ChatMessage> },
+    options: {
+      readonly first?: { held: Reservation | undefined }
+      readonly emit?: (event: ToolEvent) => Effect.Effect<void>
+    } = {}
+  ) => {
+    const key: LoopKey = {
+      tenantId: input.tenantId as TenantId,
+      runKind: "chat",
+      runId: crypto.randomUUID(),
+      scope: "chat"
+    }
+    let inputTokens = 0
+    let outputTokens = 0
+    const callModel = (call: LoopModelRequest) =>
+      tokenBudget.reserving(
+        Effect.suspend(() => {
+          const held = options.first?.held
+          if (held === undefined) return reserve(input, requestTokens(models, input.model, call))
+          options.first!.held = undefined
+          return Effect.succeed(held)
+        }),
+        (held) => models.generate({ ...call, model: input.model, maxOutputTokens: held.maxOutputTokens }),
+        (reply, held) =>
+          Effect.sync(() => {
+            inputTokens += reply.inputTokens
+            outputTokens += reply.outputTokens
+          }).pipe(
+            Effect.andThen(tokenBudget.settleInBackground(held, reply.inputTokens + reply.outputTokens)),
+            Effect.as(reply)
+          )
+      )
+    return loop
+      .run({
+        key,
+        durable: false,
+        system: request.system,
+        messages: request.messages,
+        tools,
+        agentChain: [input.agentId],
+        askAgent: agentTools.askAgent(key),
+        callModel,
+        emit: options.emit,
+        responseFormat: input.responseFormat
+      })
+      .pipe(
+        Effect.flatMap((outcome) =>
+          outcome.invalidOutput === undefined
+            ? Effect.succeed({ ...outcome, turnTokens: { inputTokens, outputTokens } })
+            : Effect.fail(
+                new ChatFailed({
+                  reason: "InvalidOutput",
+                  message: `The reply does not match the response format "${input.responseFormat?.name}": ${describeProblems(outcome.invalidOutput)}`,
+                  problems: outcome.invalidOutput.map((problem) => ({
+                    path: [...problem.path],
+                    message: problem.message
+                  }))
+                })
+              )
+        ),
+        Effect.mapError((error) => (error._tag === "ModelError" ? toChatFailed(error) : error)),
+        // The calls' records are written as the loop goes; a database lost meanwhile fails the turn, to be retried.
+        Effect.catchDefect((defect) =>
+          isSqlError(defect)
+            ? Effect.fail(
+                new ChatFailed({
+                  reason: "DatabaseUnavailable",
+                  message: "The database is unavailable; try again shortly"
+                })
+              )
+            : Effect.die(defect)
+        )
+      )
+  }
+
+  /**
+   * A turn with tools: the loop, then the turn stored and its response.
+   * Once the loop has answered, the turn is stored even if the caller has
+   * stopped waiting (each call's tokens were settled as it answered).
+   */
+  const loopTurn = (
+    input: TurnInput,
+    tools: ReadonlyArray<Tool>,
+    request: { readonly system: string; readonly messages: ReadonlyArray<ChatMessage> },
+    sources: ReadonlyArray<GroundingSource> | undefined,
+    createdAt: Date,
+    options: Parameters<typeof runLoop>[3] = {}
+  ) =>
+    Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(restore(runLoop(input, tools, request, options)), (outcome) =>
+        Effect.as(
+          remember(input, outcome.reply, outcome.turnTokens, createdAt),
+          toResponse(input, outcome.reply, outcome.tokens, sources, outcome.calls)
+        )
+      )
+    )
+
+  /**
+   * A streamed turn with tools. Whether a model call is the answer is known
+   * only once it is complete (a provider may send text before the calls it
+   * asks for), so the loop's calls are not streamed: the tool events go out
+   * as the calls are made, then the answer's text as one `Delta`, then
+   * `Done`. The first call's tokens are reserved before `Started`, so a spent
+   * budget refuses the request before its response starts, as without tools.
+   */
+  const streamWithTools = (
+    input: TurnInput,
+    tools: ReadonlyArray<Tool>,
+    request: { readonly system: string; readonly messages: ReadonlyArray<ChatMessage> },
+    sources: ReadonlyArray<GroundingSource> | undefined,
+    createdAt: Date
+  ) =>
+    Effect.gen(function* () {
+      const specs = tools.map(
+        (tool): ToolSpec => ({
+          name: tool.name,
+          description: tool.description,
+          parameters: tool.parameters
+        })
+      )
+      const first: { held: Reservation | undefined } = { held: undefined }
+      // The loop takes the reservation for its first call; one it never took (the stream ended first) is given back.
+      yield* Effect.acquireRelease(
+        Effect.tap(
+          reserve(input, requestTokens(models, input.model, { ...request, tools: specs, toolChoice: "auto" })),
+          (held) => Effect.sync(() => (first.held = held))
+        ),
+        () =>
+          Effect.suspend(() => {
+            const unused = first.held
+            first.held = undefined
+            return unused === undefined ? Effect.void : tokenBudget.settleInBackground(unused, 0)
+          })
+      )
+      const events = Stream.callback<ChatEvent, ChatFailed>((queue) =>
+        Effect.gen(function* () {
+          const response = yield* loopTurn(input, tools, request, sources, createdAt, {
+            first,
+            emit: (event) =>
+              Effect.asVoid(
+                Queue.offer(queue, {
+                  _tag: "Tool",
+                  event: event.type,
+                  data: { callId: event.callId, tool: event.tool, ...event.data }
+                })
+              )
+          })
+          if (response.reply !== "") yield* Queue.offer(queue, { _tag: "Delta", text: response.reply })
+          yield* Queue.offer(queue, { _tag: "Done", response })
+          yield* Queue.end(queue)
+        })
+      )
+      return Stream.concat(Stream.succeed<ChatEvent>({ _tag: "Started" }), events)
+    })
 
   return {
     send: Traced.fn("Conversation.send")(function* (payload: TurnInput) {
       const createdAt = new Date()
       const { messages, promptTokens, sources, system } = yield* prompt(payload)
+      const tools = yield* toolsFor(payload)
+      // A turn with tools or a response format runs the loop; a plain one, a single call.
+      if (tools.length > 0 || payload.responseFormat !== undefined) {
+        return yield* loopTurn(payload, tools, { system, messages }, sources, createdAt)
+      }
       return yield* tokenBudget
         .reserving(
           reserve(payload, promptTokens),
@@ -315,8 +551,8 @@ export const makeTurns = Effect.gen(function* () {
           // stored) even if the caller stops waiting.
           (reply, held) =>
             Effect.as(
-              Effect.uninterruptible(remember(payload, reply, createdAt, held)),
-              toResponse(payload, reply, sources)
+              Effect.uninterruptible(settleAndRemember(payload, reply, createdAt, held)),
+              toResponse(payload, reply, reply.inputTokens + reply.outputTokens, sources)
             )
         )
         .pipe(Effect.mapError((error) => (error._tag === "ModelError" ? toChatFailed(error) : error)))
@@ -330,6 +566,10 @@ export const makeTurns = Effect.gen(function* () {
         Effect.gen(function* () {
           const createdAt = new Date()
           const { messages, promptTokens, sources, system } = yield* prompt(payload)
+          const tools = yield* toolsFor(payload)
+          if (tools.length > 0 || payload.responseFormat !== undefined) {
+            return yield* streamWithTools(payload, tools, { system, messages }, sources, createdAt)
+          }
           let failure: ModelError | undefined
           let answered: ModelReply | undefined
           // Whatever ends the stream before its reply settled the reservation settles it here.
@@ -360,9 +600,14 @@ export const makeTurns = Effect.gen(function* () {
                   return Effect.succeed({ _tag: "Delta", text: event.text })
                 }
                 answered = event.reply
-                return Effect.as(remember(payload, event.reply, createdAt, reservation), {
+                return Effect.as(settleAndRemember(payload, event.reply, createdAt, reservation), {
                   _tag: "Done",
-                  response: toResponse(payload, event.reply, sources)
+                  response: toResponse(
+                    payload,
+                    event.reply,
+                    event.reply.inputTokens + event.reply.outputTokens,
+                    sources
+                  )
                 })
               })
             )

@@ -16,16 +16,23 @@ import { Chat } from "./Chat.ts"
 import type { ReplyEvent } from "./Conversation.ts"
 import * as Traced from "../Observability/Traced.ts"
 
-/** Server-sent events: `delta` events, then `done` with the response, or `error` with a problem. */
+/**
+ * Server-sent events: the tool calls' events (`tool.called`, `tool.succeeded`, `tool.failed`) of an agent
+ * with tools, `delta` events, then `done` with the response, or `error` with a problem.
+ */
 const toEventStream = <E extends { readonly status: number }>(events: Stream.Stream<ReplyEvent, E>) =>
   ServerSentEvents.response(
     events.pipe(
-      Stream.map(
-        (event): ServerSentEvents.ServerSentEvent =>
-          event._tag === "Delta"
-            ? { event: "delta", data: { text: event.text } }
-            : { event: "done", data: event.response }
-      ),
+      Stream.map((event): ServerSentEvents.ServerSentEvent => {
+        switch (event._tag) {
+          case "Delta":
+            return { event: "delta", data: { text: event.text } }
+          case "Done":
+            return { event: "done", data: event.response }
+          case "Tool":
+            return { event: event.event, data: event.data }
+        }
+      }),
       Stream.catch((problem) => Stream.make({ event: "error", data: problem }))
     )
   )

@@ -21,6 +21,7 @@ export class AgentsRepo extends Context.Service<AgentsRepo>()("agent-host/Agents
     const agents = yield* TenantRepo.make(Agent, {
       table: "agents",
       spanPrefix: "AgentsRepo",
+      jsonb: ["responseFormat"],
       filters: { active: "status = 'active'" },
       // Agents and the pages of their lists, as last read, for the request and
       // run paths (a chat, a step, the key-authenticated list). Changes reach

@@ -116,6 +116,29 @@ export class TokenBudgetSpent extends HttpApiError.Problem<TokenBudgetSpent>()(
   }
 ) {}
 
+/**
+ * The model's reply did not match the response format asked for, twice (the
+ * second time told what was wrong): each problem by its path in the reply.
+ */
+export class OutputInvalid extends HttpApiError.Problem<OutputInvalid>()(
+  "OutputInvalid",
+  {
+    type: problemType("output-invalid"),
+    status: 422,
+    title: "Unprocessable Content"
+  },
+  {
+    errors: Schema.Array(
+      Schema.Struct({
+        path: Schema.Array(Schema.Union([Schema.String, Schema.Number])).annotate({
+          description: "Where in the reply, as a path into its JSON ([] for the reply itself)."
+        }),
+        message: Schema.String
+      })
+    )
+  }
+) {}
+
 /** The tenant's plan may not use this model (see FREE_MODELS / PRO_MODELS / BUSINESS_MODELS). */
 export class ModelNotAllowed extends HttpApiError.Problem<ModelNotAllowed>()(
   "ModelNotAllowed",

@@ -49,6 +49,24 @@ export const runTotals = {
  * status, the kind's own `fields`, and on a `stream.end` the `reason`:
  * `maxDuration` or the run's own timeout (`timeoutReason`).
  */
+/** What `tool.called`, `tool.succeeded` and `tool.failed` carry (docs/tools.md#events). */
+const toolEventFields = {
+  callId: Schema.optionalKey(Schema.String).annotate({ description: "The model's id of the tool call." }),
+  tool: Schema.optionalKey(Schema.String).annotate({ description: "The tool's name." }),
+  arguments: Schema.optionalKey(Schema.Unknown).annotate({ description: "The call's arguments (`tool.called`)." }),
+  attempt: Schema.optionalKey(Schema.Number).annotate({
+    description: "1, or 2 when a crash interrupted the call and it is made again (`tool.called`)."
+  }),
+  result: Schema.optionalKey(Schema.NullOr(Schema.String)).annotate({
+    description: "The result as the model saw it (`tool.succeeded`)."
+  }),
+  errorKind: Schema.optionalKey(Schema.NullOr(Schema.String)).annotate({
+    description:
+      "Why the call failed (`tool.failed`): invalid_arguments, refused, timeout, status, limit, unknown_tool, error."
+  }),
+  durationMs: Schema.optionalKey(Schema.Number)
+} as const
+
 export const runEventStream = <
   const Run extends string,
   const Part extends string,
@@ -64,6 +82,9 @@ export const runEventStream = <
   const names = [
     `${run}.running`,
     `${part}.started`,
+    "tool.called",
+    "tool.succeeded",
+    "tool.failed",
     `${part}.completed`,
     `${run}.completed`,
     `${run}.failed`,
@@ -76,6 +97,7 @@ export const runEventStream = <
     at: Schema.optionalKey(Schema.String),
     status: Schema.optionalKey(RunStatus),
     ...data.fields,
+    ...toolEventFields,
     reason: Schema.optionalKey(Schema.Literals(["maxDuration", timeoutReason])).annotate({
       description: `Why a \`stream.end\` ended the stream before the ${run} finished.`
     })

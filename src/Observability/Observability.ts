@@ -187,5 +187,19 @@ export const Metrics = {
       boundaries: latencyBoundaries,
       attributes
     })
+  ),
+  toolCalls: labelled(["kind", "outcome"], (attributes) =>
+    Metric.counter("tool_calls_total", {
+      description: "Tool calls made by agents, by tool kind (http, knowledge, agent) and outcome (ok, error)",
+      incremental: true,
+      attributes
+    })
+  ),
+  toolDuration: labelled(["kind", "outcome"], (attributes) =>
+    Metric.histogram("tool_call_duration_seconds", {
+      description: "Duration of tool calls, by tool kind and outcome",
+      boundaries: latencyBoundaries,
+      attributes
+    })
   )
 } as const

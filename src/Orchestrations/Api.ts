@@ -7,6 +7,8 @@ import * as HttpApiError from "effect/http-api/HttpApiError"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as OpenApi from "effect/http-api/OpenApi"
+import { ToolCallRecord } from "../Tools/ToolCall.ts"
+import { ResponseFormat, ResponseFormatInput } from "../Tools/ResponseFormat.ts"
 import { ApiKeyAuth, keyOperation, SessionAuth, sessionCredential, SessionQuota } from "../Auth/Api.ts"
 import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { activeList, DefinitionStatus, Description, Name, parts } from "../Domain/Definition.ts"
@@ -52,7 +54,9 @@ export const Step = Schema.Struct({
   id: Schema.String,
   agentId: AgentId,
   prompt: Schema.String,
-  dependsOn: Schema.optionalKey(Schema.Array(Schema.String))
+  dependsOn: Schema.optionalKey(Schema.Array(Schema.String)),
+  toolIds: Schema.optionalKey(Schema.Array(Schema.String)),
+  responseFormat: Schema.optionalKey(ResponseFormat)
 })
 export type Step = typeof Step.Type
 
@@ -64,14 +68,28 @@ export const StepInput = Schema.Struct({
     Schema.isMaxLength(maxPromptLength, { message: `Expected a prompt of at most ${maxPromptLength} characters` })
   ).annotate({
     description:
-      "A template over `{{input}}`, `{{variables.NAME}}` and `{{steps.STEP_ID.output}}`, where " +
-      "STEP_ID is a step this one depends on, directly or through other steps."
+      "A template over `{{input}}`, `{{variables.NAME}}`, `{{steps.STEP_ID.output}}` and " +
+      "`{{steps.STEP_ID.output.FIELD.FIELD...}}` (a field of a JSON output), where STEP_ID is a step this one " +
+      "depends on, directly or through other steps."
   }),
   dependsOn: Schema.optionalKey(
     boundedArray(Text, {
       max: maxSteps,
       description:
         "Ids of the steps whose outputs this step waits for. Steps with no pending dependencies run in parallel."
+    })
+  ),
+  toolIds: Schema.optionalKey(
+    boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength(64)), {
+      max: 32,
+      description: "The step's tools: some of its agent's `toolIds` ([] for none). Left out: all of the agent's tools."
+    })
+  ),
+  responseFormat: Schema.optionalKey(
+    ResponseFormatInput.annotate({
+      description:
+        "The step's reply must be JSON matching this schema; it wins over its agent's `responseFormat`. Later " +
+        "steps can use its fields as `{{steps.STEP_ID.output.FIELD}}` (docs/orchestrations.md)."
     })
   )
 })
@@ -185,6 +203,12 @@ export type Execution = typeof Execution.Type
 
 export const ExecutionList = PageOf(Execution)
 
+export const ToolCallList = Schema.Struct({ data: Schema.Array(ToolCallRecord) })
+export const ToolCallWithResult = Schema.Struct({
+  ...ToolCallRecord.fields,
+  fullResult: Schema.NullOr(Schema.String).annotate({ description: "The whole result (null for a failed call)." })
+})
+
 /** An execution's events: its steps' (`step.started`, `step.completed`) between its own. */
 const executionEvents = runEventStream("execution", "step", "executionTimeout", {
   about: { stepId: Schema.optionalKey(Schema.NullOr(Schema.String)) },
@@ -277,6 +301,32 @@ const executionRoutes = <const Name extends string>(
           "execution's own timeout, ends with a `stream.end` event (`reason`: `maxDuration` or " +
           "`executionTimeout`) instead.",
         errors: "404 when the execution is not the tenant's, 429 beyond MAX_EVENT_STREAMS_PER_TENANT open streams."
+      })
+    ),
+    HttpApiEndpoint.get("toolCalls", "/:id/tool-calls", {
+      params: { id: Text },
+      success: ToolCallList,
+      error: NotFound
+    }).annotateMerge(
+      doc("read", {
+        summary: "List an execution's tool calls",
+        description:
+          "Every tool call the execution's steps made (or were refused), in the order the models asked for " +
+          "them: the step (`scope`), the tool, the arguments, the status, the result as the model saw it (cut at " +
+          "the tool's `maxOutputBytes`, `resultCut`), the error, the attempts and the duration (docs/tools.md).",
+        errors: "404 when the execution is not the tenant's."
+      })
+    ),
+    HttpApiEndpoint.get("toolCall", "/:id/steps/:stepId/tool-calls/:callId", {
+      params: { id: Text, stepId: Text, callId: Text },
+      success: ToolCallWithResult,
+      error: NotFound
+    }).annotateMerge(
+      doc("read", {
+        summary: "Get one tool call with its whole result",
+        description:
+          "The call as the list shows it, with `fullResult`: the whole result, of which the model saw a cut.",
+        errors: "404 when the execution is not the tenant's or its step made no such call."
       })
     ),
     HttpApiEndpoint.post("cancel", "/:id/cancel", {

@@ -23,6 +23,8 @@ import { RunSlots } from "../Runtime/RunSlots.ts"
 import type { Step } from "./Api.ts"
 import { plan, renderWithin } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./ExecutionsRepo.ts"
+import { AgentTools } from "../Tools/AgentTools.ts"
+import { describeProblems, type LoopModelRequest, requestTokens, ToolLoop } from "../Tools/Loop.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 /**
@@ -76,6 +78,8 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
   const budget = yield* TokenBudget
   const knowledge = yield* KnowledgeSearch
   const signals = yield* RunSignals
+  const loop = yield* ToolLoop
+  const { askAgent, toolsOf } = yield* AgentTools
 
   // The ids an operator finds the run by, on its span and on each step's.
   yield* Effect.annotateCurrentSpan("execution.id", executionId)
@@ -149,44 +153,77 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
           })
         )
       ).pipe(Effect.mapError(databaseFailed))
-      const promptTokens = models.promptEstimate(
-        agent.value.model,
-        models.countTokens(system) + models.countTokens(prompt),
-        system === "" ? 1 : 2
-      )
-      // The plan is read again before each step, in the statement that
+      // The plan is read again before each model call, in the statement that
       // reserves the call's worst case of the day's tokens: the model may not
       // be one it may use (any more), and the tokens left may be spent or
       // held by calls in flight.
-      const reserve = retryTransient(
-        sqlErrorsTyped(budget.reserve(TenantId.make(snapshot.tenantId), { model: agent.value.model, promptTokens }))
-      ).pipe(
-        Effect.mapError((error) =>
-          error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed"
-            ? fail(`Step ${step.id}: ${error.detail}`)
-            : databaseFailed(error)
+      const reserve = (promptTokens: number) =>
+        retryTransient(
+          sqlErrorsTyped(budget.reserve(TenantId.make(snapshot.tenantId), { model: agent.value.model, promptTokens }))
+        ).pipe(
+          Effect.mapError((error) =>
+            error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed"
+              ? fail(`Step ${step.id}: ${error.detail}`)
+              : databaseFailed(error)
+          )
         )
-      )
-      // The step's tokens are settled before it is stored.
-      const result = yield* budget
-        .reserving(
-          reserve,
-          (held) =>
-            models.generate({
-              model: agent.value.model,
-              system,
-              messages: [{ role: "user", content: prompt }],
-              maxOutputTokens: held.maxOutputTokens
-            }),
-          (reply, held) => {
-            const result = { output: storable(reply.text), tokens: reply.inputTokens + reply.outputTokens }
-            return retryTransient(sqlErrorsTyped(budget.settle(held, result.tokens))).pipe(
+      // Each call's tokens are settled before the loop goes on.
+      const callModel = (request: LoopModelRequest) =>
+        budget.reserving(
+          reserve(requestTokens(models, agent.value.model, request)),
+          (held) => models.generate({ ...request, model: agent.value.model, maxOutputTokens: held.maxOutputTokens }),
+          (reply, held) =>
+            retryTransient(sqlErrorsTyped(budget.settle(held, reply.inputTokens + reply.outputTokens))).pipe(
               Effect.mapError(databaseFailed),
-              Effect.as(result)
+              Effect.as(reply)
             )
-          }
         )
+      const tools = yield* retryTransient(
+        sqlErrorsTyped(toolsOf(TenantId.make(snapshot.tenantId), agent.value.toolIds, step.toolIds))
+      ).pipe(Effect.mapError(databaseFailed))
+      // The step's own format wins over its agent's.
+      const responseFormat = step.responseFormat ?? agent.value.responseFormat ?? undefined
+      const result = yield* loop
+        .run({
+          key: { tenantId: TenantId.make(snapshot.tenantId), runKind: "execution", runId: executionId, scope: step.id },
+          durable: true,
+          system,
+          messages: [{ role: "user", content: prompt }],
+          tools,
+          agentChain: [step.agentId],
+          askAgent: askAgent({
+            tenantId: TenantId.make(snapshot.tenantId),
+            runKind: "execution",
+            runId: executionId,
+            scope: step.id
+          }),
+          callModel,
+          responseFormat,
+          emit: (event) =>
+            retryTransient(
+              executions.stepEvent(executionId, event.type, step.id, {
+                callId: event.callId,
+                tool: event.tool,
+                ...event.data
+              })
+            ).pipe(Effect.orDie)
+        })
         .pipe(
+          // A reply still not matching the format after being told what was wrong fails the step, naming where.
+          Effect.flatMap((outcome) =>
+            outcome.invalidOutput === undefined
+              ? Effect.succeed({ output: storable(outcome.reply.text), tokens: outcome.tokens })
+              : Effect.fail(
+                  new StepFailed({
+                    step: step.id,
+                    message: storable(
+                      `Step ${step.id}: the reply does not match the response format "${responseFormat!.name}": ` +
+                        describeProblems(outcome.invalidOutput)
+                    ),
+                    tokens: outcome.tokens
+                  })
+                )
+          ),
           Effect.mapError((error) => (error._tag === "ModelError" ? fail(`Step ${step.id}: ${error.message}`) : error)),
           Effect.timeoutOrElse({
             duration: Duration.millis(remaining),

@@ -17,6 +17,7 @@ import { type ExecuteRequest, type Execution, ExecutionNotStarted, type Executio
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
 import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
 import { ExecutionsRepo } from "./ExecutionsRepo.ts"
+import { ToolCallsRepo } from "../Tools/CallsRepo.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 // A run that times out writes its final event just after its deadline.
@@ -39,6 +40,7 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
   make: Effect.gen(function* () {
     const orchestrations = yield* Orchestrations
     const repo = yield* ExecutionsRepo
+    const toolCalls = yield* ToolCallsRepo
     const config = yield* AppConfig
     const runs = yield* DurableRuns.runsOf({
       notStarted: (executionId) =>
@@ -175,6 +177,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* Metric.update(Metrics.executions("cancelled"), 1)
       // Running steps are aborted; the read model already says cancelled.
       yield* runs.stop(id)
+      // Their tool calls in flight were stopped with them.
+      yield* toolCalls.cancelRunning(id).pipe(Effect.orDie)
       return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
     })
 
@@ -212,11 +216,38 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         return ids
       })
     )
+    /** The tool calls of the tenant's execution, in order. */
+    const listToolCalls = Traced.fn("Executions.toolCalls")(function* (tenantId: TenantId, id: string) {
+      yield* find(tenantId, id)
+      return { data: yield* toolCalls.callsOf(tenantId, id).pipe(Effect.orDie) }
+    })
+
+    /** One tool call of a step, with its whole result. */
+    const toolCall = Traced.fn("Executions.toolCall")(function* (
+      tenantId: TenantId,
+      id: string,
+      stepId: string,
+      callId: string
+    ) {
+      const found = yield* toolCalls
+        .storedCall({ tenantId, runKind: "execution", runId: id, scope: stepId }, callId)
+        .pipe(Effect.orDie)
+      if (Option.isNone(found) || !(yield* owns(tenantId, id))) {
+        return yield* new NotFound({ detail: `No tool call ${callId} of step ${stepId} of execution ${id}` })
+      }
+      const { fullResult, record } = found.value
+      return { ...record, fullResult: record.status === "succeeded" ? (fullResult ?? record.result) : null }
+    })
+
+    const owns = (tenantId: TenantId, id: string) => Effect.map(Effect.option(find(tenantId, id)), Option.isSome)
+
     return {
       start,
       get,
       list,
       cancel,
+      toolCalls: listToolCalls,
+      toolCall,
       events,
       sweeps: durable,
       sweep: DurableRuns.sweep(durable),
@@ -227,7 +258,13 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([Orchestrations.layer, ExecutionsRepo.layer, TokenBudget.layer, EventStreams.layer])
+    Layer.provide([
+      Orchestrations.layer,
+      ExecutionsRepo.layer,
+      TokenBudget.layer,
+      EventStreams.layer,
+      ToolCallsRepo.layer
+    ])
   )
 
   /** The sweeps of executions (DurableRuns.sweeper), a cluster singleton. */

@@ -398,7 +398,12 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       )
 
     /** Logs a step's progress. */
-    const stepEvent = (id: string, type: "step.started" | "step.completed", stepId: string, data: object = {}) =>
+    const stepEvent = (
+      id: string,
+      type: "step.started" | "step.completed" | "tool.called" | "tool.succeeded" | "tool.failed",
+      stepId: string,
+      data: object = {}
+    ) =>
       sql`INSERT INTO execution_events (execution_id, type, step_id, data)
           VALUES (${id}, ${type}, ${stepId}, ${sql.json(data)})`.pipe(
         Effect.asVoid,

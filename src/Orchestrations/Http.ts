@@ -76,6 +76,13 @@ const executionHandlers = (executions: Executions["Service"]) => ({
   ),
   get: forTenant((tenantId, { params }: ById) => executions.get(tenantId, params.id)),
   cancel: forTenant((tenantId, { params }: ById) => executions.cancel(tenantId, params.id)),
+  toolCalls: forTenant((tenantId, { params }: ById) => executions.toolCalls(tenantId, params.id)),
+  toolCall: forTenant(
+    (
+      tenantId,
+      { params }: { readonly params: { readonly id: string; readonly stepId: string; readonly callId: string } }
+    ) => executions.toolCall(tenantId, params.id, params.stepId, params.callId)
+  ),
   events: forTenant(
     (
       tenantId,

@@ -13,6 +13,7 @@ import { ownedWebhook } from "../Webhooks/Owned.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import type { CreateOrchestration, Orchestration, OrchestrationView, Step, UpdateOrchestration } from "./Api.ts"
 import { OrchestrationsRepo } from "./Repo.ts"
+import { formatIssues } from "../Tools/ResponseFormatCheck.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 // ---------------------------------------------------------------------------
@@ -23,14 +24,17 @@ export type TemplatePart =
   | { readonly _tag: "Text"; readonly text: string }
   | { readonly _tag: "Input" }
   | { readonly _tag: "Variable"; readonly name: string }
-  | { readonly _tag: "StepOutput"; readonly step: string }
+  /** `fields`: the path into a JSON output (`{{steps.ID.output.a.b}}`); none: the whole output. */
+  | { readonly _tag: "StepOutput"; readonly step: string; readonly fields?: ReadonlyArray<string> }
   | { readonly _tag: "Unknown"; readonly placeholder: string }
 
 // A placeholder is `{{ ... }}` with no braces inside; a lone `{{` or `}}` is text.
 const placeholderPattern = /\{\{([^{}]*)\}\}/g
 const name = "[A-Za-z0-9_-]{1,64}"
 const variablePattern = new RegExp(`^variables\\.(${name})$`)
-const stepOutputPattern = new RegExp(`^steps\\.(${name})\\.output$`)
+/** The most fields a placeholder may go down into a step's JSON output. */
+export const maxOutputFields = 16
+const stepOutputPattern = new RegExp(`^steps\\.(${name})\\.output((?:\\.${name}){0,${maxOutputFields}})$`)
 
 // Templates parsed lately: a run's steps and every execute request of an
 // orchestration parse the same prompts again. Emptied when it holds a
@@ -70,7 +74,11 @@ const parseTemplateNow = (template: string): ReadonlyArray<TemplatePart> => {
         : variable !== null
           ? { _tag: "Variable", name: variable[1]! }
           : stepOutput !== null
-            ? { _tag: "StepOutput", step: stepOutput[1]! }
+            ? {
+                _tag: "StepOutput",
+                step: stepOutput[1]!,
+                ...(stepOutput[2] === "" ? {} : { fields: stepOutput[2]!.split(".").slice(1) })
+              }
             : { _tag: "Unknown", placeholder: match[0] }
     )
   }
@@ -100,18 +108,58 @@ export interface RenderContext {
 const lookup = (record: Readonly<Record<string, string>>, key: string) =>
   Object.hasOwn(record, key) ? record[key]! : ""
 
-const valueOf = (part: TemplatePart, context: RenderContext): string => {
-  switch (part._tag) {
-    case "Text":
-      return part.text
-    case "Input":
-      return context.input
-    case "Variable":
-      return lookup(context.variables, part.name)
-    case "StepOutput":
-      return lookup(context.outputs, part.step)
-    case "Unknown":
-      return part.placeholder
+const noValue = Symbol("noValue")
+
+/** A step's output read as JSON, or `noValue` when it is not JSON. */
+const parseOutput = (output: string): unknown => {
+  try {
+    return JSON.parse(output)
+  } catch {
+    return noValue
+  }
+}
+
+/**
+ * The field at `fields` of a JSON value, as prompt text: a string as it is,
+ * an object or array as its JSON, a number or boolean as written; "" when
+ * absent or null. Own properties only, and array items by index.
+ */
+const fieldText = (value: unknown, fields: ReadonlyArray<string>): string => {
+  let at = value
+  for (const field of fields) {
+    if (Array.isArray(at) && /^\d+$/.test(field)) at = at[Number(field)]
+    else if (typeof at === "object" && at !== null && !Array.isArray(at) && Object.hasOwn(at, field))
+      at = (at as Record<string, unknown>)[field]
+    else return ""
+  }
+  if (at === null || at === undefined || at === noValue) return ""
+  return typeof at === "string" ? at : typeof at === "object" ? JSON.stringify(at) : String(at)
+}
+
+/** `valueOf` for one rendering: each output addressed by field is parsed once. */
+const valuesOf = (context: RenderContext) => {
+  const parsedOutputs = new Map<string, unknown>()
+  return (part: TemplatePart): string => {
+    switch (part._tag) {
+      case "Text":
+        return part.text
+      case "Input":
+        return context.input
+      case "Variable":
+        return lookup(context.variables, part.name)
+      case "StepOutput": {
+        if (part.fields === undefined) return lookup(context.outputs, part.step)
+        if (!Object.hasOwn(context.outputs, part.step)) return ""
+        let value = parsedOutputs.get(part.step)
+        if (value === undefined) {
+          value = parseOutput(context.outputs[part.step]!)
+          parsedOutputs.set(part.step, value)
+        }
+        return fieldText(value, part.fields)
+      }
+      case "Unknown":
+        return part.placeholder
+    }
   }
 }
 
@@ -122,6 +170,9 @@ const valueOf = (part: TemplatePart, context: RenderContext): string => {
  * `variablesUsed` before starting, and `plan` runs a step only after its
  * ancestors, so with a validated definition nothing is absent.
  * Unknown placeholders (refused when a definition is saved) stay as written.
+ * A field of an output (`{{steps.ID.output.a.b}}`) is read from the output
+ * as JSON: a string as it is, an object or array as JSON, and "" when the
+ * output is not JSON or has no such field (docs/orchestrations.md).
  *
  * Past `maxChars` it stops and fails with the length reached so far: the
  * pieces are only measured until then, so a template that repeats a large
@@ -134,8 +185,9 @@ export const renderWithin = (
 ): Result.Result<string, { readonly atLeast: number }> => {
   const pieces: Array<string> = []
   let length = 0
+  const valueOf = valuesOf(context)
   for (const part of parseTemplate(template)) {
-    const piece = valueOf(part, context)
+    const piece = valueOf(part)
     length += piece.length
     if (length > maxChars) return Result.fail({ atLeast: length })
     pieces.push(piece)
@@ -267,7 +319,8 @@ export interface Issue {
   readonly message: string
 }
 
-const placeholderHelp = "expected {{input}}, {{variables.NAME}} or {{steps.STEP_ID.output}}"
+const placeholderHelp =
+  "expected {{input}}, {{variables.NAME}}, {{steps.STEP_ID.output}} or {{steps.STEP_ID.output.FIELD}}"
 
 /**
  * What is wrong with a list of steps that already has the right shape (the
@@ -414,12 +467,29 @@ export class Orchestrations extends Context.Service<Orchestrations>()("agent-hos
       tenantId: TenantId,
       steps: ReadonlyArray<Step>
     ) {
-      const issues = [...boundIssues(steps, limits), ...stepIssues(steps)]
+      const issues = [
+        ...boundIssues(steps, limits),
+        ...stepIssues(steps),
+        ...steps.flatMap((step, index) =>
+          formatIssues(step.responseFormat, ["payload", "steps", index, "responseFormat"])
+        )
+      ]
       const known = yield* repo.existingAgents(tenantId, [...new Set(steps.map((step) => step.agentId))])
       steps.forEach((step, index) => {
-        if (!known.has(step.agentId)) {
+        const agentTools = known.get(step.agentId)
+        if (agentTools === undefined) {
           issues.push({ path: ["payload", "steps", index, "agentId"], message: `No agent ${step.agentId}` })
+          return
         }
+        // A step narrows its agent's tools; it cannot add any.
+        step.toolIds?.forEach((toolId, i) => {
+          if (!agentTools.has(toolId)) {
+            issues.push({
+              path: ["payload", "steps", index, "toolIds", i],
+              message: `Tool ${JSON.stringify(toolId)} is not one of agent ${step.agentId}'s tools`
+            })
+          }
+        })
       })
       if (issues.length > 0) return yield* invalidSteps(issues)
     })

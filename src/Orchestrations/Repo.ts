@@ -35,17 +35,18 @@ export class OrchestrationsRepo extends Context.Service<OrchestrationsRepo>()("a
     // The one read of another feature's table: which of the agents named by
     // steps exist in the tenant, in one statement rather than one per step.
     const existingAgents = (tenantId: TenantId, ids: ReadonlyArray<string>) =>
-      sql<{ id: AgentId }>`SELECT id FROM agents WHERE tenant_id = ${tenantId} AND id IN ${sql.in(ids)}`.pipe(
-        Effect.map((rows) => new Set<string>(rows.map((row) => row.id)))
+      sql<{ id: AgentId; toolIds: ReadonlyArray<string> }>`SELECT id, tool_ids FROM agents
+        WHERE tenant_id = ${tenantId} AND id IN ${sql.in(ids)}`.pipe(
+        Effect.map((rows) => new Map<string, ReadonlySet<string>>(rows.map((row) => [row.id, new Set(row.toolIds)])))
       )
 
     return {
       ...orchestrations,
-      /** The subset of `ids` that are agents of the tenant (any status). */
+      /** Those of `ids` that are agents of the tenant (any status), with the ids of their tools. */
       existingAgents: (tenantId: TenantId, ids: ReadonlyArray<string>) => {
         const candidates = ids.filter(isId)
         return candidates.length === 0
-          ? Effect.succeed(new Set<string>())
+          ? Effect.succeed(new Map<string, ReadonlySet<string>>())
           : existingAgents(tenantId, candidates).pipe(
               Effect.orDie,
               Traced.withSpan("OrchestrationsRepo.existingAgents")

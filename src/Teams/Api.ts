@@ -22,6 +22,7 @@ import { Text, text } from "../Domain/Input.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
 import { BadRequest, Conflict, NotFound, QuotaReached, TooManyStreams } from "../Domain/Problems.ts"
 import { RunStatus, runEventStream, runTimeoutMs, runTotals, startErrors, startHeaders } from "../Domain/RunApi.ts"
+import { ToolCallRecord } from "../Tools/ToolCall.ts"
 import { webhookEndpoints, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
 export const TeamStatus = DefinitionStatus
@@ -159,7 +160,12 @@ export const TranscriptEntry = Schema.Struct({
   role: Schema.String,
   content: Schema.String,
   tokens: Schema.Int,
-  createdAt: Schema.Date
+  createdAt: Schema.Date,
+  toolCalls: Schema.optionalKey(
+    Schema.Array(ToolCallRecord).annotate({
+      description: "The tool calls the turn made, in order; left out when it made none."
+    })
+  )
 })
 
 export const Transcript = PageOf(TranscriptEntry)
@@ -202,7 +208,7 @@ export class RunNotStarted extends HttpApiError.Problem<RunNotStarted>()(
   }
 ) {}
 
-/** A team run's events: its turns' (`turn.started`, `turn.completed`) between its own. */
+/** A team run's events: its turns' (`turn.started`, their tool calls', `turn.completed`) between its own. */
 const teamRunEvents = runEventStream("run", "turn", "runTimeout", {
   about: { turn: Schema.optionalKey(Schema.NullOr(Schema.Int)) },
   fields: {
@@ -253,12 +259,15 @@ const runDocs = {
     summary: "Get a team run",
     description:
       "The run (status, result or error, why it stopped, turns, tokens), with the first page of its " +
-      "transcript (`transcript.nextCursor` pages on through `/transcript`).",
+      "transcript (`transcript.nextCursor` pages on through `/transcript`); a turn that called tools lists " +
+      "them in `toolCalls`.",
     errors: "404 when the team or the run is not the tenant's."
   },
   transcript: {
     summary: "Page through a run's transcript",
-    description: "The run's transcript, oldest turn first, a page at a time (`limit`, `cursor`).",
+    description:
+      "The run's transcript, oldest turn first, a page at a time (`limit`, `cursor`); a turn that called " +
+      "tools lists them in `toolCalls`.",
     errors: "400 on a bad `limit` or `cursor`, 404 when the team or the run is not the tenant's."
   },
   cancel: {
@@ -271,7 +280,8 @@ const runDocs = {
   events: {
     summary: "Follow a team run's events",
     description:
-      "The run's progress as server-sent events: `run.running`, `turn.started`, `turn.completed` (with " +
+      "The run's progress as server-sent events: `run.running`, `turn.started`, the turn's tool calls " +
+      "(`tool.called`, then `tool.succeeded` or `tool.failed`, with the turn's `index`), `turn.completed` (with " +
       "the speaker, its content and tokens), then one final `run.completed`, `run.failed` or `run.cancelled`, " +
       "after which the stream ends. A client that connects late first receives what already happened. Each " +
       "event's `id` can be sent back as `Last-Event-ID` to resume. A stream open for EVENT_STREAM_MAX_DURATION, " +

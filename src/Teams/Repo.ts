@@ -197,6 +197,19 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         Traced.withSpan("TeamsRepo.turnEvent")
       )
 
+    /** Logs a tool call of a turn's loop: `tool.called`, then `tool.succeeded` or `tool.failed`. */
+    const toolEvent = (
+      runId: string,
+      type: "tool.called" | "tool.succeeded" | "tool.failed",
+      turn: number,
+      data: object
+    ) =>
+      sql`INSERT INTO team_run_events (run_id, type, turn, data)
+          VALUES (${runId}, ${type}, ${turn}, ${sql.json(data)})`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("TeamsRepo.toolEvent")
+      )
+
     /**
      * Moves an unfinished run to a final status and logs it as an event, in
      * one statement; final statuses never change again. The run as GET shows
@@ -290,6 +303,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       begin: (id: string) => begin(id).pipe(Traced.withSpan("TeamsRepo.begin")),
       saveTurn,
       turnEvent,
+      toolEvent,
       finish,
       failTimedOut,
       events,

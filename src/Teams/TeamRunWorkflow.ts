@@ -20,6 +20,8 @@ import { Models } from "../Models/Models.ts"
 import { Metrics } from "../Observability/Observability.ts"
 import { RunSignals } from "../Runtime/RunSignals.ts"
 import { RunSlots } from "../Runtime/RunSlots.ts"
+import { AgentTools } from "../Tools/AgentTools.ts"
+import { type LoopModelRequest, requestTokens, ToolLoop } from "../Tools/Loop.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { type StopReason, TeamRun } from "./Api.ts"
 import { type Outcome, TeamsRepo } from "./Repo.ts"
@@ -35,12 +37,19 @@ import * as Traced from "../Observability/Traced.ts"
  * again, a turn that was in flight runs again (its transcript row is written
  * again, not twice), and the run goes on from there.
  *
+ * A speaker with tools runs the tool loop in its turn (src/Tools/Loop.ts),
+ * durably: each reply of the model and each call is kept under the turn
+ * (`turn-<index>`), so a turn run again after a crash replays the calls that
+ * ended instead of making them again, and makes one in flight again with
+ * the same Idempotency-Key.
+ *
  * The limits are the service's, checked inside each turn's activity so that
  * a replay reaches the same decisions: `maxTurns` before a turn, the run's
  * token budget before a turn that would cross it (an estimate: the prompt's
- * tokens plus a reply's worth), the timeout before each turn and around each
- * model call. At a limit one short closing turn writes the final answer.
- * The tenant's plan admits every model call and is charged after it.
+ * tokens plus a reply's worth) and before each further round of tool calls,
+ * the timeout before each turn and around its whole loop. At a limit one
+ * short closing turn, without tools, writes the final answer. The tenant's
+ * plan admits every model call and is charged after it.
  *
  * The final status and the room's webhook event are written in one
  * transaction; the event is handed to delivery once committed.
@@ -49,6 +58,9 @@ export const TeamRunWorkflow = Workflow.make("TeamRun", {
   payload: { runId: Schema.String },
   idempotencyKey: ({ runId }) => runId
 })
+
+/** The tool loop's scope of turn `index` (ToolCallsRepo): its calls are shown on that turn of the transcript. */
+export const turnScope = (index: number) => `turn-${index}`
 
 /** What a reply is expected to cost on top of its prompt, for the budget check before a turn. */
 export const replyTokensEstimate = 512
@@ -154,6 +166,8 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
   const budget = yield* TokenBudget
   const knowledge = yield* KnowledgeSearch
   const signals = yield* RunSignals
+  const loop = yield* ToolLoop
+  const agentTools = yield* AgentTools
 
   // The ids an operator finds the run by, on its span and on each turn's.
   yield* Effect.annotateCurrentSpan("team_run.id", runId)
@@ -255,48 +269,101 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
             const estimate = promptTokens + replyTokensEstimate
             if (tokensUsed + estimate > snapshot.tokenBudget) return silent("token_budget")
           }
-          // Every turn, the closing one too, reserves its worst case of the
-          // tenant's day (the plan read now) before its model call.
-          const reserve = retryTransient(
-            sqlErrorsTyped(
-              budget.reserve(tenantId, {
-                model: agent.value.model,
-                promptTokens: models.promptEstimate(agent.value.model, promptTokens, system === "" ? 1 : 2)
-              })
+          // The speaker's tools, as they are now; the closing turn writes the final answer from the transcript alone.
+          const tools =
+            closing === undefined
+              ? yield* retryTransient(sqlErrorsTyped(agentTools.toolsOf(tenantId, agent.value.toolIds))).pipe(
+                  Effect.mapError(databaseFailed)
+                )
+              : []
+          // Every model call of the turn, the closing one's too, reserves its
+          // worst case of the tenant's day (the plan read now) before it is made.
+          const reserve = (promptTokens: number) =>
+            retryTransient(sqlErrorsTyped(budget.reserve(tenantId, { model: agent.value.model, promptTokens }))).pipe(
+              Effect.mapError((error) =>
+                error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed" ? error : databaseFailed(error)
+              )
             )
-          ).pipe(
-            Effect.mapError((error) =>
-              error._tag === "TokenBudgetSpent" || error._tag === "ModelNotAllowed" ? error : databaseFailed(error)
-            )
-          )
-          // The turn's tokens are settled before it is stored.
-          const reply = yield* budget
-            .reserving(
-              reserve,
-              (held) =>
-                retryTransient(
-                  repo.turnEvent(runId, "turn.started", index, {
-                    index,
-                    agentId: speaker,
-                    closing: closing !== undefined
-                  })
-                ).pipe(
-                  Effect.mapError(databaseFailed),
+          // `turn.started` is logged once the turn's first call is reserved.
+          let started = false
+          // The loop's tokens so far: past the first call, a round of calls
+          // that would cross the team's token budget is not offered, the model
+          // is asked for its answer (an estimate, as before a turn).
+          let spent = 0
+          const choiceWithin = (request: LoopModelRequest, requested: number) =>
+            request.tools !== undefined &&
+            spent > 0 &&
+            tokensUsed + spent + requested + replyTokensEstimate > snapshot.tokenBudget
+              ? ("none" as const)
+              : request.toolChoice
+          const callModel = (request: LoopModelRequest) => {
+            const requested = requestTokens(models, agent.value.model, request)
+            return budget
+              .reserving(
+                reserve(requested),
+                (held) =>
                   Effect.andThen(
+                    started
+                      ? Effect.void
+                      : retryTransient(
+                          repo.turnEvent(runId, "turn.started", index, {
+                            index,
+                            agentId: speaker,
+                            closing: closing !== undefined
+                          })
+                        ).pipe(
+                          Effect.mapError(databaseFailed),
+                          Effect.tap(() =>
+                            Effect.sync(() => {
+                              started = true
+                            })
+                          )
+                        ),
                     models.generate({
+                      ...request,
+                      toolChoice: choiceWithin(request, requested),
                       model: agent.value.model,
-                      system,
-                      messages: [{ role: "user", content: prompt }],
                       maxOutputTokens: held.maxOutputTokens
                     })
+                  ),
+                (reply, held) =>
+                  retryTransient(sqlErrorsTyped(budget.settle(held, reply.inputTokens + reply.outputTokens))).pipe(
+                    Effect.mapError(databaseFailed),
+                    Effect.as(reply)
                   )
-                ),
-              (reply, held) =>
-                retryTransient(sqlErrorsTyped(budget.settle(held, reply.inputTokens + reply.outputTokens))).pipe(
-                  Effect.mapError(databaseFailed),
-                  Effect.as(reply)
+              )
+              .pipe(
+                Effect.tap((reply) =>
+                  Effect.sync(() => {
+                    spent += reply.inputTokens + reply.outputTokens
+                  })
                 )
-            )
+              )
+          }
+          // The closing turn (no tools) is kept apart from the turn it may stand in for.
+          const scope = closing === undefined ? turnScope(index) : `closing-${index}`
+          // The turn's tokens are settled call by call before it is stored. Without tools the loop is one model
+          // call with nothing to replay: not durable, it reads nothing either.
+          const reply = yield* loop
+            .run({
+              key: { tenantId, runKind: "team_run", runId, scope },
+              durable: tools.length > 0,
+              system,
+              messages: [{ role: "user", content: prompt }],
+              tools,
+              agentChain: [speaker],
+              askAgent: agentTools.askAgent({ tenantId, runKind: "team_run", runId, scope }),
+              callModel,
+              emit: (event) =>
+                retryTransient(
+                  repo.toolEvent(runId, event.type, index, {
+                    index,
+                    callId: event.callId,
+                    tool: event.tool,
+                    ...event.data
+                  })
+                ).pipe(Effect.orDie)
+            })
             .pipe(
               Effect.map(Option.some),
               Effect.timeoutOrElse({ duration: Duration.millis(allowed), orElse: () => Effect.succeed(Option.none()) }),
@@ -316,8 +383,8 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
               })
             )
           if (Option.isNone(reply)) return silent(closing === undefined ? "timeout" : "failed")
-          const content = storable(reply.value.text)
-          const tokens = reply.value.inputTokens + reply.value.outputTokens
+          const content = storable(reply.value.reply.text)
+          const tokens = reply.value.tokens
           const declared = Room.finalAnswer(content)
           const final =
             closing !== undefined ? (declared ?? content) : Room.mayFinish(room, speaker) ? (declared ?? null) : null

@@ -12,9 +12,11 @@ import { isId, type TenantId } from "../Domain/Ids.ts"
 import { Conflict, invalidField, NotFound } from "../Domain/Problems.ts"
 import * as DurableRuns from "../Runtime/DurableRuns.ts"
 import { EventStreams } from "../Http/EventStreams.ts"
-import { isTranscriptIndex, RunNotStarted, type RunRequest, type TeamRun } from "./Api.ts"
+import { ToolCallsRepo } from "../Tools/CallsRepo.ts"
+import type { ToolCallRecord } from "../Tools/ToolCall.ts"
+import { isTranscriptIndex, RunNotStarted, type RunRequest, type TeamRun, type TranscriptEntry } from "./Api.ts"
 import { TeamsRepo } from "./Repo.ts"
-import { finishRun, reapTimedOut, TeamRunWorkflow } from "./TeamRunWorkflow.ts"
+import { finishRun, reapTimedOut, TeamRunWorkflow, turnScope } from "./TeamRunWorkflow.ts"
 import { Teams, withinPlan } from "./Teams.ts"
 import type { Webhooks } from "../Webhooks/Webhooks.ts"
 import * as Traced from "../Observability/Traced.ts"
@@ -31,6 +33,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const finishing = yield* Effect.context<TeamsRepo | Webhooks>()
     const teams = yield* Teams
     const repo = yield* TeamsRepo
+    const toolCalls = yield* ToolCallsRepo
     const config = yield* AppConfig
     const runs = yield* DurableRuns.runsOf({
       notStarted: (runId) => new RunNotStarted({ detail: "The run is stored and will start shortly", runId }),
@@ -95,6 +98,31 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
         Option.isNone(team) ? Effect.fail(new NotFound({ detail: `No team ${teamId}` })) : Effect.void
       )
 
+    /** The page's turns, each with the tool calls it made (none: no `toolCalls`). */
+    const withToolCalls = <P extends { readonly data: ReadonlyArray<typeof TranscriptEntry.Type> }>(
+      tenantId: TenantId,
+      runId: string,
+      page: P
+    ) =>
+      Effect.gen(function* () {
+        if (page.data.length === 0) return page
+        const calls = yield* Effect.orDie(toolCalls.callsOf(tenantId, runId))
+        if (calls.length === 0) return page
+        const byScope = new Map<string, Array<ToolCallRecord>>()
+        for (const call of calls) {
+          const made = byScope.get(call.scope)
+          if (made === undefined) byScope.set(call.scope, [call])
+          else made.push(call)
+        }
+        return {
+          ...page,
+          data: page.data.map((entry) => {
+            const made = byScope.get(turnScope(entry.index))
+            return made === undefined ? entry : { ...entry, toolCalls: made }
+          })
+        }
+      })
+
     const transcript = Traced.fn("TeamRuns.transcript")(function* (
       tenantId: TenantId,
       teamId: string,
@@ -103,12 +131,13 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     ) {
       yield* findRun(tenantId, teamId, runId)
       const after = yield* decodeCursor(query.cursor, isTranscriptIndex)
-      return yield* repo.transcript(
+      const page = yield* repo.transcript(
         tenantId,
         runId,
         after === null ? null : Number(after),
         query.limit ?? defaultPageSize
       )
+      return yield* withToolCalls(tenantId, runId, page)
     })
 
     const findRun = Traced.fn("TeamRuns.find")(function* (tenantId: TenantId, teamId: string, runId: string) {
@@ -123,7 +152,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
     const get = Traced.fn("TeamRuns.get")(function* (tenantId: TenantId, teamId: string, runId: string) {
       const [run] = yield* withWaiting(tenantId, [yield* findRun(tenantId, teamId, runId)])
       const firstPage = yield* repo.transcript(tenantId, runId, null, defaultPageSize)
-      return { ...run!, transcript: firstPage }
+      return { ...run!, transcript: yield* withToolCalls(tenantId, runId, firstPage) }
     })
 
     const list = Traced.fn("TeamRuns.list")(function* (tenantId: TenantId, teamId: string, query: PageRequest) {
@@ -143,6 +172,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       if (!cancelled) return yield* new Conflict({ detail: "The run has just finished" })
       // The turn in flight is aborted; the read model already says cancelled for good.
       yield* runs.stop(runId)
+      // Its tool calls in flight were stopped with it.
+      yield* Effect.orDie(toolCalls.cancelRunning(runId))
       return yield* findRun(tenantId, teamId, runId)
     })
 
@@ -207,6 +238,6 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
   )
 
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([Teams.layer, TeamsRepo.layer, TokenBudget.layer, EventStreams.layer])
+    Layer.provide([Teams.layer, TeamsRepo.layer, ToolCallsRepo.layer, TokenBudget.layer, EventStreams.layer])
   )
 }

@@ -8,6 +8,7 @@ import { ToolId } from "../Domain/Ids.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
 import { PageOf } from "../Domain/Page.ts"
 import { Conflict, NotFound, QuotaReached } from "../Domain/Problems.ts"
+import { CallResult, TestCallRequest } from "./Call.ts"
 import { Tool } from "./Tool.ts"
 
 export const ToolList = PageOf(Tool.json)
@@ -57,8 +58,31 @@ const remove = HttpApiEndpoint.delete("remove", "/:id", {
   })
 )
 
+const test = HttpApiEndpoint.post("test", "/:id/test", {
+  params: { id: ToolId },
+  payload: TestCallRequest,
+  success: CallResult,
+  error: NotFound
+}).annotateMerge(
+  operation({
+    summary: "Test a tool",
+    description:
+      "Calls the tool once with the arguments given, as a run would (an inactive tool too), and answers what " +
+      "the model would read (`output`), whether the call went well (`ok`, and `errorKind` when not) and the " +
+      "exchange: for an `http` tool, every request sent (method, url, headers, body) and every answer received " +
+      "(status, headers, body), each secret value replaced by `[secret NAME]`. The arguments are checked " +
+      "against `parameters` first: invalid ones are an `invalid_arguments` outcome and nothing is sent. The " +
+      "request's Idempotency-Key is `test-<uuid>:test`. An `agent` tool answers that it runs only inside a run.",
+    credential: sessionCredential,
+    errors:
+      '400 when the body is not `{ "arguments": { ... } }`. 404 when the tool is not the tenant\'s. A call ' +
+      "that fails (invalid arguments, a refused target, a timeout, a status other than 2xx) is a 200 with " +
+      "`ok: false`."
+  })
+)
+
 export class ToolsApi extends HttpApiGroup.make("tools")
-  .add(list, create, get, update, remove)
+  .add(list, create, get, update, remove, test)
   .middleware(SessionAuth)
   .prefix("/api/tools")
   .annotateMerge(

@@ -18,7 +18,8 @@ import { AppConfig } from "../Config.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 /**
- * The guard against server-side request forgery for outbound webhooks. A URL
+ * The guard against server-side request forgery for outbound webhooks (and
+ * the HTTP calls of tools, src/Tools/Invoke.ts, under the same policy). A URL
  * is checked when it is set, and again at each delivery: the host is resolved,
  * every address it resolves to is checked, and the connection goes to the
  * checked address itself (the Host header and TLS server name still name the
@@ -248,74 +249,124 @@ export interface Answer {
   readonly body: string
 }
 
+/** What came back from one request (`request`): the answer, its headers, and what was sent. */
+export interface Response extends Answer {
+  /** Lower-cased names; a repeated header's values joined with `, `. */
+  readonly headers: Readonly<Record<string, string>>
+  /** Whether the body went on past `maxBody` bytes: `body` is its first `maxBody`. */
+  readonly truncated: boolean
+  /** The headers the request carried, those set here (host, content-length, the trace's) included. */
+  readonly sentHeaders: Readonly<Record<string, string>>
+}
+
+/** Why a request got no answer: none within its timeout, or the connection failed. */
+export interface RequestFailure {
+  readonly reason: "timeout" | "connection"
+  readonly message: string
+}
+
+const headersOf = (raw: Http.IncomingHttpHeaders): Record<string, string> => {
+  const headers: Record<string, string> = {}
+  for (const [name, value] of Object.entries(raw)) {
+    if (typeof value === "string") headers[name] = value
+    else if (Array.isArray(value)) headers[name] = value.join(", ")
+  }
+  return headers
+}
+
 /**
- * POSTs `body` to `url`, connecting to `address` (already checked) rather than
- * resolving the host again. Redirects are not followed. At most `maxBody`
- * bytes of the answer are read, then the connection is dropped. Fails with a
- * message on a connection error or when `timeout` passes. While spans are
- * exported the POST is a client span of its own (see `traced`) and carries
- * its W3C `traceparent`, as every other outgoing request does.
+ * Sends one request to `url`, connecting to `address` (already checked)
+ * rather than resolving the host again; without a `body`, none (and no
+ * Content-Length) is sent. Redirects are not followed. At most `maxBody`
+ * bytes of the answer are read, then the connection is dropped. Fails on a
+ * connection error, or with `timeoutMessage` when `timeout` passes. While
+ * spans are exported the request is a client span of its own (see `traced`)
+ * and carries its W3C `traceparent`, replacing one in `headers`.
  */
-export const post = (options: {
+export const request = (options: {
+  readonly method: string
   readonly url: URL
   readonly address: string
   readonly headers: Readonly<Record<string, string>>
-  readonly body: string
+  readonly body?: string | undefined
   readonly timeout: Duration.Duration
+  readonly timeoutMessage: string
   readonly maxBody: number
-}): Effect.Effect<Answer, string> => {
-  const { url } = options
-  const timeoutMs = Duration.toMillis(options.timeout)
-  const noAnswer = `No answer within ${timeoutMs} ms (WEBHOOK_TIMEOUT)`
+  /** The URL as the span shows it; default `spanUrl(url)` (a tool's shows it with secret values masked). */
+  readonly shownUrl?: string | undefined
+}): Effect.Effect<Response, RequestFailure> => {
+  const { body, method, url } = options
+  const noAnswer: RequestFailure = { reason: "timeout", message: options.timeoutMessage }
   const send = (headers: Readonly<Record<string, string>>) =>
-    Effect.callback<Answer, string>((resume) => {
+    Effect.callback<Response, RequestFailure>((resume) => {
       const host = hostOf(url)
       const transport = url.protocol === "https:" ? Https : Http
       let settled = false
-      const done = (result: Effect.Effect<Answer, string>) => {
+      const done = (result: Effect.Effect<Response, RequestFailure>) => {
         if (settled) return
         settled = true
         resume(result)
       }
-      const request = transport.request(
-        {
-          host: options.address,
-          port: defaultPort(url),
-          path: `${url.pathname}${url.search}`,
-          method: "POST",
-          // The name the certificate must match, not the address connected to.
-          ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
-          headers: { ...headers, host: url.host, "content-length": String(Buffer.byteLength(options.body)) },
-          agent: false
-        },
-        (response) => {
-          const chunks: Array<Buffer> = []
-          let size = 0
-          const finish = () => {
-            const location = response.headers.location
-            done(
-              Effect.succeed({
-                status: response.statusCode ?? 0,
-                location: typeof location === "string" ? location : undefined,
-                body: Buffer.concat(chunks).subarray(0, options.maxBody).toString("utf8")
-              })
-            )
-            request.destroy()
+      const sentHeaders: Record<string, string> = {
+        ...headers,
+        host: url.host,
+        ...(body === undefined ? {} : { "content-length": String(Buffer.byteLength(body)) })
+      }
+      let outgoing: Http.ClientRequest
+      try {
+        outgoing = transport.request(
+          {
+            host: options.address,
+            port: defaultPort(url),
+            path: `${url.pathname}${url.search}`,
+            method,
+            // The name the certificate must match, not the address connected to.
+            ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
+            headers: sentHeaders,
+            agent: false
+          },
+          (response) => {
+            const chunks: Array<Buffer> = []
+            let size = 0
+            const finish = () => {
+              const location = response.headers.location
+              done(
+                Effect.succeed({
+                  status: response.statusCode ?? 0,
+                  location: typeof location === "string" ? location : undefined,
+                  body: Buffer.concat(chunks).subarray(0, options.maxBody).toString("utf8"),
+                  headers: headersOf(response.headers),
+                  truncated: size > options.maxBody,
+                  sentHeaders
+                })
+              )
+              outgoing.destroy()
+            }
+            response.on("data", (chunk: Buffer) => {
+              chunks.push(chunk)
+              size += chunk.length
+              // One byte past the bound tells a body cut from one of exactly `maxBody` bytes.
+              if (size > options.maxBody) finish()
+            })
+            response.on("end", finish)
+            response.on("error", finish)
           }
-          response.on("data", (chunk: Buffer) => {
-            chunks.push(chunk)
-            size += chunk.length
-            if (size >= options.maxBody) finish()
+        )
+      } catch (error) {
+        // Node refuses a header it cannot send (a control character in a value) before connecting.
+        done(Effect.fail({ reason: "connection", message: `The request could not be made: ${String(error)}` }))
+        return
+      }
+      outgoing.on("error", (error: NodeJS.ErrnoException) =>
+        done(
+          Effect.fail({
+            reason: "connection",
+            message: `Connection to ${options.address} failed: ${error.code ?? error.message}`
           })
-          response.on("end", finish)
-          response.on("error", finish)
-        }
+        )
       )
-      request.on("error", (error: NodeJS.ErrnoException) =>
-        done(Effect.fail(`Connection to ${options.address} failed: ${error.code ?? error.message}`))
-      )
-      request.end(options.body)
-      return Effect.sync(() => request.destroy())
+      outgoing.end(body)
+      return Effect.sync(() => outgoing.destroy())
     }).pipe(
       Effect.timeoutOrElse({
         duration: options.timeout,
@@ -324,10 +375,32 @@ export const post = (options: {
     )
   return Effect.suspend(() =>
     Traced.isExporting()
-      ? traced({ url, address: options.address, noAnswer }, options.headers, send)
+      ? traced({ method, url, address: options.address, shownUrl: options.shownUrl }, options.headers, send)
       : send(options.headers)
   )
 }
+
+/**
+ * POSTs `body` to `url`, connecting to `address` (already checked) rather than
+ * resolving the host again: `request` with webhooks' timeout message. Fails
+ * with a message on a connection error or when `timeout` passes.
+ */
+export const post = (options: {
+  readonly url: URL
+  readonly address: string
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: string
+  readonly timeout: Duration.Duration
+  readonly maxBody: number
+}): Effect.Effect<Answer, string> =>
+  request({
+    ...options,
+    method: "POST",
+    timeoutMessage: `No answer within ${Duration.toMillis(options.timeout)} ms (WEBHOOK_TIMEOUT)`
+  }).pipe(
+    Effect.map(({ body, location, status }) => ({ status, location, body })),
+    Effect.mapError((failure) => failure.message)
+  )
 
 /**
  * The URL as a span may show it: every query value replaced by `REDACTED`
@@ -344,22 +417,28 @@ export const spanUrl = (url: URL): string => {
 }
 
 /**
- * The POST as an OpenTelemetry HTTP client span, `POST`, under the current
- * span (the delivery attempt's), with the W3C `traceparent` (and `b3`)
- * headers of that span on the request. A status of 400 or more, no answer
- * in time or a failed connection makes it a failed span with `error.type`.
+ * The request as an OpenTelemetry HTTP client span, named by its method,
+ * under the current span (the delivery attempt's, the tool call's), with the
+ * W3C `traceparent` (and `b3`) headers of that span on the request. A status
+ * of 400 or more, no answer in time or a failed connection makes it a failed
+ * span with `error.type`.
  */
 const traced = (
-  { address, noAnswer, url }: { readonly url: URL; readonly address: string; readonly noAnswer: string },
+  {
+    address,
+    method,
+    shownUrl,
+    url
+  }: { readonly method: string; readonly url: URL; readonly address: string; readonly shownUrl?: string | undefined },
   headers: Readonly<Record<string, string>>,
-  send: (headers: Readonly<Record<string, string>>) => Effect.Effect<Answer, string>
-): Effect.Effect<Answer, string> =>
+  send: (headers: Readonly<Record<string, string>>) => Effect.Effect<Response, RequestFailure>
+): Effect.Effect<Response, RequestFailure> =>
   Effect.flatMap(
-    Effect.makeSpan("POST", {
+    Effect.makeSpan(method, {
       kind: "client",
       attributes: {
-        "http.request.method": "POST",
-        "url.full": spanUrl(url),
+        "http.request.method": method,
+        "url.full": shownUrl ?? spanUrl(url),
         "url.scheme": url.protocol.slice(0, -1),
         "server.address": hostOf(url),
         "server.port": defaultPort(url),
@@ -373,10 +452,7 @@ const traced = (
         Effect.onExit((exit) => {
           if (exit._tag === "Failure") {
             const error = Cause.findErrorOption(exit.cause)
-            span.attribute(
-              "error.type",
-              Option.isNone(error) ? "cancelled" : error.value === noAnswer ? "timeout" : "connection"
-            )
+            span.attribute("error.type", Option.isNone(error) ? "cancelled" : error.value.reason)
             return end(exit)
           }
           const status = exit.value.status

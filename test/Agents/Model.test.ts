@@ -17,6 +17,7 @@ const fields = [
   "memoryEnabled",
   "knowledgeIds",
   "toolIds",
+  "responseFormat",
   "createdAt",
   "updatedAt"
 ]

@@ -8,6 +8,8 @@
  * receiver.script({ status: 500, times: 2 }, { delayMs: 2_000 }, { status: 302, location: "http://..." })
  * receiver.url("/hook")                            // http://127.0.0.1:<port>/hook
  * receiver.requests                                // every request so far
+ * receiver.script({ hold: true }); receiver.releaseHeld() // held unanswered until released (or closed by the client)
+ * receiver.closedByClient                          // requests whose client hung up before their answer
  * ```
  *
  * Requests take the scripted answers in order; then every request gets 200
@@ -38,6 +40,8 @@ export interface ScriptedAnswer {
   readonly body?: string
   /** Use this answer for this many requests; default 1. */
   readonly times?: number
+  /** Hold the request unanswered until `releaseHeld()` (then answer as scripted) or until the client closes it. */
+  readonly hold?: boolean
 }
 
 export interface FakeReceiver {
@@ -46,11 +50,17 @@ export interface FakeReceiver {
   readonly requests: ReadonlyArray<ReceivedRequest>
   readonly script: (...answers: ReadonlyArray<ScriptedAnswer>) => void
   readonly reset: () => void
+  /** Answers every request held (`hold`) so far whose client is still there. */
+  readonly releaseHeld: () => void
+  /** Requests whose connection the client closed before they were answered, in the order they were closed. */
+  readonly closedByClient: ReadonlyArray<ReceivedRequest>
 }
 
 export const make = Effect.gen(function* () {
   const requests: Array<ReceivedRequest> = []
   let script: Array<ScriptedAnswer> = []
+  let held: Array<() => void> = []
+  const closedByClient: Array<ReceivedRequest> = []
   const sockets = new Set<import("node:net").Socket>()
   const server = Http.createServer((request, response) => {
     const chunks: Array<Buffer> = []
@@ -61,12 +71,16 @@ export const make = Effect.gen(function* () {
         if (typeof value === "string") headers[name] = value
         else if (Array.isArray(value)) headers[name] = value.join(", ")
       }
-      requests.push({
+      const received: ReceivedRequest = {
         method: request.method ?? "",
         path: request.url ?? "",
         headers,
         body: Buffer.concat(chunks).toString("utf8"),
         at: Date.now()
+      }
+      requests.push(received)
+      response.once("close", () => {
+        if (!response.writableEnded) closedByClient.push(received)
       })
       const next = script[0]
       if (next !== undefined) {
@@ -83,8 +97,12 @@ export const make = Effect.gen(function* () {
         })
         response.end(answer.body ?? "{}")
       }
-      if (answer.delayMs === undefined) send()
-      else setTimeout(send, answer.delayMs)
+      const answerNow = () => {
+        if (answer.delayMs === undefined) send()
+        else setTimeout(send, answer.delayMs)
+      }
+      if (answer.hold === true) held.push(answerNow)
+      else answerNow()
     })
   })
   server.on("connection", (socket) => {
@@ -112,7 +130,16 @@ export const make = Effect.gen(function* () {
     },
     reset: () => {
       requests.length = 0
+      closedByClient.length = 0
       script = []
+    },
+    releaseHeld: () => {
+      const release = held
+      held = []
+      for (const answer of release) answer()
+    },
+    get closedByClient() {
+      return closedByClient
     }
   } satisfies FakeReceiver as FakeReceiver
 })

@@ -26,6 +26,8 @@ import emailNormalized from "./0024_email_normalized.ts"
 import webhookSecretUpgrades from "./0025_webhook_secret_upgrades.ts"
 import secrets from "./0026_secrets.ts"
 import tools from "./0027_tools.ts"
+import toolCalls from "./0028_tool_calls.ts"
+import agentResponseFormat from "./0029_agent_response_format.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -55,5 +57,7 @@ export const migrations = Migrator.fromRecord({
   "0024_email_normalized": emailNormalized,
   "0025_webhook_secret_upgrades": webhookSecretUpgrades,
   "0026_secrets": secrets,
-  "0027_tools": tools
+  "0027_tools": tools,
+  "0028_tool_calls": toolCalls,
+  "0029_agent_response_format": agentResponseFormat
 })

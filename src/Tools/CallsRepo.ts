@@ -1,0 +1,204 @@
+import { PgClient } from "@effect/sql-pg"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type { TenantId } from "../Domain/Ids.ts"
+import type { ModelReply } from "../Models/Models.ts"
+import * as Traced from "../Observability/Traced.ts"
+import type { CallStatus, ToolCallRecord } from "./ToolCall.ts"
+
+export type { CallStatus, ToolCallRecord } from "./ToolCall.ts"
+
+export type RunKind = "execution" | "team_run" | "chat"
+
+/** Where a loop runs: a chat turn, an execution's step, a team member's turn. */
+export interface LoopKey {
+  readonly tenantId: TenantId
+  readonly runKind: RunKind
+  /** The chat turn's, execution's or team run's id. */
+  readonly runId: string
+  /** The step id, the team turn, or `chat`. */
+  readonly scope: string
+}
+
+interface CallRow {
+  readonly callId: string
+  readonly toolName: string
+  readonly toolId: string | null
+  readonly arguments: unknown
+  readonly status: CallStatus
+  readonly result: string | null
+  readonly cut: boolean
+  readonly error: string | null
+  readonly errorKind: string | null
+  readonly attempts: number
+  readonly durationMs: number | null
+  readonly startedAt: Date
+  readonly scope: string
+  readonly turn: number
+}
+
+const toRecord = (row: CallRow): ToolCallRecord => ({
+  callId: row.callId,
+  tool: row.toolName,
+  toolId: row.toolId,
+  arguments: row.arguments,
+  status: row.status,
+  result: row.result,
+  resultCut: row.cut,
+  error: row.error,
+  errorKind: row.errorKind,
+  attempts: row.attempts,
+  durationMs: row.durationMs,
+  startedAt: row.startedAt,
+  scope: row.scope,
+  turn: row.turn
+})
+
+const callColumns = `call_id, tool_name, tool_id, arguments, status, result, full_result IS NOT NULL AS cut, error,
+  error_kind, attempts, duration_ms, started_at, scope, turn`
+
+/** How a call ended, as stored. */
+export interface CallEnd {
+  readonly status: "succeeded" | "failed" | "cancelled"
+  /** What the model saw. */
+  readonly result: string | null
+  /** The whole result, when `result` is a cut of it. */
+  readonly fullResult: string | null
+  readonly error: string | null
+  readonly errorKind: string | null
+  readonly durationMs: number
+}
+
+/** The tool loop's records (migration 0028): the model's replies in a loop, and each call. */
+export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/ToolCallsRepo", {
+  make: Effect.gen(function* () {
+    const sql = yield* PgClient.PgClient
+
+    /** The model's reply of `turn` in this loop, if it was kept. */
+    const storedTurn = (key: LoopKey, turn: number) =>
+      sql<{ reply: ModelReply }>`SELECT reply FROM tool_loop_turns
+        WHERE run_id = ${key.runId} AND scope = ${key.scope} AND turn = ${turn}`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0]?.reply)),
+        Traced.withSpan("ToolCallsRepo.storedTurn")
+      )
+
+    /**
+     * Keeps the model's reply of `turn`; when another attempt kept one first,
+     * that one is returned, so both go on from the same calls.
+     */
+    const saveTurn = (key: LoopKey, turn: number, reply: ModelReply) =>
+      sql<{ reply: ModelReply }>`WITH kept AS (
+          INSERT INTO tool_loop_turns (run_id, scope, turn, tenant_id, reply)
+          VALUES (${key.runId}, ${key.scope}, ${turn}, ${key.tenantId}, ${sql.json(reply)})
+          ON CONFLICT DO NOTHING RETURNING reply
+        )
+        SELECT reply FROM kept
+        UNION ALL
+        SELECT reply FROM tool_loop_turns
+        WHERE run_id = ${key.runId} AND scope = ${key.scope} AND turn = ${turn} AND NOT EXISTS (SELECT 1 FROM kept)`.pipe(
+        Effect.map((rows) => rows[0]?.reply ?? reply),
+        Traced.withSpan("ToolCallsRepo.saveTurn")
+      )
+
+    /** A call of this loop as stored, with its whole result. */
+    const storedCall = (key: LoopKey, callId: string) =>
+      sql<CallRow & { readonly fullResult: string | null }>`SELECT ${sql.literal(callColumns)}, full_result
+        FROM tool_calls WHERE run_id = ${key.runId} AND scope = ${key.scope} AND call_id = ${callId}`.pipe(
+        Effect.map((rows) => Option.fromNullishOr(rows[0])),
+        Traced.withSpan("ToolCallsRepo.storedCall")
+      )
+
+    /**
+     * Records a call as running; one found running (its node died during
+     * it) is counted as attempted once more. Returns the attempt.
+     */
+    const startCall = (
+      key: LoopKey,
+      call: {
+        readonly callId: string
+        readonly turn: number
+        readonly seq: number
+        readonly toolId: string | null
+        readonly toolName: string
+        readonly arguments: unknown
+      }
+    ) =>
+      sql<{ attempts: number }>`INSERT INTO tool_calls
+          (run_id, scope, call_id, tenant_id, run_kind, turn, seq, tool_id, tool_name, arguments, status)
+        VALUES (${key.runId}, ${key.scope}, ${call.callId}, ${key.tenantId}, ${key.runKind}, ${call.turn},
+          ${call.seq}, ${call.toolId}, ${call.toolName}, ${sql.json(call.arguments === undefined ? null : call.arguments)},
+          'running')
+        ON CONFLICT (run_id, scope, call_id) DO UPDATE SET attempts = tool_calls.attempts + 1, started_at = now()
+        RETURNING attempts`.pipe(
+        Effect.map((rows) => rows[0]?.attempts ?? 1),
+        Traced.withSpan("ToolCallsRepo.startCall")
+      )
+
+    const finishCall = (key: LoopKey, callId: string, end: CallEnd) =>
+      sql`UPDATE tool_calls SET status = ${end.status}, result = ${end.result}, full_result = ${end.fullResult},
+          error = ${end.error}, error_kind = ${end.errorKind}, duration_ms = ${Math.round(end.durationMs)},
+          finished_at = now()
+        WHERE run_id = ${key.runId} AND scope = ${key.scope} AND call_id = ${callId}`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("ToolCallsRepo.finishCall")
+      )
+
+    /** Calls of the tool made in the whole run (every scope), this loop's call `except` apart. */
+    const callsOfTool = (
+      runId: string,
+      toolName: string,
+      except: { readonly scope: string; readonly callId: string }
+    ) =>
+      sql<{ count: number }>`SELECT count(*)::int AS count FROM tool_calls
+        WHERE run_id = ${runId} AND tool_name = ${toolName} AND status <> 'cancelled'
+          AND NOT (scope = ${except.scope} AND call_id = ${except.callId})`.pipe(
+        Effect.map((rows) => rows[0]?.count ?? 0),
+        Traced.withSpan("ToolCallsRepo.callsOfTool")
+      )
+
+    /** The calls of a run, in the order they were asked for. */
+    const callsOf = (tenantId: TenantId, runId: string) =>
+      sql<CallRow>`SELECT ${sql.literal(callColumns)} FROM tool_calls
+        WHERE tenant_id = ${tenantId} AND run_id = ${runId} ORDER BY seq, scope, call_id`.pipe(
+        Effect.map((rows) => rows.map(toRecord)),
+        Traced.withSpan("ToolCallsRepo.callsOf")
+      )
+
+    /** One call's whole result (the cut one's whole text), if the call is the tenant's. */
+    const fullResult = (tenantId: TenantId, runId: string, callId: string) =>
+      sql<{ result: string | null }>`SELECT coalesce(full_result, result) AS result FROM tool_calls
+        WHERE tenant_id = ${tenantId} AND run_id = ${runId} AND call_id = ${callId}
+        ORDER BY scope LIMIT 1`.pipe(
+        Effect.map((rows) => (rows.length === 0 ? Option.none() : Option.some(rows[0]!.result))),
+        Traced.withSpan("ToolCallsRepo.fullResult")
+      )
+
+    /** Calls still running in a run that was cancelled: they were stopped. */
+    const cancelRunning = (runId: string) =>
+      sql`UPDATE tool_calls SET status = 'cancelled', error = 'Cancelled', finished_at = now()
+        WHERE run_id = ${runId} AND status = 'running'`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("ToolCallsRepo.cancelRunning")
+      )
+
+    return {
+      storedTurn,
+      saveTurn,
+      storedCall: (key: LoopKey, callId: string) =>
+        Effect.map(
+          storedCall(key, callId),
+          Option.map((row) => ({ record: toRecord(row), fullResult: row.fullResult }))
+        ),
+      startCall,
+      finishCall,
+      callsOfTool,
+      callsOf,
+      fullResult,
+      cancelRunning
+    } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make)
+}

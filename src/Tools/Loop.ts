@@ -1,0 +1,409 @@
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import type { ChatMessage, ModelReply, ResponseFormat, ToolCall, ToolChoice, ToolSpec } from "../Models/Models.ts"
+import { Metrics } from "../Observability/Observability.ts"
+import { type CallEnd, type LoopKey, type ToolCallRecord, ToolCallsRepo } from "./CallsRepo.ts"
+import { type CallContext, type CallOutcome, ToolInvoker } from "./Invoke.ts"
+import { compile, type Problem, type Validate } from "./JsonSchema.ts"
+import type { Tool } from "./Tool.ts"
+
+/**
+ * The tool loop (docs/tool-calls.md): the model is asked, the calls it
+ * asks for are made, their results go back to it, until it answers without
+ * calls. Every bound ends the loop cleanly: past `maxToolCallsPerTurn` calls,
+ * or after too many calls with invalid arguments, the tools are withdrawn and
+ * the model is asked once more, for its answer (`toolChoice: "none"`); a
+ * tool's `maxCallsPerRun` refuses its further calls with a tool error; the
+ * token budget and the run's timeout are the caller's (`callModel`, and the
+ * timeout around the loop).
+ *
+ * In a durable loop (an execution's step, a team member's turn) each reply
+ * of the model and each call is kept as it happens (ToolCallsRepo): run again
+ * after a crash, the loop replays the kept replies and the calls that ended
+ * instead of asking or calling again, and makes a call that was in flight
+ * again with the same Idempotency-Key.
+ */
+
+/** Calls one loop may make before its tools are withdrawn. */
+export const defaultMaxToolCallsPerTurn = 8
+/** Calls with invalid arguments (or to no tool) one loop tolerates before its tools are withdrawn. */
+export const maxInvalidCalls = 3
+/** Calls of one model turn made at once. */
+export const callConcurrency = 4
+
+export type ToolEventType = "tool.called" | "tool.succeeded" | "tool.failed"
+
+/** What a run's event stream says of a call. */
+export interface ToolEvent {
+  readonly type: ToolEventType
+  readonly scope: string
+  readonly callId: string
+  readonly tool: string
+  readonly data: Record<string, unknown>
+}
+
+/** One model call of a loop, without its model and ceiling: the caller's. */
+export interface LoopModelRequest {
+  readonly system: string
+  readonly messages: ReadonlyArray<ChatMessage>
+  readonly tools: ReadonlyArray<ToolSpec> | undefined
+  readonly toolChoice: ToolChoice | undefined
+  readonly responseFormat?: ResponseFormat | undefined
+}
+
+/**
+ * The tokens a loop's model call may be counted for its prompt (its
+ * reservation): the system prompt, every message with the calls' arguments,
+ * and the tools' definitions.
+ */
+export const requestTokens = (
+  models: {
+    readonly countTokens: (text: string) => number
+    readonly promptEstimate: (model: string, tokens: number, messages: number) => number
+  },
+  model: string,
+  request: LoopModelRequest
+): number => {
+  let tokens = models.countTokens(request.system)
+  for (const message of request.messages) {
+    tokens += models.countTokens(message.content)
+    if (message.role === "assistant" && message.toolCalls !== undefined) {
+      for (const call of message.toolCalls) tokens += models.countTokens(call.name + JSON.stringify(call.arguments))
+    }
+  }
+  for (const tool of request.tools ?? []) {
+    tokens += models.countTokens(tool.name + tool.description + JSON.stringify(tool.parameters))
+  }
+  return models.promptEstimate(model, tokens, request.messages.length + (request.system === "" ? 0 : 1))
+}
+
+export interface LoopInput<E, R> {
+  readonly key: LoopKey
+  /** Replay what a run of this loop kept before (executions and team runs); a chat turn is not replayed. */
+  readonly durable: boolean
+  readonly system: string
+  readonly messages: ReadonlyArray<ChatMessage>
+  /** The tools offered, active and the tenant's. */
+  readonly tools: ReadonlyArray<Tool>
+  /** Ids of the agents asking, outermost first, this loop's agent last. */
+  readonly agentChain: ReadonlyArray<string>
+  readonly askAgent?: CallContext["askAgent"]
+  /** One model call, under the caller's token reservation. */
+  readonly callModel: (request: LoopModelRequest) => Effect.Effect<ModelReply, E, R>
+  readonly emit?: ((event: ToolEvent) => Effect.Effect<void>) | undefined
+  readonly maxToolCallsPerTurn?: number | undefined
+  /**
+   * The answer must be JSON matching this schema: one that does not is
+   * asked for again once, with what was wrong; a second miss ends the loop
+   * with `invalidOutput`.
+   */
+  readonly responseFormat?: ResponseFormat | undefined
+}
+
+export interface LoopOutcome {
+  /** The model's answer: its last reply, which asked for no calls (or whose calls were not made). */
+  readonly reply: ModelReply
+  /** Tokens of every model turn of the loop. */
+  readonly tokens: number
+  /** The calls made (or refused), in order. */
+  readonly calls: ReadonlyArray<ToolCallRecord>
+  /** The bound that withdrew the tools, if one did. */
+  readonly stopped: string | undefined
+  /** With a response format: what was wrong with the answer, asked for twice (none: it matched). */
+  readonly invalidOutput?: ReadonlyArray<Problem> | undefined
+}
+
+/** What is wrong with `text` as a reply in `format`: not JSON, or where it does not match the schema. */
+export const outputProblems = (format: ResponseFormat, text: string): ReadonlyArray<Problem> => {
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch {
+    return [{ path: [], message: "The reply is not JSON" }]
+  }
+  return Result.match(compileCached(format.schema), {
+    onSuccess: (validate) => validate(value),
+    onFailure: (problems) => problems.map((problem) => ({ ...problem, message: `The schema: ${problem.message}` }))
+  })
+}
+
+// Compiled schemas by their JSON: an agent's or step's format is the same on every call.
+const compiled = new Map<string, Result.Result<Validate, ReadonlyArray<Problem>>>()
+const compileCached = (schema: { readonly [key: string]: unknown }) => {
+  const key = JSON.stringify(schema)
+  let found = compiled.get(key)
+  if (found === undefined) {
+    if (compiled.size >= 1_000) compiled.clear()
+    compiled.set(key, (found = compile(schema)))
+  }
+  return found
+}
+
+/** Problems as one line each, for the model and for the 422. */
+export const describeProblems = (problems: ReadonlyArray<Problem>) =>
+  problems
+    .map((problem) => `${problem.path.length === 0 ? "(root)" : `/${problem.path.join("/")}`}: ${problem.message}`)
+    .join("; ")
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/** `text` cut to at most `maxBytes` bytes of UTF-8 (never inside a character), with a marker saying so. */
+export const cutTo = (text: string, maxBytes: number): { readonly text: string; readonly cut: boolean } => {
+  const bytes = encoder.encode(text)
+  if (bytes.length <= maxBytes) return { text, cut: false }
+  let end = maxBytes
+  // Back to the start of a character: continuation bytes are 10xxxxxx.
+  while (end > 0 && (bytes[end]! & 0xc0) === 0x80) end--
+  return {
+    text: `${decoder.decode(bytes.subarray(0, end))}\n[cut: the first ${end} of ${bytes.length} bytes]`,
+    cut: true
+  }
+}
+
+const specOf = (tool: Tool): ToolSpec => ({
+  name: tool.name,
+  description: tool.description,
+  parameters: tool.parameters
+})
+
+const refusedOutcome = (errorKind: string, output: string): CallOutcome => ({
+  ok: false,
+  errorKind,
+  output,
+  durationMs: 0,
+  exchange: undefined
+})
+
+export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop", {
+  make: Effect.gen(function* () {
+    const repo = yield* ToolCallsRepo
+    const invoker = yield* ToolInvoker
+
+    const run = <E, R>(input: LoopInput<E, R>): Effect.Effect<LoopOutcome, E, R> =>
+      Effect.gen(function* () {
+        const { key } = input
+        const byName = new Map(input.tools.map((tool) => [tool.name, tool]))
+        const specs = input.tools.length === 0 ? undefined : input.tools.map(specOf)
+        const maxCalls = input.maxToolCallsPerTurn ?? defaultMaxToolCallsPerTurn
+        const emit = input.emit ?? (() => Effect.void)
+        const messages: Array<ChatMessage> = [...input.messages]
+        const calls: Array<ToolCallRecord> = []
+        // Calls of each tool in this loop, for a chat turn's maxCallsPerRun (a run's are counted in the database).
+        const madeHere = new Map<string, number>()
+        let tokens = 0
+        let asked = 0
+        let invalid = 0
+        let stopped: string | undefined
+        let retriedOutput = false
+
+        /** Makes (or replays, or refuses) one call; what the model is shown of it. */
+        const oneCall = (call: ToolCall, turn: number, seq: number, position: number) =>
+          Effect.gen(function* () {
+            if (input.durable) {
+              const kept = yield* Effect.orDie(repo.storedCall(key, call.id))
+              if (Option.isSome(kept) && kept.value.record.status !== "running") {
+                if (kept.value.record.errorKind === "invalid_arguments") invalid++
+                return kept.value.record
+              }
+            }
+            const tool = byName.get(call.name)
+            const refusal = yield* refusalOf(call, tool, position)
+            const attempts = yield* Effect.orDie(
+              repo.startCall(key, {
+                callId: call.id,
+                turn,
+                seq,
+                toolId: tool?.id ?? null,
+                toolName: call.name,
+                arguments: call.arguments
+              })
+            )
+            yield* emit({
+              type: "tool.called",
+              scope: key.scope,
+              callId: call.id,
+              tool: call.name,
+              data: { arguments: call.arguments, attempt: attempts }
+            })
+            const startedAt = Date.now()
+            const outcome =
+              refusal ??
+              (yield* invoke(tool!, call).pipe(
+                Effect.tap(() => count(call.name)),
+                // A chat turn is not replayed: a call it stopped (the client went away) ended there.
+                // A durable run's call stays running, to be made again where the run resumes.
+                Effect.onInterrupt(() =>
+                  input.durable
+                    ? Effect.void
+                    : Effect.ignore(
+                        repo.finishCall(key, call.id, {
+                          status: "cancelled",
+                          result: null,
+                          fullResult: null,
+                          error: "Cancelled",
+                          errorKind: "cancelled",
+                          durationMs: Date.now() - startedAt
+                        })
+                      )
+                )
+              ))
+            if (outcome.errorKind === "invalid_arguments" || outcome.errorKind === "unknown_tool") invalid++
+            const shown = cutTo(outcome.output, tool?.policy.maxOutputBytes ?? 16_384)
+            const end: CallEnd = {
+              status: outcome.ok ? "succeeded" : "failed",
+              result: outcome.ok ? shown.text : null,
+              fullResult: outcome.ok && shown.cut ? outcome.output : null,
+              error: outcome.ok ? null : shown.text,
+              errorKind: outcome.ok ? null : (outcome.errorKind ?? "error"),
+              durationMs: refusal === undefined ? outcome.durationMs : Date.now() - startedAt
+            }
+            yield* Effect.orDie(repo.finishCall(key, call.id, end))
+            const record: ToolCallRecord = {
+              callId: call.id,
+              tool: call.name,
+              toolId: tool?.id ?? null,
+              arguments: call.arguments,
+              status: end.status,
+              result: end.result,
+              resultCut: shown.cut && outcome.ok,
+              error: end.error,
+              errorKind: end.errorKind,
+              attempts,
+              durationMs: Math.round(end.durationMs),
+              startedAt: new Date(startedAt),
+              scope: key.scope,
+              turn
+            }
+            yield* emit({
+              type: outcome.ok ? "tool.succeeded" : "tool.failed",
+              scope: key.scope,
+              callId: call.id,
+              tool: call.name,
+              data: outcome.ok
+                ? { durationMs: record.durationMs, result: end.result }
+                : { durationMs: record.durationMs, error: end.error, errorKind: end.errorKind }
+            })
+            return record
+          })
+
+        const count = (name: string) => Effect.sync(() => madeHere.set(name, (madeHere.get(name) ?? 0) + 1))
+
+        /** Why a call is not made, if it is not: no such tool, the loop's or the tool's bound reached. */
+        const refusalOf = (call: ToolCall, tool: Tool | undefined, position: number) =>
+          Effect.gen(function* () {
+            if (tool === undefined) {
+              const names = [...byName.keys()].join(", ")
+              return refusedOutcome(
+                "unknown_tool",
+                `There is no tool named ${JSON.stringify(call.name)}${names === "" ? "" : `; the tools are: ${names}`}`
+              )
+            }
+            if (position >= maxCalls) {
+              return refusedOutcome(
+                "limit",
+                `Not made: this turn may make at most ${maxCalls} tool calls (maxToolCallsPerTurn); answer with what you have`
+              )
+            }
+            const made = input.durable
+              ? yield* Effect.orDie(repo.callsOfTool(key.runId, call.name, { scope: key.scope, callId: call.id }))
+              : (madeHere.get(call.name) ?? 0)
+            if (made >= tool.policy.maxCallsPerRun) {
+              return refusedOutcome(
+                "limit",
+                `Not made: ${tool.name} may be called at most ${tool.policy.maxCallsPerRun} times in a run (maxCallsPerRun)`
+              )
+            }
+            return undefined
+          })
+
+        // The call's `execute_tool` span is the invoker's.
+        const invoke = (tool: Tool, call: ToolCall) =>
+          invoker
+            .invoke(tool, call.arguments, {
+              tenantId: key.tenantId,
+              runId: key.runId,
+              callId: call.id,
+              agentChain: input.agentChain,
+              askAgent: input.askAgent
+            })
+            .pipe(
+              Effect.tap((outcome) => {
+                const result = outcome.ok ? "ok" : "error"
+                return Effect.all([
+                  Metric.update(Metrics.toolCalls(tool.kind, result), 1),
+                  Metric.update(Metrics.toolDuration(tool.kind, result), outcome.durationMs / 1000)
+                ])
+              })
+            )
+
+        for (let turn = 0; ; turn++) {
+          const toolChoice: ToolChoice | undefined = specs === undefined ? undefined : stopped ? "none" : "auto"
+          // Without tools a turn has no effect to protect: nothing is kept or read back.
+          const kept =
+            input.durable && specs !== undefined
+              ? yield* Effect.orDie(repo.storedTurn(key, turn))
+              : Option.none<ModelReply>()
+          let reply: ModelReply
+          if (Option.isSome(kept)) reply = kept.value
+          else {
+            reply = yield* input.callModel({
+              system: input.system,
+              messages,
+              tools: specs,
+              toolChoice,
+              ...(input.responseFormat === undefined ? {} : { responseFormat: input.responseFormat })
+            })
+            if (input.durable && specs !== undefined) reply = yield* Effect.orDie(repo.saveTurn(key, turn, reply))
+          }
+          tokens += reply.inputTokens + reply.outputTokens
+          if (reply.toolCalls.length === 0 || stopped !== undefined || specs === undefined) {
+            const format = input.responseFormat
+            const problems = format === undefined ? [] : outputProblems(format, reply.text)
+            if (problems.length === 0) return { reply, tokens, calls, stopped } satisfies LoopOutcome
+            if (retriedOutput) return { reply, tokens, calls, stopped, invalidOutput: problems } satisfies LoopOutcome
+            // Asked once more, told what was wrong.
+            retriedOutput = true
+            messages.push(
+              { role: "assistant", content: reply.text },
+              {
+                role: "user",
+                content:
+                  `Your reply does not match the JSON Schema "${format!.name}": ${describeProblems(problems)}. ` +
+                  "Reply again with only the JSON."
+              }
+            )
+            continue
+          }
+          messages.push({ role: "assistant", content: reply.text, toolCalls: reply.toolCalls })
+          const seqBase = asked
+          asked += reply.toolCalls.length
+          const records = yield* Effect.forEach(
+            reply.toolCalls,
+            (call, i) => oneCall(call, turn, seqBase + i, seqBase + i),
+            { concurrency: callConcurrency }
+          )
+          calls.push(...records)
+          records.forEach((record) => {
+            messages.push({
+              role: "tool",
+              callId: record.callId,
+              name: record.tool,
+              content: (record.status === "succeeded" ? record.result : record.error) ?? "",
+              isError: record.status !== "succeeded"
+            })
+          })
+          if (asked >= maxCalls) stopped = `maxToolCallsPerTurn (${maxCalls}) reached`
+          else if (invalid >= maxInvalidCalls) stopped = `${maxInvalidCalls} calls with invalid arguments`
+        }
+      })
+
+    return { run } as const
+  })
+}) {
+  static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([ToolCallsRepo.layer, ToolInvoker.layer]))
+}

@@ -9,7 +9,9 @@ import { OrchestrationsScreen } from "./orchestrations/OrchestrationsScreen.tsx"
 import { OverviewScreen } from "./overview/OverviewScreen.tsx"
 import { Link, navigate, type Route, useRoute } from "./router.tsx"
 import { ProblemMessage } from "./shared/components.tsx"
+import { SecretsScreen } from "./secrets/SecretsScreen.tsx"
 import { TeamsScreen } from "./teams/TeamsScreen.tsx"
+import { ToolsScreen } from "./tools/ToolsScreen.tsx"
 import { UsageScreen } from "./usage/UsageScreen.tsx"
 
 // Each feature's folder holds its data hooks (the only code that calls the
@@ -26,6 +28,8 @@ const screens: ReadonlyArray<{
   { path: "/orchestrations", title: "Orchestrations", render: (route) => <OrchestrationsScreen route={route} /> },
   { path: "/knowledge", title: "Knowledge", render: (route) => <KnowledgeScreen route={route} /> },
   { path: "/teams", title: "Teams", render: (route) => <TeamsScreen route={route} /> },
+  { path: "/tools", title: "Tools", render: (route) => <ToolsScreen route={route} /> },
+  { path: "/secrets", title: "Secrets", render: () => <SecretsScreen /> },
   { path: "/usage", title: "Usage and plan", render: (route) => <UsageScreen route={route} /> }
 ]
 

@@ -1,10 +1,11 @@
 import { useState } from "react"
 import type { Agent } from "../../../src/Agents/Api.ts"
 import { AgentId } from "../../../src/Domain/Ids.ts"
-import { navigate, type Route, withQuery } from "../router.tsx"
+import { Link, navigate, type Route, withQuery } from "../router.tsx"
 import { ApiCall, Confirm, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
 import { queryId } from "../shared/ids.ts"
-import { type AgentDraft, useAgents } from "./hooks.ts"
+import { useAllTools } from "../tools/hooks.ts"
+import { type AgentDraft, agentPayload, useAgents } from "./hooks.ts"
 
 /** Agents: the list (filtered by status in the URL), and the one selected (`?agent=`) to edit, or a new one. */
 export const AgentsScreen = ({ route }: { readonly route: Route }) => {
@@ -12,6 +13,7 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
   const selected = queryId(route, "agent", AgentId)
   const { list, agent, draft, set, save, remove, problem, saved, fieldError } = useAgents(route, selected)
   const [deleting, setDeleting] = useState<Agent>()
+  const { tools } = useAllTools()
   // The filter applies to the pages loaded; "Load more" reads on.
   const shown = (list.items ?? []).filter((a) => status === "all" || a.status === status)
 
@@ -111,6 +113,38 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
               />
               Remember conversations
             </label>
+            <fieldset data-testid="agent-tools">
+              <legend>Tools</legend>
+              {tools?.length === 0 && (
+                <p>
+                  No tools yet: define one on the <Link to="/tools">tools</Link> screen.
+                </p>
+              )}
+              {tools?.map((t) => {
+                const checked = draft.toolIds.includes(t.id)
+                return (
+                  <label key={t.id} className="check">
+                    <input
+                      type="checkbox"
+                      checked={checked}
+                      // An inactive tool cannot be given; one the agent has can still be taken away.
+                      disabled={t.status !== "active" && !checked}
+                      onChange={(e) =>
+                        set("toolIds")(
+                          e.target.checked ? [...draft.toolIds, t.id] : draft.toolIds.filter((id) => id !== t.id)
+                        )
+                      }
+                    />
+                    {t.name}
+                    <span className="muted">
+                      {t.kind}
+                      {t.status === "active" ? "" : " · inactive"}
+                    </span>
+                  </label>
+                )
+              })}
+              {fieldError("toolIds") && <p className="field-error">{fieldError("toolIds")}</p>}
+            </fieldset>
             <Field label="Status" error={fieldError("status")}>
               {(props) => (
                 <select
@@ -139,7 +173,7 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
           <ApiCall
             call={
               agent
-                ? { method: "PUT", path: `/api/agents/${agent.id}`, body: draft }
+                ? { method: "PUT", path: `/api/agents/${agent.id}`, body: agentPayload(draft, agent) }
                 : { method: "POST", path: "/api/agents", body: draft }
             }
           />

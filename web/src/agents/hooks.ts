@@ -24,6 +24,7 @@ export interface AgentDraft {
   instructions: string
   memoryEnabled: boolean
   status: "active" | "inactive"
+  toolIds: Array<string>
 }
 
 const emptyDraft: AgentDraft = {
@@ -32,7 +33,8 @@ const emptyDraft: AgentDraft = {
   model: "local",
   instructions: "",
   memoryEnabled: true,
-  status: "active"
+  status: "active",
+  toolIds: []
 }
 
 const draftOf = (agent: Agent): AgentDraft => ({
@@ -41,8 +43,24 @@ const draftOf = (agent: Agent): AgentDraft => ({
   model: agent.model,
   instructions: agent.instructions,
   memoryEnabled: agent.memoryEnabled,
-  status: agent.status
+  status: agent.status,
+  toolIds: [...agent.toolIds]
 })
+
+/** Whether two lists of ids hold the same ids, in any order. */
+const sameIds = (a: ReadonlyArray<string>, b: ReadonlyArray<string>) =>
+  a.length === b.length && a.every((id) => b.includes(id))
+
+/**
+ * The request body of a draft. An edit sends the tools only when they were
+ * changed: an agent keeps a tool set inactive since, and the service refuses
+ * inactive tools in what it is sent.
+ */
+export const agentPayload = (draft: AgentDraft, agent: Agent | undefined) => {
+  if (agent === undefined || !sameIds(draft.toolIds, agent.toolIds)) return draft
+  const { toolIds: _, ...rest } = draft
+  return rest
+}
 
 /**
  * The agents screen's data: the list, the agent selected in the URL (`?agent=`)
@@ -67,7 +85,7 @@ export const useAgents = (route: Route, selected: AgentId | null) => {
     setSaved("")
     try {
       if (agent) {
-        await call((c) => c.agents.update({ params: { id: agent.id }, payload: draft }))
+        await call((c) => c.agents.update({ params: { id: agent.id }, payload: agentPayload(draft, agent) }))
         setSaved(`Saved ${draft.name}.`)
       } else {
         const made = await call((c) => c.agents.create({ payload: draft }))

@@ -69,6 +69,10 @@ layer(TestServer.layer({ webhookAllowPrivate: true }), { excludeTestServices: tr
             assert.strictEqual(request!.headers["idempotency-key"], `${execution.id}:local_call_1`)
             assert.include(execution.output, "lookup_order answered:")
             assert.include(execution.output, "shipped")
+            // Counted by kind and outcome, with its duration.
+            const metrics = (yield* TestClient.use((client) => client.request("GET", "/metrics"))).text
+            assert.match(metrics, /^tool_calls_total\{kind="http",outcome="ok"\} [1-9]/m)
+            assert.match(metrics, /^tool_call_duration_seconds_count\{kind="http",outcome="ok"\} [1-9]/m)
           })
         )
     )

@@ -145,15 +145,11 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
         Traced.withSpan("ToolCallsRepo.finishCall")
       )
 
-    /** Calls of the tool made in the whole run (every scope), this loop's call `except` apart. */
-    const callsOfTool = (
-      runId: string,
-      toolName: string,
-      except: { readonly scope: string; readonly callId: string }
-    ) =>
+    /** Calls of the tool made in the run's other steps or turns than `scope` (refusals apart). */
+    const callsOfTool = (runId: string, toolName: string, scope: string) =>
       sql<{ count: number }>`SELECT count(*)::int AS count FROM tool_calls
-        WHERE run_id = ${runId} AND tool_name = ${toolName} AND status <> 'cancelled'
-          AND NOT (scope = ${except.scope} AND call_id = ${except.callId})`.pipe(
+        WHERE run_id = ${runId} AND tool_name = ${toolName} AND scope <> ${scope}
+          AND status <> 'cancelled' AND coalesce(error_kind, '') NOT IN ('limit', 'unknown_tool')`.pipe(
         Effect.map((rows) => rows[0]?.count ?? 0),
         Traced.withSpan("ToolCallsRepo.callsOfTool")
       )

@@ -193,26 +193,28 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
         const emit = input.emit ?? (() => Effect.void)
         const messages: Array<ChatMessage> = [...input.messages]
         const calls: Array<ToolCallRecord> = []
-        // Calls of each tool in this loop, for a chat turn's maxCallsPerRun (a run's are counted in the database).
-        const madeHere = new Map<string, number>()
+        // Calls of each tool this loop made (or replays), for its maxCallsPerRun.
+        const admitted = new Map<string, number>()
+        const admit = (name: string) => admitted.set(name, (admitted.get(name) ?? 0) + 1)
         let tokens = 0
         let asked = 0
         let invalid = 0
         let stopped: string | undefined
         let retriedOutput = false
 
-        /** Makes (or replays, or refuses) one call; what the model is shown of it. */
-        const oneCall = (call: ToolCall, turn: number, seq: number, position: number) =>
+        /**
+         * Makes (or refuses, as `plan` says) one call; its record. A call's
+         * fate is decided before the turn's calls run at once (`decide`), so
+         * that calls of one tool in the same turn cannot pass its bound.
+         */
+        const oneCall = (
+          call: ToolCall,
+          turn: number,
+          seq: number,
+          tool: Tool | undefined,
+          refusal: CallOutcome | undefined
+        ) =>
           Effect.gen(function* () {
-            if (input.durable) {
-              const kept = yield* Effect.orDie(repo.storedCall(key, call.id))
-              if (Option.isSome(kept) && kept.value.record.status !== "running") {
-                if (kept.value.record.errorKind === "invalid_arguments") invalid++
-                return kept.value.record
-              }
-            }
-            const tool = byName.get(call.name)
-            const refusal = yield* refusalOf(call, tool, position)
             const attempts = yield* Effect.orDie(
               repo.startCall(key, {
                 callId: call.id,
@@ -234,7 +236,6 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
             const outcome =
               refusal ??
               (yield* invoke(tool!, call).pipe(
-                Effect.tap(() => count(call.name)),
                 // A chat turn is not replayed: a call it stopped (the client went away) ended there.
                 // A durable run's call stays running, to be made again where the run resumes.
                 Effect.onInterrupt(() =>
@@ -291,8 +292,6 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
             return record
           })
 
-        const count = (name: string) => Effect.sync(() => madeHere.set(name, (madeHere.get(name) ?? 0) + 1))
-
         /** Why a call is not made, if it is not: no such tool, the loop's or the tool's bound reached. */
         const refusalOf = (call: ToolCall, tool: Tool | undefined, position: number) =>
           Effect.gen(function* () {
@@ -309,10 +308,9 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
                 `Not made: this turn may make at most ${maxCalls} tool calls (maxToolCallsPerTurn); answer with what you have`
               )
             }
-            const made = input.durable
-              ? yield* Effect.orDie(repo.callsOfTool(key.runId, call.name, { scope: key.scope, callId: call.id }))
-              : (madeHere.get(call.name) ?? 0)
-            if (made >= tool.policy.maxCallsPerRun) {
+            // This loop's own calls, and (in a run) those of the run's other steps or turns.
+            const elsewhere = input.durable ? yield* Effect.orDie(repo.callsOfTool(key.runId, call.name, key.scope)) : 0
+            if (elsewhere + (admitted.get(call.name) ?? 0) >= tool.policy.maxCallsPerRun) {
               return refusedOutcome(
                 "limit",
                 `Not made: ${tool.name} may be called at most ${tool.policy.maxCallsPerRun} times in a run (maxCallsPerRun)`
@@ -382,11 +380,23 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
           messages.push({ role: "assistant", content: reply.text, toolCalls: reply.toolCalls })
           const seqBase = asked
           asked += reply.toolCalls.length
-          const records = yield* Effect.forEach(
-            reply.toolCalls,
-            (call, i) => oneCall(call, turn, seqBase + i, seqBase + i),
-            { concurrency: callConcurrency }
-          )
+          // In order: each call replayed (one that ended before a crash), refused, or to be made.
+          const decided: Array<Effect.Effect<ToolCallRecord>> = []
+          for (const [i, call] of reply.toolCalls.entries()) {
+            const kept = input.durable ? yield* Effect.orDie(repo.storedCall(key, call.id)) : Option.none()
+            if (Option.isSome(kept) && kept.value.record.status !== "running") {
+              const record = kept.value.record
+              if (record.errorKind === "invalid_arguments" || record.errorKind === "unknown_tool") invalid++
+              if (record.errorKind !== "limit" && record.errorKind !== "unknown_tool") admit(call.name)
+              decided.push(Effect.succeed(record))
+              continue
+            }
+            const tool = byName.get(call.name)
+            const refusal = yield* refusalOf(call, tool, seqBase + i)
+            if (refusal === undefined) admit(call.name)
+            decided.push(oneCall(call, turn, seqBase + i, tool, refusal))
+          }
+          const records = yield* Effect.all(decided, { concurrency: callConcurrency })
           calls.push(...records)
           records.forEach((record) => {
             messages.push({

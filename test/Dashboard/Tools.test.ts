@@ -299,5 +299,119 @@ layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), {
         }),
       { timeout: 240_000 }
     )
+
+    it.effect(
+      "tool calls shown inline: in a chat reply, live while the call runs, and on an execution's step, a cut result read whole",
+      () =>
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const base = client.baseUrl
+          const served = yield* client.request("GET", "/app/")
+          assert.strictEqual(served.status, 200)
+          const receiver = yield* FakeReceiver.make
+          const account = yield* TestServer.signUp()
+          const api = yield* TestServer.apiClient(account.token)
+          const tool = yield* api.tools.create({
+            payload: {
+              name: "lookup_order",
+              description: "Finds an order by its id and tells its status.",
+              parameters: {
+                type: "object",
+                properties: { id: { type: "string" } },
+                required: ["id"],
+                additionalProperties: false
+              },
+              settings: {
+                kind: "http",
+                method: "GET",
+                url: receiver.url("/orders/{{args.id}}"),
+                allowedHosts: ["127.0.0.1"]
+              },
+              policy: { maxOutputBytes: 1_024 }
+            }
+          })
+          const agent = yield* api.agents.create({ payload: { name: "Clerk", model: "local", toolIds: [tool.id] } })
+          yield* api.orchestrations.create({
+            payload: {
+              name: "Lookup",
+              steps: [{ id: "lookup", agentId: agent.id, prompt: 'call lookup_order {"id": "B-2"}' }]
+            }
+          })
+          // The step's answer is longer than the model may see: its end is only in the whole result.
+          const longBody = `{"status":"shipped","log":"${"x".repeat(2_000)}","end":"THE-END"}`
+
+          yield* withBrowser(async (page) => {
+            await page.goto(`${base}/app/chat`)
+            await page.getByLabel("E-mail").fill(account.email)
+            await page.getByLabel("Password").fill(account.password)
+            await page.getByRole("button", { name: "Log in" }).click()
+            await page.getByRole("heading", { name: "Getting started" }).waitFor()
+            await nav(page, "Chat")
+
+            // Chat: the call is shown running, with its arguments, while the receiver holds it; a call the
+            // schema refuses is shown failed, with why.
+            receiver.script({ hold: true, status: 200, body: '{"status":"shipped"}' })
+            await page.getByLabel("Agent").selectOption({ label: "Clerk (local)" })
+            await page.getByLabel("Message").fill('call lookup_order {"id": "A-1"} call lookup_order {"id": 7}')
+            await page.getByRole("button", { name: "Send" }).click()
+            const calls = page.getByTestId("messages").getByTestId("tool-call")
+            const running = calls.and(page.locator("[data-status=running]"))
+            await running.waitFor()
+            assert.deepStrictEqual(
+              JSON.parse((await running.getByTestId("tool-call-arguments").textContent()) ?? ""),
+              { id: "A-1" },
+              "the arguments as the model sent them"
+            )
+            await eventually(async () => assert.strictEqual(receiver.requests.length, 1, "the call is held"))
+            assert.strictEqual(await calls.and(page.locator("[data-status=succeeded]")).count(), 0)
+            await calls
+              .and(page.locator("[data-status=failed]"))
+              .getByText(/^invalid_arguments: /)
+              .waitFor()
+            receiver.releaseHeld()
+
+            // Ended, and still shown once the reply is stored.
+            await page.getByTestId("messages").getByText("local ·").waitFor()
+            const succeeded = calls.and(page.locator("[data-status=succeeded]"))
+            // An HTTP tool's result is its answer's status, content type and body.
+            await succeeded
+              .getByTestId("tool-call-result")
+              .getByText(/"status":200.*shipped/)
+              .waitFor()
+            assert.match((await succeeded.getByTestId("tool-call-duration").textContent()) ?? "", /\d+ ms/)
+            assert.strictEqual(await calls.count(), 2)
+            assert.strictEqual(receiver.requests[0]!.path, "/orders/A-1")
+            await page
+              .getByTestId("messages")
+              .getByText(/lookup_order answered/)
+              .waitFor()
+            await accessible(page, "tools-04-chat-calls")
+
+            // An execution: the step's call, its result as the model saw it (cut), then whole.
+            receiver.script({ status: 200, body: longBody })
+            await nav(page, "Orchestrations")
+            await page.getByRole("link", { name: /Lookup/ }).click()
+            await page.getByRole("heading", { name: "Edit Lookup" }).waitFor()
+            await page.getByRole("button", { name: "Execute", exact: true }).click()
+            await page.getByTestId("execution").and(page.locator("[data-status=completed]")).waitFor()
+            const stepCall = page.getByTestId("step-calls-lookup").getByTestId("tool-call")
+            await stepCall.and(page.locator("[data-status=succeeded]")).waitFor()
+            assert.strictEqual(await stepCall.count(), 1)
+            assert.deepStrictEqual(
+              JSON.parse((await stepCall.getByTestId("tool-call-arguments").textContent()) ?? ""),
+              { id: "B-2" }
+            )
+            const result = stepCall.getByTestId("tool-call-result")
+            await result.getByText(/\[cut: the first \d+ of \d+ bytes\]/).waitFor()
+            assert.notInclude(await result.textContent(), "THE-END", "the model saw a cut")
+            await accessible(page, "tools-05-step-calls")
+            await stepCall.getByRole("button", { name: "Show whole result" }).click()
+            await result.getByText(/THE-END/).waitFor()
+            assert.notInclude(await result.textContent(), "[cut:", "the whole result, with no marker")
+            assert.strictEqual(receiver.requests[1]!.path, "/orders/B-2")
+          })
+        }),
+      { timeout: 240_000 }
+    )
   }
 )

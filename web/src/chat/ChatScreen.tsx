@@ -4,6 +4,7 @@ import { AgentId } from "../../../src/Domain/Ids.ts"
 import { navigate, type Route, withQuery } from "../router.tsx"
 import { ApiCall, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
 import { queryId } from "../shared/ids.ts"
+import { ToolCalls } from "../tools/ToolCalls.tsx"
 import { useChat } from "./hooks.ts"
 
 const Sources = ({ sources }: { readonly sources: ChatResponse["sources"] }) =>
@@ -37,6 +38,7 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
     message,
     setMessage,
     live,
+    callsOf,
     streaming,
     problem,
     send,
@@ -107,6 +109,7 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
                   <p className="you">
                     <span className="who">You</span> {t.message}
                   </p>
+                  <ToolCalls calls={callsOf(t.index)} />
                   <p className="agent">
                     <span className="who">{agent?.name ?? "Agent"}</span> {t.reply}
                   </p>
@@ -120,6 +123,7 @@ export const ChatScreen = ({ route }: { readonly route: Route }) => {
                   <p className="you">
                     <span className="who">You</span> {live.message}
                   </p>
+                  <ToolCalls calls={live.calls} />
                   <p className="agent">
                     <span className="who">{agent?.name ?? "Agent"}</span> {live.reply}
                     {streaming && <span className="muted"> …</span>}

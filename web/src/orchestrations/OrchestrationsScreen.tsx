@@ -5,7 +5,28 @@ import { navigate, type Route, withQuery } from "../router.tsx"
 import { ApiProblem } from "../shared/api.ts"
 import { ApiCall, Confirm, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
 import { queryId } from "../shared/ids.ts"
-import { finalStatuses, toPayload, useLiveExecution, useOrchestrations } from "./hooks.ts"
+import { ToolCalls } from "../tools/ToolCalls.tsx"
+import { finalStatuses, toPayload, useExecutionToolCalls, useLiveExecution, useOrchestrations } from "./hooks.ts"
+
+/** An execution's tool calls, under the step that made them. */
+const StepToolCalls = ({ executionId, version }: { readonly executionId: string; readonly version: unknown }) => {
+  const { loaded, steps, problem, wholeResult } = useExecutionToolCalls(executionId, version)
+  if (problem !== undefined) return <ProblemMessage problem={problem} />
+  if (!loaded || steps.length === 0) return null
+  return (
+    <>
+      <h4>Tool calls</h4>
+      {steps.map(([stepId, calls]) => (
+        <section key={stepId} className="step-calls" data-testid={`step-calls-${stepId}`} aria-label={`Step ${stepId}`}>
+          <p>
+            Step <code>{stepId}</code>
+          </p>
+          <ToolCalls calls={calls} wholeResult={wholeResult} />
+        </section>
+      ))}
+    </>
+  )
+}
 
 const ExecutionRow = ({
   initial,
@@ -18,7 +39,7 @@ const ExecutionRow = ({
   readonly route: Route
   readonly onFinal: () => void
 }) => {
-  const { execution, log, cancel } = useLiveExecution(initial, onFinal)
+  const { execution, log, cancel, callEvents } = useLiveExecution(initial, onFinal)
   return (
     <li className="execution" data-testid="execution" data-status={execution.status}>
       <a
@@ -47,6 +68,7 @@ const ExecutionRow = ({
             {execution.tokensUsed} tokens{execution.durationMs !== null && `, ${execution.durationMs} ms`}
           </p>
           {log.length > 0 && <p className="muted">Events: {log.join(" → ")}</p>}
+          <StepToolCalls executionId={execution.id} version={`${callEvents}:${execution.status}`} />
           {!finalStatuses.has(execution.status) && (
             <button type="button" className="danger" onClick={cancel}>
               Cancel

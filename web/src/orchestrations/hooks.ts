@@ -7,6 +7,7 @@ import { ApiProblem, call, urls } from "../shared/api.ts"
 import { pageQuery, usePaged, useSelected } from "../shared/data.ts"
 import { idOf } from "../shared/ids.ts"
 import { followEvents } from "../shared/sse.ts"
+import type { ToolCallRecord } from "../../../src/Tools/ToolCall.ts"
 
 export interface StepDraft {
   id: string
@@ -54,6 +55,8 @@ export const finalStatuses = new Set(["completed", "failed", "cancelled"])
 export const useLiveExecution = (initial: Execution, onFinal: () => void) => {
   const [execution, setExecution] = useState(initial)
   const [log, setLog] = useState<Array<string>>([])
+  // Counts the events after which the execution's tool calls read differently.
+  const [callEvents, setCallEvents] = useState(0)
   useEffect(() => setExecution(initial), [initial])
   useEffect(() => {
     if (finalStatuses.has(initial.status)) return
@@ -66,6 +69,7 @@ export const useLiveExecution = (initial: Execution, onFinal: () => void) => {
         if (event.event !== "stream.end")
           setLog((l) => [...l, data.stepId ? `${event.event} ${data.stepId}` : event.event])
         if (event.event === "execution.running") setExecution((e) => ({ ...e, status: "running" }))
+        if (event.event.startsWith("tool.") || event.event === "step.completed") setCallEvents((n) => n + 1)
         if (
           (event.event.startsWith("execution.") && event.event !== "execution.running") ||
           event.event === "stream.end"
@@ -78,7 +82,38 @@ export const useLiveExecution = (initial: Execution, onFinal: () => void) => {
     return close
   }, [initial.id])
   const cancel = () => call((c) => c.executions.cancel({ params: { id: execution.id } })).catch(() => undefined)
-  return { execution, log, cancel }
+  return { execution, log, cancel, callEvents }
+}
+
+/**
+ * The tool calls of a shown execution, by step (in the order first asked),
+ * read again whenever `version` changes (a tool event, a step's end, the
+ * execution's).
+ */
+export const useExecutionToolCalls = (executionId: string, version: unknown) => {
+  const [calls, setCalls] = useState<ReadonlyArray<ToolCallRecord>>()
+  const [problem, setProblem] = useState<unknown>()
+  useEffect(() => {
+    let current = true
+    call((c) => c.executions.toolCalls({ params: { id: executionId } })).then(
+      (list) => {
+        if (!current) return
+        setCalls(list.data)
+        setProblem(undefined)
+      },
+      (error) => current && setProblem(error)
+    )
+    return () => {
+      current = false
+    }
+  }, [executionId, version])
+  const steps = new Map<string, Array<ToolCallRecord>>()
+  for (const c of calls ?? []) steps.set(c.scope, [...(steps.get(c.scope) ?? []), c])
+  const wholeResult = (c: ToolCallRecord) =>
+    call((client) =>
+      client.executions.toolCall({ params: { id: executionId, stepId: c.scope, callId: c.callId } })
+    ).then((read) => read.fullResult)
+  return { loaded: calls !== undefined, steps: [...steps], problem, wholeResult }
 }
 
 /**

@@ -4,6 +4,7 @@ import { navigate, type Route, withQuery } from "../router.tsx"
 import { ApiProblem } from "../shared/api.ts"
 import { ApiCall, CopyButton, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
 import { queryId } from "../shared/ids.ts"
+import { ToolCalls } from "../tools/ToolCalls.tsx"
 import { DeliveryLog } from "../webhooks/DeliveryLog.tsx"
 import { type TeamDraft, toPayload, useTeamRun, useTeams } from "./hooks.ts"
 
@@ -44,6 +45,7 @@ const RunDetail = ({
             <p>
               <span className="who">{turn.role}</span> <span className="muted">({turn.agentId})</span>
             </p>
+            <ToolCalls calls={turn.toolCalls} />
             <p>{turn.content}</p>
             <p className="muted meta">
               {turn.tokens} tokens · {formatDate(turn.createdAt)}

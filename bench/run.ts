@@ -6,9 +6,10 @@
 //   BENCH_SECONDS=10               seconds per measurement
 import autocannon from "autocannon"
 import * as ChildProcess from "node:child_process"
+import type * as Http from "node:http"
 import * as Os from "node:os"
 import pg from "pg"
-import { openLoop, type OpenLoopResult } from "./OpenLoop.ts"
+import { openLoop, type OpenLoopResult, pacedLoop, send } from "./OpenLoop.ts"
 import { cpuMicros, json, measureLoad, openDatabase, root, rssMb, signUp, spawn } from "./Support.ts"
 
 const seconds = Number(process.env.BENCH_SECONDS ?? 10)
@@ -48,13 +49,28 @@ const providerModel = "gpt-4o-mini"
 /** The instant provider on a free port, ready (it answers anything but its one route with a 404). */
 const spawnProvider = () => spawn("bench/provider.ts", {})
 
+// The http tool of the tool-call figures, on an instant loopback receiver.
+const lookupParameters = {
+  type: "object",
+  properties: { id: { type: "string" } },
+  required: ["id"],
+  additionalProperties: false
+}
+const lookupDescription = "Looks an item up by its id."
+
 const main = async () => {
   const { close, databaseUrl } = await openDatabase("bench")
   // An instant OpenAI-compatible provider: chat through the service is
   // compared with calling it directly.
   const provider = await spawnProvider()
   const providerEnv = { OPENAI_BASE_URL: `${provider.url}/v1`, OPENAI_API_KEY: "bench-provider-key" }
-  const service = await spawn("src/main.ts", { DATABASE_URL: databaseUrl, ...providerEnv })
+  // The tool's receiver, on loopback: the service may call it only with private targets allowed.
+  const receiver = await spawn("bench/receiver.ts", {})
+  const service = await spawn("src/main.ts", {
+    DATABASE_URL: databaseUrl,
+    WEBHOOK_ALLOW_PRIVATE: "true",
+    ...providerEnv
+  })
   const pid = service.child.pid!
   try {
     const idleRss = await rssMb(pid)
@@ -85,6 +101,41 @@ const main = async () => {
       method: "POST",
       headers: auth,
       body: JSON.stringify({ name: "One step", steps: [{ id: "s", agentId: agents[0].id, prompt: "Say {{input}}" }] })
+    })
+    const lookupTool = await json(`${service.url}/api/tools`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify({
+        name: "lookup",
+        description: lookupDescription,
+        parameters: lookupParameters,
+        settings: { kind: "http", method: "GET", url: `${receiver.url}/items/{{args.id}}`, allowedHosts: ["127.0.0.1"] }
+      })
+    })
+    // The same one-step orchestration with one tool call: the local model calls
+    // the tool the step's prompt names (its tool rule, docs/tools.md), then answers from the result.
+    const localToolAgent = await json(`${service.url}/api/agents`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify({ name: "Local with a tool", memoryEnabled: false, toolIds: [lookupTool.id] })
+    })
+    const toolOrchestration = await json(`${service.url}/api/orchestrations`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify({
+        name: "One step, one tool call",
+        steps: [{ id: "s", agentId: localToolAgent.id, prompt: 'Look {{input}} up: call lookup {"id": "A-1"}' }]
+      })
+    })
+    const providerToolAgent = await json(`${service.url}/api/agents`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify({
+        name: "Instant provider with a tool",
+        model: `openai/${providerModel}`,
+        memoryEnabled: false,
+        toolIds: [lookupTool.id]
+      })
     })
     const baseline = await spawn("bench/baseline.ts", { DATABASE_URL: databaseUrl })
     const baselinePid = baseline.child.pid!
@@ -129,15 +180,15 @@ const main = async () => {
     const executeUrl = `${service.url}/api/v1/orchestrations/${orchestration.id}/execute`
     const countDone = async () =>
       Number((await db.query("SELECT count(*) AS n FROM executions WHERE status IN ('completed', 'failed')")).rows[0].n)
-    const waitForRuns = async (total: number) => {
-      for (let i = 0; i < 6000; i++) {
+    const waitForRuns = async (total: number, withinSeconds = 120) => {
+      for (let i = 0; i < withinSeconds * 50; i++) {
         const done = Number(
           (await db.query("SELECT count(*) AS n FROM executions WHERE status NOT IN ('pending', 'running')")).rows[0].n
         )
         if (done >= total) return
         await new Promise((resolve) => setTimeout(resolve, 20))
       }
-      throw new Error("executions did not finish within 120 s")
+      throw new Error(`executions did not finish within ${withinSeconds} s`)
     }
     await warm(executeUrl, post)
     await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
@@ -145,11 +196,11 @@ const main = async () => {
     const sampleRss = setInterval(() => void rssMb(pid).then((mb) => (burstRss = Math.max(burstRss, mb))), 200)
     // One burst: the executions accepted in `seconds`, then how fast all of
     // them finish, counted from the first request to the last completion.
-    const executeBurst = async () => {
+    const executeBurst = async (url = executeUrl) => {
       const doneBefore = await countDone()
       const startedAt = performance.now()
-      const result = await load(pid, { url: executeUrl, ...post })
-      await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n))
+      const result = await load(pid, { url, ...post })
+      await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n), 600)
       const elapsed = (performance.now() - startedAt) / 1000
       return { result, accepted: result["2xx"], completed: (await countDone()) - doneBefore, seconds: elapsed }
     }
@@ -164,6 +215,34 @@ const main = async () => {
     await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
     const quietRss = await rssMb(pid)
     const failed = Number((await db.query("SELECT count(*) AS n FROM executions WHERE status = 'failed'")).rows[0].n)
+
+    // The same bursts, each run making one tool call (two model calls, the
+    // call and its records): after the RSS above is read, and followed by as
+    // long a quiet time, so the figures after them are not theirs.
+    const toolExecuteUrl = `${service.url}/api/v1/orchestrations/${toolOrchestration.id}/execute`
+    await warm(toolExecuteUrl, post)
+    await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n), 600)
+    const firstToolBurst = await executeBurst(toolExecuteUrl)
+    const warmToolBurst = await executeBurst(toolExecuteUrl)
+    const toolRuns = (
+      await db.query(
+        `SELECT count(*) FILTER (WHERE status = 'failed') AS failed,
+                count(*) FILTER (WHERE status = 'completed' AND output LIKE '%lookup answered:%') AS answered
+           FROM executions WHERE orchestration_id = $1`,
+        [toolOrchestration.id]
+      )
+    ).rows[0]
+    const toolCallsOf = async (runKind: string) =>
+      (
+        await db.query(
+          "SELECT status, count(*) AS n FROM tool_calls WHERE run_kind = $1 GROUP BY status ORDER BY status",
+          [runKind]
+        )
+      ).rows
+        .map((row) => `${row.status} ${row.n}`)
+        .join(", ")
+    const executionToolCalls = await toolCallsOf("execution")
+    await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
 
     // Chat on the instant local model: all overhead. Closed loop (50 clients
     // as fast as answered), then an open loop at a fixed rate that the
@@ -223,10 +302,75 @@ const main = async () => {
     const via = await paced(viaUrl, keyHeader, viaBody)
     const viaCpu = ((await cpuMicros(pid)) - viaCpuBefore) / Math.max(1, via.ok)
     const loadedRss = await rssMb(pid)
-    await db.end()
     // Memory a minute after the load: what the service gives back.
     await new Promise((resolve) => setTimeout(resolve, 60_000))
     const settledRss = await rssMb(pid)
+
+    // Chat with one tool call, at the same rate: an agent on the instant
+    // provider with the http tool, against a client making the same turns
+    // itself: the provider asked (it calls the tool), the receiver called, the
+    // provider asked again with the result, one after the other.
+    const viaToolUrl = `${service.url}/api/v1/agents/${providerToolAgent.id}/chat`
+    const viaToolBody = () => JSON.stringify({ message: "Where is A-1?" })
+    const checked = await json(viaToolUrl, { method: "POST", headers: keyHeader, body: viaToolBody() })
+    if (
+      checked.toolCalls?.length !== 1 ||
+      checked.toolCalls[0].status !== "succeeded" ||
+      checked.reply !== "A-1 is ready."
+    )
+      throw new Error(`chat with a tool did not make its one call: ${JSON.stringify(checked)}`)
+    const providerUrl = new URL(directUrl)
+    const toolSpec = {
+      type: "function",
+      function: { name: "lookup", description: lookupDescription, parameters: lookupParameters }
+    }
+    const directTool = async (agent: Http.Agent) => {
+      const messages: Array<unknown> = [
+        { role: "system", content: "You are a helpful assistant." },
+        { role: "user", content: "Where is A-1?" }
+      ]
+      const ask = () =>
+        send(agent, providerUrl, {
+          method: "POST",
+          headers: directHeaders,
+          body: JSON.stringify({ model: providerModel, messages, tools: [toolSpec], tool_choice: "auto" })
+        })
+      const first = await ask()
+      if (first === undefined || first.status >= 300) return false
+      const call = JSON.parse(first.body).choices[0].message.tool_calls[0]
+      const { id } = JSON.parse(call.function.arguments)
+      const result = await send(agent, new URL(`${receiver.url}/items/${encodeURIComponent(id)}`), {
+        method: "GET",
+        headers: {}
+      })
+      if (result === undefined || result.status >= 300) return false
+      messages.push(
+        { role: "assistant", content: null, tool_calls: [call] },
+        {
+          role: "tool",
+          tool_call_id: call.id,
+          content: JSON.stringify({ status: result.status, contentType: "application/json", body: result.body })
+        }
+      )
+      const second = await ask()
+      return second !== undefined && second.status < 300 && JSON.parse(second.body).choices[0].message.content !== null
+    }
+    await pacedLoop({ rate: chatRate, seconds: 2, one: directTool })
+    const directWithTool = await pacedLoop({ rate: chatRate, seconds, one: directTool })
+    await openLoop({ url: viaToolUrl, headers: keyHeader, body: viaToolBody, rate: chatRate, seconds: 2 })
+    const viaToolFirst = await paced(viaToolUrl, keyHeader, viaToolBody)
+    await openLoop({
+      url: viaToolUrl,
+      headers: keyHeader,
+      body: viaToolBody,
+      rate: chatRate,
+      seconds: chatSettleSeconds
+    })
+    const viaToolCpuBefore = await cpuMicros(pid)
+    const viaTool = await paced(viaToolUrl, keyHeader, viaToolBody)
+    const viaToolCpu = ((await cpuMicros(pid)) - viaToolCpuBefore) / Math.max(1, viaTool.ok)
+    const chatToolCalls = await toolCallsOf("chat")
+    await db.end()
 
     console.log(`\n${seconds}s per measurement, ${connections} connections, ${Os.cpus().length} cores\n`)
     console.log(row("baseline: fastify + pg, SELECT by id", select))
@@ -239,6 +383,9 @@ const main = async () => {
     console.log(pacedRow(`instant provider directly, ${chatRate} req/s open loop`, direct))
     console.log(pacedRow(`chat through the service on it, first ${seconds} s`, viaFirst))
     console.log(pacedRow(`the same after ${chatSettleSeconds} s more of it`, via, viaCpu))
+    console.log(pacedRow("with one tool call: provider, receiver, provider", directWithTool))
+    console.log(pacedRow(`chat with one tool call through the service, first ${seconds} s`, viaToolFirst))
+    console.log(pacedRow(`the same after ${chatSettleSeconds} s more of it`, viaTool, viaToolCpu))
     console.log(`\nGET /api/v1/agents / SELECT baseline: ${ratio(list, select)}x (target 0.8x)`)
     console.log(
       `counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`
@@ -257,6 +404,19 @@ const main = async () => {
       )
     }
     console.log(`executions failed: ${failed}`)
+    for (const [name, burst] of [
+      ["first burst", firstToolBurst],
+      ["second burst", warmToolBurst]
+    ] as const) {
+      console.log(
+        `one-step executions with one tool call, ${name}: ${burst.accepted} accepted, ${burst.completed} finished in ${burst.seconds.toFixed(
+          1
+        )} s from the first request: ${Math.round(burst.completed / burst.seconds)} per second`
+      )
+    }
+    console.log(
+      `executions with one tool call: ${toolRuns.answered} answered from the tool's result, ${toolRuns.failed} failed; their tool calls: ${executionToolCalls}`
+    )
     console.log(`chat latency, local model, closed loop: p50 ${chat.latency.p50} ms, p99 ${chat.latency.p99} ms`)
     console.log(
       `chat overhead at ${chatRate} req/s over the provider directly: p50 +${(via.p50 - direct.p50).toFixed(2)} ms, p99 +${(
@@ -266,6 +426,17 @@ const main = async () => {
       )} ms (targets 2 / 10 ms); in its first ${seconds} s: p50 +${(viaFirst.p50 - direct.p50).toFixed(2)} ms, p99 +${(
         viaFirst.p99 - direct.p99
       ).toFixed(2)} ms`
+    )
+    console.log(
+      `chat with one tool call at ${chatRate} req/s over the provider twice and the receiver directly: p50 +${(
+        viaTool.p50 - directWithTool.p50
+      ).toFixed(
+        2
+      )} ms, p99 +${(viaTool.p99 - directWithTool.p99).toFixed(2)} ms (targets 2 / 10 ms); in its first ${seconds} s: p50 +${(
+        viaToolFirst.p50 - directWithTool.p50
+      ).toFixed(
+        2
+      )} ms, p99 +${(viaToolFirst.p99 - directWithTool.p99).toFixed(2)} ms; chat tool calls: ${chatToolCalls}`
     )
     console.log(
       `service RSS: idle ${idleRss} MB when ready, ${settledIdleRss} MB ${quietSeconds} s later; executions bursts: peak ${burstRss} MB, ${afterBurstRss} MB when their runs had finished, ${quietRss} MB after ${quietSeconds} s quiet; closed-loop chat peak ${closedChatRss} MB; under chat load at ${chatRate} req/s ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
@@ -285,8 +456,20 @@ const main = async () => {
         ">= 1,000"
       ],
       [
+        "the same with one tool call each (second burst)",
+        `${Math.round(firstToolBurst.completed / firstToolBurst.seconds)} (${Math.round(
+          warmToolBurst.completed / warmToolBurst.seconds
+        )})`,
+        "(beside the row above)"
+      ],
+      [
         "chat added p50 / p99 at 200 req/s (after warm-up)",
         `${(via.p50 - direct.p50).toFixed(1)} / ${(via.p99 - direct.p99).toFixed(1)} ms`,
+        "<= 2 / 10 ms"
+      ],
+      [
+        "chat with one tool call, added p50 / p99 at 200 req/s (after warm-up)",
+        `${(viaTool.p50 - directWithTool.p50).toFixed(1)} / ${(viaTool.p99 - directWithTool.p99).toFixed(1)} ms`,
         "<= 2 / 10 ms"
       ],
       [
@@ -307,6 +490,7 @@ const main = async () => {
     baseline.child.kill("SIGTERM")
   } finally {
     provider.child.kill("SIGTERM")
+    receiver.child.kill("SIGTERM")
     service.child.kill("SIGTERM")
     await new Promise((resolve) => service.child.once("exit", resolve))
     await close()

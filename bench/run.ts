@@ -224,9 +224,15 @@ const main = async () => {
     await waitForRuns(Number((await db.query("SELECT count(*) AS n FROM executions")).rows[0].n), 600)
     const firstToolBurst = await executeBurst(toolExecuteUrl)
     const warmToolBurst = await executeBurst(toolExecuteUrl)
+    // Requests still in flight when a load stops may store runs after the counts above were read.
+    for (let i = 0; i < 600; i++) {
+      const open = await db.query("SELECT count(*) AS n FROM executions WHERE status IN ('pending', 'running')")
+      if (Number(open.rows[0].n) === 0) break
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
     const toolRuns = (
       await db.query(
-        `SELECT count(*) FILTER (WHERE status = 'failed') AS failed,
+        `SELECT count(*) AS runs, count(*) FILTER (WHERE status = 'failed') AS failed,
                 count(*) FILTER (WHERE status = 'completed' AND output LIKE '%lookup answered:%') AS answered
            FROM executions WHERE orchestration_id = $1`,
         [toolOrchestration.id]
@@ -415,7 +421,7 @@ const main = async () => {
       )
     }
     console.log(
-      `executions with one tool call: ${toolRuns.answered} answered from the tool's result, ${toolRuns.failed} failed; their tool calls: ${executionToolCalls}`
+      `executions with one tool call: ${toolRuns.runs} in all, ${toolRuns.answered} answered from the tool's result, ${toolRuns.failed} failed; their tool calls: ${executionToolCalls}`
     )
     console.log(`chat latency, local model, closed loop: p50 ${chat.latency.p50} ms, p99 ${chat.latency.p99} ms`)
     console.log(

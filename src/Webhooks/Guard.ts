@@ -275,6 +275,15 @@ const headersOf = (raw: Http.IncomingHttpHeaders): Record<string, string> => {
 }
 
 /**
+ * Connections kept open between requests, by the address connected to (the
+ * checked one), its port and, for TLS, the name the certificate must match:
+ * a kept connection goes only to an address that was checked for the
+ * request reusing it. Idle ones are closed after a few seconds.
+ */
+const keepAlive = { keepAlive: true, maxFreeSockets: 16, timeout: 15_000, scheduling: "lifo" } as const
+const agents = { "http:": new Http.Agent(keepAlive), "https:": new Https.Agent(keepAlive) }
+
+/**
  * Sends one request to `url`, connecting to `address` (already checked)
  * rather than resolving the host again; without a `body`, none (and no
  * Content-Length) is sent. Redirects are not followed. At most `maxBody`
@@ -297,7 +306,13 @@ export const request = (options: {
 }): Effect.Effect<Response, RequestFailure> => {
   const { body, method, url } = options
   const noAnswer: RequestFailure = { reason: "timeout", message: options.timeoutMessage }
-  const send = (headers: Readonly<Record<string, string>>) =>
+  const send = (headers: Readonly<Record<string, string>>) => sendOnce(headers, true)
+  // A kept connection the receiver closed as the request went out is reset: the request is sent once more,
+  // on a new connection (what Node's documentation advises for `reusedSocket`).
+  const sendOnce = (
+    headers: Readonly<Record<string, string>>,
+    mayResend: boolean
+  ): Effect.Effect<Response, RequestFailure> =>
     Effect.callback<Response, RequestFailure>((resume) => {
       const host = hostOf(url)
       const transport = url.protocol === "https:" ? Https : Http
@@ -323,7 +338,7 @@ export const request = (options: {
             // The name the certificate must match, not the address connected to.
             ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
             headers: sentHeaders,
-            agent: false
+            agent: url.protocol === "https:" ? agents["https:"] : agents["http:"]
           },
           (response) => {
             const chunks: Array<Buffer> = []
@@ -340,16 +355,25 @@ export const request = (options: {
                   sentHeaders
                 })
               )
-              outgoing.destroy()
             }
             response.on("data", (chunk: Buffer) => {
+              if (settled) return
               chunks.push(chunk)
               size += chunk.length
-              // One byte past the bound tells a body cut from one of exactly `maxBody` bytes.
-              if (size > options.maxBody) finish()
+              // One byte past the bound tells a body cut from one of exactly `maxBody` bytes; the rest is
+              // not read, and the connection is not kept.
+              if (size > options.maxBody) {
+                finish()
+                outgoing.destroy()
+              }
             })
-            response.on("end", finish)
-            response.on("error", finish)
+            // After Node has handed the connection back to the pool (on a later tick), so that a request
+            // made right after this one can take it.
+            response.on("end", () => setImmediate(finish))
+            response.on("error", () => {
+              finish()
+              outgoing.destroy()
+            })
           }
         )
       } catch (error) {
@@ -359,10 +383,12 @@ export const request = (options: {
       }
       outgoing.on("error", (error: NodeJS.ErrnoException) =>
         done(
-          Effect.fail({
-            reason: "connection",
-            message: `Connection to ${options.address} failed: ${error.code ?? error.message}`
-          })
+          mayResend && outgoing.reusedSocket && error.code === "ECONNRESET"
+            ? sendOnce(headers, false)
+            : Effect.fail({
+                reason: "connection",
+                message: `Connection to ${options.address} failed: ${error.code ?? error.message}`
+              })
         )
       )
       outgoing.end(body)

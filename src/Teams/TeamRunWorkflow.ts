@@ -21,7 +21,7 @@ import { Metrics } from "../Observability/Observability.ts"
 import { RunSignals } from "../Runtime/RunSignals.ts"
 import { RunSlots } from "../Runtime/RunSlots.ts"
 import { AgentTools } from "../Tools/AgentTools.ts"
-import { type LoopModelRequest, requestTokens, ToolLoop } from "../Tools/Loop.ts"
+import { describeProblems, type LoopModelRequest, requestTokens, ToolLoop } from "../Tools/Loop.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
 import { type StopReason, TeamRun } from "./Api.ts"
 import { type Outcome, TeamsRepo } from "./Repo.ts"
@@ -50,6 +50,12 @@ import * as Traced from "../Observability/Traced.ts"
  * the timeout before each turn and around its whole loop. At a limit one
  * short closing turn, without tools, writes the final answer. The tenant's
  * plan admits every model call and is charged after it.
+ *
+ * A speaker whose agent has a response format answers in JSON of its schema
+ * (the loop asks once more, told what was wrong, then gives up): its turn's
+ * content is the JSON, which neither ends the run nor picks who speaks next.
+ * A turn that still does not match fails the run, naming the format and the
+ * path; a closing turn that does not fails quietly, as on a model error.
  *
  * The final status and the room's webhook event are written in one
  * transaction; the event is handed to delivery once committed.
@@ -221,7 +227,16 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
             if (closing !== undefined) return silent("failed")
             return yield* fail(`agent ${speaker} is missing or inactive`)
           }
-          const rules = Room.systemPrompt(agent.value.instructions, room, speaker)
+          const responseFormat = agent.value.responseFormat ?? undefined
+          // The room's rules ask for text markers: a speaker held to JSON is told what its JSON stands for.
+          const rules =
+            responseFormat === undefined
+              ? Room.systemPrompt(agent.value.instructions, room, speaker)
+              : `${Room.systemPrompt(agent.value.instructions, room, speaker)}\n\n` +
+                `Reply with only JSON matching the JSON Schema "${responseFormat.name}": ` +
+                (closing === undefined
+                  ? "it is your contribution to the room; it neither ends the mission nor names who speaks next."
+                  : "it is the mission's final answer.")
           const bare = Room.userPrompt({
             room,
             mission: begun.mission,
@@ -354,6 +369,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
               agentChain: [speaker],
               askAgent: agentTools.askAgent({ tenantId, runKind: "team_run", runId, scope }),
               callModel,
+              responseFormat,
               emit: (event) =>
                 retryTransient(
                   repo.toolEvent(runId, event.type, index, {
@@ -383,9 +399,21 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
               })
             )
           if (Option.isNone(reply)) return silent(closing === undefined ? "timeout" : "failed")
+          if (reply.value.invalidOutput !== undefined) {
+            const mismatch =
+              `the reply does not match the response format "${responseFormat!.name}": ` +
+              describeProblems(reply.value.invalidOutput)
+            if (closing === undefined) return yield* fail(mismatch)
+            // The closing turn fails quietly, as on a model error: the run ends with what it has.
+            yield* Effect.logWarning(`Team closing turn dropped: ${mismatch}`).pipe(
+              Effect.annotateLogs({ runId, turn: index })
+            )
+            return silent("failed")
+          }
           const content = storable(reply.value.reply.text)
           const tokens = reply.value.tokens
-          const declared = Room.finalAnswer(content)
+          // A JSON turn declares nothing: the closing turn's JSON is the result as it is.
+          const declared = responseFormat === undefined ? Room.finalAnswer(content) : undefined
           const final =
             closing !== undefined ? (declared ?? content) : Room.mayFinish(room, speaker) ? (declared ?? null) : null
           yield* retryTransient(

@@ -179,6 +179,17 @@ const toPrompt = (request: ModelRequest): Prompt.Prompt =>
     ...request.messages.map(toMessage)
   ])
 
+// One effect/ai tool per spec object: a loop offers the same specs on each of its model calls.
+const modelTools = new WeakMap<ToolSpec, Tool.Any>()
+const modelToolOf = (spec: ToolSpec): Tool.Any => {
+  let tool = modelTools.get(spec)
+  if (tool === undefined) {
+    tool = Tool.dynamic(spec.name, { description: spec.description, parameters: spec.parameters as never })
+    modelTools.set(spec, tool)
+  }
+  return tool
+}
+
 /**
  * The options of effect's `generateText` and `streamText` for a request:
  * its tools as effect/ai dynamic tools over their JSON Schemas, whose calls
@@ -190,11 +201,7 @@ const textOptions = (request: ModelRequest, prompt: Prompt.Prompt): LanguageMode
   const choice = request.toolChoice ?? "auto"
   return {
     prompt,
-    toolkit: Toolkit.make(
-      ...tools.map((spec) =>
-        Tool.dynamic(spec.name, { description: spec.description, parameters: spec.parameters as never })
-      )
-    ),
+    toolkit: Toolkit.make(...tools.map(modelToolOf)),
     toolChoice: typeof choice === "string" ? choice : { tool: choice.tool },
     disableToolCallResolution: true,
     toolCallValidation: "deferred"

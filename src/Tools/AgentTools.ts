@@ -80,9 +80,12 @@ export class AgentTools extends Context.Service<AgentTools>()("agent-host/AgentT
               )
           })
           const nestedChain = [...chain, agentId]
+          const nested = crypto.randomUUID()
           const outcome = yield* loop.run({
-            key: { ...run, scope: `${run.scope}/${nestedChain.join(">")}#${crypto.randomUUID()}` },
+            key: { ...run, scope: `${run.scope}/${nestedChain.join(">")}#${nested}` },
             durable: false,
+            // Its calls are numbered from 1 again: told apart from the asking loop's by an id of its own.
+            idempotencyScope: nested,
             system,
             messages: [{ role: "user", content: message }],
             tools: yield* toolsOf(run.tenantId, agent.toolIds),

@@ -59,6 +59,16 @@ const toRecord = (row: CallRow): ToolCallRecord => ({
 const callColumns = `call_id, tool_name, tool_id, arguments, status, result, full_result IS NOT NULL AS cut, error,
   error_kind, attempts, duration_ms, started_at, scope, turn`
 
+/** A call as asked for, where it stands in its loop. */
+export interface CallStart {
+  readonly callId: string
+  readonly turn: number
+  readonly seq: number
+  readonly toolId: string | null
+  readonly toolName: string
+  readonly arguments: unknown
+}
+
 /** How a call ended, as stored. */
 export interface CallEnd {
   readonly status: "succeeded" | "failed" | "cancelled"
@@ -71,35 +81,97 @@ export interface CallEnd {
   readonly durationMs: number
 }
 
+/** What a durable loop kept before it was run again (`loadState`). */
+export interface LoopState {
+  readonly turns: ReadonlyMap<number, ModelReply>
+  readonly calls: ReadonlyMap<string, ToolCallRecord>
+  /** Calls of each tool (by name) in the run's other steps or turns. */
+  readonly elsewhere: ReadonlyMap<string, number>
+}
+
 /** The tool loop's records (migration 0028): the model's replies in a loop, and each call. */
 export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/ToolCallsRepo", {
   make: Effect.gen(function* () {
     const sql = yield* PgClient.PgClient
 
-    /** The model's reply of `turn` in this loop, if it was kept. */
-    const storedTurn = (key: LoopKey, turn: number) =>
-      sql<{ reply: ModelReply }>`SELECT reply FROM tool_loop_turns
-        WHERE run_id = ${key.runId} AND scope = ${key.scope} AND turn = ${turn}`.pipe(
-        Effect.map((rows) => Option.fromNullishOr(rows[0]?.reply)),
-        Traced.withSpan("ToolCallsRepo.storedTurn")
-      )
-
     /**
      * Keeps the model's reply of `turn`; when another attempt kept one first,
-     * that one is returned, so both go on from the same calls.
+     * that one is returned (`first` false), so both go on from the same calls.
      */
     const saveTurn = (key: LoopKey, turn: number, reply: ModelReply) =>
-      sql<{ reply: ModelReply }>`WITH kept AS (
+      sql<{ reply: ModelReply; first: boolean }>`WITH kept AS (
           INSERT INTO tool_loop_turns (run_id, scope, turn, tenant_id, reply)
           VALUES (${key.runId}, ${key.scope}, ${turn}, ${key.tenantId}, ${sql.json(reply)})
           ON CONFLICT DO NOTHING RETURNING reply
         )
-        SELECT reply FROM kept
+        SELECT reply, true AS first FROM kept
         UNION ALL
-        SELECT reply FROM tool_loop_turns
+        SELECT reply, false AS first FROM tool_loop_turns
         WHERE run_id = ${key.runId} AND scope = ${key.scope} AND turn = ${turn} AND NOT EXISTS (SELECT 1 FROM kept)`.pipe(
-        Effect.map((rows) => rows[0]?.reply ?? reply),
+        Effect.map((rows) => ({ reply: rows[0]?.reply ?? reply, first: rows[0]?.first ?? true })),
         Traced.withSpan("ToolCallsRepo.saveTurn")
+      )
+
+    /**
+     * Everything a durable loop kept before, in one statement: its replies
+     * by turn, its calls, and how many calls of each tool the run's other
+     * steps or turns made (refusals apart), for `maxCallsPerRun`.
+     */
+    const loadState = (key: LoopKey) =>
+      sql<{
+        readonly turns: ReadonlyArray<{ readonly turn: number; readonly reply: ModelReply }>
+        readonly calls: ReadonlyArray<Omit<CallRow, "startedAt"> & { readonly startedAt: string }>
+        readonly elsewhere: Readonly<Record<string, number>>
+      }>`SELECT
+          (SELECT coalesce(json_agg(json_build_object('turn', turn, 'reply', reply)), '[]') FROM tool_loop_turns
+            WHERE run_id = ${key.runId} AND scope = ${key.scope}) AS turns,
+          (SELECT coalesce(json_agg(json_build_object('callId', call_id, 'toolName', tool_name, 'toolId', tool_id,
+              'arguments', arguments, 'status', status, 'result', result, 'cut', full_result IS NOT NULL,
+              'error', error, 'errorKind', error_kind, 'attempts', attempts, 'durationMs', duration_ms,
+              'startedAt', started_at, 'scope', scope, 'turn', turn)), '[]') FROM tool_calls
+            WHERE run_id = ${key.runId} AND scope = ${key.scope}) AS calls,
+          (SELECT coalesce(json_object_agg(tool_name, n), '{}') FROM (
+            SELECT tool_name, count(*)::int AS n FROM tool_calls
+            WHERE run_id = ${key.runId} AND scope <> ${key.scope}
+              AND status <> 'cancelled' AND coalesce(error_kind, '') NOT IN ('limit', 'unknown_tool')
+            GROUP BY tool_name) counted) AS elsewhere`.pipe(
+        Effect.map(
+          ([row]): LoopState => ({
+            turns: new Map((row?.turns ?? []).map(({ reply, turn }) => [turn, reply])),
+            calls: new Map(
+              (row?.calls ?? []).map((call) => [
+                call.callId,
+                toRecord({ ...call, startedAt: new Date(call.startedAt) })
+              ])
+            ),
+            elsewhere: new Map(Object.entries(row?.elsewhere ?? {}))
+          })
+        ),
+        Traced.withSpan("ToolCallsRepo.loadState")
+      )
+
+    /**
+     * Records a call that ended without being in flight first: a refused
+     * one, or a chat turn's (not replayed, so nothing needs to know it is
+     * running). A record there already is replaced.
+     */
+    const recordCall = (
+      key: LoopKey,
+      call: CallStart & { readonly startedAt: Date },
+      end: CallEnd
+    ) =>
+      sql`INSERT INTO tool_calls
+          (run_id, scope, call_id, tenant_id, run_kind, turn, seq, tool_id, tool_name, arguments, status,
+           result, full_result, error, error_kind, duration_ms, started_at, finished_at)
+        VALUES (${key.runId}, ${key.scope}, ${call.callId}, ${key.tenantId}, ${key.runKind}, ${call.turn},
+          ${call.seq}, ${call.toolId}, ${call.toolName}, ${sql.json(call.arguments === undefined ? null : call.arguments)},
+          ${end.status}, ${end.result}, ${end.fullResult}, ${end.error}, ${end.errorKind},
+          ${Math.round(end.durationMs)}, ${call.startedAt}, now())
+        ON CONFLICT (run_id, scope, call_id) DO UPDATE SET status = excluded.status, result = excluded.result,
+          full_result = excluded.full_result, error = excluded.error, error_kind = excluded.error_kind,
+          duration_ms = excluded.duration_ms, finished_at = excluded.finished_at`.pipe(
+        Effect.asVoid,
+        Traced.withSpan("ToolCallsRepo.recordCall")
       )
 
     /** A call of this loop as stored, with its whole result. */
@@ -116,14 +188,7 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
      */
     const startCall = (
       key: LoopKey,
-      call: {
-        readonly callId: string
-        readonly turn: number
-        readonly seq: number
-        readonly toolId: string | null
-        readonly toolName: string
-        readonly arguments: unknown
-      }
+      call: CallStart
     ) =>
       sql<{ attempts: number }>`INSERT INTO tool_calls
           (run_id, scope, call_id, tenant_id, run_kind, turn, seq, tool_id, tool_name, arguments, status)
@@ -143,15 +208,6 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
         WHERE run_id = ${key.runId} AND scope = ${key.scope} AND call_id = ${callId}`.pipe(
         Effect.asVoid,
         Traced.withSpan("ToolCallsRepo.finishCall")
-      )
-
-    /** Calls of the tool made in the run's other steps or turns than `scope` (refusals apart). */
-    const callsOfTool = (runId: string, toolName: string, scope: string) =>
-      sql<{ count: number }>`SELECT count(*)::int AS count FROM tool_calls
-        WHERE run_id = ${runId} AND tool_name = ${toolName} AND scope <> ${scope}
-          AND status <> 'cancelled' AND coalesce(error_kind, '') NOT IN ('limit', 'unknown_tool')`.pipe(
-        Effect.map((rows) => rows[0]?.count ?? 0),
-        Traced.withSpan("ToolCallsRepo.callsOfTool")
       )
 
     /** The calls of a run, in the order they were asked for. */
@@ -179,8 +235,38 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
         Traced.withSpan("ToolCallsRepo.cancelRunning")
       )
 
+    /**
+     * One call of a run's step or turn, or of a chat turn, as stored with its
+     * whole result: only the tenant's, and only of that kind of run.
+     */
+    const tenantCall = (tenantId: TenantId, runKind: RunKind, runId: string, scope: string, callId: string) =>
+      sql<CallRow & { readonly fullResult: string | null }>`SELECT ${sql.literal(callColumns)}, full_result
+        FROM tool_calls WHERE tenant_id = ${tenantId} AND run_kind = ${runKind} AND run_id = ${runId}
+          AND scope = ${scope} AND call_id = ${callId}`.pipe(
+        Effect.map((rows) =>
+          Option.map(Option.fromNullishOr(rows[0]), (row) => ({ record: toRecord(row), fullResult: row.fullResult }))
+        ),
+        Traced.withSpan("ToolCallsRepo.tenantCall")
+      )
+
+    /**
+     * Deletes a conversation's chat calls (`scope` is the conversation's):
+     * those of its turns, and those the agents its turns asked made under
+     * the same turn ids (their scopes start with the turn's). How many went.
+     */
+    const forgetChat = (tenantId: TenantId, scope: string) =>
+      sql<{ count: number }>`WITH gone AS (
+          DELETE FROM tool_calls WHERE tenant_id = ${tenantId} AND run_kind = 'chat' AND run_id IN (
+            SELECT run_id FROM tool_calls WHERE tenant_id = ${tenantId} AND run_kind = 'chat' AND scope = ${scope})
+          RETURNING 1)
+        SELECT count(*)::int AS count FROM gone`.pipe(
+        Effect.map((rows) => rows[0]?.count ?? 0),
+        Traced.withSpan("ToolCallsRepo.forgetChat")
+      )
+
     return {
-      storedTurn,
+      loadState,
+      recordCall,
       saveTurn,
       storedCall: (key: LoopKey, callId: string) =>
         Effect.map(
@@ -189,10 +275,11 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
         ),
       startCall,
       finishCall,
-      callsOfTool,
       callsOf,
       fullResult,
-      cancelRunning
+      cancelRunning,
+      tenantCall,
+      forgetChat
     } as const
   })
 }) {

@@ -27,11 +27,22 @@ import { type HttpSettings, policyBounds, type Tool } from "./Tool.ts"
 
 export type { CallErrorKind, Exchange } from "./Call.ts"
 
+/** The Idempotency-Key of a call's requests: the same on every attempt of the call, and no other call's. */
+export const idempotencyKey = (ctx: Pick<CallContext, "runId" | "scope" | "callId">) =>
+  ctx.scope === undefined ? `${ctx.runId}:${ctx.callId}` : `${ctx.runId}:${ctx.scope}:${ctx.callId}`
+
 export interface CallContext {
   readonly tenantId: TenantId
-  /** The run (execution id, team run id, chat turn id) and this call's id: Idempotency-Key is `${runId}:${callId}`. */
+  /** The run (execution id, team run id, chat turn id) and this call's id. */
   readonly runId: string
   readonly callId: string
+  /**
+   * Where in the run the call's loop is (a step id, a team turn), when the
+   * run has several loops: models number calls per loop (`call_1` again in
+   * the next step), so the Idempotency-Key is `${runId}:${scope}:${callId}`,
+   * and `${runId}:${callId}` without one.
+   */
+  readonly scope?: string | undefined
   /** Ids of the agents asking, outermost first, the one calling this tool last. */
   readonly agentChain: ReadonlyArray<string>
   /**
@@ -388,7 +399,7 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
         if (method === "GET") body = undefined
         const common = {
           "user-agent": headers["user-agent"] ?? userAgent,
-          "idempotency-key": `${ctx.runId}:${ctx.callId}`
+          "idempotency-key": idempotencyKey(ctx)
         }
         const traceparent = Traced.isExporting() ? undefined : yield* traceparentOf
 

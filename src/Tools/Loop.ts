@@ -2,11 +2,10 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
-import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type { ChatMessage, ModelReply, ResponseFormat, ToolCall, ToolChoice, ToolSpec } from "../Models/Models.ts"
 import { Metrics } from "../Observability/Observability.ts"
-import { type CallEnd, type LoopKey, type ToolCallRecord, ToolCallsRepo } from "./CallsRepo.ts"
+import { type CallEnd, type LoopKey, type LoopState, type ToolCallRecord, ToolCallsRepo } from "./CallsRepo.ts"
 import { type CallContext, type CallOutcome, ToolInvoker } from "./Invoke.ts"
 import { compile, type Problem, type Validate } from "./JsonSchema.ts"
 import type { Tool } from "./Tool.ts"
@@ -68,17 +67,36 @@ export const requestTokens = (
   model: string,
   request: LoopModelRequest
 ): number => {
-  let tokens = models.countTokens(request.system)
-  for (const message of request.messages) {
-    tokens += models.countTokens(message.content)
-    if (message.role === "assistant" && message.toolCalls !== undefined) {
-      for (const call of message.toolCalls) tokens += models.countTokens(call.name + JSON.stringify(call.arguments))
-    }
-  }
-  for (const tool of request.tools ?? []) {
-    tokens += models.countTokens(tool.name + tool.description + JSON.stringify(tool.parameters))
-  }
+  let tokens = systemTokens(models, request.system)
+  for (const message of request.messages) tokens += counted(models, message)
+  for (const tool of request.tools ?? []) tokens += counted(models, tool)
   return models.promptEstimate(model, tokens, request.messages.length + (request.system === "" ? 0 : 1))
+}
+
+// A loop asks the model again with the same messages and tools plus the calls' results, and an agent's
+// system prompt is the same from one request to the next: each is counted once.
+const countedParts = new WeakMap<ChatMessage | ToolSpec, number>()
+const counted = (models: { readonly countTokens: (text: string) => number }, part: ChatMessage | ToolSpec) => {
+  let tokens = countedParts.get(part)
+  if (tokens === undefined) {
+    if ("role" in part) {
+      tokens = models.countTokens(part.content)
+      if (part.role === "assistant" && part.toolCalls !== undefined) {
+        for (const call of part.toolCalls) tokens += models.countTokens(call.name + JSON.stringify(call.arguments))
+      }
+    } else tokens = models.countTokens(part.name + part.description + JSON.stringify(part.parameters))
+    countedParts.set(part, tokens)
+  }
+  return tokens
+}
+const systemPrompts = new Map<string, number>()
+const systemTokens = (models: { readonly countTokens: (text: string) => number }, system: string) => {
+  let tokens = systemPrompts.get(system)
+  if (tokens === undefined) {
+    if (systemPrompts.size >= 256) systemPrompts.clear()
+    systemPrompts.set(system, (tokens = models.countTokens(system)))
+  }
+  return tokens
 }
 
 export interface LoopInput<E, R> {
@@ -102,6 +120,12 @@ export interface LoopInput<E, R> {
    * with `invalidOutput`.
    */
   readonly responseFormat?: ResponseFormat | undefined
+  /**
+   * What tells this loop's calls from those of the run's other loops in
+   * their Idempotency-Key (CallContext.scope): by default a durable loop's
+   * scope (a step id, a team turn); none for a chat turn, a run of its own.
+   */
+  readonly idempotencyScope?: string | undefined
 }
 
 export interface LoopOutcome {
@@ -165,11 +189,16 @@ export const cutTo = (text: string, maxBytes: number): { readonly text: string; 
   }
 }
 
-const specOf = (tool: Tool): ToolSpec => ({
-  name: tool.name,
-  description: tool.description,
-  parameters: tool.parameters
-})
+// One spec per tool as read (tools are cached as read): its tokens are counted once, its model tool made once.
+const specs = new WeakMap<Tool, ToolSpec>()
+const specOf = (tool: Tool): ToolSpec => {
+  let spec = specs.get(tool)
+  if (spec === undefined) {
+    spec = { name: tool.name, description: tool.description, parameters: tool.parameters }
+    specs.set(tool, spec)
+  }
+  return spec
+}
 
 const refusedOutcome = (errorKind: string, output: string): CallOutcome => ({
   ok: false,
@@ -188,8 +217,9 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
       Effect.gen(function* () {
         const { key } = input
         const byName = new Map(input.tools.map((tool) => [tool.name, tool]))
-        const specs = input.tools.length === 0 ? undefined : input.tools.map(specOf)
+        const offered = input.tools.length === 0 ? undefined : input.tools.map(specOf)
         const maxCalls = input.maxToolCallsPerTurn ?? defaultMaxToolCallsPerTurn
+        const idempotencyScope = input.idempotencyScope ?? (input.durable ? key.scope : undefined)
         const emit = input.emit ?? (() => Effect.void)
         const messages: Array<ChatMessage> = [...input.messages]
         const calls: Array<ToolCallRecord> = []
@@ -201,6 +231,9 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
         let invalid = 0
         let stopped: string | undefined
         let retriedOutput = false
+        // What an earlier run of this loop kept, read once (nothing to read without tools).
+        let state: LoopState | undefined =
+          input.durable && offered !== undefined ? yield* Effect.orDie(repo.loadState(key)) : undefined
 
         /**
          * Makes (or refuses, as `plan` says) one call; its record. A call's
@@ -215,16 +248,18 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
           refusal: CallOutcome | undefined
         ) =>
           Effect.gen(function* () {
-            const attempts = yield* Effect.orDie(
-              repo.startCall(key, {
-                callId: call.id,
-                turn,
-                seq,
-                toolId: tool?.id ?? null,
-                toolName: call.name,
-                arguments: call.arguments
-              })
-            )
+            const started = {
+              callId: call.id,
+              turn,
+              seq,
+              toolId: tool?.id ?? null,
+              toolName: call.name,
+              arguments: call.arguments
+            }
+            // Only a durable run's call is kept as running while it is made: that is what is made again after a
+            // crash. A refused call, or a chat turn's, is written once, when it has ended.
+            const inFlight = input.durable && refusal === undefined
+            const attempts = inFlight ? yield* Effect.orDie(repo.startCall(key, started)) : 1
             yield* emit({
               type: "tool.called",
               scope: key.scope,
@@ -242,14 +277,18 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
                   input.durable
                     ? Effect.void
                     : Effect.ignore(
-                        repo.finishCall(key, call.id, {
-                          status: "cancelled",
-                          result: null,
-                          fullResult: null,
-                          error: "Cancelled",
-                          errorKind: "cancelled",
-                          durationMs: Date.now() - startedAt
-                        })
+                        repo.recordCall(
+                          key,
+                          { ...started, startedAt: new Date(startedAt) },
+                          {
+                            status: "cancelled",
+                            result: null,
+                            fullResult: null,
+                            error: "Cancelled",
+                            errorKind: "cancelled",
+                            durationMs: Date.now() - startedAt
+                          }
+                        )
                       )
                 )
               ))
@@ -263,7 +302,11 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
               errorKind: outcome.ok ? null : (outcome.errorKind ?? "error"),
               durationMs: refusal === undefined ? outcome.durationMs : Date.now() - startedAt
             }
-            yield* Effect.orDie(repo.finishCall(key, call.id, end))
+            yield* Effect.orDie(
+              inFlight
+                ? repo.finishCall(key, call.id, end)
+                : repo.recordCall(key, { ...started, startedAt: new Date(startedAt) }, end)
+            )
             const record: ToolCallRecord = {
               callId: call.id,
               tool: call.name,
@@ -293,31 +336,30 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
           })
 
         /** Why a call is not made, if it is not: no such tool, the loop's or the tool's bound reached. */
-        const refusalOf = (call: ToolCall, tool: Tool | undefined, position: number) =>
-          Effect.gen(function* () {
-            if (tool === undefined) {
-              const names = [...byName.keys()].join(", ")
-              return refusedOutcome(
-                "unknown_tool",
-                `There is no tool named ${JSON.stringify(call.name)}${names === "" ? "" : `; the tools are: ${names}`}`
-              )
-            }
-            if (position >= maxCalls) {
-              return refusedOutcome(
-                "limit",
-                `Not made: this turn may make at most ${maxCalls} tool calls (maxToolCallsPerTurn); answer with what you have`
-              )
-            }
-            // This loop's own calls, and (in a run) those of the run's other steps or turns.
-            const elsewhere = input.durable ? yield* Effect.orDie(repo.callsOfTool(key.runId, call.name, key.scope)) : 0
-            if (elsewhere + (admitted.get(call.name) ?? 0) >= tool.policy.maxCallsPerRun) {
-              return refusedOutcome(
-                "limit",
-                `Not made: ${tool.name} may be called at most ${tool.policy.maxCallsPerRun} times in a run (maxCallsPerRun)`
-              )
-            }
-            return undefined
-          })
+        const refusalOf = (call: ToolCall, tool: Tool | undefined, position: number): CallOutcome | undefined => {
+          if (tool === undefined) {
+            const names = [...byName.keys()].join(", ")
+            return refusedOutcome(
+              "unknown_tool",
+              `There is no tool named ${JSON.stringify(call.name)}${names === "" ? "" : `; the tools are: ${names}`}`
+            )
+          }
+          if (position >= maxCalls) {
+            return refusedOutcome(
+              "limit",
+              `Not made: this turn may make at most ${maxCalls} tool calls (maxToolCallsPerTurn); answer with what you have`
+            )
+          }
+          // This loop's own calls, and (in a run) those of the run's other steps or turns.
+          const elsewhere = state?.elsewhere.get(call.name) ?? 0
+          if (elsewhere + (admitted.get(call.name) ?? 0) >= tool.policy.maxCallsPerRun) {
+            return refusedOutcome(
+              "limit",
+              `Not made: ${tool.name} may be called at most ${tool.policy.maxCallsPerRun} times in a run (maxCallsPerRun)`
+            )
+          }
+          return undefined
+        }
 
         // The call's `execute_tool` span is the invoker's.
         const invoke = (tool: Tool, call: ToolCall) =>
@@ -326,6 +368,7 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
               tenantId: key.tenantId,
               runId: key.runId,
               callId: call.id,
+              scope: idempotencyScope,
               agentChain: input.agentChain,
               askAgent: input.askAgent
             })
@@ -340,26 +383,30 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
             )
 
         for (let turn = 0; ; turn++) {
-          const toolChoice: ToolChoice | undefined = specs === undefined ? undefined : stopped ? "none" : "auto"
-          // Without tools a turn has no effect to protect: nothing is kept or read back.
-          const kept =
-            input.durable && specs !== undefined
-              ? yield* Effect.orDie(repo.storedTurn(key, turn))
-              : Option.none<ModelReply>()
+          const toolChoice: ToolChoice | undefined = offered === undefined ? undefined : stopped ? "none" : "auto"
+          const kept = state?.turns.get(turn)
           let reply: ModelReply
-          if (Option.isSome(kept)) reply = kept.value
+          if (kept !== undefined) reply = kept
           else {
             reply = yield* input.callModel({
               system: input.system,
               messages,
-              tools: specs,
+              tools: offered,
               toolChoice,
               ...(input.responseFormat === undefined ? {} : { responseFormat: input.responseFormat })
             })
-            if (input.durable && specs !== undefined) reply = yield* Effect.orDie(repo.saveTurn(key, turn, reply))
+            // Only a reply whose calls will be made is kept: one without calls has no effect to protect, and
+            // asked again after a crash, the model answers again.
+            if (state !== undefined && reply.toolCalls.length > 0 && stopped === undefined) {
+              const saved = yield* Effect.orDie(repo.saveTurn(key, turn, reply))
+              reply = saved.reply
+              // Another attempt of this loop got here first (two nodes briefly ran the same step): its calls
+              // may have ended meanwhile, and are replayed rather than made again.
+              if (!saved.first) state = yield* Effect.orDie(repo.loadState(key))
+            }
           }
           tokens += reply.inputTokens + reply.outputTokens
-          if (reply.toolCalls.length === 0 || stopped !== undefined || specs === undefined) {
+          if (reply.toolCalls.length === 0 || stopped !== undefined || offered === undefined) {
             const format = input.responseFormat
             const problems = format === undefined ? [] : outputProblems(format, reply.text)
             if (problems.length === 0) return { reply, tokens, calls, stopped } satisfies LoopOutcome
@@ -383,16 +430,15 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
           // In order: each call replayed (one that ended before a crash), refused, or to be made.
           const decided: Array<Effect.Effect<ToolCallRecord>> = []
           for (const [i, call] of reply.toolCalls.entries()) {
-            const kept = input.durable ? yield* Effect.orDie(repo.storedCall(key, call.id)) : Option.none()
-            if (Option.isSome(kept) && kept.value.record.status !== "running") {
-              const record = kept.value.record
+            const record = state?.calls.get(call.id)
+            if (record !== undefined && record.status !== "running") {
               if (record.errorKind === "invalid_arguments" || record.errorKind === "unknown_tool") invalid++
               if (record.errorKind !== "limit" && record.errorKind !== "unknown_tool") admit(call.name)
               decided.push(Effect.succeed(record))
               continue
             }
             const tool = byName.get(call.name)
-            const refusal = yield* refusalOf(call, tool, seqBase + i)
+            const refusal = refusalOf(call, tool, seqBase + i)
             if (refusal === undefined) admit(call.name)
             decided.push(oneCall(call, turn, seqBase + i, tool, refusal))
           }

@@ -173,7 +173,7 @@ describe("durable tool calls across a kill -9", () => {
         assert.strictEqual(receiver.requests.length, 2)
         assert.deepStrictEqual(
           receiver.requests.map((r) => [r.path, r.headers["idempotency-key"]]),
-          Array(2).fill(["/orders/A-1", `${executionId}:call_1`])
+          Array(2).fill(["/orders/A-1", `${executionId}:s:call_1`])
         )
         // The model's reply asking for the call was kept before the call: replayed, not asked again.
         assert.strictEqual(fake.requests.filter((r) => r.body.messages.at(-1).role === "user").length, 1)

@@ -91,8 +91,8 @@ describe("durable tool calls when one node of three is lost", () => {
           )
           return { bearer: tenant.bearer, ids }
         })
-        const lookupKey = (id: string) => `${id}:local_call_1`
-        const shipKey = (id: string) => `${id}:local_call_2`
+        const lookupKey = (id: string) => `${id}:b:local_call_1`
+        const shipKey = (id: string) => `${id}:b:local_call_2`
         const keysOf = (receiver: FakeReceiver.FakeReceiver) => {
           const made = new Map<string, number>()
           for (const request of receiver.requests) {

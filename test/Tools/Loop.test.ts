@@ -49,6 +49,40 @@ const execute = (key: string, orchestrationId: string, input: string) =>
 
 layer(TestServer.layer({ webhookAllowPrivate: true }), { excludeTestServices: true })("the tool loop", (it) => {
   describe("in an execution", () => {
+    it.effect("two steps whose model numbers its calls alike send different idempotency keys", () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const receiver = yield* FakeReceiver.make
+          receiver.script({ body: "{}" }, { body: "{}" })
+          const { account, key } = yield* setUp(receiver.url("/orders/{{args.id}}"), "unused")
+          const agents = yield* client.request("GET", "/api/agents", session(account))
+          const agentId = agents.body.data[0].id as string
+          const orchestration = yield* client.request("POST", "/api/orchestrations", {
+            ...session(account),
+            body: {
+              name: "Two lookups",
+              steps: [
+                { id: "first", agentId, prompt: 'call lookup_order {"id": "A-1"}' },
+                { id: "second", agentId, prompt: 'call lookup_order {"id": "A-2"}', dependsOn: ["first"] }
+              ]
+            }
+          })
+          assert.strictEqual(orchestration.status, 201, orchestration.text)
+          const execution = yield* execute(key, orchestration.body.id, "x")
+          assert.strictEqual(execution.status, "completed", JSON.stringify(execution))
+          // Each step's loop calls its first call local_call_1: the key tells them apart by the step.
+          assert.deepStrictEqual(
+            receiver.requests.map((request) => [request.path, request.headers["idempotency-key"]]),
+            [
+              ["/orders/A-1", `${execution.id}:first:local_call_1`],
+              ["/orders/A-2", `${execution.id}:second:local_call_1`]
+            ]
+          )
+        })
+      )
+    )
+
     it.effect(
       "the model calls the tool, the receiver is asked once with the run's idempotency key, the model answers from the result",
       () =>
@@ -66,7 +100,7 @@ layer(TestServer.layer({ webhookAllowPrivate: true }), { excludeTestServices: tr
             const [request] = receiver.requests
             assert.strictEqual(request!.method, "GET")
             assert.strictEqual(request!.path, "/orders/A-1")
-            assert.strictEqual(request!.headers["idempotency-key"], `${execution.id}:local_call_1`)
+            assert.strictEqual(request!.headers["idempotency-key"], `${execution.id}:s:local_call_1`)
             assert.include(execution.output, "lookup_order answered:")
             assert.include(execution.output, "shipped")
             // Counted by kind and outcome, with its duration.

@@ -85,7 +85,7 @@ layer(TestServer.layer({ webhookAllowPrivate: true }), { excludeTestServices: tr
             const [request] = receiver.requests
             assert.strictEqual(request!.method, "GET")
             assert.strictEqual(request!.path, "/orders/A-1")
-            assert.strictEqual(request!.headers["idempotency-key"], `${runId}:local_call_1`)
+            assert.strictEqual(request!.headers["idempotency-key"], `${runId}:turn-0:local_call_1`)
 
             // A answers from the result; B, without tools, speaks as ever and ends the run.
             const [first, second] = run.transcript.data

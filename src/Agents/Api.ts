@@ -11,7 +11,7 @@ import { activeList, DefinitionStatus, Description, Name } from "../Domain/Defin
 import * as Entity from "../Domain/Entity.ts"
 import { eventStream } from "../Domain/EventStream.ts"
 import { AgentId } from "../Domain/Ids.ts"
-import { boundedArray, text } from "../Domain/Input.ts"
+import { boundedArray, Text, text } from "../Domain/Input.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
 import { maxPageSize, PageOf, pageQuery } from "../Domain/Page.ts"
 import {
@@ -26,6 +26,7 @@ import {
   OutputInvalid,
   TooManyStreams
 } from "../Domain/Problems.ts"
+import { ToolCallWithResult } from "../Orchestrations/Api.ts"
 import { ResponseFormat, ResponseFormatInput } from "../Tools/ResponseFormat.ts"
 
 /** A knowledge chunk a grounded chat answer was given, as the chat response names it. */
@@ -150,6 +151,20 @@ export const ChatToolCall = Schema.Struct({
   durationMs: Schema.Int,
   error: Schema.optionalKey(
     Schema.String.annotate({ description: "Only for a failed call: what the model was told (it saw the error)." })
+  ),
+  result: Schema.optionalKey(
+    Schema.String.annotate({
+      description:
+        "Only for a succeeded call: the result as the model saw it, cut at the tool's `maxOutputBytes` (with a marker)."
+    })
+  ),
+  // Optional in the schema only so that a node of the previous version can answer a turn during an upgrade.
+  resultCut: Schema.optionalKey(
+    Schema.Boolean.annotate({
+      description:
+        "Whether `result` was cut; the whole result is at " +
+        "GET /api/v1/agents/{id}/conversations/{conversationId}/turns/{turnId}/tool-calls/{callId}."
+    })
   )
 })
 export type ChatToolCall = typeof ChatToolCall.Type
@@ -164,6 +179,13 @@ export const ChatResponse = Schema.Struct({
       description:
         "Only for an agent with knowledge bases: the chunks the model was given for this message, best " +
         "first ([] when nothing matched)."
+    })
+  ),
+  turnId: Schema.optionalKey(
+    Schema.String.annotate({
+      description:
+        "Only when the turn called tools: the turn's id, under which its calls are kept (read one with its whole " +
+        "result at /api/v1/agents/{id}/conversations/{conversationId}/turns/{turnId}/tool-calls/{callId})."
     })
   ),
   toolCalls: Schema.optionalKey(
@@ -201,6 +223,7 @@ export type Turn = typeof Turn.Type
 export const TurnList = PageOf(Turn)
 
 const conversationParams = { id: AgentId, conversationId: ConversationId }
+const chatToolCallParams = { ...conversationParams, turnId: Text, callId: Text }
 
 // Chat, with an API key or (for the dashboard's playground) a session: one shape, one behaviour.
 /**
@@ -323,6 +346,22 @@ export class AgentsApi extends HttpApiGroup.make("agents")
         errors: "400 on a bad `limit` or `cursor`, 404 when the agent is not the tenant's or has no such conversation."
       })
     ),
+    HttpApiEndpoint.get("toolCall", "/:id/conversations/:conversationId/turns/:turnId/tool-calls/:callId", {
+      params: chatToolCallParams,
+      success: ToolCallWithResult,
+      error: NotFound
+    }).annotateMerge(
+      operation({
+        summary: "Get one tool call of a chat turn with its whole result",
+        description:
+          "A call a chat turn made (`turnId` and `callId` as the chat response names them), with `fullResult`: the " +
+          "whole result, of which the model saw a cut when `resultCut` (the tool's `maxOutputBytes`); null for a " +
+          "call that failed. Kept until the conversation is forgotten.",
+        credential: sessionCredential,
+        errors:
+          "404 when the agent is not the tenant's, or the conversation's turn made no such call (or was forgotten)."
+      })
+    ),
     HttpApiEndpoint.delete("forget", "/:id/conversations/:conversationId", {
       params: conversationParams,
       success: HttpApiSchema.NoContent,
@@ -330,7 +369,9 @@ export class AgentsApi extends HttpApiGroup.make("agents")
     }).annotateMerge(
       operation({
         summary: "Forget a conversation",
-        description: "Deletes the conversation's turns, so the agent no longer remembers them.",
+        description:
+          "Deletes the conversation's turns, so the agent no longer remembers them, and the tool calls its turns " +
+          "made (their records and whole results).",
         credential: sessionCredential,
         errors:
           "404 when the agent is not the tenant's or has no such conversation, 503 when the conversation " +
@@ -362,7 +403,21 @@ export class AgentsV1Api extends HttpApiGroup.make("v1Agents")
       summary: "List active agents",
       description: "The tenant's active agents, without their instructions, a page at a time (`limit`, `cursor`)."
     }),
-    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).annotateMerge(keyOperation("chat", "bearer", chatDoc))
+    HttpApiEndpoint.post("chat", "/:id/chat", chatSpec).annotateMerge(keyOperation("chat", "bearer", chatDoc)),
+    HttpApiEndpoint.get("toolCall", "/:id/conversations/:conversationId/turns/:turnId/tool-calls/:callId", {
+      params: chatToolCallParams,
+      success: ToolCallWithResult,
+      error: NotFound
+    }).annotateMerge(
+      keyOperation("chat", "bearer", {
+        summary: "Get one tool call of a chat turn with its whole result",
+        description:
+          "A call a chat turn made (`turnId` and `callId` as the chat response names them), with `fullResult`: the " +
+          "whole result, of which the model saw a cut when `resultCut` (the tool's `maxOutputBytes`); null for a " +
+          "call that failed.",
+        errors: "404 when the agent is not the tenant's, or the conversation's turn made no such call."
+      })
+    )
   )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/agents")

@@ -25,10 +25,19 @@ import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Agents } from "./Agents.ts"
 import { type ChatRequest, isConversationId, isTurnIndex } from "./Api.ts"
 import { defaultPageSize } from "../Domain/Page.ts"
-import { type ChatEvent, type ChatFailed, Conversation, entityId, makeTurns, type ReplyEvent } from "./Conversation.ts"
+import {
+  type ChatEvent,
+  type ChatFailed,
+  chatScope,
+  Conversation,
+  entityId,
+  makeTurns,
+  type ReplyEvent
+} from "./Conversation.ts"
 import { AgentsRepo } from "./Repo.ts"
 import { policyBounds } from "../Tools/Tool.ts"
 import { defaultMaxToolCallsPerTurn } from "../Tools/Loop.ts"
+import { ToolCallsRepo } from "../Tools/CallsRepo.ts"
 import * as Traced from "../Observability/Traced.ts"
 
 const unreachable = new ServiceUnavailable({ detail: "The conversation could not be reached; try again" })
@@ -68,6 +77,7 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
     const budget = yield* TokenBudget
     const knowledge = yield* KnowledgeSearch
     const clientFor = yield* Conversation.client
+    const toolCalls = yield* ToolCallsRepo
     // Turns of agents without memory: nothing is kept per conversation, so
     // they run here, without a trip through the cluster.
     const stateless = yield* makeTurns
@@ -227,10 +237,31 @@ export class Chat extends Context.Service<Chat>()("agent-host/Chat", {
       if (!removed) return yield* new NotFound({ detail: `No conversation ${conversationId}` })
     })
 
-    return { send, stream, conversations, turns, forget } as const
+    /** One tool call of a turn of the conversation, with its whole result (a failed call's is null). */
+    const toolCall = Traced.fn("Chat.toolCall")(function* (
+      tenantId: TenantId,
+      agentId: AgentId,
+      conversationId: string,
+      turnId: string,
+      callId: string
+    ) {
+      yield* agents.get(tenantId, agentId)
+      const found = yield* toolCalls
+        .tenantCall(tenantId, "chat", turnId, chatScope(agentId, conversationId), callId)
+        .pipe(Effect.orDie)
+      if (Option.isNone(found)) {
+        return yield* new NotFound({
+          detail: `No tool call ${callId} of turn ${turnId} of conversation ${conversationId}`
+        })
+      }
+      const { fullResult, record } = found.value
+      return { ...record, fullResult: record.status === "succeeded" ? (fullResult ?? record.result) : null }
+    })
+
+    return { send, stream, conversations, turns, forget, toolCall } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer])
+    Layer.provide([Agents.layer, AgentsRepo.layer, TokenBudget.layer, KnowledgeSearch.layer, ToolCallsRepo.layer])
   )
 }

@@ -2,6 +2,7 @@ import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
@@ -12,13 +13,13 @@ import { isSqlError } from "effect/sql/SqlError"
 import { isTransient, retryTransient } from "../Database/Errors.ts"
 import { Plan } from "../Auth/Api.ts"
 import { costOfFailure, type Reservation, TokenBudget } from "../Billing/Budget.ts"
-import type { AgentId, TenantId } from "../Domain/Ids.ts"
+import { type AgentId, newId, type TenantId } from "../Domain/Ids.ts"
 import type { TokenBudgetSpent } from "../Domain/Problems.ts"
 import { storable } from "../Domain/Text.ts"
 import { citations, fitSources, GroundingSource, withSources } from "../Knowledge/Grounding.ts"
 import { type ChatMessage, type ModelError, type ModelReply, Models, type ToolSpec } from "../Models/Models.ts"
 import { AgentTools } from "../Tools/AgentTools.ts"
-import type { LoopKey, ToolCallRecord } from "../Tools/CallsRepo.ts"
+import { type LoopKey, type ToolCallRecord, ToolCallsRepo } from "../Tools/CallsRepo.ts"
 import { describeProblems, type LoopModelRequest, requestTokens, type ToolEvent, ToolLoop } from "../Tools/Loop.ts"
 import { ResponseFormat } from "../Tools/ResponseFormat.ts"
 import type { Tool } from "../Tools/Tool.ts"
@@ -126,6 +127,13 @@ export const Conversation = Entity.make("Conversation", [Send, StreamReply, Forg
 export const entityId = (tenantId: string, agentId: string, conversationId: string) =>
   `${tenantId}/${agentId}/${conversationId}`
 
+/**
+ * The scope of a conversation's tool calls: each turn's are recorded under
+ * the turn's own id (`turnId`) and this, so they are read by conversation and
+ * turn, and forgotten with the conversation.
+ */
+export const chatScope = (agentId: string, conversationId: string) => `${agentId}/${conversationId}`
+
 interface StoredTurn {
   readonly message: string
   readonly reply: string
@@ -165,7 +173,9 @@ const callSummary = (record: ToolCallRecord): ChatToolCall => ({
   tool: record.tool,
   status: record.status === "succeeded" ? "succeeded" : "failed",
   durationMs: record.durationMs ?? 0,
-  ...(record.status === "succeeded" || record.error === null ? {} : { error: record.error })
+  ...(record.status === "succeeded" || record.error === null ? {} : { error: record.error }),
+  ...(record.status === "succeeded" && record.result !== null ? { result: record.result } : {}),
+  resultCut: record.resultCut
 })
 
 /**
@@ -200,6 +210,7 @@ export const makeTurns = Effect.gen(function* () {
   const tokenBudget = yield* TokenBudget
   const agentTools = yield* AgentTools
   const loop = yield* ToolLoop
+  const toolCalls = yield* ToolCallsRepo
   // Only the newest turns whose tokens fit the model's whole context budget
   // (the most any prompt can carry) are held, oldest first; older turns stay
   // in Postgres. Loaded on the first message that needs them; the entity is
@@ -350,14 +361,16 @@ export const makeTurns = Effect.gen(function* () {
     reply: ModelReply,
     tokens: number,
     sources: ReadonlyArray<GroundingSource> | undefined,
-    calls: ReadonlyArray<ToolCallRecord> = []
+    loopOutcome?: { readonly turnId: string; readonly calls: ReadonlyArray<ToolCallRecord> }
   ): ChatResponse => ({
     reply: reply.text,
     conversationId: input.conversationId,
     tokens,
     model: reply.model,
     ...(sources === undefined ? {} : { sources: citations(sources) }),
-    ...(calls.length === 0 ? {} : { toolCalls: calls.map(callSummary) })
+    ...(loopOutcome === undefined || loopOutcome.calls.length === 0
+      ? {}
+      : { turnId: loopOutcome.turnId, toolCalls: loopOutcome.calls.map(callSummary) })
   })
 
   /** The agent's active tools; an agent without any costs no statement. */
@@ -373,8 +386,9 @@ export const makeTurns = Effect.gen(function* () {
    * one fails the turn as it refuses a turn without tools) and settles its
    * tokens when it answers. `first` is a reservation already made for the
    * first call (a streamed turn's, made before its response starts). The
-   * calls are recorded under a run id of the turn's own, runKind `chat`, and
-   * not replayed: a turn cut short is retried by its caller.
+   * calls are recorded under the turn's own id (`turnId`, the run id) and
+   * the conversation's scope (`chatScope`), runKind `chat`, and not
+   * replayed: a turn cut short is retried by its caller.
    */
   const runLoop = (
     input: TurnInput,
@@ -388,8 +402,8 @@ export const makeTurns = Effect.gen(function* () {
     const key: LoopKey = {
       tenantId: input.tenantId as TenantId,
       runKind: "chat",
-      runId: crypto.randomUUID(),
-      scope: "chat"
+      runId: newId(),
+      scope: chatScope(input.agentId, input.conversationId)
     }
     let inputTokens = 0
     let outputTokens = 0
@@ -427,7 +441,7 @@ export const makeTurns = Effect.gen(function* () {
       .pipe(
         Effect.flatMap((outcome) =>
           outcome.invalidOutput === undefined
-            ? Effect.succeed({ ...outcome, turnTokens: { inputTokens, outputTokens } })
+            ? Effect.succeed({ ...outcome, turnId: key.runId, turnTokens: { inputTokens, outputTokens } })
             : Effect.fail(
                 new ChatFailed({
                   reason: "InvalidOutput",
@@ -471,7 +485,7 @@ export const makeTurns = Effect.gen(function* () {
       Effect.flatMap(restore(runLoop(input, tools, request, options)), (outcome) =>
         Effect.as(
           remember(input, outcome.reply, outcome.turnTokens, createdAt),
-          toResponse(input, outcome.reply, outcome.tokens, sources, outcome.calls)
+          toResponse(input, outcome.reply, outcome.tokens, sources, outcome)
         )
       )
     )
@@ -614,10 +628,19 @@ export const makeTurns = Effect.gen(function* () {
           return Stream.concat(Stream.succeed<ChatEvent>({ _tag: "Started" }), reply)
         })
       ),
+    // The conversation's tool calls go with its turns; an agent without memory keeps no turns, only calls.
     forget: Traced.fn("Conversation.forget")(function* (payload: typeof Forget.payloadSchema.Type) {
       history = undefined
       held = 0
-      return yield* repo.forget(payload.tenantId as TenantId, payload.agentId as AgentId, payload.conversationId)
+      const removed = yield* repo.forget(
+        payload.tenantId as TenantId,
+        payload.agentId as AgentId,
+        payload.conversationId
+      )
+      const calls = yield* toolCalls
+        .forgetChat(payload.tenantId as TenantId, chatScope(payload.agentId, payload.conversationId))
+        .pipe(Effect.orDie)
+      return removed || calls > 0
     })
   } as const
 })
@@ -636,4 +659,4 @@ export const layer = Conversation.toLayer(
     })
   ),
   { maxIdleTime: "2 minutes" }
-)
+).pipe(Layer.provide(ToolCallsRepo.layer))

@@ -75,6 +75,9 @@ export const AgentsHttp = HttpApiBuilder.group(
       conversations: forTenant((tenantId, { params, query }) => chat.conversations(tenantId, params.id, query)),
       turns: forTenant((tenantId, { params, query }) => chat.turns(tenantId, params.id, params.conversationId, query)),
       forget: forTenant((tenantId, { params }) => chat.forget(tenantId, params.id, params.conversationId)),
+      toolCall: forTenant((tenantId, { params }) =>
+        chat.toolCall(tenantId, params.id, params.conversationId, params.turnId, params.callId)
+      ),
       chat: chatHandler(chat, streams)
     })
   })
@@ -91,6 +94,9 @@ export const AgentsV1Http = HttpApiBuilder.group(
     return handlers.handleAll({
       list: forTenant((tenantId, { query }) =>
         Effect.map(agents.list(tenantId, query, { activeOnly: true }), listJson)
+      ),
+      toolCall: forTenant((tenantId, { params }) =>
+        chat.toolCall(tenantId, params.id, params.conversationId, params.turnId, params.callId)
       ),
       chat: chatHandler(chat, streams)
     })

@@ -22,6 +22,7 @@ import { Text, text } from "../Domain/Input.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
 import { BadRequest, Conflict, NotFound, QuotaReached, TooManyStreams } from "../Domain/Problems.ts"
 import { RunStatus, runEventStream, runTimeoutMs, runTotals, startErrors, startHeaders } from "../Domain/RunApi.ts"
+import { ToolCallWithResult } from "../Orchestrations/Api.ts"
 import { ToolCallRecord } from "../Tools/ToolCall.ts"
 import { webhookEndpoints, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
@@ -233,6 +234,7 @@ export const runEventNames = teamRunEvents.names
 export const RunEvents = teamRunEvents.events
 
 const runParams = { id: TeamId, runId: Text }
+const toolCallParams = { ...runParams, turn: Text, callId: Text }
 
 // The documentation of the run routes, which the management and the key-authenticated groups share.
 const runDocs = {
@@ -269,6 +271,14 @@ const runDocs = {
       "The run's transcript, oldest turn first, a page at a time (`limit`, `cursor`); a turn that called " +
       "tools lists them in `toolCalls`.",
     errors: "400 on a bad `limit` or `cursor`, 404 when the team or the run is not the tenant's."
+  },
+  toolCall: {
+    summary: "Get one tool call of a turn with its whole result",
+    description:
+      "A call the turn (`turn`: its transcript `index`) made, as its transcript entry's `toolCalls` shows it, with " +
+      "`fullResult`: the whole result, of which the model saw a cut when `resultCut` (the tool's `maxOutputBytes`); " +
+      "null for a call that failed.",
+    errors: "404 when the team or the run is not the tenant's, or the run's turn made no such call."
   },
   cancel: {
     summary: "Cancel a team run",
@@ -391,6 +401,11 @@ export class TeamsApi extends HttpApiGroup.make("teams")
       success: Transcript,
       error: [NotFound, BadRequest]
     }).annotateMerge(operation({ ...runDocs.transcript, credential: sessionCredential })),
+    HttpApiEndpoint.get("toolCall", "/:id/runs/:runId/turns/:turn/tool-calls/:callId", {
+      params: toolCallParams,
+      success: ToolCallWithResult,
+      error: NotFound
+    }).annotateMerge(operation({ ...runDocs.toolCall, credential: sessionCredential })),
     HttpApiEndpoint.post("cancel", "/:id/runs/:runId/cancel", {
       params: runParams,
       success: TeamRun.pipe(HttpApiSchema.status(202)),
@@ -441,6 +456,11 @@ const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header
       success: envelope(Transcript),
       error: [NotFound, BadRequest]
     }).annotateMerge(keyOperation("teams", via, runDocs.transcript)),
+    HttpApiEndpoint.get("toolCall", "/:id/runs/:runId/turns/:turn/tool-calls/:callId", {
+      params: toolCallParams,
+      success: envelope(ToolCallWithResult),
+      error: NotFound
+    }).annotateMerge(keyOperation("teams", via, runDocs.toolCall)),
     HttpApiEndpoint.post("cancel", "/:id/runs/:runId/cancel", {
       params: runParams,
       success: envelope(TeamRun).pipe(HttpApiSchema.status(202)),

@@ -36,6 +36,16 @@ const runHandlers = (runs: TeamRuns["Service"]) => ({
     runs.transcript(tenantId, params.id, params.runId, query)
   ),
   cancel: forTenant((tenantId, { params }: RunParams) => runs.cancel(tenantId, params.id, params.runId)),
+  toolCall: forTenant(
+    (
+      tenantId,
+      {
+        params
+      }: {
+        readonly params: { readonly id: string; readonly runId: string; readonly turn: string; readonly callId: string }
+      }
+    ) => runs.toolCall(tenantId, params.id, params.runId, params.turn, params.callId)
+  ),
   events: forTenant(
     (
       tenantId,
@@ -90,6 +100,7 @@ const keyHandlers = Effect.gen(function* () {
     runs: enveloped(handlers.runs),
     getRun: enveloped(handlers.getRun),
     transcript: enveloped(handlers.transcript),
+    toolCall: enveloped(handlers.toolCall),
     cancel: enveloped(handlers.cancel),
     events
   }

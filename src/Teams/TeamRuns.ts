@@ -140,6 +140,25 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return yield* withToolCalls(tenantId, runId, page)
     })
 
+    /** One tool call of a turn of the run, with its whole result (a failed call's is null). */
+    const toolCall = Traced.fn("TeamRuns.toolCall")(function* (
+      tenantId: TenantId,
+      teamId: string,
+      runId: string,
+      turn: string,
+      callId: string
+    ) {
+      yield* findRun(tenantId, teamId, runId)
+      const found = isTranscriptIndex(turn)
+        ? yield* toolCalls.tenantCall(tenantId, "team_run", runId, turnScope(Number(turn)), callId).pipe(Effect.orDie)
+        : Option.none()
+      if (Option.isNone(found)) {
+        return yield* new NotFound({ detail: `No tool call ${callId} of turn ${turn} of run ${runId}` })
+      }
+      const { fullResult, record } = found.value
+      return { ...record, fullResult: record.status === "succeeded" ? (fullResult ?? record.result) : null }
+    })
+
     const findRun = Traced.fn("TeamRuns.find")(function* (tenantId: TenantId, teamId: string, runId: string) {
       const run = yield* repo.getRun(tenantId, teamId, runId)
       if (Option.isNone(run)) return yield* new NotFound({ detail: `No run ${runId} of team ${teamId}` })
@@ -227,7 +246,7 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       )
     })
 
-    return { start, get, list, transcript, cancel, cancelUnfinished, events, sweeps } as const
+    return { start, get, list, transcript, toolCall, cancel, cancelUnfinished, events, sweeps } as const
   })
 }) {
   /** The sweeps of team runs (DurableRuns.sweeper), a cluster singleton. */

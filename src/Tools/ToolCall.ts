@@ -21,7 +21,9 @@ export const ToolCallRecord = Schema.Struct({
   attempts: Schema.Int.annotate({ description: "Times the call was made: 2 when a crash interrupted the first." }),
   durationMs: Schema.NullOr(Schema.Int),
   startedAt: Schema.Date,
-  scope: Schema.String.annotate({ description: "The step id, the team turn or `chat`." }),
+  scope: Schema.String.annotate({
+    description: "The step id, the team turn (`turn-N`), or for a chat turn `<agentId>/<conversationId>`."
+  }),
   turn: Schema.Int.annotate({ description: "The model's turn in the loop that asked for the call, from 0." })
 }).annotate({ identifier: "ToolCall" })
 export type ToolCallRecord = typeof ToolCallRecord.Type

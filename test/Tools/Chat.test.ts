@@ -85,7 +85,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { webhookAllowPrivate: true }), 
             Effect.gen(function* () {
               const receiver = yield* FakeReceiver.make
               receiver.script({ body: order })
-              const { account, chat, turns } = yield* setUp({ receiver })
+              const { account, agentId, chat, turns } = yield* setUp({ receiver })
               const message = 'Where is my order? call lookup_order {"id": "A-1"}'
               const first = yield* chat({ message, conversationId: "c-1" })
               assert.strictEqual(first.status, 200, first.text)
@@ -93,7 +93,14 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { webhookAllowPrivate: true }), 
               assert.include(first.body.reply, "shipped")
               assert.strictEqual(first.body.toolCalls.length, 1)
               const [call] = first.body.toolCalls
-              assert.deepStrictEqual(Object.keys(call).sort(), ["callId", "durationMs", "status", "tool"])
+              assert.deepStrictEqual(Object.keys(call).sort(), [
+                "callId",
+                "durationMs",
+                "result",
+                "resultCut",
+                "status",
+                "tool"
+              ])
               assert.strictEqual(call.callId, "local_call_1")
               assert.strictEqual(call.tool, "lookup_order")
               assert.strictEqual(call.status, "succeeded")
@@ -119,7 +126,7 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { webhookAllowPrivate: true }), 
               assert.deepInclude(records[0], {
                 runId: idempotencyKey.split(":")[0],
                 runKind: "chat",
-                scope: "chat",
+                scope: `${agentId}/c-1`,
                 status: "succeeded"
               })
               assert.include(records[0]!.result, "shipped")

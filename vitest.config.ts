@@ -11,7 +11,8 @@ const alone = [
   "test/Cluster/MultiNode.test.ts",
   "test/Cluster/RunnerAuth.test.ts",
   "test/Tools/CrashRecovery.test.ts",
-  "test/Tools/Failover.test.ts"
+  "test/Tools/Failover.test.ts",
+  "test/Tools/TeamCrashRecovery.test.ts"
 ]
 
 export default defineConfig({

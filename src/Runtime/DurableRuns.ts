@@ -21,6 +21,7 @@ import { ClusterTables, type StartMessage } from "./ClusterStorage.ts"
 import { RunSignals } from "./RunSignals.ts"
 import { refuseRunning, RunSlots } from "./RunSlots.ts"
 import type { RunKind } from "./RunSlotsRepo.ts"
+import { ToolCallsRepo } from "../Tools/CallsRepo.ts"
 
 // The machinery every durable run shares (executions, team runs): a run is a
 // row of its feature's read model plus a workflow of effect's cluster. The
@@ -329,6 +330,7 @@ export const runsOf = <
     const runSlots = yield* RunSlots
     const signals = yield* RunSignals
     const calls = yield* workflowCalls(kind.workflow, kind.payload)
+    const toolCalls = yield* ToolCallsRepo
     const { repo } = kind
     const finalEvents: ReadonlySet<string> = new Set(kind.finalEvents)
 
@@ -497,7 +499,8 @@ export const runsOf = <
         )
       ),
       unpruned: (limit) => repo.unpruned(Duration.toSeconds(kind.retention(config)), limit),
-      prune: (ids) => calls.prune(ids, repo.markPruned(ids))
+      // The tool loops' kept replies are replay state too: a pruned run is never run again. Its calls' records stay.
+      prune: (ids) => calls.prune(ids, Effect.andThen(repo.markPruned(ids), Effect.orDie(toolCalls.forgetTurns(ids))))
     })
 
     return { accept, withWaiting, stop, follow, sweeps } as const

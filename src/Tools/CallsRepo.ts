@@ -155,11 +155,7 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
      * one, or a chat turn's (not replayed, so nothing needs to know it is
      * running). A record there already is replaced.
      */
-    const recordCall = (
-      key: LoopKey,
-      call: CallStart & { readonly startedAt: Date },
-      end: CallEnd
-    ) =>
+    const recordCall = (key: LoopKey, call: CallStart & { readonly startedAt: Date }, end: CallEnd) =>
       sql`INSERT INTO tool_calls
           (run_id, scope, call_id, tenant_id, run_kind, turn, seq, tool_id, tool_name, arguments, status,
            result, full_result, error, error_kind, duration_ms, started_at, finished_at)
@@ -186,10 +182,7 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
      * Records a call as running; one found running (its node died during
      * it) is counted as attempted once more. Returns the attempt.
      */
-    const startCall = (
-      key: LoopKey,
-      call: CallStart
-    ) =>
+    const startCall = (key: LoopKey, call: CallStart) =>
       sql<{ attempts: number }>`INSERT INTO tool_calls
           (run_id, scope, call_id, tenant_id, run_kind, turn, seq, tool_id, tool_name, arguments, status)
         VALUES (${key.runId}, ${key.scope}, ${call.callId}, ${key.tenantId}, ${key.runKind}, ${call.turn},
@@ -226,6 +219,15 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
         Effect.map((rows) => (rows.length === 0 ? Option.none() : Option.some(rows[0]!.result))),
         Traced.withSpan("ToolCallsRepo.fullResult")
       )
+
+    /** The kept replies of these runs' loops, once the runs can never run again (pruned). */
+    const forgetTurns = (runIds: ReadonlyArray<string>) =>
+      runIds.length === 0
+        ? Effect.void
+        : sql`DELETE FROM tool_loop_turns WHERE run_id IN ${sql.in(runIds)}`.pipe(
+            Effect.asVoid,
+            Traced.withSpan("ToolCallsRepo.forgetTurns")
+          )
 
     /** Calls still running in a run that was cancelled: they were stopped. */
     const cancelRunning = (runId: string) =>
@@ -278,6 +280,7 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
       callsOf,
       fullResult,
       cancelRunning,
+      forgetTurns,
       tenantCall,
       forgetChat
     } as const

@@ -5,7 +5,9 @@ import { Executions } from "../../src/Orchestrations/Executions.ts"
 import { ExecutionWorkflow } from "../../src/Orchestrations/ExecutionWorkflow.ts"
 import { eventually } from "../support/Eventually.ts"
 import { FakeOpenAi, openaiKey } from "../support/FakeOpenAi.ts"
+import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
+import { lookupTool } from "../support/Tools.ts"
 import { TestClient } from "../support/TestServer.ts"
 
 // Finished executions' workflow messages are due at once (retention zero).
@@ -104,6 +106,68 @@ describe("pruning finished executions' workflow messages", () => {
           assert.strictEqual(yield* executions.prune, 0)
         }),
       { timeout: 30_000 }
+    )
+  })
+})
+
+describe("pruning a finished execution's tool loop", () => {
+  layer(
+    Executions.layer.pipe(
+      Layer.provideMerge(TestServer.layer({ webhookAllowPrivate: true, executionMessagesRetention: Duration.zero }))
+    ),
+    { excludeTestServices: true }
+  )((it) => {
+    it.effect("deletes the loop's kept replies with the workflow's messages, and keeps the calls' records", () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const executions = yield* Executions
+          const sql = yield* SqlClient.SqlClient
+          const receiver = yield* FakeReceiver.make
+          receiver.script({ body: JSON.stringify({ id: "A-1", status: "shipped" }) })
+          const account = yield* TestServer.signUp()
+          const { key } = yield* TestServer.createKey(account, ["execute", "read"])
+          const tool = yield* client.request("POST", "/api/tools", {
+            headers: TestServer.bearer(account.token),
+            body: lookupTool(receiver.url("/orders/{{args.id}}"))
+          })
+          assert.strictEqual(tool.status, 201, tool.text)
+          const agent = yield* TestServer.createAgent(account, { model: "local", toolIds: [tool.body.id] })
+          const orchestration = yield* client.request("POST", "/api/orchestrations", {
+            headers: TestServer.bearer(account.token),
+            body: { name: "Lookup", steps: [{ id: "s", agentId: agent.id, prompt: 'call lookup_order {"id": "A-1"}' }] }
+          })
+          assert.strictEqual(orchestration.status, 201, orchestration.text)
+          const started = yield* client.request("POST", `/api/v1/orchestrations/${orchestration.body.id}/execute`, {
+            headers: TestServer.bearer(key),
+            body: { input: "x" }
+          })
+          assert.strictEqual(started.status, 202, started.text)
+          const id = started.body.executionId as string
+          yield* eventually(
+            Effect.map(
+              client.request("GET", `/api/v1/executions/${id}`, { headers: TestServer.bearer(key) }),
+              (polled) => assert.strictEqual(polled.body.status, "completed", polled.text)
+            ),
+            { timeoutMs: 10_000 }
+          )
+          const kept = () =>
+            sql<{ turns: number; calls: number }>`SELECT
+                (SELECT count(*)::int FROM tool_loop_turns WHERE run_id = ${id}) AS turns,
+                (SELECT count(*)::int FROM tool_calls WHERE run_id = ${id}) AS calls`.pipe(
+              Effect.map((rows) => rows[0]!)
+            )
+          // The reply that asked for the call was kept (the answer after it is not).
+          assert.deepStrictEqual(yield* kept(), { turns: 1, calls: 1 })
+          yield* eventually(
+            Effect.gen(function* () {
+              yield* executions.prune
+              assert.deepStrictEqual(yield* kept(), { turns: 0, calls: 1 })
+            }),
+            { timeoutMs: 10_000 }
+          )
+        })
+      )
     )
   })
 })

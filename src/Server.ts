@@ -38,6 +38,7 @@ import { RunSlots } from "./Runtime/RunSlots.ts"
 import * as SyncDigest from "./Runtime/SyncDigest.ts"
 import * as KnowledgeHttp from "./Knowledge/Http.ts"
 import * as IngestionWorkflow from "./Knowledge/IngestionWorkflow.ts"
+import * as McpHttp from "./Mcp/Server.ts"
 import { Knowledge } from "./Knowledge/Knowledge.ts"
 import { KnowledgeSearch } from "./Knowledge/Search.ts"
 import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
@@ -88,10 +89,7 @@ const DocsLayer = HttpRouter.use(
 
 /** The routes served beside the API's, as (method, template). */
 const extraRoutesOf = (config: AppSettings) => {
-  const extraRoutes: Array<readonly [string, string]> = [
-    ["GET", "/openapi.json"],
-    ["GET", "/docs"]
-  ]
+  const extraRoutes: Array<readonly [string, string]> = [["GET", "/openapi.json"], ["GET", "/docs"], ...McpHttp.routes]
   if (config.metricsEnabled) extraRoutes.push(["GET", "/metrics"])
   if (config.dashboardEnabled) extraRoutes.push(...Dashboard.routes)
   return extraRoutes
@@ -105,6 +103,8 @@ export const RoutesLayer = Layer.unwrap(
     return Layer.mergeAll(
       HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }),
       DocsLayer,
+      // The service as an MCP server at /mcp, with an API key (docs/mcp.md).
+      McpHttp.layer,
       // Prometheus text format, unless METRICS_ENABLED=false; behind METRICS_TOKEN when set.
       config.metricsEnabled ? MetricsHttp.layer : Layer.empty,
       // The dashboard at /app, unless DASHBOARD_ENABLED=false.

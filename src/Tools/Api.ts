@@ -7,7 +7,7 @@ import { operation } from "../Domain/ApiDocs.ts"
 import { ToolId } from "../Domain/Ids.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
 import { PageOf } from "../Domain/Page.ts"
-import { Conflict, NotFound, QuotaReached } from "../Domain/Problems.ts"
+import { BadRequest, Conflict, NotFound, QuotaReached } from "../Domain/Problems.ts"
 import { CallResult, TestCallRequest } from "./Call.ts"
 import { Tool } from "./Tool.ts"
 
@@ -17,7 +17,8 @@ const checked =
   "`parameters` must be a draft-07 JSON Schema of an object; an `http` tool's url may hold `{{args.NAME}}` in " +
   "its path and query only, naming properties of `parameters`, and its host must be one of `allowedHosts` and " +
   "pass the egress guard (no private, loopback, link-local or metadata address unless WEBHOOK_ALLOW_PRIVATE); " +
-  "a `knowledge` tool's bases and an `agent` tool's agent must be the tenant's."
+  "a `knowledge` tool's bases and an `agent` tool's agent must be the tenant's; an `mcp` tool's url passes the " +
+  "same checks and its server must answer `tools/list`."
 
 // Deleting is the routes' own: a tool agents have is refused (409) rather than taken from them.
 const [list, create, get, update] = managementEndpoints({
@@ -30,7 +31,8 @@ const [list, create, get, update] = managementEndpoints({
     create: {
       description:
         "Defines a tool agents may be given: its name and description (what the model sees), the JSON Schema " +
-        "of its arguments, its kind (`http`, `knowledge` or `agent`) with that kind's settings, and its policy.",
+        "of its arguments, its kind (`http`, `knowledge`, `agent` or `mcp`) with that kind's settings, and its " +
+        "policy. An `mcp` tool's server tools are listed when it is saved (docs/mcp.md#agents-use-mcp-servers).",
       errors:
         `400 on invalid fields, each named by its path: ${checked} 409 when the tenant has a tool of that ` +
         "name. 429 when the tenant has as many tools as its plan allows (MAX_TOOLS)."
@@ -81,8 +83,27 @@ const test = HttpApiEndpoint.post("test", "/:id/test", {
   })
 )
 
+const refresh = HttpApiEndpoint.post("refresh", "/:id/refresh", {
+  params: { id: ToolId },
+  success: Tool.json,
+  error: [NotFound, BadRequest]
+}).annotateMerge(
+  operation({
+    summary: "List an MCP tool's server tools again",
+    description:
+      "Lists the tools of an `mcp` tool's server again (`tools/list`, every page) and stores them: their names, " +
+      "descriptions and input schemas, and the name the model calls each by (`exposedAs`). A tool the server " +
+      "added appears; one it removed is no longer offered.",
+    credential: sessionCredential,
+    errors:
+      "400 when the tool is not an `mcp` tool, when the server cannot be reached or does not answer as an MCP " +
+      "server (the detail names its failure), or when a name of `tools` is no longer among the server's. 404 " +
+      "when the tool is not the tenant's."
+  })
+)
+
 export class ToolsApi extends HttpApiGroup.make("tools")
-  .add(list, create, get, update, remove, test)
+  .add(list, create, get, update, remove, test, refresh)
   .middleware(SessionAuth)
   .prefix("/api/tools")
   .annotateMerge(
@@ -90,6 +111,6 @@ export class ToolsApi extends HttpApiGroup.make("tools")
       title: "Tools",
       description:
         "Define the tools a tenant's agents may call: HTTP requests to the tenant's services, searches of its " +
-        "knowledge bases, questions to its other agents."
+        "knowledge bases, questions to its other agents, the tools of MCP servers."
     })
   ) {}

@@ -13,21 +13,31 @@ export const ToolsHttp = HttpApiBuilder.group(
   Traced.fn(function* (handlers) {
     const tools = yield* Tools
     const invoker = yield* ToolInvoker
-    return handlers.handleAll(managementHandlers(tools)).handle(
-      "test",
-      forTenant(
-        Traced.fn("Tools.test")(function* (tenantId, { params, payload }) {
-          const tool = yield* tools.get(tenantId, params.id)
-          const { errorKind, exchange, ...outcome } = yield* invoker.invoke(tool, payload.arguments ?? {}, {
-            tenantId,
-            runId: `test-${Crypto.randomUUID()}`,
-            callId: "test",
-            agentChain: []
+    return handlers
+      .handleAll(managementHandlers(tools))
+      .handle(
+        "test",
+        forTenant(
+          Traced.fn("Tools.test")(function* (tenantId, { params, payload }) {
+            const tool = yield* tools.get(tenantId, params.id)
+            const { errorKind, exchange, ...outcome } = yield* invoker.invoke(tool, payload.arguments ?? {}, {
+              tenantId,
+              runId: `test-${Crypto.randomUUID()}`,
+              callId: "test",
+              agentChain: []
+            })
+            return { ...outcome, ...(errorKind === undefined ? {} : { errorKind }), exchange }
           })
-          return { ...outcome, ...(errorKind === undefined ? {} : { errorKind }), exchange }
-        })
+        )
       )
-    )
+      .handle(
+        "refresh",
+        forTenant(
+          Traced.fn("Tools.refreshRoute")(function* (tenantId, { params }) {
+            return yield* tools.refresh(tenantId, params.id)
+          })
+        )
+      )
   })
 )
 

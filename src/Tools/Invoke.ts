@@ -17,8 +17,10 @@ import { Secrets } from "../Secrets/Secrets.ts"
 import * as Guard from "../Webhooks/Guard.ts"
 import type { CallErrorKind, Exchange, HttpHop, SentRequest } from "./Call.ts"
 import { compileParameters, type Problem, type Validate } from "./JsonSchema.ts"
+import { fillHeaders, headerSecrets, modelTools, resultText, serverToolOf } from "./Mcp.ts"
+import { McpClient } from "./McpClient.ts"
 import { type Found, placeholders } from "./Template.ts"
-import { type HttpSettings, policyBounds, type Tool } from "./Tool.ts"
+import { type HttpSettings, type McpSettings, policyBounds, type Tool } from "./Tool.ts"
 
 // One call of a tool (docs/tools.md#calling-a-tool): the arguments checked
 // against the tool's `parameters`, then the call its kind makes, bounded by
@@ -324,21 +326,25 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
     const secrets = yield* Secrets
     const knowledge = yield* KnowledgeSearch
     const agents = yield* AgentsRepo
+    // Its own sessions, through this guard.
+    const mcp = yield* McpClient.make
 
-    // A tool's schema is compiled once per version (its id and updatedAt); a new version replaces it.
+    // A tool's schema is compiled once per version (its id and updatedAt); a new version replaces it. The model
+    // tools of an mcp tool share its id: each is kept by its name too.
     const compiled = new Map<
       string,
       { readonly updatedAt: number; readonly validate: ReturnType<typeof compileParameters> }
     >()
     const validatorOf = (tool: Tool): Result.Result<Validate, ReadonlyArray<Problem>> => {
       const updatedAt = tool.updatedAt.getTime()
-      const kept = compiled.get(tool.id)
-      compiled.delete(tool.id)
+      const key = tool.settings.kind === "mcp" ? `${tool.id}/${tool.name}` : tool.id
+      const kept = compiled.get(key)
+      compiled.delete(key)
       const entry =
         kept !== undefined && kept.updatedAt === updatedAt
           ? kept
           : { updatedAt, validate: compileParameters(tool.parameters) }
-      compiled.set(tool.id, entry)
+      compiled.set(key, entry)
       if (compiled.size > compiledCapacity) compiled.delete(compiled.keys().next().value!)
       return entry.validate
     }
@@ -555,6 +561,58 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
           : succeeded(reply.success)
       })
 
+    // --- mcp ------------------------------------------------------------------
+
+    /**
+     * A `tools/call` of the server tool `name` (docs/mcp.md#agents-use-mcp-servers): its
+     * content as text, and `isError` a failed call the model reads.
+     */
+    const callMcp = (
+      settings: McpSettings,
+      name: string,
+      args: Arguments,
+      ctx: CallContext,
+      hops: Array<HttpHop>,
+      deadline: number,
+      timeoutMs: number
+    ): Effect.Effect<Done> => {
+      let scrub = (text: string) => text
+      return Effect.gen(function* () {
+        const resolved = yield* Effect.result(secrets.resolve(ctx.tenantId, headerSecrets(settings.headers)))
+        if (Result.isFailure(resolved)) {
+          return failed("error", `${resolved.failure.message}: the tool's headers name it. Nothing was sent.`)
+        }
+        const values = new Map([...resolved.success].map(([name, value]) => [name, Redacted.value(value)] as const))
+        scrub = scrubberOf(values)
+        const headers = fillHeaders(settings.headers, values)
+        const bad = Object.entries(headers).find(([, value]) => !isHeaderValue(value))
+        if (bad !== undefined) {
+          return failed(
+            "error",
+            `The header ${bad[0]} cannot be sent: a secret it names holds a control character or a character ` +
+              "past Latin-1. Nothing was sent."
+          )
+        }
+        const result = yield* Effect.result(
+          mcp.callTool({ url: settings.url, allowedHosts: settings.allowedHosts, headers }, name, args, {
+            deadline,
+            timeoutMessage: `No answer within ${timeoutMs} ms (the tool's policy.timeoutMs)`,
+            idempotencyKey: idempotencyKey(ctx),
+            hops,
+            scrub
+          })
+        )
+        if (Result.isFailure(result)) {
+          const { reason, message } = result.failure
+          return failed(reason, message)
+        }
+        const text = resultText(result.success)
+        return (result.success as { readonly isError?: unknown } | null)?.isError === true
+          ? failed("error", text === "" ? `The MCP tool ${name} failed` : text)
+          : succeeded(text)
+      }).pipe(Effect.map((done) => ({ ...done, output: scrub(done.output) })))
+    }
+
     // --- one call ---------------------------------------------------------------
 
     const requiredText = (tool: Tool, args: Arguments, name: string, what: string): Result.Result<string, Done> => {
@@ -577,6 +635,8 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
         const exchange = (): Exchange => {
           switch (settings.kind) {
             case "http":
+            case "mcp":
+              // An MCP call is HTTP too: its POSTs (initialize, tools/call...) and their answers.
               return { kind: "http", requests: [...hops] }
             case "knowledge":
               return {
@@ -618,6 +678,27 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
               const message = requiredText(tool, args, "message", "the message to the agent")
               if (Result.isFailure(message)) return message.failure
               return yield* callAgent(settings.agentId, message.success, ctx)
+            }
+            case "mcp": {
+              const name = serverToolOf(tool)
+              if (name !== undefined) {
+                return yield* callMcp(settings, name, args, ctx, hops, deadline, tool.policy.timeoutMs)
+              }
+              // The tool itself, as the test route calls it: `tool` names one of its exposed server tools.
+              const wanted = args.tool
+              const found = settings.serverTools.find(
+                (one) => one.exposedAs !== null && (one.name === wanted || one.exposedAs === wanted)
+              )
+              if (found === undefined) {
+                const names = modelTools(tool).map((one) => one.name)
+                return failed(
+                  "invalid_arguments",
+                  'Expected { "tool": NAME, "arguments": { ... } } naming one of the server\'s exposed tools: ' +
+                    (names.length === 0 ? "none is exposed" : names.join(", "))
+                )
+              }
+              const inner = isPlainObject(args.arguments) ? args.arguments : {}
+              return yield* callMcp(settings, found.name, inner, ctx, hops, deadline, tool.policy.timeoutMs)
             }
           }
         }).pipe(

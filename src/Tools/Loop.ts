@@ -8,6 +8,7 @@ import { Metrics } from "../Observability/Observability.ts"
 import { type CallEnd, type LoopKey, type LoopState, type ToolCallRecord, ToolCallsRepo } from "./CallsRepo.ts"
 import { type CallContext, type CallOutcome, ToolInvoker } from "./Invoke.ts"
 import { compile, type Problem, type Validate } from "./JsonSchema.ts"
+import { modelTools } from "./Mcp.ts"
 import type { Tool } from "./Tool.ts"
 
 /**
@@ -216,8 +217,10 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
     const run = <E, R>(input: LoopInput<E, R>): Effect.Effect<LoopOutcome, E, R> =>
       Effect.gen(function* () {
         const { key } = input
-        const byName = new Map(input.tools.map((tool) => [tool.name, tool]))
-        const offered = input.tools.length === 0 ? undefined : input.tools.map(specOf)
+        // An mcp tool is one model tool per exposed server tool (Mcp.ts).
+        const tools = input.tools.flatMap(modelTools)
+        const byName = new Map(tools.map((tool) => [tool.name, tool]))
+        const offered = tools.length === 0 ? undefined : tools.map(specOf)
         const maxCalls = input.maxToolCallsPerTurn ?? defaultMaxToolCallsPerTurn
         const idempotencyScope = input.idempotencyScope ?? (input.durable ? key.scope : undefined)
         const emit = input.emit ?? (() => Effect.void)

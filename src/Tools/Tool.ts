@@ -27,7 +27,7 @@ export const ToolDescription = text(
   Schema.isMaxLength(maxDescriptionChars)
 ).annotate({ description: "What the tool does and when to use it: the model reads it to decide." })
 
-export const ToolKind = Schema.Literals(["http", "knowledge", "agent"])
+export const ToolKind = Schema.Literals(["http", "knowledge", "agent", "mcp"])
 export type ToolKind = typeof ToolKind.Type
 
 // ---------------------------------------------------------------------------
@@ -276,17 +276,87 @@ export const AgentSettingsInput = Schema.Struct({
   agentId: AgentId.check(Schema.isMaxLength(64))
 })
 
+/** The most server tools an `mcp` tool keeps from a listing, and the most it may name in `tools`. */
+export const maxServerTools = 128
+
+/** A tool of an MCP server, as listed when the `mcp` tool was saved or refreshed (docs/mcp.md#agents-use-mcp-servers). */
+export const McpServerTool = Schema.Struct({
+  name: Schema.String.annotate({ description: "The server's name for the tool." }),
+  description: Schema.String,
+  inputSchema: JsonSchemaObject,
+  exposedAs: Schema.NullOr(Schema.String).annotate({
+    description:
+      "The name the model calls it by (`<toolName>__<serverToolName>`), or null when it is not exposed: not " +
+      "among `tools`, a name that does not fit, or an input schema that is not accepted (`reason`)."
+  }),
+  reason: Schema.optionalKey(Schema.String)
+})
+export type McpServerTool = typeof McpServerTool.Type
+
+export const McpSettings = Schema.Struct({
+  kind: Schema.Literal("mcp"),
+  url: Schema.String,
+  headers: Schema.Record(Schema.String, Schema.String),
+  allowedHosts: Schema.Array(Schema.String),
+  tools: Schema.Union([Schema.Literal("all"), Schema.Array(Schema.String)]),
+  serverTools: Schema.Array(McpServerTool),
+  listedAt: Schema.String.annotate({ description: "When the server's tools were last listed (ISO 8601)." })
+}).annotate({ description: "The tools of an MCP server (Streamable HTTP), each one tool the model sees." })
+export type McpSettings = typeof McpSettings.Type
+
+const McpUrl = text(
+  Schema.isMinLength(1, { message: "Expected a URL" }),
+  Schema.isMaxLength(settingsBounds.urlChars, {
+    message: `Expected a URL of at most ${settingsBounds.urlChars} characters`
+  }),
+  Schema.makeFilter<string>((value) => !value.includes("{{") || "Expected a URL without placeholders", {
+    expected: "a URL without placeholders"
+  })
+).annotate({
+  description:
+    "The MCP server's Streamable HTTP endpoint (an http(s) URL). Its host must be one of `allowedHosts` and " +
+    "pass the egress guard."
+})
+
+export const McpSettingsInput = Schema.Struct({
+  kind: Schema.Literal("mcp"),
+  url: McpUrl,
+  headers: HttpSettingsInput.fields.headers,
+  allowedHosts: boundedArray(HostName, {
+    min: 1,
+    max: settingsBounds.allowedHosts,
+    tooFew: "Expected at least one host",
+    tooMany: `Expected at most ${settingsBounds.allowedHosts} hosts`,
+    description: "The hosts the server may be reached at: the url's host."
+  }),
+  tools: Schema.optionalKey(
+    Schema.Union([
+      Schema.Literal("all"),
+      boundedArray(text(Schema.isMinLength(1), Schema.isMaxLength(128)), {
+        min: 1,
+        max: maxServerTools,
+        tooFew: "Expected at least one tool name",
+        tooMany: `Expected at most ${maxServerTools} tool names`,
+        description: "Names of the server's tools to expose."
+      })
+    ]).annotate({ description: 'Which of the server\'s tools the model sees: "all" (default) or a list of names.' })
+  )
+})
+
 /** What a call does, by kind, as stored and shown. */
-export const ToolSettings = Schema.Union([HttpSettings, KnowledgeSettings, AgentSettings])
+export const ToolSettings = Schema.Union([HttpSettings, KnowledgeSettings, AgentSettings, McpSettings])
 export type ToolSettings = typeof ToolSettings.Type
 export type HttpSettings = typeof HttpSettings.Type
 
 /** The settings as a client sends them: `kind` says which of the shapes. */
-export const ToolSettingsInput = Schema.Union([HttpSettingsInput, KnowledgeSettingsInput, AgentSettingsInput]).annotate(
-  {
-    description: "What a call does: `kind` (`http`, `knowledge` or `agent`) and that kind's settings."
-  }
-)
+export const ToolSettingsInput = Schema.Union([
+  HttpSettingsInput,
+  KnowledgeSettingsInput,
+  AgentSettingsInput,
+  McpSettingsInput
+]).annotate({
+  description: "What a call does: `kind` (`http`, `knowledge`, `agent` or `mcp`) and that kind's settings."
+})
 export type ToolSettingsInput = typeof ToolSettingsInput.Type
 
 // ---------------------------------------------------------------------------

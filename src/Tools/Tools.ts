@@ -1,7 +1,9 @@
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import { AgentsRepo } from "../Agents/Repo.ts"
 import { Limits } from "../Billing/Limits.ts"
@@ -11,14 +13,18 @@ import type { PageRequest } from "../Domain/Page.ts"
 import { Conflict, invalidFields, NotFound } from "../Domain/Problems.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import * as Traced from "../Observability/Traced.ts"
+import { Secrets } from "../Secrets/Secrets.ts"
 import * as Guard from "../Webhooks/Guard.ts"
 import { compileParameters } from "./JsonSchema.ts"
+import { fillHeaders, headerSecrets, serverToolsOf } from "./Mcp.ts"
+import { McpClient } from "./McpClient.ts"
 import { ToolsRepo } from "./Repo.ts"
 import { argsOf, placeholders } from "./Template.ts"
 import {
   type CreateTool,
   defaultPolicy,
   type HttpSettings,
+  type McpSettings,
   type ToolSettings,
   type ToolSettingsInput,
   type UpdateTool
@@ -51,6 +57,8 @@ const reservedHeaders = new Set([
   "tracestate",
   "b3"
 ])
+
+const mcpHeaders = new Set(["mcp-session-id", "mcp-protocol-version", "accept", "content-type"])
 
 const headerIssues = (headers: Readonly<Record<string, string>>): ReadonlyArray<Issue> => {
   const seen = new Set<string>()
@@ -122,6 +130,9 @@ const urlIssues = (settings: HttpSettings): Result.Result<URL, Issue> => {
   return Result.succeed(url.success)
 }
 
+/** How long listing an MCP server's tools may take when a tool is saved or refreshed. */
+const listTimeoutMs = 10_000
+
 /** Tool definitions of a tenant (docs/tools.md). */
 export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
   make: Effect.gen(function* () {
@@ -129,8 +140,64 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
     const agents = yield* AgentsRepo
     const knowledge = yield* KnowledgeSearch
     const guard = yield* Guard.EgressGuard
+    /** Why the egress guard refuses `url` now, as the url's issue (none: it may be reached). */
+    const refusedUrl = (url: URL) =>
+      guard.check(url).pipe(
+        Effect.match({
+          onFailure: (why): ReadonlyArray<Issue> => [{ path: ["settings", "url"], message: why }],
+          onSuccess: (): ReadonlyArray<Issue> => []
+        })
+      )
     const limits = yield* Limits
     const config = yield* AppConfig
+    const secrets = yield* Secrets
+    // Its own sessions, through this guard.
+    const mcp = yield* McpClient.make
+
+    /**
+     * The server's tools, listed through the guard with the tool's headers
+     * (their secrets filled), or the issue saying why they could not be.
+     */
+    const listServerTools = (
+      tenantId: TenantId,
+      toolName: string,
+      settings: Pick<McpSettings, "url" | "headers" | "allowedHosts" | "tools">
+    ): Effect.Effect<Result.Result<McpSettings["serverTools"], Issue>> =>
+      Effect.gen(function* () {
+        const resolved = yield* Effect.result(secrets.resolve(tenantId, headerSecrets(settings.headers)))
+        if (Result.isFailure(resolved)) {
+          return Result.fail({ path: ["settings", "headers"], message: resolved.failure.message })
+        }
+        const values = new Map([...resolved.success].map(([name, value]) => [name, Redacted.value(value)] as const))
+        const now = yield* Clock.currentTimeMillis
+        const listed = yield* Effect.result(
+          mcp.listTools(
+            { url: settings.url, allowedHosts: settings.allowedHosts, headers: fillHeaders(settings.headers, values) },
+            {
+              deadline: now + listTimeoutMs,
+              timeoutMessage: `The MCP server did not answer within ${listTimeoutMs} ms`
+            }
+          )
+        )
+        if (Result.isFailure(listed)) {
+          return Result.fail({
+            path: ["settings", "url"],
+            message: `The MCP server's tools could not be listed: ${listed.failure.message}`
+          })
+        }
+        const serverTools = serverToolsOf(listed.success, toolName, settings.tools)
+        if (settings.tools !== "all") {
+          const names = new Set(serverTools.map((tool) => tool.name))
+          const missing = settings.tools.findIndex((name) => !names.has(name))
+          if (missing !== -1) {
+            return Result.fail({
+              path: ["settings", "tools", missing],
+              message: `The MCP server has no tool ${JSON.stringify(settings.tools[missing])}`
+            })
+          }
+        }
+        return Result.succeed(serverTools)
+      })
 
     /** The issues of `parameters`, with their paths in the payload, or the names of its properties. */
     const checkParameters = (parameters: {
@@ -153,7 +220,8 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
     const checkSettings = Traced.fn("Tools.checkSettings")(function* (
       tenantId: TenantId,
       input: ToolSettingsInput,
-      parameters: ReturnType<typeof checkParameters>
+      parameters: ReturnType<typeof checkParameters>,
+      toolName: string
     ) {
       const { properties } = parameters
       const issues = [...parameters.issues]
@@ -176,12 +244,7 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
           }
           const url = urlIssues(http)
           if (Result.isFailure(url)) issues.push(url.failure)
-          else if (issues.length === 0) {
-            const why = yield* guard
-              .check(url.success)
-              .pipe(Effect.match({ onFailure: (why) => why, onSuccess: () => undefined }))
-            if (why !== undefined) issues.push({ path: ["settings", "url"], message: why })
-          }
+          else if (issues.length === 0) issues.push(...(yield* refusedUrl(url.success)))
           break
         }
         case "knowledge": {
@@ -202,6 +265,40 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
           settings = { kind: "agent", agentId: input.agentId }
           break
         }
+        case "mcp": {
+          const wanted = {
+            url: input.url.trim(),
+            headers: input.headers ?? {},
+            allowedHosts: [...new Set(input.allowedHosts.map(normalHost))],
+            tools: input.tools === undefined || input.tools === "all" ? ("all" as const) : [...new Set(input.tools)]
+          }
+          issues.push(...headerIssues(wanted.headers))
+          // The transport's own headers (McpClient.ts): a tool's would break the session or the answer's format.
+          for (const name of Object.keys(wanted.headers)) {
+            if (mcpHeaders.has(name.toLowerCase())) {
+              issues.push({
+                path: ["settings", "headers", name],
+                message: `${name} is set by the service, not by a tool`
+              })
+            }
+          }
+          const url = urlIssues({ ...wanted, kind: "http", method: "POST", followRedirects: false })
+          if (Result.isFailure(url)) issues.push(url.failure)
+          else if (issues.length === 0) issues.push(...(yield* refusedUrl(url.success)))
+          let serverTools: McpSettings["serverTools"] = []
+          if (issues.length === 0) {
+            const listed = yield* listServerTools(tenantId, toolName, wanted)
+            if (Result.isFailure(listed)) issues.push(listed.failure)
+            else serverTools = listed.success
+          }
+          settings = {
+            kind: "mcp",
+            ...wanted,
+            serverTools,
+            listedAt: new Date(yield* Clock.currentTimeMillis).toISOString()
+          }
+          break
+        }
       }
       if (issues.length > 0) return yield* invalidFields(issues)
       return settings
@@ -210,7 +307,7 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
     const list = (tenantId: TenantId, page: PageRequest) => repo.list(tenantId, page)
 
     const create = Traced.fn("Tools.create")(function* (tenantId: TenantId, input: CreateTool) {
-      const settings = yield* checkSettings(tenantId, input.settings, checkParameters(input.parameters))
+      const settings = yield* checkSettings(tenantId, input.settings, checkParameters(input.parameters), input.name)
       return yield* limits.admit(
         tenantId,
         "tools",
@@ -237,8 +334,12 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
           ? { issues: [], properties: propertiesOf(existing.parameters) }
           : checkParameters(input.parameters)
       let settings: ToolSettings | undefined
-      if (sent !== undefined) settings = yield* checkSettings(tenantId, sent, parameters)
-      else {
+      if (sent !== undefined) settings = yield* checkSettings(tenantId, sent, parameters, input.name ?? existing.name)
+      else if (existing.settings.kind === "mcp" && input.name !== undefined && input.name !== existing.name) {
+        // The names the model sees start with the tool's: listed again under the new one.
+        const { serverTools: _, listedAt: __, ...kept } = existing.settings
+        settings = yield* checkSettings(tenantId, kept, parameters, input.name)
+      } else {
         const issues = [
           ...parameters.issues,
           ...(existing.settings.kind === "http" ? argIssues(existing.settings, parameters.properties) : [])
@@ -268,10 +369,38 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
       if (!(yield* repo.remove(tenantId, id))) return yield* notFound(id)
     })
 
-    return { list, create, get, update, remove } as const
+    /** Lists an `mcp` tool's server tools again (`POST /api/tools/{id}/refresh`). */
+    const refresh = Traced.fn("Tools.refresh")(function* (tenantId: TenantId, id: ToolId) {
+      const existing = yield* get(tenantId, id)
+      if (existing.settings.kind !== "mcp") {
+        return yield* invalidFields([
+          { path: ["settings", "kind"], message: `Only an mcp tool is refreshed; this one is ${existing.kind}` }
+        ])
+      }
+      const { serverTools: _, listedAt: __, ...kept } = existing.settings
+      const settings = yield* checkSettings(
+        tenantId,
+        kept,
+        { issues: [], properties: propertiesOf(existing.parameters) },
+        existing.name
+      )
+      // The name is not changed: no other tool can have it.
+      const tool = yield* repo.update(tenantId, id, { settings }).pipe(Effect.catchTag("Conflict", Effect.die))
+      if (Option.isNone(tool)) return yield* notFound(id)
+      return tool.value
+    })
+
+    return { list, create, get, update, remove, refresh } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([ToolsRepo.layer, AgentsRepo.layer, KnowledgeSearch.layer, Limits.layer, Guard.EgressGuard.layer])
+    Layer.provide([
+      ToolsRepo.layer,
+      AgentsRepo.layer,
+      KnowledgeSearch.layer,
+      Limits.layer,
+      Guard.EgressGuard.layer,
+      Secrets.layer
+    ])
   )
 }

@@ -28,6 +28,7 @@ import secrets from "./0026_secrets.ts"
 import tools from "./0027_tools.ts"
 import toolCalls from "./0028_tool_calls.ts"
 import agentResponseFormat from "./0029_agent_response_format.ts"
+import toolKindMcp from "./0030_tool_kind_mcp.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -59,5 +60,6 @@ export const migrations = Migrator.fromRecord({
   "0026_secrets": secrets,
   "0027_tools": tools,
   "0028_tool_calls": toolCalls,
-  "0029_agent_response_format": agentResponseFormat
+  "0029_agent_response_format": agentResponseFormat,
+  "0030_tool_kind_mcp": toolKindMcp
 })

@@ -13,7 +13,8 @@ import { type HttpMethod, parseObject, toPayload, useAllKnowledgeBases, useTools
 const kindLabels: Record<ToolKind, string> = {
   http: "HTTP request",
   knowledge: "Knowledge search",
-  agent: "Ask another agent"
+  agent: "Ask another agent",
+  mcp: "MCP server's tools"
 }
 
 const policyLabels = {
@@ -243,24 +244,26 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
               )}
             </Field>
 
-            {draft.kind === "http" && (
+            {(draft.kind === "http" || draft.kind === "mcp") && (
               <fieldset>
-                <legend>HTTP request</legend>
-                <Field label="Method" error={fieldError("payload.settings.method")}>
-                  {(props) => (
-                    <select
-                      {...props}
-                      value={draft.method}
-                      onChange={(e) => set("method")(e.target.value as HttpMethod)}
-                    >
-                      {httpMethods.map((method) => (
-                        <option key={method} value={method}>
-                          {method}
-                        </option>
-                      ))}
-                    </select>
-                  )}
-                </Field>
+                <legend>{draft.kind === "http" ? "HTTP request" : "MCP server (Streamable HTTP)"}</legend>
+                {draft.kind === "http" && (
+                  <Field label="Method" error={fieldError("payload.settings.method")}>
+                    {(props) => (
+                      <select
+                        {...props}
+                        value={draft.method}
+                        onChange={(e) => set("method")(e.target.value as HttpMethod)}
+                      >
+                        {httpMethods.map((method) => (
+                          <option key={method} value={method}>
+                            {method}
+                          </option>
+                        ))}
+                      </select>
+                    )}
+                  </Field>
+                )}
                 <Field
                   label="URL"
                   hint={
@@ -337,7 +340,7 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                     <p className="field-error">{fieldError("payload.settings.headers")}</p>
                   )}
                 </fieldset>
-                {draft.method !== "GET" && (
+                {draft.kind === "http" && draft.method !== "GET" && (
                   <Field
                     label="Body"
                     hint={
@@ -376,14 +379,33 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                     />
                   )}
                 </Field>
-                <label className="check">
-                  <input
-                    type="checkbox"
-                    checked={draft.followRedirects}
-                    onChange={(e) => set("followRedirects")(e.target.checked)}
-                  />
-                  Follow redirects to the allowed hosts
-                </label>
+                {draft.kind === "http" && (
+                  <label className="check">
+                    <input
+                      type="checkbox"
+                      checked={draft.followRedirects}
+                      onChange={(e) => set("followRedirects")(e.target.checked)}
+                    />
+                    Follow redirects to the allowed hosts
+                  </label>
+                )}
+                {draft.kind === "mcp" && (
+                  <Field
+                    label="Server tools exposed"
+                    hint="One name a line; empty: all of the server's tools. They are listed when the tool is saved."
+                    error={fieldError("payload.settings.tools")}
+                  >
+                    {(props) => (
+                      <textarea
+                        {...props}
+                        rows={2}
+                        spellCheck={false}
+                        value={draft.mcpTools}
+                        onChange={(e) => set("mcpTools")(e.target.value)}
+                      />
+                    )}
+                  </Field>
+                )}
               </fieldset>
             )}
 

@@ -40,6 +40,8 @@ export interface ToolDraft {
   /** One host a line (or separated by commas). */
   allowedHosts: string
   followRedirects: boolean
+  /** An mcp tool's server tools exposed, one name a line; empty: all of them. */
+  mcpTools: string
   knowledgeIds: Array<string>
   /** Empty: the service's default. */
   topK: string
@@ -64,7 +66,9 @@ export const starterParameters: Record<ToolKind, string> = {
     type: "object",
     properties: { message: { type: "string", description: "What to ask the agent" } },
     required: ["message"]
-  })
+  }),
+  // Not read: each of the server's tools has its own input schema.
+  mcp: json({ type: "object" })
 }
 
 export const emptyDraft: ToolDraft = {
@@ -78,6 +82,7 @@ export const emptyDraft: ToolDraft = {
   body: "",
   allowedHosts: "",
   followRedirects: false,
+  mcpTools: "",
   knowledgeIds: [],
   topK: "",
   agentId: "",
@@ -103,9 +108,16 @@ const draftOf = (tool: Tool): ToolDraft => {
           allowedHosts: s.allowedHosts.join("\n"),
           followRedirects: s.followRedirects
         }
-      : s.kind === "knowledge"
-        ? { knowledgeIds: [...s.knowledgeIds], topK: String(s.topK) }
-        : { agentId: s.agentId }),
+      : s.kind === "mcp"
+        ? {
+            url: s.url,
+            headers: Object.entries(s.headers).map(([name, value]) => ({ name, value })),
+            allowedHosts: s.allowedHosts.join("\n"),
+            mcpTools: s.tools === "all" ? "" : s.tools.join("\n")
+          }
+        : s.kind === "knowledge"
+          ? { knowledgeIds: [...s.knowledgeIds], topK: String(s.topK) }
+          : { agentId: s.agentId }),
     timeoutMs: String(tool.policy.timeoutMs),
     maxOutputBytes: String(tool.policy.maxOutputBytes),
     maxCallsPerRun: String(tool.policy.maxCallsPerRun)
@@ -169,6 +181,18 @@ const settingsOf = (d: ToolDraft) => {
     }
     case "agent":
       return { kind: "agent" as const, agentId: idOf(AgentId, d.agentId) }
+    case "mcp": {
+      const tools = hostsOf(d.mcpTools)
+      return {
+        kind: "mcp" as const,
+        url: d.url.trim(),
+        headers: Object.fromEntries(
+          d.headers.filter((h) => h.name.trim() !== "" || h.value !== "").map((h) => [h.name.trim(), h.value])
+        ),
+        allowedHosts: hostsOf(d.allowedHosts),
+        tools: tools.length === 0 ? ("all" as const) : tools
+      }
+    }
   }
 }
 
@@ -179,7 +203,7 @@ export const toPayload = (d: ToolDraft) => {
   const duplicates = d.headers
     .map((h) => h.name.trim().toLowerCase())
     .filter((name, i, all) => name !== "" && all.indexOf(name) !== i)
-  if (d.kind === "http" && duplicates.length > 0) {
+  if ((d.kind === "http" || d.kind === "mcp") && duplicates.length > 0) {
     return {
       problem: localProblem([{ path: "payload.settings.headers", message: `Header ${duplicates[0]} is given twice` }])
     }

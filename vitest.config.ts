@@ -12,7 +12,8 @@ const alone = [
   "test/Cluster/RunnerAuth.test.ts",
   "test/Tools/CrashRecovery.test.ts",
   "test/Tools/Failover.test.ts",
-  "test/Tools/TeamCrashRecovery.test.ts"
+  "test/Tools/TeamCrashRecovery.test.ts",
+  "test/Tools/McpCrashRecovery.test.ts"
 ]
 
 export default defineConfig({

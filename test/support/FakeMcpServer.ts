@@ -11,7 +11,9 @@ import { z } from "zod"
 // stateful sessions): tools that succeed (`echo`), fail (`fail`, isError) and
 // answer several content blocks (`mixed`: text, image, resource). `addTool`
 // adds one to every session; `forgetSessions` makes it answer 404 for the
-// sessions it had, as a restarted server does.
+// sessions it had, as a restarted server does. With `holdToolCalls: n` the
+// first n tools/call requests are held unanswered until `releaseHeld()` (or
+// until the client goes away: `closedByClient`), for kills mid-call.
 
 /** One JSON-RPC POST the server received. */
 export interface Received {
@@ -61,9 +63,12 @@ type Handlers = {
 }
 
 /** The fake; with `pageSize`, tools/list answers that many tools a page, with a `nextCursor` (the SDK does not page). */
-export const makeWith = (options: { readonly pageSize?: number } = {}) =>
+export const makeWith = (options: { readonly pageSize?: number; readonly holdToolCalls?: number } = {}) =>
   Effect.gen(function* () {
     const received: Array<Received> = []
+    let holdsLeft = options.holdToolCalls ?? 0
+    const held: Array<() => void> = []
+    const closedByClient: Array<number> = []
     const registered: Array<Register> = [...baseTools]
     const sessions = new Map<
       string,
@@ -111,6 +116,18 @@ export const makeWith = (options: { readonly pageSize?: number } = {}) =>
       const session = headers["mcp-session-id"]
       const method = (body as { method?: unknown } | undefined)?.method
       received.push({ method: typeof method === "string" ? method : (request.method ?? ""), headers, session })
+      if (method === "tools/call" && holdsLeft > 0) {
+        holdsLeft -= 1
+        const gone = await new Promise<boolean>((resolve) => {
+          held.push(() => resolve(false))
+          response.on("close", () => resolve(!response.writableEnded))
+        })
+        if (gone) {
+          // The client died with the call held: nothing is answered, the tool never ran.
+          closedByClient.push(Date.now())
+          return
+        }
+      }
       if (session !== undefined) {
         const found = sessions.get(session)
         if (found === undefined) {
@@ -166,6 +183,12 @@ export const makeWith = (options: { readonly pageSize?: number } = {}) =>
         registered.push(register)
         for (const { server } of sessions.values()) register(server)
       },
+      /** Lets every held tools/call through to its tool. */
+      releaseHeld: () => {
+        for (const release of held.splice(0)) release()
+      },
+      /** When each held tools/call was closed by its client before being answered. */
+      closedByClient: () => [...closedByClient],
       /** Forgets every session: their next requests are answered 404. */
       forgetSessions: () => {
         for (const { transport } of sessions.values()) transport.close().catch(() => undefined)

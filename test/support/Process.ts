@@ -6,18 +6,30 @@ import { eventually } from "./Eventually.ts"
 
 export const projectRoot = NodePath.resolve(import.meta.dirname, "../..")
 
-/** A port nothing listens on right now. */
-export const freePort = Effect.promise(
-  () =>
-    new Promise<number>((resolve, reject) => {
-      const server = Net.createServer()
-      server.once("error", reject)
-      server.listen(0, "127.0.0.1", () => {
-        const port = (server.address() as Net.AddressInfo).port
-        server.close(() => resolve(port))
-      })
+// Ports this test process has handed out: a port just freed may come back from the kernel for the next
+// caller before the child given it has bound it (two nodes of one cluster then race for one port).
+const handedOut = new Set<number>()
+
+const anyFreePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = Net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as Net.AddressInfo).port
+      server.close(() => resolve(port))
     })
-)
+  })
+
+/** A port nothing listens on right now, and not one this process handed out before. */
+export const freePort = Effect.promise(async () => {
+  for (;;) {
+    const port = await anyFreePort()
+    if (!handedOut.has(port)) {
+      handedOut.add(port)
+      return port
+    }
+  }
+})
 
 export interface ServiceProcess {
   readonly child: ChildProcess.ChildProcess

@@ -291,6 +291,10 @@ const agents = { "http:": new Http.Agent(keepAlive), "https:": new Https.Agent(k
  * connection error, or with `timeoutMessage` when `timeout` passes. While
  * spans are exported the request is a client span of its own (see `traced`)
  * and carries its W3C `traceparent`, replacing one in `headers`.
+ *
+ * With `completeWhen`, an answer may be complete before its body ends (a
+ * stream the server keeps open): reading stops at the first chunk its check
+ * accepts, and the connection, half read, is dropped rather than kept.
  */
 export const request = (options: {
   readonly method: string
@@ -303,6 +307,14 @@ export const request = (options: {
   readonly maxBody: number
   /** The URL as the span shows it; default `spanUrl(url)` (a tool's shows it with secret values masked). */
   readonly shownUrl?: string | undefined
+  /**
+   * Called once the answer's status and headers are in: a check given each
+   * chunk of the body as it arrives (within `maxBody`), true when the answer
+   * is complete; undefined to read the body to its end.
+   */
+  readonly completeWhen?:
+    | ((status: number, headers: Readonly<Record<string, string>>) => ((chunk: Buffer) => boolean) | undefined)
+    | undefined
 }): Effect.Effect<Response, RequestFailure> => {
   const { body, method, url } = options
   const noAnswer: RequestFailure = { reason: "timeout", message: options.timeoutMessage }
@@ -343,6 +355,7 @@ export const request = (options: {
           (response) => {
             const chunks: Array<Buffer> = []
             let size = 0
+            const complete = options.completeWhen?.(response.statusCode ?? 0, headersOf(response.headers))
             const finish = () => {
               const location = response.headers.location
               done(
@@ -362,7 +375,7 @@ export const request = (options: {
               size += chunk.length
               // One byte past the bound tells a body cut from one of exactly `maxBody` bytes; the rest is
               // not read, and the connection is not kept.
-              if (size > options.maxBody) {
+              if (size > options.maxBody || complete?.(chunk) === true) {
                 finish()
                 outgoing.destroy()
               }
@@ -397,6 +410,122 @@ export const request = (options: {
       Effect.timeoutOrElse({
         duration: options.timeout,
         orElse: () => Effect.fail(noAnswer)
+      })
+    )
+  return Effect.suspend(() =>
+    Traced.isExporting()
+      ? traced({ method, url, address: options.address, shownUrl: options.shownUrl }, options.headers, send)
+      : send(options.headers)
+  )
+}
+
+/** An answer whose body is read as it arrives, for as long as it lasts (`open`). */
+export interface OpenAnswer {
+  readonly status: number
+  /** Lower-cased names; a repeated header's values joined with `, `. */
+  readonly headers: Readonly<Record<string, string>>
+  readonly sentHeaders: Readonly<Record<string, string>>
+  /**
+   * Starts reading: `onChunk` gets each chunk of the body; `onEnd` is called
+   * once, when the body ends, the connection fails or `close` is called.
+   */
+  readonly read: (onChunk: (chunk: Buffer) => void, onEnd: (why: string) => void) => void
+  /** Drops the connection. */
+  readonly close: () => void
+}
+
+/**
+ * Sends one request as `request` does (to the checked `address`, no redirect
+ * followed, traced), but succeeds as soon as the status and headers are in,
+ * leaving the body to the caller for as long as it lasts: a stream of
+ * server-sent events. `timeout` bounds the wait for the status only. The
+ * connection is the request's own, never kept for another one, and does not
+ * keep the process alive.
+ */
+export const open = (options: {
+  readonly method: string
+  readonly url: URL
+  readonly address: string
+  readonly headers: Readonly<Record<string, string>>
+  readonly timeout: Duration.Duration
+  readonly timeoutMessage: string
+  /** The URL as the span shows it; default `spanUrl(url)`. */
+  readonly shownUrl?: string | undefined
+}): Effect.Effect<OpenAnswer, RequestFailure> => {
+  const { method, url } = options
+  const send = (headers: Readonly<Record<string, string>>): Effect.Effect<OpenAnswer, RequestFailure> =>
+    Effect.callback<OpenAnswer, RequestFailure>((resume) => {
+      const host = hostOf(url)
+      const transport = url.protocol === "https:" ? Https : Http
+      const sentHeaders: Record<string, string> = { ...headers, host: url.host }
+      let answered = false
+      let ended: string | undefined
+      let onEnd: ((why: string) => void) | undefined
+      const end = (why: string) => {
+        if (ended !== undefined) return
+        ended = why
+        onEnd?.(why)
+      }
+      let outgoing: Http.ClientRequest
+      try {
+        outgoing = transport.request(
+          {
+            host: options.address,
+            port: defaultPort(url),
+            path: `${url.pathname}${url.search}`,
+            method,
+            ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
+            headers: sentHeaders,
+            agent: false
+          },
+          (response) => {
+            answered = true
+            response.on("end", () => end("the stream ended"))
+            response.on("error", (error: NodeJS.ErrnoException) =>
+              end(`the stream failed: ${error.code ?? error.message}`)
+            )
+            response.on("close", () => end("the connection closed"))
+            response.socket.unref()
+            resume(
+              Effect.succeed({
+                status: response.statusCode ?? 0,
+                headers: headersOf(response.headers),
+                sentHeaders,
+                read: (onChunk, onEnded) => {
+                  onEnd = onEnded
+                  if (ended !== undefined) onEnded(ended)
+                  else response.on("data", onChunk)
+                },
+                close: () => {
+                  outgoing.destroy()
+                  end("closed")
+                }
+              })
+            )
+          }
+        )
+      } catch (error) {
+        resume(Effect.fail({ reason: "connection", message: `The request could not be made: ${String(error)}` }))
+        return
+      }
+      outgoing.on("error", (error: NodeJS.ErrnoException) => {
+        if (answered) end(`the stream failed: ${error.code ?? error.message}`)
+        else {
+          resume(
+            Effect.fail({
+              reason: "connection",
+              message: `Connection to ${options.address} failed: ${error.code ?? error.message}`
+            })
+          )
+        }
+      })
+      outgoing.end()
+      // Interrupted before the answer was handed over: nobody will read or close it.
+      return Effect.sync(() => outgoing.destroy())
+    }).pipe(
+      Effect.timeoutOrElse({
+        duration: options.timeout,
+        orElse: () => Effect.fail<RequestFailure>({ reason: "timeout", message: options.timeoutMessage })
       })
     )
   return Effect.suspend(() =>
@@ -449,7 +578,7 @@ export const spanUrl = (url: URL): string => {
  * of 400 or more, no answer in time or a failed connection makes it a failed
  * span with `error.type`.
  */
-const traced = (
+const traced = <A extends { readonly status: number }>(
   {
     address,
     method,
@@ -457,8 +586,8 @@ const traced = (
     url
   }: { readonly method: string; readonly url: URL; readonly address: string; readonly shownUrl?: string | undefined },
   headers: Readonly<Record<string, string>>,
-  send: (headers: Readonly<Record<string, string>>) => Effect.Effect<Response, RequestFailure>
-): Effect.Effect<Response, RequestFailure> =>
+  send: (headers: Readonly<Record<string, string>>) => Effect.Effect<A, RequestFailure>
+): Effect.Effect<A, RequestFailure> =>
   Effect.flatMap(
     Effect.makeSpan(method, {
       kind: "client",

@@ -1,4 +1,5 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
+import { SSEServerTransport } from "@modelcontextprotocol/sdk/server/sse.js"
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js"
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js"
 import { Effect } from "effect"
@@ -14,6 +15,15 @@ import { z } from "zod"
 // sessions it had, as a restarted server does. With `holdToolCalls: n` the
 // first n tools/call requests are held unanswered until `releaseHeld()` (or
 // until the client goes away: `closedByClient`), for kills mid-call.
+//
+// With `slow`, a tool `slow` answers over SSE: progress notifications
+// `slowIntervalMs` apart, then its result, and the stream is kept open after
+// it until the client goes away (`slowCalls`), as some servers do. With
+// `legacy`, the server speaks only the older HTTP+SSE transport (protocol
+// 2024-11-05, the SDK's SSEServerTransport): a POST to the url is answered
+// 405, `GET url` opens the event stream whose `endpoint` event names where to
+// POST (rewritten by `endpoint`, to name another), and `dropStreams` ends
+// them all, as a restarted server does.
 
 /** One JSON-RPC POST the server received. */
 export interface Received {
@@ -57,27 +67,70 @@ const baseTools: ReadonlyArray<Register> = [
     )
 ]
 
+/** One call of `slow`, as the server saw it. */
+interface SlowCall {
+  /** The SDK sent the result and ended the stream: the end was held back, the stream kept open. */
+  answered: boolean
+  closedByClient: boolean
+}
+
+/** The notifications `slow` sends before its result, and the time between them. */
+export const slowNotifications = 3
+export const slowIntervalMs = 100
+
+const slowTool: Register = (server) =>
+  server.registerTool(
+    "slow",
+    { description: "Reports its progress, then answers.", inputSchema: {} },
+    async (_args, extra): Promise<CallToolResult> => {
+      for (let step = 1; step <= slowNotifications; step++) {
+        await extra.sendNotification({
+          method: "notifications/progress",
+          params: { progressToken: extra._meta?.progressToken ?? "slow", progress: step, total: slowNotifications }
+        })
+        await new Promise((resolve) => setTimeout(resolve, slowIntervalMs))
+      }
+      return { content: [{ type: "text", text: "slow: done" }] }
+    }
+  )
+
 /** The handler a server has for a method: the SDK keeps them privately, and paging wraps its own. */
 type Handlers = {
   readonly _requestHandlers: Map<string, (request: unknown, extra: unknown) => Promise<Record<string, unknown>>>
 }
 
 /** The fake; with `pageSize`, tools/list answers that many tools a page, with a `nextCursor` (the SDK does not page). */
-export const makeWith = (options: { readonly pageSize?: number; readonly holdToolCalls?: number } = {}) =>
+export const makeWith = (
+  options: {
+    readonly pageSize?: number
+    readonly holdToolCalls?: number
+    readonly slow?: boolean
+    readonly legacy?: boolean
+    /** What the `endpoint` event names instead of the path the SDK gives (`/messages?sessionId=...`). */
+    readonly endpoint?: (path: string) => string
+  } = {}
+) =>
   Effect.gen(function* () {
     const received: Array<Received> = []
     let holdsLeft = options.holdToolCalls ?? 0
     const held: Array<() => void> = []
     const closedByClient: Array<number> = []
-    const registered: Array<Register> = [...baseTools]
+    const slowCalls: Array<SlowCall> = []
+    const registered: Array<Register> = [...baseTools, ...(options.slow === true ? [slowTool] : [])]
+    const streams = new Map<string, { readonly transport: SSEServerTransport; readonly server: McpServer }>()
     const sessions = new Map<
       string,
       { readonly transport: StreamableHTTPServerTransport; readonly server: McpServer }
     >()
 
-    const newSession = async () => {
+    const newServer = () => {
       const server = new McpServer({ name: "fake-mcp", version: "1.0.0" })
       for (const register of registered) register(server)
+      return server
+    }
+
+    const newSession = async () => {
+      const server = newServer()
       const pageSize = options.pageSize
       if (pageSize !== undefined) {
         const handlers = (server.server as unknown as Handlers)._requestHandlers
@@ -113,9 +166,18 @@ export const makeWith = (options: { readonly pageSize?: number; readonly holdToo
       }
       const headers: Record<string, string> = {}
       for (const [name, value] of Object.entries(request.headers)) if (typeof value === "string") headers[name] = value
-      const session = headers["mcp-session-id"]
+      const path = new URL(request.url ?? "/", "http://fake").pathname
+      const legacySession =
+        options.legacy === true && path === "/messages"
+          ? (new URL(request.url ?? "/", "http://fake").searchParams.get("sessionId") ?? "")
+          : undefined
+      const session = legacySession ?? headers["mcp-session-id"]
       const method = (body as { method?: unknown } | undefined)?.method
       received.push({ method: typeof method === "string" ? method : (request.method ?? ""), headers, session })
+      if (options.legacy === true) return handleLegacy(request, response, body, legacySession)
+      if (method === "tools/call" && (body as { params?: { name?: unknown } }).params?.name === "slow") {
+        keepOpen(response)
+      }
       if (method === "tools/call" && holdsLeft > 0) {
         holdsLeft -= 1
         const gone = await new Promise<boolean>((resolve) => {
@@ -149,6 +211,59 @@ export const makeWith = (options: { readonly pageSize?: number; readonly holdToo
       await transport.handleRequest(request, response, body)
     }
 
+    /** Swallows the end of `response`'s SSE stream: it stays open until the client goes away. */
+    const keepOpen = (response: Http.ServerResponse) => {
+      const call: SlowCall = { answered: false, closedByClient: false }
+      slowCalls.push(call)
+      response.end = (() => {
+        call.answered = true
+        return response
+      }) as unknown as typeof response.end
+      response.on("close", () => {
+        call.closedByClient = true
+      })
+    }
+
+    const handleLegacy = async (
+      request: Http.IncomingMessage,
+      response: Http.ServerResponse,
+      body: unknown,
+      session: string | undefined
+    ) => {
+      const path = new URL(request.url ?? "/", "http://fake").pathname
+      if (request.method === "GET" && path === "/mcp") {
+        if (options.endpoint !== undefined) {
+          const rewrite = options.endpoint
+          const write = response.write.bind(response) as (chunk: string) => boolean
+          let first = true
+          response.write = ((chunk: string) => {
+            if (!first) return write(chunk)
+            first = false
+            return write(chunk.replace(/^data: (.*)$/m, (_line, announced: string) => `data: ${rewrite(announced)}`))
+          }) as typeof response.write
+        }
+        const server = newServer()
+        const transport = new SSEServerTransport("/messages", response)
+        streams.set(transport.sessionId, { transport, server })
+        response.on("close", () => streams.delete(transport.sessionId))
+        await server.connect(transport)
+        return
+      }
+      if (request.method === "POST" && path === "/messages") {
+        const found = streams.get(session ?? "")
+        if (found === undefined) {
+          response.writeHead(404, { "content-type": "text/plain" })
+          response.end("Session not found")
+          return
+        }
+        await found.transport.handlePostMessage(request, response, body)
+        return
+      }
+      // What a server of the older transport answers a POST to its stream's url.
+      response.writeHead(405, { allow: "GET", "content-type": "text/plain" })
+      response.end("Method Not Allowed")
+    }
+
     const http = Http.createServer((request, response) => {
       handle(request, response).catch(() => {
         if (!response.headersSent) response.writeHead(500)
@@ -161,6 +276,7 @@ export const makeWith = (options: { readonly pageSize?: number; readonly holdToo
     yield* Effect.addFinalizer(() =>
       Effect.promise(async () => {
         for (const { transport } of sessions.values()) await transport.close().catch(() => undefined)
+        for (const { transport } of streams.values()) await transport.close().catch(() => undefined)
         http.closeAllConnections()
         await new Promise<void>((resolve) => http.close(() => resolve()))
       })
@@ -189,6 +305,15 @@ export const makeWith = (options: { readonly pageSize?: number; readonly holdToo
       },
       /** When each held tools/call was closed by its client before being answered. */
       closedByClient: () => [...closedByClient],
+      /** Each call of `slow`: whether it was answered (its stream still kept open) and whether the client went away. */
+      slowCalls: () => slowCalls.map((call) => ({ ...call })),
+      /** How many HTTP+SSE streams are open (`legacy`). */
+      openStreams: () => streams.size,
+      /** Ends every HTTP+SSE stream and forgets it: POSTs to their endpoints are answered 404. */
+      dropStreams: () => {
+        for (const { transport } of streams.values()) transport.close().catch(() => undefined)
+        streams.clear()
+      },
       /** Forgets every session: their next requests are answered 404. */
       forgetSessions: () => {
         for (const { transport } of sessions.values()) transport.close().catch(() => undefined)

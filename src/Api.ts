@@ -11,7 +11,7 @@ import { KnowledgeApi } from "./Knowledge/Api.ts"
 import { KnowledgeSearchApi } from "./Knowledge/SearchApi.ts"
 import { SecretsApi } from "./Secrets/Api.ts"
 import { TeamsApi, TeamsPublicApi, TeamsV1Api } from "./Teams/Api.ts"
-import { ToolsApi } from "./Tools/Api.ts"
+import { McpOAuthCallbackApi, ToolsApi } from "./Tools/Api.ts"
 
 /** The whole HTTP API: one declaration gives validation, the OpenAPI document and a typed client. */
 export class Api extends HttpApi.make("agent-host")
@@ -32,6 +32,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(KnowledgeApi)
   .add(KnowledgeSearchApi)
   .add(ToolsApi)
+  .add(McpOAuthCallbackApi)
   .add(SecretsApi)
   .middleware(HttpApiMiddleware.ProblemDetails)
   // A 400 names every bad field of the part that failed (params, headers,

@@ -267,6 +267,12 @@ export interface AppSettings {
    * accepted. Empty: only the request's own origin.
    */
   readonly allowedOrigins: ReadonlyArray<string>
+  /**
+   * The service's public base URL (`https://agents.example.com`), where
+   * browsers reach it: MCP OAuth's redirect URI is built on it. Unset: the
+   * origin the request to start the connection was sent to.
+   */
+  readonly publicUrl: Option.Option<string>
   /** Least severe log level written: Trace, Debug, Info, Warn, Error, Fatal or None. */
   readonly logLevel: LogLevel.LogLevel
   /** Outbound webhooks may target private, loopback and IPv6 link-local addresses (never 169.254/16 or fd00:ec2::/32). */
@@ -298,6 +304,11 @@ export interface AppSettings {
    * nodes share it as they must share that one.
    */
   readonly secretsKey: Option.Option<Redacted.Redacted<string>>
+  /**
+   * A JSON file of the MCP servers this node may start as local processes
+   * (stdio), which tenants' `mcp` tools name (src/Tools/McpStdio.ts); absent: none.
+   */
+  readonly mcpStdioServersFile: Option.Option<string>
   /** The version of the secrets key: stored with each value, so that a changed key still opens older ones. */
   readonly secretsKeyVersion: number
   /** Earlier secrets keys by version, which still open values sealed under them until they are re-sealed. */
@@ -824,6 +835,10 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   allowedOrigins: commaList("ALLOWED_ORIGINS", []).pipe(
     Config.map((origins) => origins.map((origin) => origin.replace(/\/+$/, "").toLowerCase()))
   ),
+  publicUrl: Config.option(Config.String("PUBLIC_URL")).pipe(
+    Config.map(Option.map((url) => url.trim().replace(/\/+$/, ""))),
+    Config.map(Option.filter((url) => url !== ""))
+  ),
   logLevel: logLevel.pipe(Config.withDefault("Info" as const)),
   webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
   webhookAllowedPorts: portList("WEBHOOK_ALLOWED_PORTS", "80,443,8080,8443"),
@@ -838,6 +853,9 @@ export const settingsConfig: Config.Config<AppSettings> = Config.all({
   webhookRedeliveryWindow: Config.Duration("WEBHOOK_REDELIVERY_WINDOW").pipe(Config.withDefault(Duration.minutes(10))),
   webhookSecretKey: Config.option(base64Key("WEBHOOK_SECRET_KEY")),
   secretsKey: Config.option(base64Key("SECRETS_KEY")),
+  mcpStdioServersFile: Config.option(
+    Config.String("MCP_STDIO_SERVERS_FILE").pipe(Config.map((file) => NodePath.resolve(file)))
+  ),
   secretsKeyVersion: intBetween("SECRETS_KEY_VERSION", 1, 999_999).pipe(Config.withDefault(1)),
   secretsPreviousKeys: previousSecretsKeys
 }).pipe(

@@ -64,17 +64,17 @@ export class SecretVault extends Context.Service<
         return value === undefined ? undefined : Redacted.make(value)
       }
 
-      yield* resealOtherKeys(repo, config.secretsKeyVersion, (row) => {
-        const owner = { tenantId: row.tenantId, id: row.id }
-        const value = open(row, owner)
-        return value === undefined ? undefined : seal(value, owner)
-      }).pipe(
-        Effect.tapError((error) =>
-          Effect.logWarning("Re-sealing secrets under the current key failed; trying again", error)
-        ),
-        Effect.retry(Schedule.spaced("10 seconds")),
-        Effect.forkScoped
-      )
+      yield* resealInBackground({
+        what: "secrets",
+        current: config.secretsKeyVersion,
+        page: (after: SealedRow | undefined, limit: number) =>
+          repo.sealedUnderOtherKeys(config.secretsKeyVersion, after?.id ?? "", limit),
+        reseal: (row) => {
+          const owner = { tenantId: row.tenantId, id: row.id }
+          const value = open(row, owner)
+          return value === undefined ? Effect.undefined : repo.reseal(row, seal(value, owner))
+        }
+      })
       return SecretVault.of({ seal, open })
     })
   ).pipe(Layer.provide([SecretsRepo.layer, WebhookSecretKey.layer]))
@@ -82,39 +82,61 @@ export class SecretVault extends Context.Service<
 
 const resealBatch = 100
 
+/** A kind of rows holding values sealed by the vault, for `resealInBackground`. */
+export interface ResealPass<Row, E, R> {
+  /** What the rows are, in the log: "secrets". */
+  readonly what: string
+  /** The current key version (SECRETS_KEY_VERSION). */
+  readonly current: number
+  /** Up to `limit` rows sealed under another key version than `current`, after `after`, in a stable order. */
+  readonly page: (after: Row | undefined, limit: number) => Effect.Effect<ReadonlyArray<Row>, E, R>
+  /**
+   * Opens the row's values and writes them sealed under `current` if the row
+   * still holds what was read: whether it did, or undefined when no
+   * configured key opens them (the row is left as it is).
+   */
+  readonly reseal: (row: Row) => Effect.Effect<boolean | undefined, E, R>
+}
+
 /**
- * Re-seals every value stored under another key version than `current`,
- * `resealBatch` rows at a time, each row written only if it still holds what
- * was read (a rotation meanwhile is sealed under a current key already).
- * Values no configured key opens are left as they are, and counted in a
- * warning. Idempotent, and safe on several nodes at once; a node still
- * sealing under an older key during a rolling change leaves values the
- * next start's pass takes.
+ * Starts, in the background of the layer's scope, a pass that re-seals every
+ * row of `pass` stored under another key version, `resealBatch` rows at a
+ * time, each written only if it still holds what was read (a rotation
+ * meanwhile is sealed under a current key already). Rows no configured key
+ * opens are left as they are, and counted in a warning. Idempotent, and safe
+ * on several nodes at once; a node still sealing under an older key during a
+ * rolling change leaves values the next start's pass takes. A failed pass is
+ * started again 10 seconds later.
  */
-const resealOtherKeys = (
-  repo: SecretsRepo["Service"],
-  current: number,
-  reseal: (row: SealedRow) => StoredValue | undefined
-) =>
+export const resealInBackground = <Row, E, R>(pass: ResealPass<Row, E, R>) =>
   Effect.gen(function* () {
     let resealed = 0
     let unreadable = 0
-    let after = ""
+    let after: Row | undefined
     while (true) {
-      const rows = yield* repo.sealedUnderOtherKeys(current, after, resealBatch)
+      const rows = yield* pass.page(after, resealBatch)
       for (const row of rows) {
-        const value = reseal(row)
-        if (value === undefined) unreadable++
-        else if (yield* repo.reseal(row, value)) resealed++
+        const written = yield* pass.reseal(row)
+        if (written === undefined) unreadable++
+        else if (written) resealed++
       }
       if (rows.length < resealBatch) break
-      after = rows[rows.length - 1]!.id
+      after = rows[rows.length - 1]
     }
-    if (resealed > 0) yield* Effect.logInfo(`Re-sealed ${resealed} secrets under the key of version ${current}`)
+    if (resealed > 0)
+      yield* Effect.logInfo(`Re-sealed ${resealed} ${pass.what} under the key of version ${pass.current}`)
     if (unreadable > 0) {
       yield* Effect.logWarning(
-        `${unreadable} secrets are sealed under key versions that neither SECRETS_KEY nor SECRETS_PREVIOUS_KEYS ` +
+        `${unreadable} ${pass.what} are sealed under key versions that neither SECRETS_KEY nor SECRETS_PREVIOUS_KEYS ` +
           "opens: they stay unreadable until the key of their version is configured in SECRETS_PREVIOUS_KEYS"
       )
     }
-  }).pipe(Traced.withSpan("SecretVault.resealOtherKeys"))
+  }).pipe(
+    Traced.withSpan("SecretVault.resealOtherKeys", { attributes: { what: pass.what } }),
+    Effect.tapError((error) =>
+      Effect.logWarning(`Re-sealing ${pass.what} under the current key failed; trying again`, error)
+    ),
+    Effect.retry(Schedule.spaced("10 seconds")),
+    Effect.forkScoped,
+    Effect.asVoid
+  )

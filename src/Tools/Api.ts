@@ -1,3 +1,4 @@
+import * as Schema from "effect/Schema"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
@@ -14,11 +15,13 @@ import { Tool } from "./Tool.ts"
 export const ToolList = PageOf(Tool.json)
 
 const checked =
-  "`parameters` must be a draft-07 JSON Schema of an object; an `http` tool's url may hold `{{args.NAME}}` in " +
-  "its path and query only, naming properties of `parameters`, and its host must be one of `allowedHosts` and " +
+  "`parameters` must be a draft-07 JSON Schema of an object (an `mcp` tool may leave it out); an `http` tool's " +
+  "url may hold `{{args.NAME}}` in its path and query only, naming properties of `parameters`, and its host must " +
+  "be one of `allowedHosts` and " +
   "pass the egress guard (no private, loopback, link-local or metadata address unless WEBHOOK_ALLOW_PRIVATE); " +
   "a `knowledge` tool's bases and an `agent` tool's agent must be the tenant's; an `mcp` tool's url passes the " +
-  "same checks and its server must answer `tools/list`."
+  "same checks, or its `server` is a stdio server the operator configured for the tenant, and the server must " +
+  "answer `tools/list`."
 
 // Deleting is the routes' own: a tool agents have is refused (409) rather than taken from them.
 const [list, create, get, update] = managementEndpoints({
@@ -102,8 +105,75 @@ const refresh = HttpApiEndpoint.post("refresh", "/:id/refresh", {
   })
 )
 
+export const OAuthStart = Schema.Struct({
+  authorizationUrl: Schema.String.annotate({
+    description: "The authorization server's page the user's browser opens to approve the connection."
+  })
+})
+
+export const OAuthStatus = Schema.Struct({
+  status: Schema.Literals(["connected", "not_connected", "expired"]).annotate({
+    description:
+      "`connected`: the tool has a token (renewed before it expires when there is a refresh token); " +
+      "`expired`: its token expired and could not be renewed, so it must be connected again; `not_connected`."
+  }),
+  authorizationServer: Schema.NullOr(Schema.String).annotate({ description: "The authorization server's issuer." }),
+  scope: Schema.NullOr(Schema.String).annotate({ description: "The scope granted, as the authorization server said." }),
+  expiresAt: Schema.NullOr(Schema.String).annotate({ description: "When the access token expires (ISO 8601)." }),
+  connectedAt: Schema.NullOr(Schema.String).annotate({ description: "When the user last approved it (ISO 8601)." })
+})
+
+const notOAuth =
+  "400 when the tool is not an `mcp` tool with `settings.auth` `oauth` (the detail says which). 404 when the " +
+  "tool is not the tenant's."
+
+const oauthStart = HttpApiEndpoint.post("oauthStart", "/:id/oauth/start", {
+  params: { id: ToolId },
+  success: OAuthStart,
+  error: [NotFound, BadRequest]
+}).annotateMerge(
+  operation({
+    summary: "Start an MCP tool's OAuth connection",
+    description:
+      "Discovers the authorization server of an `mcp` tool's server (its protected resource metadata, then the " +
+      "authorization server's metadata), registers a client there when none is registered yet, and answers " +
+      "the URL of the authorization request (PKCE S256, the server's URL as `resource`). The user approves it " +
+      "in the browser, which comes back to `GET /api/mcp/oauth/callback` within 10 minutes " +
+      "(docs/mcp.md#oauth). A body, if sent, is ignored.",
+    credential: sessionCredential,
+    errors: `${notOAuth} 400 too when discovery fails or the authorization server offers no client registration.`
+  })
+)
+
+const oauthStatus = HttpApiEndpoint.get("oauthStatus", "/:id/oauth", {
+  params: { id: ToolId },
+  success: OAuthStatus,
+  error: [NotFound, BadRequest]
+}).annotateMerge(
+  operation({
+    summary: "Read an MCP tool's OAuth connection",
+    description:
+      "Whether the tool is connected, to which authorization server, with which scope and until when. Never a token.",
+    credential: sessionCredential,
+    errors: notOAuth
+  })
+)
+
+const oauthDisconnect = HttpApiEndpoint.delete("oauthDisconnect", "/:id/oauth", {
+  params: { id: ToolId },
+  success: HttpApiSchema.NoContent,
+  error: [NotFound, BadRequest]
+}).annotateMerge(
+  operation({
+    summary: "Disconnect an MCP tool's OAuth connection",
+    description: "Forgets the tool's tokens: its calls fail, asking to connect it, until it is connected again.",
+    credential: sessionCredential,
+    errors: notOAuth
+  })
+)
+
 export class ToolsApi extends HttpApiGroup.make("tools")
-  .add(list, create, get, update, remove, test, refresh)
+  .add(list, create, get, update, remove, test, refresh, oauthStart, oauthStatus, oauthDisconnect)
   .middleware(SessionAuth)
   .prefix("/api/tools")
   .annotateMerge(
@@ -112,5 +182,41 @@ export class ToolsApi extends HttpApiGroup.make("tools")
       description:
         "Define the tools a tenant's agents may call: HTTP requests to the tenant's services, searches of its " +
         "knowledge bases, questions to its other agents, the tools of MCP servers."
+    })
+  ) {}
+
+const oauthCallback = HttpApiEndpoint.get("callback", "/callback", {
+  query: {
+    code: Schema.optionalKey(Schema.String),
+    state: Schema.optionalKey(Schema.String),
+    error: Schema.optionalKey(Schema.String),
+    error_description: Schema.optionalKey(Schema.String)
+  },
+  success: HttpApiSchema.Empty(302).annotate({
+    description:
+      "To the dashboard: `/app/tools?tool=<id>&oauth=connected`, or `/app/tools?tool=<id>&oauth=error&detail=<why>`."
+  })
+}).annotateMerge(
+  operation({
+    summary: "Finish an MCP tool's OAuth connection",
+    description:
+      "Where the authorization server sends the user's browser back: the code is exchanged for tokens (PKCE), " +
+      "which are stored sealed, the server's tools are listed with them, and the browser is redirected to the " +
+      "dashboard's tools page, saying whether the tool is connected (docs/mcp.md#oauth).",
+    credential: "No credential: the `state` of an authorization started within 10 minutes, good once.",
+    errors:
+      "Every failure (an unknown, used or stale state, a refusal of the authorization server) is a redirect with `oauth=error`."
+  })
+)
+
+export class McpOAuthCallbackApi extends HttpApiGroup.make("mcpOAuth")
+  .add(oauthCallback)
+  .prefix("/api/mcp/oauth")
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "MCP OAuth",
+      description: "The return of an `mcp` tool's OAuth authorization from the authorization server.",
+      // A browser's redirect target (always a 302), not a route API clients call: kept out of the document.
+      exclude: true
     })
   ) {}

@@ -19,8 +19,10 @@ import type { CallErrorKind, Exchange, HttpHop, SentRequest } from "./Call.ts"
 import { compileParameters, type Problem, type Validate } from "./JsonSchema.ts"
 import { fillHeaders, headerSecrets, modelTools, resultText, serverToolOf } from "./Mcp.ts"
 import { McpClient } from "./McpClient.ts"
+import { McpOAuth, oauthTargetOf } from "./McpOAuth.ts"
+import { McpStdio } from "./McpStdio.ts"
 import { type Found, placeholders } from "./Template.ts"
-import { type HttpSettings, type McpSettings, policyBounds, type Tool } from "./Tool.ts"
+import { type HttpSettings, type McpSettings, type McpStdioSettings, policyBounds, type Tool } from "./Tool.ts"
 
 // One call of a tool (docs/tools.md#calling-a-tool): the arguments checked
 // against the tool's `parameters`, then the call its kind makes, bounded by
@@ -328,6 +330,9 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
     const agents = yield* AgentsRepo
     // Its own sessions, through this guard.
     const mcp = yield* McpClient.make
+    // The operator's stdio servers: one process per server on this node, shared with Tools.
+    const stdio = yield* McpStdio
+    const oauth = yield* McpOAuth
 
     // A tool's schema is compiled once per version (its id and updatedAt); a new version replaces it. The model
     // tools of an mcp tool share its id: each is kept by its name too.
@@ -568,6 +573,7 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
      * content as text, and `isError` a failed call the model reads.
      */
     const callMcp = (
+      tool: Tool,
       settings: McpSettings,
       name: string,
       args: Arguments,
@@ -593,14 +599,29 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
               "past Latin-1. Nothing was sent."
           )
         }
+        const callWith = (credentials: Readonly<Record<string, string>>) =>
+          mcp.callTool(
+            { url: settings.url, allowedHosts: settings.allowedHosts, headers: { ...headers, ...credentials } },
+            name,
+            args,
+            {
+              deadline,
+              timeoutMessage: `No answer within ${timeoutMs} ms (the tool's policy.timeoutMs)`,
+              idempotencyKey: idempotencyKey(ctx),
+              hops,
+              scrub
+            }
+          )
+        // With OAuth, the connection's token (renewed when near its expiry, or once on a 401), scrubbed like a secret.
+        const tokens = new Map<string, string>()
         const result = yield* Effect.result(
-          mcp.callTool({ url: settings.url, allowedHosts: settings.allowedHosts, headers }, name, args, {
-            deadline,
-            timeoutMessage: `No answer within ${timeoutMs} ms (the tool's policy.timeoutMs)`,
-            idempotencyKey: idempotencyKey(ctx),
-            hops,
-            scrub
-          })
+          settings.auth === "oauth"
+            ? oauth.withBearer(ctx.tenantId, oauthTargetOf(tool, settings), (token) => {
+                tokens.set(tokens.size === 0 ? "OAUTH_ACCESS_TOKEN" : "OAUTH_ACCESS_TOKEN_RENEWED", token)
+                scrub = scrubberOf(new Map([...values, ...tokens]))
+                return callWith({ authorization: `Bearer ${token}` })
+              })
+            : callWith({})
         )
         if (Result.isFailure(result)) {
           const { reason, message } = result.failure
@@ -612,6 +633,48 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
           : succeeded(text)
       }).pipe(Effect.map((done) => ({ ...done, output: scrub(done.output) })))
     }
+
+    /**
+     * A `tools/call` of the server tool `name` of a stdio server the operator
+     * runs (McpStdio.ts): through its process, so no request is recorded (the
+     * exchange's `requests` stay empty) and no secret is involved.
+     */
+    const callStdio = (
+      settings: McpStdioSettings,
+      name: string,
+      args: Arguments,
+      ctx: CallContext,
+      deadline: number,
+      timeoutMs: number
+    ): Effect.Effect<Done> =>
+      Effect.gen(function* () {
+        const result = yield* Effect.result(
+          stdio.callTool({ server: settings.server, tenantId: ctx.tenantId }, name, args, {
+            deadline,
+            timeoutMessage: `No answer within ${timeoutMs} ms (the tool's policy.timeoutMs)`
+          })
+        )
+        if (Result.isFailure(result)) return failed(result.failure.reason, result.failure.message)
+        const text = resultText(result.success)
+        return (result.success as { readonly isError?: unknown } | null)?.isError === true
+          ? failed("error", text === "" ? `The MCP tool ${name} failed` : text)
+          : succeeded(text)
+      })
+
+    /** A call of a server tool, over HTTP or through the operator's stdio server the tool names. */
+    const callServerTool = (
+      tool: Tool,
+      settings: McpSettings | McpStdioSettings,
+      name: string,
+      args: Arguments,
+      ctx: CallContext,
+      hops: Array<HttpHop>,
+      deadline: number,
+      timeoutMs: number
+    ): Effect.Effect<Done> =>
+      "server" in settings
+        ? callStdio(settings, name, args, ctx, deadline, timeoutMs)
+        : callMcp(tool, settings, name, args, ctx, hops, deadline, timeoutMs)
 
     // --- one call ---------------------------------------------------------------
 
@@ -682,7 +745,7 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
             case "mcp": {
               const name = serverToolOf(tool)
               if (name !== undefined) {
-                return yield* callMcp(settings, name, args, ctx, hops, deadline, tool.policy.timeoutMs)
+                return yield* callServerTool(tool, settings, name, args, ctx, hops, deadline, tool.policy.timeoutMs)
               }
               // The tool itself, as the test route calls it: `tool` names one of its exposed server tools.
               const wanted = args.tool
@@ -698,7 +761,16 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
                 )
               }
               const inner = isPlainObject(args.arguments) ? args.arguments : {}
-              return yield* callMcp(settings, found.name, inner, ctx, hops, deadline, tool.policy.timeoutMs)
+              return yield* callServerTool(
+                tool,
+                settings,
+                found.name,
+                inner,
+                ctx,
+                hops,
+                deadline,
+                tool.policy.timeoutMs
+              )
             }
           }
         }).pipe(
@@ -760,6 +832,13 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(
-    Layer.provide([Secrets.layer, KnowledgeSearch.layer, AgentsRepo.layer, Guard.EgressGuard.layer])
+    Layer.provide([
+      Secrets.layer,
+      KnowledgeSearch.layer,
+      AgentsRepo.layer,
+      Guard.EgressGuard.layer,
+      McpStdio.layer,
+      McpOAuth.layer
+    ])
   )
 }

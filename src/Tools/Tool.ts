@@ -293,16 +293,50 @@ export const McpServerTool = Schema.Struct({
 })
 export type McpServerTool = typeof McpServerTool.Type
 
+/** How an `mcp` tool's calls are authorized (docs/mcp.md#oauth). */
+export const McpAuth = Schema.Literals(["headers", "oauth"]).annotate({
+  description:
+    '"headers" (default): the credentials, if any, are the `headers`, which may use `{{secrets.NAME}}`. "oauth": ' +
+    "an OAuth 2.1 connection to the server's authorization server, made in the dashboard " +
+    "(`POST /api/tools/{id}/oauth/start`); `headers` may then not set Authorization."
+})
+
 export const McpSettings = Schema.Struct({
   kind: Schema.Literal("mcp"),
   url: Schema.String,
   headers: Schema.Record(Schema.String, Schema.String),
+  // Absent on tools saved before OAuth: "headers".
+  auth: Schema.optionalKey(McpAuth),
   allowedHosts: Schema.Array(Schema.String),
   tools: Schema.Union([Schema.Literal("all"), Schema.Array(Schema.String)]),
   serverTools: Schema.Array(McpServerTool),
   listedAt: Schema.String.annotate({ description: "When the server's tools were last listed (ISO 8601)." })
 }).annotate({ description: "The tools of an MCP server (Streamable HTTP), each one tool the model sees." })
 export type McpSettings = typeof McpSettings.Type
+
+/**
+ * An `mcp` tool of a server the operator runs as a local process (stdio,
+ * docs/mcp.md#stdio-servers): named, never defined, by the tenant.
+ */
+export const McpStdioSettings = Schema.Struct({
+  kind: Schema.Literal("mcp"),
+  server: Schema.String.annotate({ description: "The name of a stdio MCP server the operator configured." }),
+  tools: McpSettings.fields.tools,
+  serverTools: Schema.Array(McpServerTool),
+  listedAt: McpSettings.fields.listedAt
+}).annotate({ description: "The tools of an MCP server the operator runs (stdio), each one tool the model sees." })
+export type McpStdioSettings = typeof McpStdioSettings.Type
+
+/** A stdio server's name, in the operator's file and in a tool's `settings.server`. */
+export const stdioServerNamePattern = /^[a-zA-Z0-9_-]{1,64}$/
+
+const McpStdioServerName = text(
+  Schema.isPattern(stdioServerNamePattern, { message: "Expected a server name: 1 to 64 letters, digits, `_` or `-`" })
+).annotate({
+  description:
+    "The name of a stdio MCP server the operator configured (MCP_STDIO_SERVERS_FILE), instead of `url`: " +
+    "`url`, `allowedHosts` and `headers` are then not given."
+})
 
 const McpUrl = text(
   Schema.isMinLength(1, { message: "Expected a URL" }),
@@ -320,15 +354,20 @@ const McpUrl = text(
 
 export const McpSettingsInput = Schema.Struct({
   kind: Schema.Literal("mcp"),
-  url: McpUrl,
+  // Either `url` (with `allowedHosts`), or `server`: the service says which is missing or too many.
+  url: Schema.optionalKey(McpUrl),
+  server: Schema.optionalKey(McpStdioServerName),
   headers: HttpSettingsInput.fields.headers,
-  allowedHosts: boundedArray(HostName, {
-    min: 1,
-    max: settingsBounds.allowedHosts,
-    tooFew: "Expected at least one host",
-    tooMany: `Expected at most ${settingsBounds.allowedHosts} hosts`,
-    description: "The hosts the server may be reached at: the url's host."
-  }),
+  auth: Schema.optionalKey(McpAuth),
+  allowedHosts: Schema.optionalKey(
+    boundedArray(HostName, {
+      min: 1,
+      max: settingsBounds.allowedHosts,
+      tooFew: "Expected at least one host",
+      tooMany: `Expected at most ${settingsBounds.allowedHosts} hosts`,
+      description: "The hosts the server may be reached at: the url's host. Required with `url`."
+    })
+  ),
   tools: Schema.optionalKey(
     Schema.Union([
       Schema.Literal("all"),
@@ -344,7 +383,13 @@ export const McpSettingsInput = Schema.Struct({
 })
 
 /** What a call does, by kind, as stored and shown. */
-export const ToolSettings = Schema.Union([HttpSettings, KnowledgeSettings, AgentSettings, McpSettings])
+export const ToolSettings = Schema.Union([
+  HttpSettings,
+  KnowledgeSettings,
+  AgentSettings,
+  McpSettings,
+  McpStdioSettings
+])
 export type ToolSettings = typeof ToolSettings.Type
 export type HttpSettings = typeof HttpSettings.Type
 
@@ -373,7 +418,8 @@ export class Tool extends Model.Class<Tool>("Tool")({
     select: ToolKind,
     json: ToolKind.annotate({ description: "The settings' kind." })
   }),
-  parameters: Entity.required(JsonSchemaObject, ParametersInput),
+  // Required on create but for an `mcp` tool, whose server tools bring their own (the service says so).
+  parameters: Entity.optional(JsonSchemaObject, ParametersInput),
   settings: Entity.required(ToolSettings, ToolSettingsInput),
   // The defaults when omitted; on update, the bounds sent change and the others stay.
   policy: Entity.optional(ToolPolicy, ToolPolicyInput),

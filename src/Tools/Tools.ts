@@ -18,6 +18,8 @@ import * as Guard from "../Webhooks/Guard.ts"
 import { compileParameters } from "./JsonSchema.ts"
 import { fillHeaders, headerSecrets, serverToolsOf } from "./Mcp.ts"
 import { McpClient } from "./McpClient.ts"
+import { McpOAuth, type OAuthTarget } from "./McpOAuth.ts"
+import { McpStdio } from "./McpStdio.ts"
 import { ToolsRepo } from "./Repo.ts"
 import { argsOf, placeholders } from "./Template.ts"
 import {
@@ -25,6 +27,7 @@ import {
   defaultPolicy,
   type HttpSettings,
   type McpSettings,
+  type McpStdioSettings,
   type ToolSettings,
   type ToolSettingsInput,
   type UpdateTool
@@ -130,6 +133,26 @@ const urlIssues = (settings: HttpSettings): Result.Result<URL, Issue> => {
   return Result.succeed(url.success)
 }
 
+/** The server tools as a tool stores them, or the issue of a name of `tools` the server lacks. */
+const selectServerTools = (
+  listed: ReadonlyArray<unknown>,
+  toolName: string,
+  tools: McpSettings["tools"]
+): Result.Result<McpSettings["serverTools"], Issue> => {
+  const serverTools = serverToolsOf(listed, toolName, tools)
+  if (tools !== "all") {
+    const names = new Set(serverTools.map((tool) => tool.name))
+    const missing = tools.findIndex((name) => !names.has(name))
+    if (missing !== -1) {
+      return Result.fail({
+        path: ["settings", "tools", missing],
+        message: `The MCP server has no tool ${JSON.stringify(tools[missing])}`
+      })
+    }
+  }
+  return Result.succeed(serverTools)
+}
+
 /** How long listing an MCP server's tools may take when a tool is saved or refreshed. */
 const listTimeoutMs = 10_000
 
@@ -153,6 +176,9 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
     const secrets = yield* Secrets
     // Its own sessions, through this guard.
     const mcp = yield* McpClient.make
+    // The operator's stdio servers: one process per server on this node, shared with the invoker.
+    const stdio = yield* McpStdio
+    const oauth = yield* McpOAuth
 
     /**
      * The server's tools, listed through the guard with the tool's headers
@@ -161,7 +187,9 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
     const listServerTools = (
       tenantId: TenantId,
       toolName: string,
-      settings: Pick<McpSettings, "url" | "headers" | "allowedHosts" | "tools">
+      settings: Pick<McpSettings, "url" | "headers" | "allowedHosts" | "tools">,
+      // An OAuth tool's connection: its token is the credential, renewed on a 401 (McpOAuth.ts).
+      oauthTarget?: OAuthTarget
     ): Effect.Effect<Result.Result<McpSettings["serverTools"], Issue>> =>
       Effect.gen(function* () {
         const resolved = yield* Effect.result(secrets.resolve(tenantId, headerSecrets(settings.headers)))
@@ -170,14 +198,22 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
         }
         const values = new Map([...resolved.success].map(([name, value]) => [name, Redacted.value(value)] as const))
         const now = yield* Clock.currentTimeMillis
-        const listed = yield* Effect.result(
+        const listWith = (extra: Readonly<Record<string, string>>) =>
           mcp.listTools(
-            { url: settings.url, allowedHosts: settings.allowedHosts, headers: fillHeaders(settings.headers, values) },
+            {
+              url: settings.url,
+              allowedHosts: settings.allowedHosts,
+              headers: { ...fillHeaders(settings.headers, values), ...extra }
+            },
             {
               deadline: now + listTimeoutMs,
               timeoutMessage: `The MCP server did not answer within ${listTimeoutMs} ms`
             }
           )
+        const listed = yield* Effect.result(
+          oauthTarget === undefined
+            ? listWith({})
+            : oauth.withBearer(tenantId, oauthTarget, (token) => listWith({ authorization: `Bearer ${token}` }))
         )
         if (Result.isFailure(listed)) {
           return Result.fail({
@@ -185,18 +221,72 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
             message: `The MCP server's tools could not be listed: ${listed.failure.message}`
           })
         }
-        const serverTools = serverToolsOf(listed.success, toolName, settings.tools)
-        if (settings.tools !== "all") {
-          const names = new Set(serverTools.map((tool) => tool.name))
-          const missing = settings.tools.findIndex((name) => !names.has(name))
-          if (missing !== -1) {
-            return Result.fail({
-              path: ["settings", "tools", missing],
-              message: `The MCP server has no tool ${JSON.stringify(settings.tools[missing])}`
+        return selectServerTools(listed.success, toolName, settings.tools)
+      })
+
+    /**
+     * The settings of an `mcp` tool naming a stdio server (McpStdio.ts): one
+     * the operator configured for this tenant, without the fields of an HTTP
+     * server, its tools listed through its process when `list` (nothing else
+     * is wrong).
+     */
+    const stdioSettings = (
+      tenantId: TenantId,
+      input: Extract<ToolSettingsInput, { readonly kind: "mcp" }>,
+      server: string,
+      toolName: string,
+      list: boolean
+    ) =>
+      Effect.gen(function* () {
+        const issues: Array<Issue> = []
+        const sent = input as { readonly [field: string]: unknown }
+        for (const field of ["url", "allowedHosts", "headers", "auth"]) {
+          if (sent[field] !== undefined) {
+            issues.push({
+              path: ["settings", field],
+              message: `Not accepted with \`server\`: the operator configures how a stdio server is started`
             })
           }
         }
-        return Result.succeed(serverTools)
+        const available = stdio.availableTo(tenantId)
+        if (!available.includes(server)) {
+          issues.push({
+            path: ["settings", "server"],
+            message:
+              `No MCP server ${JSON.stringify(server)} is configured for this tenant; ` +
+              (available.length === 0 ? "none is" : `available: ${available.join(", ")}`)
+          })
+        }
+        const tools = input.tools === undefined || input.tools === "all" ? ("all" as const) : [...new Set(input.tools)]
+        let serverTools: McpStdioSettings["serverTools"] = []
+        if (list && issues.length === 0) {
+          const now = yield* Clock.currentTimeMillis
+          const listed = yield* Effect.result(
+            stdio.listTools(
+              { server, tenantId },
+              {
+                deadline: now + listTimeoutMs,
+                timeoutMessage: `The MCP server did not answer within ${listTimeoutMs} ms`
+              }
+            )
+          )
+          const selected = Result.isFailure(listed)
+            ? Result.fail<Issue>({
+                path: ["settings", "server"],
+                message: `The MCP server's tools could not be listed: ${listed.failure.message}`
+              })
+            : selectServerTools(listed.success, toolName, tools)
+          if (Result.isFailure(selected)) issues.push(selected.failure)
+          else serverTools = selected.success
+        }
+        const settings: McpStdioSettings = {
+          kind: "mcp",
+          server,
+          tools,
+          serverTools,
+          listedAt: new Date(yield* Clock.currentTimeMillis).toISOString()
+        }
+        return { issues, settings }
       })
 
     /** The issues of `parameters`, with their paths in the payload, or the names of its properties. */
@@ -221,7 +311,9 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
       tenantId: TenantId,
       input: ToolSettingsInput,
       parameters: ReturnType<typeof checkParameters>,
-      toolName: string
+      toolName: string,
+      // The tool saved before, if any: an OAuth tool lists its server's tools only once connected.
+      existing?: { readonly id: ToolId; readonly refreshing: boolean }
     ) {
       const { properties } = parameters
       const issues = [...parameters.issues]
@@ -266,13 +358,44 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
           break
         }
         case "mcp": {
+          if (input.server !== undefined) {
+            const stdio = yield* stdioSettings(tenantId, input, input.server, toolName, issues.length === 0)
+            issues.push(...stdio.issues)
+            settings = stdio.settings
+            break
+          }
+          if (input.url === undefined || input.allowedHosts === undefined) {
+            return yield* invalidFields([
+              ...issues,
+              ...(["url", "allowedHosts"] as const)
+                .filter((field) => input[field] === undefined)
+                .map((field) => ({
+                  path: ["settings", field],
+                  message:
+                    field === "url"
+                      ? "Expected `url` (an MCP server over HTTP) or `server` (a stdio server the operator configured)"
+                      : "Expected the hosts the url may reach"
+                }))
+            ])
+          }
           const wanted = {
             url: input.url.trim(),
             headers: input.headers ?? {},
             allowedHosts: [...new Set(input.allowedHosts.map(normalHost))],
-            tools: input.tools === undefined || input.tools === "all" ? ("all" as const) : [...new Set(input.tools)]
+            tools: input.tools === undefined || input.tools === "all" ? ("all" as const) : [...new Set(input.tools)],
+            ...(input.auth === undefined ? {} : { auth: input.auth })
           }
           issues.push(...headerIssues(wanted.headers))
+          if (wanted.auth === "oauth") {
+            for (const name of Object.keys(wanted.headers)) {
+              if (name.toLowerCase() === "authorization") {
+                issues.push({
+                  path: ["settings", "headers", name],
+                  message: `${name} is the OAuth connection's with auth "oauth": leave it out, or use auth "headers"`
+                })
+              }
+            }
+          }
           // The transport's own headers (McpClient.ts): a tool's would break the session or the answer's format.
           for (const name of Object.keys(wanted.headers)) {
             if (mcpHeaders.has(name.toLowerCase())) {
@@ -286,8 +409,24 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
           if (Result.isFailure(url)) issues.push(url.failure)
           else if (issues.length === 0) issues.push(...(yield* refusedUrl(url.success)))
           let serverTools: McpSettings["serverTools"] = []
-          if (issues.length === 0) {
-            const listed = yield* listServerTools(tenantId, toolName, wanted)
+          const oauthTarget =
+            wanted.auth === "oauth" && existing !== undefined
+              ? { toolId: existing.id, toolName, url: wanted.url }
+              : undefined
+          // An OAuth tool not connected yet is saved without listing; refreshing it asks to connect it first.
+          const unlisted =
+            wanted.auth === "oauth" &&
+            (oauthTarget === undefined || !(yield* oauth.isConnected(tenantId, oauthTarget.toolId, wanted.url)))
+          if (unlisted && existing?.refreshing === true && issues.length === 0) {
+            issues.push({
+              path: ["settings", "auth"],
+              message:
+                "The tool's OAuth connection is not made: connect it first (POST /api/tools/{id}/oauth/start, " +
+                "Tools → Connect in the dashboard)"
+            })
+          }
+          if (issues.length === 0 && !unlisted) {
+            const listed = yield* listServerTools(tenantId, toolName, wanted, oauthTarget)
             if (Result.isFailure(listed)) issues.push(listed.failure)
             else serverTools = listed.success
           }
@@ -307,11 +446,21 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
     const list = (tenantId: TenantId, page: PageRequest) => repo.list(tenantId, page)
 
     const create = Traced.fn("Tools.create")(function* (tenantId: TenantId, input: CreateTool) {
-      const settings = yield* checkSettings(tenantId, input.settings, checkParameters(input.parameters), input.name)
+      // An mcp tool's server tools each bring their schema: its own is not read.
+      const parameters = input.parameters ?? (input.settings.kind === "mcp" ? { type: "object" } : undefined)
+      if (parameters === undefined) {
+        return yield* invalidFields([
+          {
+            path: ["parameters"],
+            message: "Expected the JSON Schema of the arguments (only an mcp tool may leave it out)"
+          }
+        ])
+      }
+      const settings = yield* checkSettings(tenantId, input.settings, checkParameters(parameters), input.name)
       return yield* limits.admit(
         tenantId,
         "tools",
-        repo.insert(tenantId, { ...input, settings, policy: { ...defaultPolicy, ...input.policy } })
+        repo.insert(tenantId, { ...input, parameters, settings, policy: { ...defaultPolicy, ...input.policy } })
       )
     })
 
@@ -334,11 +483,13 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
           ? { issues: [], properties: propertiesOf(existing.parameters) }
           : checkParameters(input.parameters)
       let settings: ToolSettings | undefined
-      if (sent !== undefined) settings = yield* checkSettings(tenantId, sent, parameters, input.name ?? existing.name)
-      else if (existing.settings.kind === "mcp" && input.name !== undefined && input.name !== existing.name) {
+      const saved = { id, refreshing: false }
+      if (sent !== undefined) {
+        settings = yield* checkSettings(tenantId, sent, parameters, input.name ?? existing.name, saved)
+      } else if (existing.settings.kind === "mcp" && input.name !== undefined && input.name !== existing.name) {
         // The names the model sees start with the tool's: listed again under the new one.
         const { serverTools: _, listedAt: __, ...kept } = existing.settings
-        settings = yield* checkSettings(tenantId, kept, parameters, input.name)
+        settings = yield* checkSettings(tenantId, kept, parameters, input.name, saved)
       } else {
         const issues = [
           ...parameters.issues,
@@ -382,7 +533,8 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
         tenantId,
         kept,
         { issues: [], properties: propertiesOf(existing.parameters) },
-        existing.name
+        existing.name,
+        { id, refreshing: true }
       )
       // The name is not changed: no other tool can have it.
       const tool = yield* repo.update(tenantId, id, { settings }).pipe(Effect.catchTag("Conflict", Effect.die))
@@ -400,7 +552,9 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
       KnowledgeSearch.layer,
       Limits.layer,
       Guard.EgressGuard.layer,
-      Secrets.layer
+      Secrets.layer,
+      McpStdio.layer,
+      McpOAuth.layer
     ])
   )
 }

@@ -6,6 +6,8 @@ import { KnowledgeSearch } from "../../src/Knowledge/Search.ts"
 import { Secrets } from "../../src/Secrets/Secrets.ts"
 import type { HttpExchange } from "../../src/Tools/Call.ts"
 import { type CallContext, maxResponseBytes, ToolInvoker } from "../../src/Tools/Invoke.ts"
+import { McpStdio } from "../../src/Tools/McpStdio.ts"
+import { McpOAuth } from "../../src/Tools/McpOAuth.ts"
 import type { Tool } from "../../src/Tools/Tool.ts"
 import * as Guard from "../../src/Webhooks/Guard.ts"
 import * as FakeDns from "../support/FakeDns.ts"
@@ -31,6 +33,8 @@ const invokerLayer = (policy: Guard.Policy, servers?: ReadonlyArray<string>) =>
       Secrets.layer,
       KnowledgeSearch.layer,
       AgentsRepo.layer,
+      McpStdio.layer,
+      McpOAuth.layer,
       Layer.effect(Guard.EgressGuard, Guard.make({ policy, concurrency: 4, servers }))
     ])
   )

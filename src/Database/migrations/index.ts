@@ -29,6 +29,7 @@ import tools from "./0027_tools.ts"
 import toolCalls from "./0028_tool_calls.ts"
 import agentResponseFormat from "./0029_agent_response_format.ts"
 import toolKindMcp from "./0030_tool_kind_mcp.ts"
+import mcpOauth from "./0031_mcp_oauth.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -61,5 +62,6 @@ export const migrations = Migrator.fromRecord({
   "0027_tools": tools,
   "0028_tool_calls": toolCalls,
   "0029_agent_response_format": agentResponseFormat,
-  "0030_tool_kind_mcp": toolKindMcp
+  "0030_tool_kind_mcp": toolKindMcp,
+  "0031_mcp_oauth": mcpOauth
 })

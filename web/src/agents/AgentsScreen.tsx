@@ -4,7 +4,7 @@ import { AgentId } from "../../../src/Domain/Ids.ts"
 import { Link, navigate, type Route, withQuery } from "../router.tsx"
 import { ApiCall, Confirm, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
 import { queryId } from "../shared/ids.ts"
-import { useAllTools } from "../tools/hooks.ts"
+import { exposedNames, useAllTools } from "../tools/hooks.ts"
 import { type AgentDraft, agentPayload, useAgents } from "./hooks.ts"
 
 /** Agents: the list (filtered by status in the URL), and the one selected (`?agent=`) to edit, or a new one. */
@@ -122,25 +122,41 @@ export const AgentsScreen = ({ route }: { readonly route: Route }) => {
               )}
               {tools?.map((t) => {
                 const checked = draft.toolIds.includes(t.id)
+                const serverTools = exposedNames(t)
                 return (
-                  <label key={t.id} className="check">
-                    <input
-                      type="checkbox"
-                      checked={checked}
-                      // An inactive tool cannot be given; one the agent has can still be taken away.
-                      disabled={t.status !== "active" && !checked}
-                      onChange={(e) =>
-                        set("toolIds")(
-                          e.target.checked ? [...draft.toolIds, t.id] : draft.toolIds.filter((id) => id !== t.id)
-                        )
-                      }
-                    />
-                    {t.name}
-                    <span className="muted">
-                      {t.kind}
-                      {t.status === "active" ? "" : " · inactive"}
-                    </span>
-                  </label>
+                  <div key={t.id}>
+                    <label className="check">
+                      <input
+                        type="checkbox"
+                        checked={checked}
+                        // An inactive tool cannot be given; one the agent has can still be taken away.
+                        disabled={t.status !== "active" && !checked}
+                        onChange={(e) =>
+                          set("toolIds")(
+                            e.target.checked ? [...draft.toolIds, t.id] : draft.toolIds.filter((id) => id !== t.id)
+                          )
+                        }
+                      />
+                      {t.name}
+                      <span className="muted">
+                        {t.kind}
+                        {t.status === "active" ? "" : " · inactive"}
+                      </span>
+                    </label>
+                    {/* An MCP server's tools are each one tool of the model: the names it will call them by. */}
+                    {t.settings.kind === "mcp" &&
+                      (serverTools.length === 0 ? (
+                        <p className="server-tool-names muted">No server tools exposed yet.</p>
+                      ) : (
+                        <ul className="server-tool-names" aria-label={`${t.name}'s server tools`}>
+                          {serverTools.map((name) => (
+                            <li key={name}>
+                              <code>{name}</code>
+                            </li>
+                          ))}
+                        </ul>
+                      ))}
+                  </div>
                 )
               })}
               {fieldError("toolIds") && <p className="field-error">{fieldError("toolIds")}</p>}

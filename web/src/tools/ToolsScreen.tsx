@@ -8,7 +8,8 @@ import { ApiProblem } from "../shared/api.ts"
 import { useAllSecrets } from "../secrets/hooks.ts"
 import { ApiCall, Confirm, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
 import { queryId } from "../shared/ids.ts"
-import { type HttpMethod, parseObject, toPayload, useAllKnowledgeBases, useTools } from "./hooks.ts"
+import { type HttpMethod, parseObject, type ToolDraft, toPayload, useAllKnowledgeBases, useTools } from "./hooks.ts"
+import { OAuthConnection, ServerTools } from "./McpSettings.tsx"
 
 const kindLabels: Record<ToolKind, string> = {
   http: "HTTP request",
@@ -138,12 +139,30 @@ const Outcome = ({ result }: { readonly result: CallResult }) => {
 /** Tools: the list, the one selected (`?tool=`) to edit and test, or a new one. */
 export const ToolsScreen = ({ route }: { readonly route: Route }) => {
   const selected = queryId(route, "tool", ToolId)
-  const { list, tool, draft, set, setDraft, setKind, save, setStatus, remove, problem, saved, fieldError, test } =
-    useTools(route, selected)
+  const {
+    list,
+    tool,
+    draft,
+    set,
+    setDraft,
+    setKind,
+    save,
+    setStatus,
+    remove,
+    listAgain,
+    listing,
+    oauth,
+    problem,
+    saved,
+    fieldError,
+    test
+  } = useTools(route, selected)
   const { agents } = useAllAgents()
   const bases = useAllKnowledgeBases()
   const secrets = useAllSecrets()
   const [deleting, setDeleting] = useState<Tool>()
+  // Reached over the network (an http tool, an mcp server at a URL): a URL, headers and hosts.
+  const remote = draft.kind === "http" || (draft.kind === "mcp" && !draft.mcpStdio)
   const payload = toPayload(draft)
   const request = "value" in payload ? payload.value : draft
   const testArguments = parseObject(test.arguments, "payload.arguments")
@@ -157,9 +176,9 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
     <>
       <h1>Tools</h1>
       <p>
-        What your agents may do besides talking: call one of your HTTP services, search your knowledge bases, or ask
-        another agent. Give a tool to agents on the <Link to="/agents">agents</Link> screen; keep the credentials it
-        sends as <Link to="/secrets">secrets</Link>.
+        What your agents may do besides talking: call one of your HTTP services, search your knowledge bases, ask
+        another agent, or use the tools of an MCP server. Give a tool to agents on the <Link to="/agents">agents</Link>{" "}
+        screen; keep the credentials it sends as <Link to="/secrets">secrets</Link>.
       </p>
       <div className="split">
         <section aria-labelledby="tools-list">
@@ -246,7 +265,40 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
 
             {(draft.kind === "http" || draft.kind === "mcp") && (
               <fieldset>
-                <legend>{draft.kind === "http" ? "HTTP request" : "MCP server (Streamable HTTP)"}</legend>
+                <legend>{draft.kind === "http" ? "HTTP request" : "MCP server"}</legend>
+                {draft.kind === "mcp" && (
+                  <Field
+                    label="Server"
+                    hint="Where its tools are: a server reached at a URL, or one the operator runs."
+                  >
+                    {(props) => (
+                      <select
+                        {...props}
+                        value={draft.mcpStdio ? "stdio" : "url"}
+                        onChange={(e) => set("mcpStdio")(e.target.value === "stdio")}
+                      >
+                        <option value="url">Reached at a URL (Streamable HTTP)</option>
+                        <option value="stdio">Run by the operator (stdio)</option>
+                      </select>
+                    )}
+                  </Field>
+                )}
+                {draft.kind === "mcp" && draft.mcpStdio && (
+                  <Field
+                    label="Server name"
+                    hint="The name the operator gave the server in the service's configuration."
+                    error={fieldError("payload.settings.server")}
+                  >
+                    {(props) => (
+                      <input
+                        {...props}
+                        spellCheck={false}
+                        value={draft.mcpServer}
+                        onChange={(e) => set("mcpServer")(e.target.value)}
+                      />
+                    )}
+                  </Field>
+                )}
                 {draft.kind === "http" && (
                   <Field label="Method" error={fieldError("payload.settings.method")}>
                     {(props) => (
@@ -264,82 +316,116 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                     )}
                   </Field>
                 )}
-                <Field
-                  label="URL"
-                  hint={
-                    <>
-                      <code>{"{{args.NAME}}"}</code> in its path and query stands for an argument, such as{" "}
-                      <code>{"https://api.shop.example/orders/{{args.id}}"}</code>.
-                    </>
-                  }
-                  error={fieldError("payload.settings.url")}
-                >
-                  {(props) => (
-                    <input
-                      {...props}
-                      type="url"
-                      spellCheck={false}
-                      value={draft.url}
-                      onChange={(e) => set("url")(e.target.value)}
-                    />
-                  )}
-                </Field>
-                <fieldset>
-                  <legend>Headers</legend>
-                  <p className="hint">
-                    Sent with every call; a value may name a secret as <code>{"{{secrets.NAME}}"}</code>
-                    {secrets !== undefined && secrets.length > 0 && (
-                      <>
-                        {" "}
-                        (yours:{" "}
-                        {secrets.map((secret, i) => (
-                          <span key={secret.id}>
-                            {i > 0 && ", "}
-                            <code>{secret.name}</code>
-                          </span>
-                        ))}
-                        )
-                      </>
-                    )}
-                    .
-                  </p>
-                  {draft.headers.map((header, i) => (
-                    <div key={i} className="header-row">
-                      <input
-                        aria-label={`Header ${i + 1} name`}
-                        placeholder="Name"
-                        spellCheck={false}
-                        value={header.name}
-                        onChange={(e) => setHeader(i, { name: e.target.value })}
-                      />
-                      <input
-                        aria-label={`Header ${i + 1} value`}
-                        placeholder="Value"
-                        spellCheck={false}
-                        value={header.value}
-                        onChange={(e) => setHeader(i, { value: e.target.value })}
-                      />
-                      <button
-                        type="button"
-                        className="secondary"
-                        aria-label={`Remove header ${i + 1}`}
-                        onClick={() => setDraft((d) => ({ ...d, headers: d.headers.filter((_, j) => j !== i) }))}
-                      >
-                        Remove
-                      </button>
-                    </div>
-                  ))}
-                  <button
-                    type="button"
-                    className="secondary"
-                    onClick={() => setDraft((d) => ({ ...d, headers: [...d.headers, { name: "", value: "" }] }))}
+                {remote && (
+                  <Field
+                    label="URL"
+                    hint={
+                      draft.kind === "mcp" ? (
+                        <>
+                          The server's Streamable HTTP endpoint, such as <code>https://mcp.shop.example/mcp</code>.
+                        </>
+                      ) : (
+                        <>
+                          <code>{"{{args.NAME}}"}</code> in its path and query stands for an argument, such as{" "}
+                          <code>{"https://api.shop.example/orders/{{args.id}}"}</code>.
+                        </>
+                      )
+                    }
+                    error={fieldError("payload.settings.url")}
                   >
-                    Add a header
-                  </button>
-                  {fieldError("payload.settings.headers") && (
-                    <p className="field-error">{fieldError("payload.settings.headers")}</p>
-                  )}
-                </fieldset>
+                    {(props) => (
+                      <input
+                        {...props}
+                        type="url"
+                        spellCheck={false}
+                        value={draft.url}
+                        onChange={(e) => set("url")(e.target.value)}
+                      />
+                    )}
+                  </Field>
+                )}
+                {draft.kind === "mcp" && remote && (
+                  <Field
+                    label="Authentication"
+                    hint="Headers sent with every request, or an OAuth connection you approve at the server's authorization server."
+                    error={fieldError("payload.settings.auth")}
+                  >
+                    {(props) => (
+                      <select
+                        {...props}
+                        value={draft.mcpAuth}
+                        onChange={(e) => set("mcpAuth")(e.target.value as ToolDraft["mcpAuth"])}
+                      >
+                        <option value="headers">Headers</option>
+                        <option value="oauth">OAuth</option>
+                      </select>
+                    )}
+                  </Field>
+                )}
+                {draft.kind === "mcp" && remote && draft.mcpAuth === "oauth" && (
+                  <OAuthConnection tool={tool?.settings.kind === "mcp" ? tool : undefined} oauth={oauth} />
+                )}
+                {remote && (
+                  <fieldset>
+                    <legend>Headers</legend>
+                    <p className="hint">
+                      {draft.kind === "mcp" && draft.mcpAuth === "oauth"
+                        ? "Sent with every call besides the connection's Authorization"
+                        : "Sent with every call"}
+                      ; a value may name a secret as <code>{"{{secrets.NAME}}"}</code>
+                      {secrets !== undefined && secrets.length > 0 && (
+                        <>
+                          {" "}
+                          (yours:{" "}
+                          {secrets.map((secret, i) => (
+                            <span key={secret.id}>
+                              {i > 0 && ", "}
+                              <code>{secret.name}</code>
+                            </span>
+                          ))}
+                          )
+                        </>
+                      )}
+                      .
+                    </p>
+                    {draft.headers.map((header, i) => (
+                      <div key={i} className="header-row">
+                        <input
+                          aria-label={`Header ${i + 1} name`}
+                          placeholder="Name"
+                          spellCheck={false}
+                          value={header.name}
+                          onChange={(e) => setHeader(i, { name: e.target.value })}
+                        />
+                        <input
+                          aria-label={`Header ${i + 1} value`}
+                          placeholder="Value"
+                          spellCheck={false}
+                          value={header.value}
+                          onChange={(e) => setHeader(i, { value: e.target.value })}
+                        />
+                        <button
+                          type="button"
+                          className="secondary"
+                          aria-label={`Remove header ${i + 1}`}
+                          onClick={() => setDraft((d) => ({ ...d, headers: d.headers.filter((_, j) => j !== i) }))}
+                        >
+                          Remove
+                        </button>
+                      </div>
+                    ))}
+                    <button
+                      type="button"
+                      className="secondary"
+                      onClick={() => setDraft((d) => ({ ...d, headers: [...d.headers, { name: "", value: "" }] }))}
+                    >
+                      Add a header
+                    </button>
+                    {fieldError("payload.settings.headers") && (
+                      <p className="field-error">{fieldError("payload.settings.headers")}</p>
+                    )}
+                  </fieldset>
+                )}
                 {draft.kind === "http" && draft.method !== "GET" && (
                   <Field
                     label="Body"
@@ -364,21 +450,27 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                     )}
                   </Field>
                 )}
-                <Field
-                  label="Allowed hosts"
-                  hint="One a line: the URL's host, and any a followed redirect may go to."
-                  error={fieldError("payload.settings.allowedHosts")}
-                >
-                  {(props) => (
-                    <textarea
-                      {...props}
-                      rows={2}
-                      spellCheck={false}
-                      value={draft.allowedHosts}
-                      onChange={(e) => set("allowedHosts")(e.target.value)}
-                    />
-                  )}
-                </Field>
+                {remote && (
+                  <Field
+                    label="Allowed hosts"
+                    hint={
+                      draft.kind === "mcp"
+                        ? "One a line: the URL's host."
+                        : "One a line: the URL's host, and any a followed redirect may go to."
+                    }
+                    error={fieldError("payload.settings.allowedHosts")}
+                  >
+                    {(props) => (
+                      <textarea
+                        {...props}
+                        rows={2}
+                        spellCheck={false}
+                        value={draft.allowedHosts}
+                        onChange={(e) => set("allowedHosts")(e.target.value)}
+                      />
+                    )}
+                  </Field>
+                )}
                 {draft.kind === "http" && (
                   <label className="check">
                     <input
@@ -390,21 +482,15 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                   </label>
                 )}
                 {draft.kind === "mcp" && (
-                  <Field
-                    label="Server tools exposed"
-                    hint="One name a line; empty: all of the server's tools. They are listed when the tool is saved."
-                    error={fieldError("payload.settings.tools")}
-                  >
-                    {(props) => (
-                      <textarea
-                        {...props}
-                        rows={2}
-                        spellCheck={false}
-                        value={draft.mcpTools}
-                        onChange={(e) => set("mcpTools")(e.target.value)}
-                      />
-                    )}
-                  </Field>
+                  <ServerTools
+                    tool={tool}
+                    draft={draft}
+                    setDraft={setDraft}
+                    fieldError={fieldError}
+                    listAgain={listAgain}
+                    listing={listing}
+                    oauth={oauth}
+                  />
                 )}
               </fieldset>
             )}
@@ -489,6 +575,12 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                       ; the agent is sent <code>message</code>
                     </>
                   )}
+                  {draft.kind === "mcp" && (
+                    <>
+                      ; not read for an MCP server, whose tools each bring their own: leave{" "}
+                      <code>{'{ "type": "object" }'}</code>
+                    </>
+                  )}
                   .
                 </>
               }
@@ -498,7 +590,7 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                 <textarea
                   {...props}
                   className="code"
-                  rows={10}
+                  rows={draft.kind === "mcp" ? 3 : 10}
                   spellCheck={false}
                   value={draft.parameters}
                   onChange={(e) => set("parameters")(e.target.value)}

@@ -1,11 +1,12 @@
 import { type FormEvent, useEffect, useState } from "react"
 import { AgentId, type ToolId } from "../../../src/Domain/Ids.ts"
 import type { CallResult } from "../../../src/Tools/Call.ts"
-import type { httpMethods, Tool, ToolKind } from "../../../src/Tools/Tool.ts"
+import type { httpMethods, McpServerTool, Tool, ToolKind } from "../../../src/Tools/Tool.ts"
 import { navigate, type Route, withQuery } from "../router.tsx"
 import { ApiProblem, call } from "../shared/api.ts"
 import { allPages, pageQuery, useLoad, usePaged, useSelected } from "../shared/data.ts"
 import { idOf } from "../shared/ids.ts"
+import { useOAuth } from "./oauth.ts"
 
 // The form holds what is typed, as text: the JSON Schema and the test's
 // arguments are parsed here before anything is sent, so a typing slip is
@@ -40,7 +41,14 @@ export interface ToolDraft {
   /** One host a line (or separated by commas). */
   allowedHosts: string
   followRedirects: boolean
-  /** An mcp tool's server tools exposed, one name a line; empty: all of them. */
+  /** Whether an mcp tool's server is one the operator runs (stdio), named by `mcpServer`, rather than reached at `url`. */
+  mcpStdio: boolean
+  mcpServer: string
+  /** How an mcp tool's server is authenticated: headers (which may name secrets), or an OAuth connection. */
+  mcpAuth: "headers" | "oauth"
+  /** Whether the model sees all of an mcp tool's server tools, or only those of `mcpTools`. */
+  mcpAll: boolean
+  /** The server tools exposed when not all of them, one name a line. */
   mcpTools: string
   knowledgeIds: Array<string>
   /** Empty: the service's default. */
@@ -82,6 +90,10 @@ export const emptyDraft: ToolDraft = {
   body: "",
   allowedHosts: "",
   followRedirects: false,
+  mcpStdio: false,
+  mcpServer: "",
+  mcpAuth: "headers",
+  mcpAll: true,
   mcpTools: "",
   knowledgeIds: [],
   topK: "",
@@ -110,9 +122,15 @@ const draftOf = (tool: Tool): ToolDraft => {
         }
       : s.kind === "mcp"
         ? {
-            url: s.url,
-            headers: Object.entries(s.headers).map(([name, value]) => ({ name, value })),
-            allowedHosts: s.allowedHosts.join("\n"),
+            ...("server" in s
+              ? { mcpStdio: true, mcpServer: s.server }
+              : {
+                  url: s.url,
+                  headers: Object.entries(s.headers).map(([name, value]) => ({ name, value })),
+                  allowedHosts: s.allowedHosts.join("\n"),
+                  mcpAuth: s.auth === "oauth" ? ("oauth" as const) : ("headers" as const)
+                }),
+            mcpAll: s.tools === "all",
             mcpTools: s.tools === "all" ? "" : s.tools.join("\n")
           }
         : s.kind === "knowledge"
@@ -154,6 +172,15 @@ const hostsOf = (text: string) =>
     .map((host) => host.trim())
     .filter((host) => host !== "")
 
+/** Names one a line (or separated by commas), each once. */
+export const namesOf = (text: string) => [...new Set(hostsOf(text))]
+
+/** The server tools an mcp tool, as stored, exposes to the model: their names as the model calls them. */
+export const exposedNames = (tool: Tool) =>
+  tool.settings.kind === "mcp"
+    ? tool.settings.serverTools.flatMap((one: McpServerTool) => (one.exposedAs === null ? [] : [one.exposedAs]))
+    : []
+
 /** A bound as typed: left out when empty, a number otherwise (the service names one out of range). */
 const bound = (text: string) => (text.trim() === "" ? undefined : Number(text))
 
@@ -182,15 +209,18 @@ const settingsOf = (d: ToolDraft) => {
     case "agent":
       return { kind: "agent" as const, agentId: idOf(AgentId, d.agentId) }
     case "mcp": {
-      const tools = hostsOf(d.mcpTools)
+      // None named is sent as such: the service names the field, rather than all being exposed unasked.
+      const tools = d.mcpAll ? ("all" as const) : namesOf(d.mcpTools)
+      if (d.mcpStdio) return { kind: "mcp" as const, server: d.mcpServer.trim(), tools }
       return {
         kind: "mcp" as const,
         url: d.url.trim(),
         headers: Object.fromEntries(
           d.headers.filter((h) => h.name.trim() !== "" || h.value !== "").map((h) => [h.name.trim(), h.value])
         ),
+        auth: d.mcpAuth,
         allowedHosts: hostsOf(d.allowedHosts),
-        tools: tools.length === 0 ? ("all" as const) : tools
+        tools
       }
     }
   }
@@ -203,7 +233,7 @@ export const toPayload = (d: ToolDraft) => {
   const duplicates = d.headers
     .map((h) => h.name.trim().toLowerCase())
     .filter((name, i, all) => name !== "" && all.indexOf(name) !== i)
-  if ((d.kind === "http" || d.kind === "mcp") && duplicates.length > 0) {
+  if ((d.kind === "http" || (d.kind === "mcp" && !d.mcpStdio)) && duplicates.length > 0) {
     return {
       problem: localProblem([{ path: "payload.settings.headers", message: `Header ${duplicates[0]} is given twice` }])
     }
@@ -282,6 +312,26 @@ export const useTools = (route: Route, selected: ToolId | null) => {
   const refresh = () => {
     list.reload()
     selection.reload()
+  }
+
+  const oauth = useOAuth(route, selected, tool, { problem: setProblem, saved: setSaved })
+
+  const [listing, setListing] = useState(false)
+  /** Lists an mcp tool's server tools again; a failure is the form's problem, as a save's is. */
+  const listAgain = async (target: Tool) => {
+    setProblem(undefined)
+    setSaved("")
+    setListing(true)
+    try {
+      const listed = await call((c) => c.tools.refresh({ params: { id: target.id } }))
+      const count = listed.settings.kind === "mcp" ? listed.settings.serverTools.length : 0
+      setSaved(`Listed ${count} tool${count === 1 ? "" : "s"} of ${listed.name}'s server.`)
+      refresh()
+    } catch (error) {
+      setProblem(error)
+    } finally {
+      setListing(false)
+    }
   }
 
   const save = async (event: FormEvent) => {
@@ -378,6 +428,9 @@ export const useTools = (route: Route, selected: ToolId | null) => {
     save,
     setStatus,
     remove,
+    listAgain,
+    listing,
+    oauth,
     problem,
     saved,
     fieldError,

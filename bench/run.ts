@@ -4,11 +4,13 @@
 //   npm run bench                  embedded PostgreSQL in a temp directory
 //   BENCH_DATABASE_URL=... npm run bench   an existing server (a database is created there)
 //   BENCH_SECONDS=10               seconds per measurement
+//   BENCH_ONLY=mcp                 only the figure of chat with one MCP tool call
 import autocannon from "autocannon"
 import * as ChildProcess from "node:child_process"
 import type * as Http from "node:http"
 import * as Os from "node:os"
 import pg from "pg"
+import { type McpFigures, measureMcpToolCall } from "./Mcp.ts"
 import { openLoop, type OpenLoopResult, pacedLoop, send } from "./OpenLoop.ts"
 import { cpuMicros, json, measureLoad, openDatabase, root, rssMb, signUp, spawn } from "./Support.ts"
 
@@ -58,6 +60,31 @@ const lookupParameters = {
 }
 const lookupDescription = "Looks an item up by its id."
 
+const chatRate = 200
+
+/** A difference in ms with its sign: a noisy run may make it negative. */
+const signed = (ms: number) => `${ms < 0 ? "" : "+"}${ms.toFixed(2)}`
+
+/** The rows and the summary of chat with one MCP tool call (bench/Mcp.ts). */
+const mcpLines = (mcp: McpFigures) => ({
+  rows: [
+    pacedRow("tools/call on the MCP server directly", mcp.raw),
+    pacedRow("with one MCP call: provider, tools/call, provider", mcp.direct),
+    pacedRow(`chat with one MCP tool call through the service, first ${seconds} s`, mcp.viaFirst),
+    pacedRow(`the same after ${chatSettleSeconds} s more of it`, mcp.via, mcp.viaCpu)
+  ],
+  summary: `chat with one MCP tool call at ${chatRate} req/s over the provider twice and the MCP server directly: p50 ${signed(
+    mcp.via.p50 - mcp.direct.p50
+  )} ms, p99 ${signed(mcp.via.p99 - mcp.direct.p99)} ms; in its first ${seconds} s: p50 ${signed(
+    mcp.viaFirst.p50 - mcp.direct.p50
+  )} ms, p99 ${signed(mcp.viaFirst.p99 - mcp.direct.p99)} ms; the tools/call alone: p50 ${mcp.raw.p50.toFixed(2)} ms, p99 ${mcp.raw.p99.toFixed(2)} ms; chat MCP tool calls: ${mcp.toolCalls}`,
+  figure: [
+    "chat with one MCP tool call, added p50 / p99 at 200 req/s (after warm-up)",
+    `${(mcp.via.p50 - mcp.direct.p50).toFixed(1)} / ${(mcp.via.p99 - mcp.direct.p99).toFixed(1)} ms`,
+    "(beside the http tool's)"
+  ] as [string, string, string]
+})
+
 const main = async () => {
   const { close, databaseUrl } = await openDatabase("bench")
   // An instant OpenAI-compatible provider: chat through the service is
@@ -66,13 +93,47 @@ const main = async () => {
   const providerEnv = { OPENAI_BASE_URL: `${provider.url}/v1`, OPENAI_API_KEY: "bench-provider-key" }
   // The tool's receiver, on loopback: the service may call it only with private targets allowed.
   const receiver = await spawn("bench/receiver.ts", {})
+  // The mcp tool's server, on loopback too.
+  const mcpServer = await spawn("bench/mcp-server.ts", {})
   const service = await spawn("src/main.ts", {
     DATABASE_URL: databaseUrl,
     WEBHOOK_ALLOW_PRIVATE: "true",
     ...providerEnv
   })
   const pid = service.child.pid!
+  const measureMcp = (auth: Record<string, string>, keyHeader: Record<string, string>, db: pg.Client) =>
+    measureMcpToolCall({
+      serviceUrl: service.url,
+      pid,
+      auth,
+      keyHeader,
+      providerUrl: `${provider.url}/v1/chat/completions`,
+      providerHeaders: { authorization: "Bearer bench-provider-key" },
+      providerModel,
+      mcpUrl: `${mcpServer.url}/mcp`,
+      db,
+      rate: chatRate,
+      seconds,
+      settleSeconds: chatSettleSeconds
+    })
   try {
+    if (process.env.BENCH_ONLY === "mcp") {
+      const { auth } = await signUp(service.url)
+      const { key } = await json(`${service.url}/api/keys`, {
+        method: "POST",
+        headers: auth,
+        body: JSON.stringify({ name: "bench" })
+      })
+      const db = new pg.Client({ connectionString: databaseUrl })
+      await db.connect()
+      await db.query("UPDATE tenants SET plan = 'business'")
+      const mcp = mcpLines(await measureMcp(auth, { authorization: `Bearer ${key}` }, db))
+      await db.end()
+      console.log(`\n${seconds}s per measurement, ${Os.cpus().length} cores\n`)
+      for (const line of mcp.rows) console.log(line)
+      console.log(`\n${mcp.summary}`)
+      return
+    }
     const idleRss = await rssMb(pid)
     await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
     const settledIdleRss = await rssMb(pid)
@@ -281,7 +342,6 @@ const main = async () => {
     await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
     // The overhead: the same open loop at a fixed rate, on the instant
     // provider directly and then through the service (an agent on it).
-    const chatRate = 200
     const paced = (url: string, headers: Record<string, string>, body: () => string) =>
       openLoop({ url, headers, body, rate: chatRate, seconds })
     const directBody = () =>
@@ -376,6 +436,10 @@ const main = async () => {
     const viaTool = await paced(viaToolUrl, keyHeader, viaToolBody)
     const viaToolCpu = ((await cpuMicros(pid)) - viaToolCpuBefore) / Math.max(1, viaTool.ok)
     const chatToolCalls = await toolCallsOf("chat")
+    // The same with the tool an MCP server's, after the http tool's calls are
+    // counted and what their load left is given back.
+    await new Promise((resolve) => setTimeout(resolve, quietSeconds * 1000))
+    const mcp = mcpLines(await measureMcp(auth, keyHeader, db))
     await db.end()
 
     console.log(`\n${seconds}s per measurement, ${connections} connections, ${Os.cpus().length} cores\n`)
@@ -392,6 +456,7 @@ const main = async () => {
     console.log(pacedRow("with one tool call: provider, receiver, provider", directWithTool))
     console.log(pacedRow(`chat with one tool call through the service, first ${seconds} s`, viaToolFirst))
     console.log(pacedRow(`the same after ${chatSettleSeconds} s more of it`, viaTool, viaToolCpu))
+    for (const line of mcp.rows) console.log(line)
     console.log(`\nGET /api/v1/agents / SELECT baseline: ${ratio(list, select)}x (target 0.8x)`)
     console.log(
       `counting costs: ${(100 * (1 - list.requests.average / listUncounted.requests.average)).toFixed(1)}% of throughput`
@@ -444,6 +509,7 @@ const main = async () => {
         2
       )} ms, p99 +${(viaToolFirst.p99 - directWithTool.p99).toFixed(2)} ms; chat tool calls: ${chatToolCalls}`
     )
+    console.log(mcp.summary)
     console.log(
       `service RSS: idle ${idleRss} MB when ready, ${settledIdleRss} MB ${quietSeconds} s later; executions bursts: peak ${burstRss} MB, ${afterBurstRss} MB when their runs had finished, ${quietRss} MB after ${quietSeconds} s quiet; closed-loop chat peak ${closedChatRss} MB; under chat load at ${chatRate} req/s ${loadedRss} MB, 60 s later ${settledRss} MB (targets 150 / 400 / 250 MB)`
     )
@@ -478,6 +544,7 @@ const main = async () => {
         `${(viaTool.p50 - directWithTool.p50).toFixed(1)} / ${(viaTool.p99 - directWithTool.p99).toFixed(1)} ms`,
         "<= 2 / 10 ms"
       ],
+      mcp.figure,
       [
         `RSS idle (ready / ${quietSeconds} s later) / under chat load / 60 s later`,
         `${idleRss} / ${settledIdleRss} / ${loadedRss} / ${settledRss} MB`,
@@ -497,6 +564,7 @@ const main = async () => {
   } finally {
     provider.child.kill("SIGTERM")
     receiver.child.kill("SIGTERM")
+    mcpServer.child.kill("SIGTERM")
     service.child.kill("SIGTERM")
     await new Promise((resolve) => service.child.once("exit", resolve))
     await close()
@@ -507,7 +575,7 @@ await main()
 
 // Chunking throughput and knowledge search latency, each its own script
 // (also `npm run bench:chunking` and `npm run bench:search`).
-for (const script of ["bench/chunking.ts", "bench/search.ts"]) {
+for (const script of process.env.BENCH_ONLY === "mcp" ? [] : ["bench/chunking.ts", "bench/search.ts"]) {
   console.log(`\n${script}:`)
   ChildProcess.execFileSync(process.execPath, [script], { cwd: root, stdio: "inherit" })
 }

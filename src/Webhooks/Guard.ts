@@ -283,6 +283,27 @@ const headersOf = (raw: Http.IncomingHttpHeaders): Record<string, string> => {
 const keepAlive = { keepAlive: true, maxFreeSockets: 16, timeout: 15_000, scheduling: "lifo" } as const
 const agents = { "http:": new Http.Agent(keepAlive), "https:": new Https.Agent(keepAlive) }
 
+/** A request's options to `url`, sent to the checked `address`. */
+const pinned = (
+  url: URL,
+  address: string,
+  method: string,
+  headers: Readonly<Record<string, string>>,
+  agent: Http.Agent | false
+): Https.RequestOptions => {
+  const host = hostOf(url)
+  return {
+    host: address,
+    port: defaultPort(url),
+    path: `${url.pathname}${url.search}`,
+    method,
+    // The name the certificate must match, not the address connected to.
+    ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
+    headers,
+    agent
+  }
+}
+
 /**
  * Sends one request to `url`, connecting to `address` (already checked)
  * rather than resolving the host again; without a `body`, none (and no
@@ -326,7 +347,6 @@ export const request = (options: {
     mayResend: boolean
   ): Effect.Effect<Response, RequestFailure> =>
     Effect.callback<Response, RequestFailure>((resume) => {
-      const host = hostOf(url)
       const transport = url.protocol === "https:" ? Https : Http
       let settled = false
       const done = (result: Effect.Effect<Response, RequestFailure>) => {
@@ -342,16 +362,13 @@ export const request = (options: {
       let outgoing: Http.ClientRequest
       try {
         outgoing = transport.request(
-          {
-            host: options.address,
-            port: defaultPort(url),
-            path: `${url.pathname}${url.search}`,
+          pinned(
+            url,
+            options.address,
             method,
-            // The name the certificate must match, not the address connected to.
-            ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
-            headers: sentHeaders,
-            agent: url.protocol === "https:" ? agents["https:"] : agents["http:"]
-          },
+            sentHeaders,
+            url.protocol === "https:" ? agents["https:"] : agents["http:"]
+          ),
           (response) => {
             const chunks: Array<Buffer> = []
             let size = 0
@@ -455,7 +472,6 @@ export const open = (options: {
   const { method, url } = options
   const send = (headers: Readonly<Record<string, string>>): Effect.Effect<OpenAnswer, RequestFailure> =>
     Effect.callback<OpenAnswer, RequestFailure>((resume) => {
-      const host = hostOf(url)
       const transport = url.protocol === "https:" ? Https : Http
       const sentHeaders: Record<string, string> = { ...headers, host: url.host }
       let answered = false
@@ -468,42 +484,31 @@ export const open = (options: {
       }
       let outgoing: Http.ClientRequest
       try {
-        outgoing = transport.request(
-          {
-            host: options.address,
-            port: defaultPort(url),
-            path: `${url.pathname}${url.search}`,
-            method,
-            ...(url.protocol === "https:" && Net.isIP(host) === 0 ? { servername: host } : {}),
-            headers: sentHeaders,
-            agent: false
-          },
-          (response) => {
-            answered = true
-            response.on("end", () => end("the stream ended"))
-            response.on("error", (error: NodeJS.ErrnoException) =>
-              end(`the stream failed: ${error.code ?? error.message}`)
-            )
-            response.on("close", () => end("the connection closed"))
-            response.socket.unref()
-            resume(
-              Effect.succeed({
-                status: response.statusCode ?? 0,
-                headers: headersOf(response.headers),
-                sentHeaders,
-                read: (onChunk, onEnded) => {
-                  onEnd = onEnded
-                  if (ended !== undefined) onEnded(ended)
-                  else response.on("data", onChunk)
-                },
-                close: () => {
-                  outgoing.destroy()
-                  end("closed")
-                }
-              })
-            )
-          }
-        )
+        outgoing = transport.request(pinned(url, options.address, method, sentHeaders, false), (response) => {
+          answered = true
+          response.on("end", () => end("the stream ended"))
+          response.on("error", (error: NodeJS.ErrnoException) =>
+            end(`the stream failed: ${error.code ?? error.message}`)
+          )
+          response.on("close", () => end("the connection closed"))
+          response.socket.unref()
+          resume(
+            Effect.succeed({
+              status: response.statusCode ?? 0,
+              headers: headersOf(response.headers),
+              sentHeaders,
+              read: (onChunk, onEnded) => {
+                onEnd = onEnded
+                if (ended !== undefined) onEnded(ended)
+                else response.on("data", onChunk)
+              },
+              close: () => {
+                outgoing.destroy()
+                end("closed")
+              }
+            })
+          )
+        })
       } catch (error) {
         resume(Effect.fail({ reason: "connection", message: `The request could not be made: ${String(error)}` }))
         return

@@ -277,32 +277,36 @@ layer(NodesLayer, { timeout: "90 seconds", excludeTestServices: true })("event s
     })
   )
 
-  it.effect("a killed node's places come back once their lease runs out", () =>
-    Effect.gen(function* () {
-      const { a, b } = yield* Nodes
-      const t = yield* tenant(a, "slots-dead@example.com")
-      const executionId = yield* Effect.promise(t.execute)
-      for (let i = 0; i < cap; i++) assert.strictEqual((yield* executionStream(b, t.bearer, executionId)).status, 200)
-      b.child.kill("SIGKILL")
-      yield* Effect.promise(() => b.exited)
-      const killedAt = Date.now()
-      // The dead node's places still count until their lease (3 s) runs out.
-      assertTooMany(yield* executionStream(a, t.bearer, executionId))
-      const opened = yield* eventually(
-        Effect.promise(async () => {
-          const one = await Effect.runPromise(executionStream(a, t.bearer, executionId))
-          if (one.status === 200) return one
-          assertTooMany(one)
-          throw new Error("no place yet on the surviving node")
-        }),
-        within
-      )
-      const after = Date.now() - killedAt
-      console.log(`a place came back ${after} ms after its node was killed`)
-      opened.close()
-      yield* Effect.promise(() =>
-        request(`${a.baseUrl}/api/v1/executions/${executionId}/cancel`, { method: "POST", headers: t.bearer })
-      )
-    })
+  it.effect(
+    "a killed node's places come back once their lease runs out",
+    () =>
+      Effect.gen(function* () {
+        const { a, b } = yield* Nodes
+        const t = yield* tenant(a, "slots-dead@example.com")
+        const executionId = yield* Effect.promise(t.execute)
+        for (let i = 0; i < cap; i++) assert.strictEqual((yield* executionStream(b, t.bearer, executionId)).status, 200)
+        b.child.kill("SIGKILL")
+        yield* Effect.promise(() => b.exited)
+        const killedAt = Date.now()
+        // The dead node's places still count until their lease (3 s) runs out.
+        assertTooMany(yield* executionStream(a, t.bearer, executionId))
+        const opened = yield* eventually(
+          Effect.promise(async () => {
+            const one = await Effect.runPromise(executionStream(a, t.bearer, executionId))
+            if (one.status === 200) return one
+            assertTooMany(one)
+            throw new Error("no place yet on the surviving node")
+          }),
+          within
+        )
+        const after = Date.now() - killedAt
+        console.log(`a place came back ${after} ms after its node was killed`)
+        opened.close()
+        // Cancelling waits up to CLUSTER_CALL_TIMEOUT (10 s) for a workflow whose shard was the dead node's.
+        yield* Effect.promise(() =>
+          request(`${a.baseUrl}/api/v1/executions/${executionId}/cancel`, { method: "POST", headers: t.bearer })
+        )
+      }),
+    60_000
   )
 })

@@ -6,6 +6,7 @@ import * as OpenApi from "effect/http-api/OpenApi"
 import { SessionAuth, sessionCredential } from "../Auth/Api.ts"
 import { operation } from "../Domain/ApiDocs.ts"
 import { ToolId } from "../Domain/Ids.ts"
+import { text } from "../Domain/Input.ts"
 import { managementEndpoints } from "../Domain/Management.ts"
 import { PageOf } from "../Domain/Page.ts"
 import { BadRequest, Conflict, NotFound, QuotaReached } from "../Domain/Problems.ts"
@@ -185,12 +186,15 @@ export class ToolsApi extends HttpApiGroup.make("tools")
     })
   ) {}
 
+/** A parameter of the authorization server's redirect, as sent. */
+const CallbackText = text(Schema.isMaxLength(4096))
+
 const oauthCallback = HttpApiEndpoint.get("callback", "/callback", {
   query: {
-    code: Schema.optionalKey(Schema.String),
-    state: Schema.optionalKey(Schema.String),
-    error: Schema.optionalKey(Schema.String),
-    error_description: Schema.optionalKey(Schema.String)
+    code: Schema.optionalKey(CallbackText),
+    state: Schema.optionalKey(CallbackText),
+    error: Schema.optionalKey(CallbackText),
+    error_description: Schema.optionalKey(CallbackText)
   },
   success: HttpApiSchema.Empty(302).annotate({
     description:

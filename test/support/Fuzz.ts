@@ -1642,7 +1642,8 @@ export interface Report {
 export interface RunOptions {
   readonly baseUrl: string
   readonly seed: number
-  readonly requests: number
+  /** How many requests; default: enough for every operation to meet every kind of credential (2 x operations x kinds). */
+  readonly requests?: number | undefined
   readonly concurrency?: number
   readonly timeoutMs?: number
   readonly fixtures: Fixtures
@@ -1653,6 +1654,7 @@ export const run = async (options: RunOptions): Promise<Report> => {
   const startedAt = performance.now()
   const document = await (await fetch(`${options.baseUrl}/openapi.json`)).json()
   const operations = operationsOf(document)
+  const requests = options.requests ?? 2 * operations.length * credentialKinds.length
   const port = Number(new URL(options.baseUrl).port)
   const byStatus: Record<string, number> = {}
   const byRoute: Record<string, Record<string, number>> = {}
@@ -1661,7 +1663,7 @@ export const run = async (options: RunOptions): Promise<Report> => {
   const tried = new Set<string>()
   let next = 0
   const worker = async () => {
-    while (next < options.requests) {
+    while (next < requests) {
       const index = next++
       let request = generate(operations, options.fixtures, options.seed, index)
       // Logging out ends the session it is called with: give it one of its own.
@@ -1692,7 +1694,7 @@ export const run = async (options: RunOptions): Promise<Report> => {
   )
   return {
     seed: options.seed,
-    requests: options.requests,
+    requests,
     durationMs: performance.now() - startedAt,
     byStatus,
     byRoute,

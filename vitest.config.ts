@@ -13,7 +13,9 @@ const alone = [
   "test/Tools/CrashRecovery.test.ts",
   "test/Tools/Failover.test.ts",
   "test/Tools/TeamCrashRecovery.test.ts",
-  "test/Tools/McpCrashRecovery.test.ts"
+  "test/Tools/McpCrashRecovery.test.ts",
+  "test/Approvals/CrashRecovery.test.ts",
+  "test/Approvals/ManyWaiting.test.ts"
 ]
 
 export default defineConfig({

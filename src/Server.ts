@@ -42,6 +42,8 @@ import * as McpHttp from "./Mcp/Server.ts"
 import { Knowledge } from "./Knowledge/Knowledge.ts"
 import { KnowledgeSearch } from "./Knowledge/Search.ts"
 import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
+import { Approvals } from "./Approvals/Approvals.ts"
+import * as ApprovalsHttp from "./Approvals/Http.ts"
 import * as SecretsHttp from "./Secrets/Http.ts"
 import * as TeamsHttp from "./Teams/Http.ts"
 import { TeamsRepo } from "./Teams/Repo.ts"
@@ -124,7 +126,8 @@ export const RoutesLayer = Layer.unwrap(
     KnowledgeHttp.layer,
     KnowledgeSearchHttp.layer,
     ToolsHttp.layer,
-    SecretsHttp.layer
+    SecretsHttp.layer,
+    ApprovalsHttp.layer
   ]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
   // One quota per process: the middleware and the billing route share its batches.
@@ -167,6 +170,8 @@ export const EntitiesLayer = Layer.mergeAll(
   // Kept in the output: chats of agents without memory run their loop from the routes.
   Layer.provideMerge(AgentTools.layer),
   Layer.provideMerge(ToolLoop.layer),
+  // Approvals: the runs ask for them and wait; the routes decide them.
+  Layer.provideMerge(Approvals.layer),
   Layer.provide([
     AgentsRepo.layer,
     ExecutionsRepo.layer,

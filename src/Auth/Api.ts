@@ -26,9 +26,15 @@ import {
 // Who is calling
 // ---------------------------------------------------------------------------
 
-export const Scope = Schema.Literals(["read", "chat", "execute", "teams"])
+export const Scope = Schema.Literals(["read", "chat", "execute", "teams", "approvals"])
 export type Scope = typeof Scope.Type
 export const allScopes: ReadonlyArray<Scope> = Scope.literals
+/**
+ * The scopes of a key created without a list (every key made before
+ * `approvals` existed, too): deciding approvals is never granted unless asked
+ * for by name.
+ */
+export const defaultScopes: ReadonlyArray<Scope> = allScopes.filter((scope) => scope !== "approvals")
 
 export type Principal =
   | {

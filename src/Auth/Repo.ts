@@ -11,7 +11,7 @@ import { forEachChunk } from "../Database/Chunks.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { CounterSql } from "../Database/Sql.ts"
 import { ApiKeyId, newId, SessionId, TenantId, UserId } from "../Domain/Ids.ts"
-import { allScopes, type ApiKey, Plan, Scope } from "./Api.ts"
+import { type ApiKey, defaultScopes, Plan, Scope } from "./Api.ts"
 import { normalizeEmail } from "./Email.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -249,8 +249,8 @@ export const credentialChannel = "api_key_revoked"
 /** A key as clients see it: without its tenant, hash and revocation. */
 export const toApiKey = ({ tenantId: _tenant, keyHash: _hash, revokedAt: _revoked, ...key }: ApiKeyRow): ApiKey => ({
   ...key,
-  // No stored list means every scope.
-  scopes: key.scopes ?? allScopes
+  // No stored list means the default scopes.
+  scopes: key.scopes ?? defaultScopes
 })
 
 /**

@@ -7,8 +7,12 @@ import { PreferHeader, RunWaiting } from "./RunQueue.ts"
 // What the routes of the runs tenants start and follow (executions, team
 // runs) declare alike: one shape, whichever kind of run.
 
-/** A run's status: `pending` once accepted (and while it waits for a slot), `running`, then final. */
-export const RunStatus = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
+/**
+ * A run's status: `pending` once accepted (and while it waits for a slot),
+ * `running`, `waiting` while a tool call waits for a person's approval (not
+ * final: back to `running` once decided), then final.
+ */
+export const RunStatus = Schema.Literals(["pending", "running", "waiting", "completed", "failed", "cancelled"])
 export type RunStatus = typeof RunStatus.Type
 
 /** The headers of a route that starts a run. */
@@ -85,6 +89,9 @@ export const runEventStream = <
     "tool.called",
     "tool.succeeded",
     "tool.failed",
+    "approval.requested",
+    "approval.decided",
+    "approval.expired",
     `${part}.completed`,
     `${run}.completed`,
     `${run}.failed`,
@@ -98,6 +105,9 @@ export const runEventStream = <
     status: Schema.optionalKey(RunStatus),
     ...data.fields,
     ...toolEventFields,
+    approvalId: Schema.optionalKey(Schema.String).annotate({
+      description: "On `approval.*` events: the approval (`/api/approvals/{id}`) of the call `callId`."
+    }),
     reason: Schema.optionalKey(Schema.Literals(["maxDuration", timeoutReason])).annotate({
       description: `Why a \`stream.end\` ended the stream before the ${run} finished.`
     })

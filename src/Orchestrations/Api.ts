@@ -191,23 +191,62 @@ export class ExecutionNotStarted extends HttpApiError.Problem<ExecutionNotStarte
   }
 ) {}
 
+/** What a retry shows beside the fields of every execution (absent on an execution that is no retry). */
+export const retryFields = {
+  retryOf: Schema.optionalKey(Schema.String).annotate({
+    description: "On a retry: the failed or cancelled execution it retries (docs/orchestrations.md#retrying)."
+  }),
+  carriedSteps: Schema.optionalKey(Schema.Array(Schema.String)).annotate({
+    description: "On a retry: the steps that had completed in `retryOf` and were carried over, not run again."
+  }),
+  carriedTokens: Schema.optionalKey(Schema.Int).annotate({
+    description: "On a retry: the carried steps' tokens, spent by the execution retried; `tokensUsed` leaves them out."
+  })
+}
+
 export const Execution = Schema.Struct({
   id: Schema.String,
   orchestrationId: Schema.String,
   status: ExecutionStatus,
   output: Schema.NullOr(Schema.String),
   error: Schema.NullOr(Schema.String),
-  ...runTotals
+  ...runTotals,
+  ...retryFields
 })
 export type Execution = typeof Execution.Type
 
 export const ExecutionList = PageOf(Execution)
 
-export const ToolCallList = Schema.Struct({ data: Schema.Array(ToolCallRecord) })
+const carriedCall = {
+  carried: Schema.optionalKey(Schema.Boolean).annotate({
+    description: "On a retry: true for a call of a carried step, made by the execution retried (`retryOf`)."
+  })
+}
 export const ToolCallWithResult = Schema.Struct({
   ...ToolCallRecord.fields,
   fullResult: Schema.NullOr(Schema.String).annotate({ description: "The whole result (null for a failed call)." })
 })
+/** An execution's tool calls: a retry's carried steps' say so. */
+export const ToolCallList = Schema.Struct({
+  data: Schema.Array(Schema.Struct({ ...ToolCallRecord.fields, ...carriedCall }))
+})
+export const ExecutionToolCallWithResult = Schema.Struct({ ...ToolCallWithResult.fields, ...carriedCall })
+
+/**
+ * A retry refused because the orchestration no longer has the steps the
+ * execution ran: `stepId` names the first that differs.
+ */
+export class OrchestrationChanged extends HttpApiError.Problem<OrchestrationChanged>()(
+  "OrchestrationChanged",
+  {
+    type: "urn:agent-host:problem:orchestration-changed",
+    status: 409,
+    title: "Conflict"
+  },
+  {
+    stepId: Schema.optionalKey(Schema.String)
+  }
+) {}
 
 /** An execution's events: its steps' (`step.started`, `step.completed`) between its own. */
 const executionEvents = runEventStream("execution", "step", "executionTimeout", {
@@ -216,6 +255,9 @@ const executionEvents = runEventStream("execution", "step", "executionTimeout", 
     output: Schema.optionalKey(Schema.String),
     error: Schema.optionalKey(Schema.String),
     tokens: Schema.optionalKey(Schema.Number).annotate({ description: "A completed step's tokens." }),
+    carried: Schema.optionalKey(Schema.Boolean).annotate({
+      description: "On a retry's `step.completed`: the step completed in the execution retried and was not run again."
+    }),
     tokensUsed: Schema.optionalKey(Schema.Number).annotate({
       description: "The execution's tokens, on its final event."
     })
@@ -249,6 +291,26 @@ const executeDoc = {
     "the day's model tokens are spent or, with `Prefer: wait=0`, when the tenant's runs are at the plan's cap " +
     "(with Retry-After), 503 when the execution is stored but its start is not confirmed in time " +
     "(it will run: poll it by `executionId`)."
+}
+
+const retrySpec = {
+  params: { id: Text },
+  headers: startHeaders,
+  success: ExecutionStarted.pipe(HttpApiSchema.status(202)),
+  error: [...startErrors(ExecutionNotStarted), OrchestrationChanged]
+} as const
+
+const retryDoc = {
+  summary: "Retry a failed or cancelled execution",
+  description:
+    "Starts a new execution of the same steps, input and variables (`retryOf` names this one): the steps " +
+    "that completed are carried over with their outputs, tokens and tool calls, and not run again; the others " +
+    "run. Answers as execute does: the new `executionId`, 202. An `Idempotency-Key` replayed within 24 hours " +
+    "answers with the same retry. A retry of a retry carries what the latest one completed.",
+  errors:
+    "404 when the execution is not the tenant's, 409 when it is not `failed` or `cancelled`, when the " +
+    "orchestration was deleted, deactivated or its steps changed since (ids or order: `stepId` names the first " +
+    "that differs), or when the `Idempotency-Key` was used with another request; 429 and 503 as for execute."
 }
 
 /** The execution routes of a group, documented with its credential by `doc` (given the key scope each needs). */
@@ -319,7 +381,7 @@ const executionRoutes = <const Name extends string>(
     ),
     HttpApiEndpoint.get("toolCall", "/:id/steps/:stepId/tool-calls/:callId", {
       params: { id: Text, stepId: Text, callId: Text },
-      success: ToolCallWithResult,
+      success: ExecutionToolCallWithResult,
       error: NotFound
     }).annotateMerge(
       doc("read", {
@@ -448,21 +510,36 @@ export class OrchestrationsV1Api extends HttpApiGroup.make("v1Orchestrations")
 export class ExecutionsApi extends executionRoutes("executions", (_, doc) =>
   operation({ ...doc, credential: sessionCredential })
 )
+  .add(
+    HttpApiEndpoint.post("retry", "/:id/retry", retrySpec)
+      .middleware(SessionQuota)
+      .annotateMerge(
+        operation({
+          ...retryDoc,
+          credential: sessionCredential,
+          errors: `${retryDoc.errors} Counted against the plan's daily requests as the API-key route is: 429 past them.`
+        })
+      )
+  )
   .middleware(SessionAuth)
   .prefix("/api/executions")
   .annotateMerge(
     OpenApi.annotations({
       title: "Executions (management)",
-      description: "Follow, list and cancel the executions of orchestrations, with a session (the dashboard's view)."
+      description:
+        "Follow, list, cancel and retry the executions of orchestrations, with a session (the dashboard's view)."
     })
   ) {}
 
 export class ExecutionsV1Api extends executionRoutes("v1Executions", (scope, doc) => keyOperation(scope, "bearer", doc))
+  .add(
+    HttpApiEndpoint.post("retry", "/:id/retry", retrySpec).annotateMerge(keyOperation("execute", "bearer", retryDoc))
+  )
   .middleware(ApiKeyAuth)
   .prefix("/api/v1/executions")
   .annotateMerge(
     OpenApi.annotations({
       title: "Executions (API key)",
-      description: "Follow, list and cancel the executions of orchestrations, with an API key."
+      description: "Follow, list, cancel and retry the executions of orchestrations, with an API key."
     })
   ) {}

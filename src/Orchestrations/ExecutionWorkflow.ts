@@ -9,6 +9,9 @@ import * as Schema from "effect/Schema"
 import { isSqlError } from "effect/sql/SqlError"
 import * as Activity from "effect/workflow/Activity"
 import * as Workflow from "effect/workflow/Workflow"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
+import { Approvals } from "../Approvals/Approvals.ts"
+import { awaitApproval, loopApprovals } from "../Approvals/Wait.ts"
 import { AgentsRepo } from "../Agents/Repo.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
@@ -54,7 +57,12 @@ export const ExecutionWorkflow = Workflow.make("Execution", {
   idempotencyKey: ({ executionId }) => executionId
 })
 
-const StepResult = Schema.Struct({ output: Schema.String, tokens: Schema.Int })
+const StepResult = Schema.Struct({
+  output: Schema.String,
+  tokens: Schema.Int,
+  // The approvals the step stopped for (docs/approvals.md): it runs again once they are decided.
+  waitingFor: Schema.optionalKey(Schema.Array(Schema.String))
+})
 
 class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", {
   step: Schema.String,
@@ -90,7 +98,14 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
     "tenant.id": row.tenantId
   }
   yield* Effect.annotateCurrentSpan(runAttributes)
-  if (row.status !== "running") return
+  const approvals = yield* Approvals
+  if (row.status !== "running") {
+    // Ended while it waited (cancelled, timed out): its approvals wait no more.
+    yield* retryTransient(approvals.cancelRun(executionId))
+    return
+  }
+  // The engine's id of this run: the approvals' deferreds are its.
+  const { executionId: workflowExecutionId } = yield* WorkflowEngine.WorkflowInstance
   const snapshot = { ...row, createdAtMs: row.createdAt.getTime() }
 
   const steps = new Map(snapshot.steps.map((step) => [step.id, step as Step]))
@@ -98,14 +113,31 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
   // No prototype: a step id such as `__proto__` (refused when saved, but a
   // definition stored before that still runs) is then an ordinary key.
   const outputs: Record<string, string> = Object.create(null)
+  // Only what this run spends: a retry's carried steps were counted by the run that made them.
   let tokensUsed = 0
+  // A retry's steps carried over from the execution it retries: their
+  // outputs are used as they are, their models never asked again (their
+  // `step.completed` events were logged with the run's start, `begin`).
+  const carried = new Map((snapshot.carried ?? []).map((step) => [step.stepId, step]))
 
   // A one-step run's step is not an activity (runStep below): its
   // `step.started` event is logged with the run's start (`begin`), its
   // `step.completed` with the run's final status.
   const oneStep = snapshot.steps.length === 1
 
-  const stepEffect = (step: Step) =>
+  const stepApprovals = (step: Step) =>
+    loopApprovals(approvals, {
+      workflow: ExecutionWorkflow,
+      workflowExecutionId,
+      tenantId: TenantId.make(snapshot.tenantId),
+      runKind: "execution",
+      runId: executionId,
+      scope: step.id,
+      owner: { kind: "orchestration", id: snapshot.orchestrationId },
+      deadline
+    })
+
+  const stepEffect = (step: Step, resumed: boolean) =>
     Effect.gen(function* () {
       const fail = (message: string) => new StepFailed({ step: step.id, message, tokens: 0 })
       const remaining = deadline - (yield* Clock.currentTimeMillis)
@@ -130,7 +162,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
         )
       }
       const prompt = rendered.success
-      if (!oneStep) {
+      if (!oneStep && !resumed) {
         yield* retryTransient(executions.stepEvent(executionId, "step.started", step.id)).pipe(
           Effect.mapError(databaseFailed)
         )
@@ -183,7 +215,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
       ).pipe(Effect.mapError(databaseFailed))
       // The step's own format wins over its agent's.
       const responseFormat = step.responseFormat ?? agent.value.responseFormat ?? undefined
-      const result = yield* loop
+      const result: typeof StepResult.Type = yield* loop
         .run({
           key: { tenantId: TenantId.make(snapshot.tenantId), runKind: "execution", runId: executionId, scope: step.id },
           durable: true,
@@ -199,6 +231,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
           }),
           callModel,
           responseFormat,
+          approvals: stepApprovals(step),
           emit: (event) =>
             retryTransient(
               executions.stepEvent(executionId, event.type, step.id, {
@@ -211,18 +244,21 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
         .pipe(
           // A reply still not matching the format after being told what was wrong fails the step, naming where.
           Effect.flatMap((outcome) =>
-            outcome.invalidOutput === undefined
-              ? Effect.succeed({ output: storable(outcome.reply.text), tokens: outcome.tokens })
-              : Effect.fail(
-                  new StepFailed({
-                    step: step.id,
-                    message: storable(
-                      `Step ${step.id}: the reply does not match the response format "${responseFormat!.name}": ` +
-                        describeProblems(outcome.invalidOutput)
-                    ),
-                    tokens: outcome.tokens
-                  })
-                )
+            outcome.waitingFor !== undefined
+              ? // Its tokens are counted when the step runs again and replays these turns.
+                Effect.succeed({ output: "", tokens: 0, waitingFor: outcome.waitingFor })
+              : outcome.invalidOutput === undefined
+                ? Effect.succeed({ output: storable(outcome.reply.text), tokens: outcome.tokens })
+                : Effect.fail(
+                    new StepFailed({
+                      step: step.id,
+                      message: storable(
+                        `Step ${step.id}: the reply does not match the response format "${responseFormat!.name}": ` +
+                          describeProblems(outcome.invalidOutput)
+                      ),
+                      tokens: outcome.tokens
+                    })
+                  )
           ),
           Effect.mapError((error) => (error._tag === "ModelError" ? fail(`Step ${step.id}: ${error.message}`) : error)),
           Effect.timeoutOrElse({
@@ -230,6 +266,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
             orElse: () => Effect.fail(fail(`The execution timed out after ${snapshot.timeoutMs} ms`))
           })
         )
+      if (result.waitingFor !== undefined) return result
       if (!oneStep) {
         yield* retryTransient(executions.stepEvent(executionId, "step.completed", step.id, result)).pipe(
           Effect.mapError(databaseFailed)
@@ -250,20 +287,33 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
   // cluster. Killed before that statement, the step runs again, as an
   // activity killed before its reply is stored does.
   // A cancel stops a step where it is, its model call aborted, on whichever node runs it.
-  const cancellableStep = (step: Step) =>
+  const cancellableStep = (step: Step, resumed: boolean) =>
     signals.cancellable(
       executionId,
       () => new StepFailed({ step: step.id, message: "Cancelled", tokens: 0 })
-    )(stepEffect(step))
-  const runStep = (step: Step) =>
+    )(stepEffect(step, resumed))
+  // After a wait the step runs again as a new activity (its first one's result, the wait, is stored), whose loop
+  // replays what it kept and finds the decisions.
+  const stepOnce = (step: Step, after: string | undefined) =>
     oneStep
-      ? cancellableStep(step)
+      ? cancellableStep(step, after !== undefined)
       : Activity.make({
-          name: `step:${step.id}`,
+          name: after === undefined ? `step:${step.id}` : `step:${step.id}:after:${after}`,
           success: StepResult,
           error: StepFailed,
-          execute: cancellableStep(step)
+          execute: cancellableStep(step, after !== undefined)
         })
+
+  const runStep = (step: Step) =>
+    Effect.gen(function* () {
+      let after: string | undefined
+      while (true) {
+        const result = yield* stepOnce(step, after)
+        if (result.waitingFor === undefined || result.waitingFor.length === 0) return result
+        for (const id of result.waitingFor) yield* awaitApproval(approvals, id)
+        after = result.waitingFor[result.waitingFor.length - 1]
+      }
+    })
 
   const planned = plan(snapshot.steps)
   if (Result.isFailure(planned)) {
@@ -278,13 +328,19 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
     (layer) =>
       Effect.forEach(
         layer,
-        (id) =>
-          Effect.tap(runStep(steps.get(id)!), (result) =>
+        (id) => {
+          const kept = carried.get(id)
+          if (kept !== undefined) {
+            outputs[id] = kept.output
+            return Effect.void
+          }
+          return Effect.tap(runStep(steps.get(id)!), (result) =>
             Effect.sync(() => {
               outputs[id] = result.output
               tokensUsed += result.tokens
             })
-          ),
+          )
+        },
         { concurrency: "unbounded", discard: true }
       ),
     { discard: true }
@@ -298,7 +354,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
       ? executions.transition(executionId, "completed", {
           output: outputs[last.id] ?? "",
           tokensUsed,
-          ...(oneStep
+          ...(oneStep && !carried.has(last.id)
             ? { stepCompleted: { stepId: last.id, data: { output: outputs[last.id] ?? "", tokens: tokensUsed } } }
             : {})
         })

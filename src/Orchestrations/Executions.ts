@@ -1,3 +1,4 @@
+import { Approvals } from "../Approvals/Approvals.ts"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -10,13 +11,20 @@ import * as DurableRuns from "../Runtime/DurableRuns.ts"
 import { EventStreams } from "../Http/EventStreams.ts"
 import { Metrics } from "../Observability/Observability.ts"
 import { decodeCursor } from "../Domain/Cursor.ts"
-import { isId, type OrchestrationId, type TenantId } from "../Domain/Ids.ts"
+import { isId, OrchestrationId, type TenantId } from "../Domain/Ids.ts"
 import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
 import { defaultPageSize } from "../Domain/Page.ts"
-import { type ExecuteRequest, type Execution, ExecutionNotStarted, type ExecutionStatus } from "./Api.ts"
+import {
+  type ExecuteRequest,
+  type Execution,
+  ExecutionNotStarted,
+  type ExecutionStatus,
+  OrchestrationChanged,
+  type Step
+} from "./Api.ts"
 import { ExecutionWorkflow } from "./ExecutionWorkflow.ts"
 import { Orchestrations, variablesUsed } from "./Orchestrations.ts"
-import { ExecutionsRepo } from "./ExecutionsRepo.ts"
+import { type CarriedStep, ExecutionsRepo } from "./ExecutionsRepo.ts"
 import { ToolCallsRepo } from "../Tools/CallsRepo.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -35,7 +43,57 @@ const requestHash = (orchestrationId: string, request: ExecuteRequest) =>
     )
     .digest("hex")
 
-/** Starting, reading, listing and cancelling executions. */
+// A retry of an execution is one request whatever is sent with it.
+const retryHash = (executionId: string) =>
+  Crypto.createHash("sha256")
+    .update(JSON.stringify(["retry", executionId]))
+    .digest("hex")
+
+/**
+ * Why an execution's steps can no longer be retried on its orchestration's
+ * current ones (ids and order compared), naming the first step that differs;
+ * undefined when they are the same.
+ */
+export const changedStep = (
+  ran: ReadonlyArray<{ readonly id: string }>,
+  now: ReadonlyArray<{ readonly id: string }>
+): { readonly stepId: string; readonly detail: string } | undefined => {
+  for (let i = 0; i < Math.max(ran.length, now.length); i++) {
+    const before = ran[i]?.id
+    const after = now[i]?.id
+    if (before === after) continue
+    if (before === undefined) {
+      return { stepId: after!, detail: `The orchestration has a step "${after}" the execution did not have` }
+    }
+    return {
+      stepId: before,
+      detail:
+        after === undefined
+          ? `The orchestration no longer has step "${before}"`
+          : `The orchestration's step ${i + 1} is now "${after}", was "${before}"`
+    }
+  }
+  return undefined
+}
+
+/**
+ * What a retry carries over: the steps of `steps` completed in the execution
+ * retried, in step order; what it carried itself counts as completed there.
+ */
+export const carriedSteps = (
+  steps: ReadonlyArray<Step>,
+  source: { readonly carried: ReadonlyArray<CarriedStep> | null; readonly completed: ReadonlyArray<CarriedStep> }
+): ReadonlyArray<CarriedStep> => {
+  const done = new Map<string, CarriedStep>()
+  for (const step of source.carried ?? []) done.set(step.stepId, step)
+  for (const step of source.completed) done.set(step.stepId, step)
+  return steps.flatMap((step) => {
+    const kept = done.get(step.id)
+    return kept === undefined ? [] : [kept]
+  })
+}
+
+/** Starting, reading, listing, cancelling and retrying executions. */
 export class Executions extends Context.Service<Executions>()("agent-host/Executions", {
   make: Effect.gen(function* () {
     const orchestrations = yield* Orchestrations
@@ -132,6 +190,74 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       })
     })
 
+    /**
+     * A new execution of a failed or cancelled one, on the steps, input and
+     * variables it ran, carrying over the steps it completed (their results
+     * and tool calls). Accepted as an execute is: the tenant's budget, its run
+     * caps, its Idempotency-Key.
+     */
+    const retry = Traced.fn("Executions.retry")(function* (
+      tenantId: TenantId,
+      id: string,
+      headers: DurableRuns.StartHeaders
+    ) {
+      return yield* runs.accept(tenantId, headers, {
+        hash: () => retryHash(id),
+        prepare: Effect.gen(function* () {
+          const found = yield* repo.retrySource(tenantId, id)
+          if (Option.isNone(found)) return yield* new NotFound({ detail: `No execution ${id}` })
+          const source = found.value
+          if (source.status !== "failed" && source.status !== "cancelled") {
+            return yield* new Conflict({
+              detail: `The execution is ${source.status}: only a failed or cancelled execution can be retried`
+            })
+          }
+          const orchestrationId = OrchestrationId.make(source.orchestrationId)
+          const orchestration = yield* orchestrations
+            .get(tenantId, orchestrationId)
+            .pipe(Effect.catchTag("NotFound", () => Effect.succeed(undefined)))
+          if (orchestration === undefined) {
+            return yield* new OrchestrationChanged({
+              detail: `The orchestration ${orchestrationId} was deleted since the execution`
+            })
+          }
+          if (orchestration.status !== "active") {
+            return yield* new OrchestrationChanged({
+              detail: `The orchestration ${orchestrationId} is inactive`
+            })
+          }
+          const changed = changedStep(source.steps, orchestration.steps)
+          if (changed !== undefined) {
+            return yield* new OrchestrationChanged({
+              detail: `${changed.detail}: its steps changed since the execution`,
+              stepId: changed.stepId
+            })
+          }
+          const carried = carriedSteps(source.steps, source)
+          return (run: DurableRuns.NewRun) =>
+            repo.insertRetry(
+              {
+                ...run,
+                orchestrationId,
+                input: source.input,
+                variables: source.variables,
+                steps: source.steps,
+                timeoutMs: source.timeoutMs,
+                retryOf: source.id,
+                carried
+              },
+              // The carried steps' calls are shown on the retry as its own (marked carried).
+              toolCalls.copyCalls(
+                tenantId,
+                source.id,
+                run.id,
+                carried.map((step) => step.stepId)
+              )
+            )
+        })
+      })
+    })
+
     const find = (tenantId: TenantId, id: string) =>
       Effect.flatMap(repo.get(tenantId, id), (execution) =>
         Option.isNone(execution)
@@ -179,6 +305,8 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       yield* runs.stop(id)
       // Their tool calls in flight were stopped with them.
       yield* toolCalls.cancelRunning(id).pipe(Effect.orDie)
+      // Its approvals wait no more (docs/approvals.md).
+      yield* (yield* Approvals).cancelRun(id)
       return { executionId: id, status: "cancelled" as const, orchestrationId: execution.orchestrationId }
     })
 
@@ -216,10 +344,17 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
         return ids
       })
     )
+    // A call of a step a retry carried over (or of an agent that step asked, `step/...`) says so.
+    const markCarried = (execution: Execution) => {
+      const carried = new Set(execution.carriedSteps ?? [])
+      return <C extends { readonly scope: string }>(call: C): C & { readonly carried?: boolean } =>
+        carried.size > 0 && carried.has(call.scope.split("/")[0]!) ? { ...call, carried: true } : call
+    }
+
     /** The tool calls of the tenant's execution, in order. */
     const listToolCalls = Traced.fn("Executions.toolCalls")(function* (tenantId: TenantId, id: string) {
-      yield* find(tenantId, id)
-      return { data: yield* toolCalls.callsOf(tenantId, id).pipe(Effect.orDie) }
+      const execution = yield* find(tenantId, id)
+      return { data: (yield* toolCalls.callsOf(tenantId, id).pipe(Effect.orDie)).map(markCarried(execution)) }
     })
 
     /** One tool call of a step, with its whole result. */
@@ -232,17 +367,20 @@ export class Executions extends Context.Service<Executions>()("agent-host/Execut
       const found = yield* toolCalls
         .storedCall({ tenantId, runKind: "execution", runId: id, scope: stepId }, callId)
         .pipe(Effect.orDie)
-      if (Option.isNone(found) || !(yield* owns(tenantId, id))) {
+      const execution = yield* Effect.option(find(tenantId, id))
+      if (Option.isNone(found) || Option.isNone(execution)) {
         return yield* new NotFound({ detail: `No tool call ${callId} of step ${stepId} of execution ${id}` })
       }
       const { fullResult, record } = found.value
-      return { ...record, fullResult: record.status === "succeeded" ? (fullResult ?? record.result) : null }
+      return markCarried(execution.value)({
+        ...record,
+        fullResult: record.status === "succeeded" ? (fullResult ?? record.result) : null
+      })
     })
-
-    const owns = (tenantId: TenantId, id: string) => Effect.map(Effect.option(find(tenantId, id)), Option.isSome)
 
     return {
       start,
+      retry,
       get,
       list,
       cancel,

@@ -20,16 +20,62 @@ import * as Traced from "../Observability/Traced.ts"
 // Executions: the read model clients poll, written by the workflow. Every
 // statement is scoped by tenant or names one execution by id.
 
-const executionColumns = `id, orchestration_id, status, output, error, tokens_used, ${DurableRunRepo.timeColumns}`
+// A run waiting for an approval is `running` underneath, shown as `waiting` (migration 0033).
+const executionColumns = `id, orchestration_id,
+  CASE WHEN status = 'running' AND waiting THEN 'waiting' ELSE status END AS status,
+  output, error, tokens_used, ${DurableRunRepo.timeColumns}`
+
+/** A step a retry carries over from the execution it retries: what it completed with there. */
+export const CarriedStep = Schema.Struct({ stepId: Schema.String, output: Schema.String, tokens: Schema.Int })
+export type CarriedStep = typeof CarriedStep.Type
 
 const Snapshot = Schema.Struct({
   ...DurableRunRepo.begunFields(ExecutionStatus),
   orchestrationId: Schema.String,
   input: Schema.String,
   variables: Schema.Record(Schema.String, Schema.String),
-  steps: Schema.Array(Step)
+  steps: Schema.Array(Step),
+  /** On a retry, the steps carried over, in step order; null otherwise. */
+  carried: Schema.NullOr(Schema.Array(CarriedStep))
 })
 export type Snapshot = typeof Snapshot.Type
+
+// What GET and the list show beside `executionColumns`: a retry's origin and
+// what it carried (its ids and tokens, never its outputs, computed here).
+const retryColumns = `retry_of,
+  CASE WHEN retry_of IS NULL THEN NULL ELSE COALESCE(
+    (SELECT jsonb_agg(c->'stepId') FROM jsonb_array_elements(carried) c), '[]') END AS carried_steps,
+  CASE WHEN retry_of IS NULL THEN NULL ELSE COALESCE(
+    (SELECT sum((c->>'tokens')::int)::int FROM jsonb_array_elements(carried) c), 0) END AS carried_tokens`
+
+const {
+  retryOf: _retryOf,
+  carriedSteps: _carriedSteps,
+  carriedTokens: _carriedTokens,
+  ...plainFields
+} = Execution.fields
+const ExecutionRow = Schema.Struct({
+  ...plainFields,
+  retryOf: Schema.NullOr(Schema.String),
+  carriedSteps: Schema.NullOr(Schema.Array(Schema.String)),
+  carriedTokens: Schema.NullOr(Schema.Int)
+})
+const toView = ({ carriedSteps, carriedTokens, retryOf, ...row }: typeof ExecutionRow.Type): Execution =>
+  retryOf === null ? row : { ...row, retryOf, carriedSteps: carriedSteps ?? [], carriedTokens: carriedTokens ?? 0 }
+
+/** What a retry reads of the execution it retries. */
+const RetrySource = Schema.Struct({
+  id: Schema.String,
+  status: ExecutionStatus,
+  orchestrationId: Schema.String,
+  input: Schema.String,
+  variables: Schema.Record(Schema.String, Schema.String),
+  steps: Schema.Array(Step),
+  timeoutMs: Schema.Int,
+  carried: Schema.NullOr(Schema.Array(CarriedStep)),
+  completed: Schema.Array(CarriedStep)
+})
+export type RetrySource = typeof RetrySource.Type
 
 // The sweeps' partial indexes name `completed_at`, set exactly when an
 // execution finishes (0016_executions_hot_start.ts): so do their reads.
@@ -56,6 +102,12 @@ interface Fields {
    * activity: its completion and the run's are one write).
    */
   readonly stepCompleted?: { readonly stepId: string; readonly data: object }
+}
+
+/** A retry to store: a new execution and what it carries. */
+interface NewRetry extends NewExecution {
+  readonly retryOf: string
+  readonly carried: ReadonlyArray<CarriedStep>
 }
 
 interface NewExecution {
@@ -145,12 +197,58 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
 
     const get = SqlSchema.findOneOption({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
-      Result: Execution,
-      execute: ({ tenantId, id }) => sql`SELECT ${cols} FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`
+      Result: ExecutionRow,
+      execute: ({ tenantId, id }) =>
+        sql`SELECT ${cols}, ${sql.literal(retryColumns)} FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`
     })
 
+    /**
+     * Stores a retry, or finds the one its idempotency key already names;
+     * `alsoWhenFresh` (copying the carried steps' tool calls) runs in the
+     * same transaction when the row is new. Its start is sent by the
+     * cluster's client once it is committed.
+     */
+    const insertRetry = <E, R>(input: NewRetry, alsoWhenFresh: Effect.Effect<unknown, E, R>) =>
+      Effect.gen(function* () {
+        const stored = yield* keyed.claim(
+          input.tenantId,
+          input.idempotencyKey,
+          sql`INSERT INTO executions (id, tenant_id, orchestration_id, status, input, variables, steps, timeout_ms,
+                idempotency_key, request_hash, retry_of, carried)
+              VALUES (${input.id}, ${input.tenantId}, ${input.orchestrationId}, 'pending', ${input.input},
+                ${sql.json(input.variables)}, ${sql.json(input.steps)}, ${input.timeoutMs},
+                ${input.idempotencyKey}, ${input.requestHash}, ${input.retryOf}, ${sql.json(input.carried)})`
+        )
+        if (stored.fresh) yield* alsoWhenFresh
+        return stored as Stored
+      }).pipe(sql.withTransaction, Effect.orDie, Traced.withSpan("ExecutionsRepo.insertRetry"))
+
+    /**
+     * An execution as a retry of it needs it: its definition, what it carried
+     * itself, and the steps it completed (each step's last `step.completed`
+     * event: a step run again after a crash may have logged two).
+     */
+    const retrySource = (tenantId: TenantId, id: string) =>
+      isId(id)
+        ? sql`SELECT id, status, orchestration_id, input, variables, steps, timeout_ms, carried,
+                (SELECT COALESCE(jsonb_agg(jsonb_build_object('stepId', step_id, 'output', output, 'tokens', tokens)), '[]')
+                 FROM (SELECT DISTINCT ON (step_id) step_id, data->>'output' AS output,
+                         COALESCE(round((data->>'tokens')::numeric)::int, 0) AS tokens
+                       FROM execution_events
+                       WHERE execution_id = executions.id AND type = 'step.completed' AND step_id IS NOT NULL
+                         AND data ? 'output'
+                       ORDER BY step_id, id DESC) last) AS completed
+              FROM executions WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
+            Effect.flatMap((rows) => Schema.decodeUnknownEffect(Schema.Array(RetrySource))(rows)),
+            Effect.map((rows) => Option.fromNullishOr(rows[0])),
+            Effect.orDie,
+            Traced.withSpan("ExecutionsRepo.retrySource")
+          )
+        : Effect.succeed(Option.none<RetrySource>())
+
     // The events of the runs a `started` CTE moved to running: each run's
-    // own, then a one-step run's `step.started` (its step starts with it).
+    // own, then a one-step run's `step.started` (its step starts with it),
+    // or a retry's carried steps' `step.completed` (they are not run again).
     const startEvents = sql`INSERT INTO execution_events (execution_id, type, step_id, data)
       SELECT id, type, step_id, data FROM (
         SELECT id, 'execution.' || status AS type, NULL::text AS step_id,
@@ -159,7 +257,12 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         FROM started
         UNION ALL
         SELECT id, 'step.started', steps->0->>'id', '{}'::jsonb, 1
-        FROM started WHERE jsonb_array_length(steps) = 1
+        FROM started WHERE jsonb_array_length(steps) = 1 AND COALESCE(jsonb_array_length(carried), 0) = 0
+        UNION ALL
+        SELECT id, 'step.completed', c.step->>'stepId',
+               jsonb_build_object('output', c.step->'output', 'tokens', c.step->'tokens', 'carried', true),
+               1 + c.position
+        FROM started, jsonb_array_elements(started.carried) WITH ORDINALITY AS c (step, position)
       ) events ORDER BY id, position`
 
     // Moves a pending run to running (with its event) and returns its
@@ -167,9 +270,9 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     // already running it changes nothing; a finished run comes back as it is.
     const begin = runs.begin({
       result: Snapshot,
-      returning: "id, status, output, error, tokens_used, steps",
+      returning: "id, status, output, error, tokens_used, steps, carried",
       event: startEvents,
-      columns: "orchestration_id, input, variables, steps"
+      columns: "orchestration_id, input, variables, steps, carried"
     })
 
     // Runs that start together (the cluster starts the workflows of the
@@ -192,10 +295,10 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
         : sql`WITH started AS (
                 UPDATE executions e SET status = 'running', started_at = COALESCE(e.started_at, now())
                 WHERE e.id IN ${sql.in(distinct)} AND e.status = 'pending'
-                RETURNING e.id, e.status, e.output, e.error, e.tokens_used, e.steps
+                RETURNING e.id, e.status, e.output, e.error, e.tokens_used, e.steps, e.carried
               ), event AS (${startEvents})
               SELECT e.id, e.tenant_id, e.orchestration_id, CASE WHEN e.id IN (SELECT id FROM started) THEN 'running' ELSE e.status END AS status,
-                     e.input, e.variables, e.steps, e.timeout_ms, e.created_at
+                     e.input, e.variables, e.steps, e.carried, e.timeout_ms, e.created_at
               FROM executions e
               WHERE e.id IN ${sql.in(distinct)}`.pipe(
             Effect.flatMap(decodeBegun),
@@ -400,7 +503,15 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
     /** Logs a step's progress. */
     const stepEvent = (
       id: string,
-      type: "step.started" | "step.completed" | "tool.called" | "tool.succeeded" | "tool.failed",
+      type:
+        | "step.started"
+        | "step.completed"
+        | "tool.called"
+        | "tool.succeeded"
+        | "tool.failed"
+        | "approval.requested"
+        | "approval.decided"
+        | "approval.expired",
       stepId: string,
       data: object = {}
     ) =>
@@ -457,9 +568,13 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       markPruned: runs.markPruned,
       notStarted: runs.notStarted,
       insert,
+      insertRetry,
+      retrySource,
       claimedBy: keyed.claimedBy,
       get: (tenantId: TenantId, id: string) =>
-        isId(id) ? get({ tenantId, id }).pipe(Effect.orDie) : Effect.succeed(Option.none()),
+        isId(id)
+          ? get({ tenantId, id }).pipe(Effect.map(Option.map(toView)), Effect.orDie)
+          : Effect.succeed(Option.none()),
       // The workflow's statements keep their errors typed: it retries what is
       // transient and fails the execution with what is not (ExecutionWorkflow.ts).
       begin: (id: string) =>
@@ -477,17 +592,27 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       ) =>
         tenantPage({
           table: "executions",
-          columns: executionColumns,
-          row: Execution,
+          columns: `${executionColumns}, ${retryColumns}`,
+          row: ExecutionRow,
           tenantId,
           filters: [
             ...(options.orchestrationId === null ? [] : [sql`orchestration_id = ${options.orchestrationId}`]),
-            ...(options.status === null ? [] : [sql`status = ${options.status}`])
+            ...(options.status === null
+              ? []
+              : options.status === "waiting"
+                ? [sql`status = 'running' AND waiting`]
+                : options.status === "running"
+                  ? [sql`status = 'running' AND NOT waiting`]
+                  : [sql`status = ${options.status}`])
           ],
           order: "desc",
           after: options.before,
           limit: options.limit
-        }).pipe(Effect.orDie, Traced.withSpan("ExecutionsRepo.page")),
+        }).pipe(
+          Effect.map((page) => ({ ...page, data: page.data.map(toView) })),
+          Effect.orDie,
+          Traced.withSpan("ExecutionsRepo.page")
+        ),
       transition,
       stepEvent,
       failTimedOut,

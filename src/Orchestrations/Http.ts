@@ -76,6 +76,15 @@ const executionHandlers = (executions: Executions["Service"]) => ({
   ),
   get: forTenant((tenantId, { params }: ById) => executions.get(tenantId, params.id)),
   cancel: forTenant((tenantId, { params }: ById) => executions.cancel(tenantId, params.id)),
+  retry: Traced.fn(function* ({
+    params,
+    headers
+  }: ById & {
+    readonly headers: { readonly "idempotency-key"?: string | undefined; readonly prefer?: string | undefined }
+  }) {
+    const { tenantId } = yield* CurrentPrincipal
+    return yield* withBudgetHeaders(executions.retry(tenantId, params.id, headers))
+  }),
   toolCalls: forTenant((tenantId, { params }: ById) => executions.toolCalls(tenantId, params.id)),
   toolCall: forTenant(
     (

@@ -27,8 +27,9 @@ export const RunSnapshot = Schema.Struct({
 })
 export type RunSnapshot = typeof RunSnapshot.Type
 
-const runColumns = `id AS run_id, team_id, mode, status, mission, result, error, stop_reason, turns, tokens_used,
-  ${DurableRunRepo.timeColumns}`
+// A run waiting for an approval is `running` underneath, shown as `waiting` (migration 0033).
+const runColumns = `id AS run_id, team_id, mode, CASE WHEN status = 'running' AND waiting THEN 'waiting' ELSE status END
+  AS status, mission, result, error, stop_reason, turns, tokens_used, ${DurableRunRepo.timeColumns}`
 
 const Begun = Schema.Struct({
   ...DurableRunRepo.begunFields(RunStatus),

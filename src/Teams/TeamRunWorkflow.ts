@@ -9,7 +9,10 @@ import * as Schema from "effect/Schema"
 import { isSqlError } from "effect/sql/SqlError"
 import * as Activity from "effect/workflow/Activity"
 import * as Workflow from "effect/workflow/Workflow"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import { AgentsRepo } from "../Agents/Repo.ts"
+import { Approvals } from "../Approvals/Approvals.ts"
+import { awaitApproval, loopApprovals } from "../Approvals/Wait.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { retryTransient } from "../Database/Errors.ts"
@@ -78,7 +81,9 @@ const TurnOutcome = Schema.Struct({
   content: Schema.String,
   tokens: Schema.Int,
   /** The final answer the turn declared, when its speaker may end the run. */
-  final: Schema.NullOr(Schema.String)
+  final: Schema.NullOr(Schema.String),
+  /** The approvals the turn stopped for (docs/approvals.md): it runs again once they are decided. */
+  waitingFor: Schema.optionalKey(Schema.Array(Schema.String))
 })
 type TurnOutcome = typeof TurnOutcome.Type
 
@@ -180,7 +185,14 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
   const begun = yield* retryTransient(repo.begin(runId))
   const runAttributes = { "team_run.id": runId, "team.id": begun.teamId, "tenant.id": begun.tenantId }
   yield* Effect.annotateCurrentSpan(runAttributes)
-  if (begun.status !== "running") return
+  const approvals = yield* Approvals
+  if (begun.status !== "running") {
+    // Ended while it waited (cancelled, timed out): its approvals wait no more.
+    yield* retryTransient(approvals.cancelRun(runId))
+    return
+  }
+  // The engine's id of this run: the approvals' deferreds are its.
+  const { executionId: workflowExecutionId } = yield* WorkflowEngine.WorkflowInstance
   const tenantId = begun.tenantId as TenantId
   const snapshot = begun.snapshot
   const room: Room.Room = {
@@ -194,9 +206,15 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
 
   const roleOf = (agentId: string) => snapshot.members.find((member) => member.agentId === agentId)?.role ?? ""
 
-  const speak = (index: number, speaker: string, closing?: { readonly reason: string }) =>
+  // After a wait for approvals the turn runs again as a new activity, whose loop replays what it kept.
+  const speak = (index: number, speaker: string, closing?: { readonly reason: string }, after?: string) =>
     Activity.make({
-      name: closing === undefined ? `turn:${index}` : `closing:${index}`,
+      name:
+        closing !== undefined
+          ? `closing:${index}`
+          : after === undefined
+            ? `turn:${index}`
+            : `turn:${index}:after:${after}`,
       success: TurnOutcome,
       error: TurnFailed,
       // A cancel stops the turn where it is, its model call aborted, on whichever node runs it.
@@ -300,7 +318,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
               )
             )
           // `turn.started` is logged once the turn's first call is reserved.
-          let started = false
+          let started = after !== undefined
           // The loop's tokens so far: past the first call, a round of calls
           // that would cross the team's token budget is not offered, the model
           // is asked for its answer (an estimate, as before a turn).
@@ -370,6 +388,19 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
               askAgent: agentTools.askAgent({ tenantId, runKind: "team_run", runId, scope }),
               callModel,
               responseFormat,
+              approvals:
+                closing === undefined
+                  ? loopApprovals(approvals, {
+                      workflow: TeamRunWorkflow,
+                      workflowExecutionId,
+                      tenantId,
+                      runKind: "team_run",
+                      runId,
+                      scope,
+                      owner: { kind: "team", id: begun.teamId },
+                      deadline
+                    })
+                  : undefined,
               emit: (event) =>
                 retryTransient(
                   repo.toolEvent(runId, event.type, index, {
@@ -399,6 +430,9 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
               })
             )
           if (Option.isNone(reply)) return silent(closing === undefined ? "timeout" : "failed")
+          // Its tokens are counted when the turn runs again and replays these model turns.
+          if (reply.value.waitingFor !== undefined)
+            return { ...silent("timeout"), stop: null, waitingFor: reply.value.waitingFor }
           if (reply.value.invalidOutput !== undefined) {
             const mismatch =
               `the reply does not match the response format "${responseFormat!.name}": ` +
@@ -445,7 +479,12 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
 
   const conversation = Effect.gen(function* () {
     for (let index = 0; index < snapshot.maxTurns; index++) {
-      const outcome = yield* speak(index, Room.nextSpeaker(room, turns))
+      const speaker = Room.nextSpeaker(room, turns)
+      let outcome = yield* speak(index, speaker)
+      while (outcome.waitingFor !== undefined && outcome.waitingFor.length > 0) {
+        for (const id of outcome.waitingFor) yield* awaitApproval(approvals, id)
+        outcome = yield* speak(index, speaker, undefined, outcome.waitingFor[outcome.waitingFor.length - 1])
+      }
       if (outcome.stop === "timeout" || outcome.stop === "token_budget") return outcome.stop
       turns.push({ index, agentId: outcome.agentId, content: outcome.content })
       tokensUsed += outcome.tokens

@@ -229,6 +229,26 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
             Traced.withSpan("ToolCallsRepo.forgetTurns")
           )
 
+    /**
+     * Copies a finished run's calls of these steps, with those of the agents
+     * they asked (`step/...` scopes), under another run: the steps a retry
+     * carries over, whose calls it shows as its own. Copying again changes nothing.
+     */
+    const copyCalls = (tenantId: TenantId, fromRunId: string, toRunId: string, scopes: ReadonlyArray<string>) =>
+      scopes.length === 0
+        ? Effect.void
+        : sql`INSERT INTO tool_calls
+            (run_id, scope, call_id, tenant_id, run_kind, turn, seq, tool_id, tool_name, arguments, status,
+             result, full_result, error, error_kind, attempts, duration_ms, started_at, finished_at)
+          SELECT ${toRunId}, scope, call_id, tenant_id, run_kind, turn, seq, tool_id, tool_name, arguments, status,
+            result, full_result, error, error_kind, attempts, duration_ms, started_at, finished_at
+          FROM tool_calls
+          WHERE tenant_id = ${tenantId} AND run_id = ${fromRunId} AND split_part(scope, '/', 1) IN ${sql.in(scopes)}
+          ON CONFLICT (run_id, scope, call_id) DO NOTHING`.pipe(
+            Effect.asVoid,
+            Traced.withSpan("ToolCallsRepo.copyCalls")
+          )
+
     /** Calls still running in a run that was cancelled: they were stopped. */
     const cancelRunning = (runId: string) =>
       sql`UPDATE tool_calls SET status = 'cancelled', error = 'Cancelled', finished_at = now()
@@ -280,6 +300,7 @@ export class ToolCallsRepo extends Context.Service<ToolCallsRepo>()("agent-host/
       callsOf,
       fullResult,
       cancelRunning,
+      copyCalls,
       forgetTurns,
       tenantCall,
       forgetChat

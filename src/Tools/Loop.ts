@@ -9,7 +9,7 @@ import { type CallEnd, type LoopKey, type LoopState, type ToolCallRecord, ToolCa
 import { type CallContext, type CallOutcome, ToolInvoker } from "./Invoke.ts"
 import { compile, type Problem, type Validate } from "./JsonSchema.ts"
 import { modelTools } from "./Mcp.ts"
-import type { Tool } from "./Tool.ts"
+import { needsApproval, type Tool } from "./Tool.ts"
 
 /**
  * The tool loop (docs/tool-calls.md): the model is asked, the calls it
@@ -100,6 +100,22 @@ const systemTokens = (models: { readonly countTokens: (text: string) => number }
   return tokens
 }
 
+/** Where a call that waits for a person's approval stands (docs/approvals.md). */
+export interface ApprovalState {
+  readonly id: string
+  readonly status: "pending" | "approved" | "rejected" | "expired" | "cancelled"
+  /** The arguments to make the call with instead of the model's, when the approver changed them. */
+  readonly editedArguments: unknown
+  readonly note: string | null
+}
+
+/** How a durable loop asks for approvals and reads their decisions (the run's). */
+export interface LoopApprovals {
+  readonly decisionOf: (callId: string) => Effect.Effect<ApprovalState | undefined>
+  /** Writes the call's approval (once: a second request gives the first). */
+  readonly request: (call: ToolCall, tool: Tool, reason: string | null) => Effect.Effect<ApprovalState>
+}
+
 export interface LoopInput<E, R> {
   readonly key: LoopKey
   /** Replay what a run of this loop kept before (executions and team runs); a chat turn is not replayed. */
@@ -127,6 +143,12 @@ export interface LoopInput<E, R> {
    * scope (a step id, a team turn); none for a chat turn, a run of its own.
    */
   readonly idempotencyScope?: string | undefined
+  /**
+   * Approvals: a call whose tool's policy asks for one is made only once a
+   * person approved it. Without them (a chat turn), such a call is refused
+   * with a tool error.
+   */
+  readonly approvals?: LoopApprovals | undefined
 }
 
 export interface LoopOutcome {
@@ -140,6 +162,12 @@ export interface LoopOutcome {
   readonly stopped: string | undefined
   /** With a response format: what was wrong with the answer, asked for twice (none: it matched). */
   readonly invalidOutput?: ReadonlyArray<Problem> | undefined
+  /**
+   * The approvals the loop stopped for: none of its last turn's calls was
+   * made. The loop is to be run again once they are decided; it replays what
+   * it kept and goes on from there.
+   */
+  readonly waitingFor?: ReadonlyArray<string> | undefined
 }
 
 /** What is wrong with `text` as a reply in `format`: not JSON, or where it does not match the schema. */
@@ -208,6 +236,17 @@ const refusedOutcome = (errorKind: string, output: string): CallOutcome => ({
   durationMs: 0,
   exchange: undefined
 })
+
+/** What the model is told of a call a person did not approve. */
+const notApproved = (decision: ApprovalState): CallOutcome =>
+  refusedOutcome(
+    "rejected",
+    decision.status === "rejected"
+      ? `Not made: a person rejected this call${decision.note === null || decision.note === "" ? "" : `: ${decision.note}`}. Do without it or find another way.`
+      : decision.status === "expired"
+        ? "Not made: nobody approved this call in time. Do without it or find another way."
+        : "Not made: its approval was cancelled."
+  )
 
 export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop", {
   make: Effect.gen(function* () {
@@ -430,6 +469,25 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
           messages.push({ role: "assistant", content: reply.text, toolCalls: reply.toolCalls })
           const seqBase = asked
           asked += reply.toolCalls.length
+          // Calls that wait for a person's decision: none of the turn's calls is made until each of them is
+          // decided, and the loop ends waiting for them, to be run again then.
+          const decisions = new Map<string, ApprovalState>()
+          if (input.approvals !== undefined) {
+            const waitingFor: Array<string> = []
+            for (const [i, call] of reply.toolCalls.entries()) {
+              const record = state?.calls.get(call.id)
+              if (record !== undefined && record.status !== "running") continue
+              const tool = byName.get(call.name)
+              if (tool === undefined || !needsApproval(tool.policy, call.arguments)) continue
+              if (refusalOf(call, tool, seqBase + i) !== undefined) continue
+              const decision =
+                (yield* input.approvals.decisionOf(call.id)) ??
+                (yield* input.approvals.request(call, tool, reply.text.trim() === "" ? null : reply.text))
+              if (decision.status === "pending") waitingFor.push(decision.id)
+              else decisions.set(call.id, decision)
+            }
+            if (waitingFor.length > 0) return { reply, tokens, calls, stopped, waitingFor } satisfies LoopOutcome
+          }
           // In order: each call replayed (one that ended before a crash), refused, or to be made.
           const decided: Array<Effect.Effect<ToolCallRecord>> = []
           for (const [i, call] of reply.toolCalls.entries()) {
@@ -441,9 +499,25 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
               continue
             }
             const tool = byName.get(call.name)
-            const refusal = refusalOf(call, tool, seqBase + i)
+            const decision = decisions.get(call.id)
+            const refusal =
+              decision !== undefined && decision.status !== "approved"
+                ? notApproved(decision)
+                : decision === undefined &&
+                    input.approvals === undefined &&
+                    tool !== undefined &&
+                    needsApproval(tool.policy, call.arguments)
+                  ? refusedOutcome(
+                      "approval_required",
+                      "Not made: this call needs a person's approval, which a chat cannot wait for"
+                    )
+                  : refusalOf(call, tool, seqBase + i)
             if (refusal === undefined) admit(call.name)
-            decided.push(oneCall(call, turn, seqBase + i, tool, refusal))
+            // Approved with other arguments: the call is made, and recorded, with those.
+            const edited = decision?.status === "approved" ? decision.editedArguments : undefined
+            const made =
+              edited === null || edited === undefined ? call : { ...call, arguments: edited as ToolCall["arguments"] }
+            decided.push(oneCall(made, turn, seqBase + i, tool, refusal))
           }
           const records = yield* Effect.all(decided, { concurrency: callConcurrency })
           calls.push(...records)

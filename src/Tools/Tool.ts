@@ -5,6 +5,7 @@ import * as Entity from "../Domain/Entity.ts"
 import { AgentId, ToolId } from "../Domain/Ids.ts"
 import { boundedArray, isSafeTextValue, text, textRecord } from "../Domain/Input.ts"
 import { maxTopK } from "../Knowledge/SearchApi.ts"
+import { holds, maxRuleChars, problemOf } from "./ApprovalRule.ts"
 import { bodyPlace, headerPlace, type Place, refusal, urlPlace } from "./Template.ts"
 
 // A tool an agent may call (docs/tools.md): what the model sees (its name,
@@ -128,10 +129,55 @@ const policyField = (field: keyof typeof policyBounds) => {
   })
 }
 
+/** The bounds of how long an approval may wait for a decision (docs/approvals.md). */
+export const approvalTimeoutBounds = { minimum: 1_000, maximum: 604_800_000, default: 86_400_000 } as const
+
+const ApprovalWhen = Schema.Struct({
+  when: text(
+    Schema.makeFilter<string>((value) => problemOf(value) ?? true, {
+      expected: "a rule over the arguments, such as `amount > 100`"
+    })
+  ).annotate({
+    description:
+      "A condition on the call's arguments (docs/approvals.md#rules): `=`, `!=`, `>`, `>=`, `<`, `<=`, " +
+      '`starts_with`, `ends_with`, `contains`, `and`, `or`, `not`, parentheses, literals ("text", 12.5, true, ' +
+      `null) and dotted paths into the arguments; at most ${maxRuleChars} characters.`
+  })
+})
+
+export const ToolApproval = Schema.Union([Schema.Literals(["never", "always"]), ApprovalWhen]).annotate({
+  description:
+    'Whether a call in an execution or a team run waits for a human\'s decision first: "never" (default), ' +
+    '"always", or `{ "when": "<rule>" }` when the rule holds for its arguments.'
+})
+export type ToolApproval = typeof ToolApproval.Type
+
+export const ApprovalOnExpiry = Schema.Literals(["reject", "approve"])
+
+const approvalFields = {
+  // Absent (every tool saved before approvals): "never".
+  approval: Schema.optionalKey(ToolApproval),
+  approvalTimeoutMs: Schema.optionalKey(
+    Schema.Int.check(
+      Schema.isBetween({ minimum: approvalTimeoutBounds.minimum, maximum: approvalTimeoutBounds.maximum })
+    ).annotate({
+      description:
+        `Milliseconds an approval waits for a decision: ${approvalTimeoutBounds.minimum} to ` +
+        `${approvalTimeoutBounds.maximum} (default ${approvalTimeoutBounds.default}, a day).`
+    })
+  ),
+  approvalOnExpiry: Schema.optionalKey(
+    ApprovalOnExpiry.annotate({
+      description: 'What an approval nobody decided in time becomes: "reject" (default) or "approve".'
+    })
+  )
+}
+
 export const ToolPolicy = Schema.Struct({
   timeoutMs: policyField("timeoutMs"),
   maxOutputBytes: policyField("maxOutputBytes"),
-  maxCallsPerRun: policyField("maxCallsPerRun")
+  maxCallsPerRun: policyField("maxCallsPerRun"),
+  ...approvalFields
 })
 export type ToolPolicy = typeof ToolPolicy.Type
 
@@ -139,8 +185,33 @@ export type ToolPolicy = typeof ToolPolicy.Type
 export const ToolPolicyInput = Schema.Struct({
   timeoutMs: Schema.optionalKey(ToolPolicy.fields.timeoutMs),
   maxOutputBytes: Schema.optionalKey(ToolPolicy.fields.maxOutputBytes),
-  maxCallsPerRun: Schema.optionalKey(ToolPolicy.fields.maxCallsPerRun)
+  maxCallsPerRun: Schema.optionalKey(ToolPolicy.fields.maxCallsPerRun),
+  ...approvalFields
 })
+
+/** What a tool's policy says of approvals, its defaults filled in. */
+export const approvalPolicy = (policy: ToolPolicy) => ({
+  approval: policy.approval ?? "never",
+  timeoutMs: policy.approvalTimeoutMs ?? approvalTimeoutBounds.default,
+  onExpiry: policy.approvalOnExpiry ?? "reject"
+})
+
+// The arguments as a call reads them (Invoke.ts): a model may send them as a JSON string.
+const asArguments = (raw: unknown): unknown => {
+  if (typeof raw !== "string") return raw ?? {}
+  if (raw.trim() === "") return {}
+  try {
+    return JSON.parse(raw)
+  } catch {
+    return raw
+  }
+}
+
+/** Whether a call of a tool with `policy`, with `args`, waits for a human's decision. */
+export const needsApproval = (policy: ToolPolicy, args: unknown): boolean => {
+  const approval = policy.approval ?? "never"
+  return approval === "never" ? false : approval === "always" ? true : holds(approval.when, asArguments(args))
+}
 
 // ---------------------------------------------------------------------------
 // Settings of each kind

@@ -273,6 +273,24 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { dashboardEnabled: true, webhoo
           assert.include(await page.getByTestId("execution-output").textContent(), "the dashboard")
           await accessible(page, "08-orchestrations")
 
+          // A failed execution retried: the completed step carried over, only the failed one asked again.
+          await page.getByLabel("Step 1 agent").selectOption({ label: "Helper" })
+          await page.getByLabel("Step 2 agent").selectOption({ label: "Streamer" })
+          await page.getByRole("button", { name: "Save", exact: true }).click()
+          await page.getByText("Saved.").waitFor()
+          openai.script({ status: 500 })
+          await page.getByRole("button", { name: "Execute" }).click()
+          await page.getByTestId("execution").and(page.locator("[data-status=failed]")).waitFor()
+          const askedBefore = openai.requests.length
+          await page.getByRole("button", { name: "Retry", exact: true }).click()
+          await page
+            .getByTestId("execution")
+            .and(page.locator("[data-status=completed]"))
+            .filter({ has: page.getByTestId("execution-retry-of") })
+            .waitFor()
+          assert.include(await page.getByTestId("execution-retry-of").textContent(), "step1")
+          assert.strictEqual(openai.requests.length - askedBefore, 1, "only the failed step asked its model again")
+
           // Knowledge: a base, a file uploaded, its chunks, a search.
           await nav(page, "Knowledge")
           await page.getByLabel("New base name").fill("Handbook")
@@ -330,8 +348,8 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { dashboardEnabled: true, webhoo
           await page.getByTestId("deliveries").getByText("(redelivery 1)").waitFor()
 
           // Usage: counted today, in the chart's table: the key's two requests and the
-          // dashboard's model work and knowledge requests (four chats, an execute, an
-          // upload, a search and a team run), which count like their key twins.
+          // dashboard's model work and knowledge requests (four chats, two executes, a
+          // retry, an upload, a search and a team run), which count like their key twins.
           await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Usage and plan" }).click()
           await page.getByTestId("usage-table").waitFor()
           assert.strictEqual(await page.getByTestId("plan").textContent(), "free")
@@ -341,7 +359,11 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { dashboardEnabled: true, webhoo
             .getByRole("row")
             .filter({ hasText: today })
             .textContent()
-          assert.match(todayRow ?? "", new RegExp(`^${today}10[1-9]`), "ten requests, and the chats' and runs' tokens")
+          assert.match(
+            todayRow ?? "",
+            new RegExp(`^${today}12[1-9]`),
+            "twelve requests, and the chats' and runs' tokens"
+          )
           await accessible(page, "11-usage")
 
           // The checklist shows what was done.

@@ -1,5 +1,6 @@
 import { useEffect, useRef } from "react"
 import { AgentsScreen } from "./agents/AgentsScreen.tsx"
+import { ApprovalsScreen } from "./approvals/ApprovalsScreen.tsx"
 import { AuthScreen } from "./auth/AuthScreen.tsx"
 import { useSession } from "./auth/hooks.ts"
 import { ChatScreen } from "./chat/ChatScreen.tsx"
@@ -28,6 +29,7 @@ const screens: ReadonlyArray<{
   { path: "/orchestrations", title: "Orchestrations", render: (route) => <OrchestrationsScreen route={route} /> },
   { path: "/knowledge", title: "Knowledge", render: (route) => <KnowledgeScreen route={route} /> },
   { path: "/teams", title: "Teams", render: (route) => <TeamsScreen route={route} /> },
+  { path: "/approvals", title: "Approvals", render: () => <ApprovalsScreen /> },
   { path: "/tools", title: "Tools", render: (route) => <ToolsScreen route={route} /> },
   { path: "/secrets", title: "Secrets", render: () => <SecretsScreen /> },
   { path: "/usage", title: "Usage and plan", render: (route) => <UsageScreen route={route} /> }

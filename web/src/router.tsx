@@ -5,13 +5,16 @@ import { type AnchorHTMLAttributes, type MouseEvent, useEffect, useState } from 
 
 export const base = "/app"
 
+// A path under /app: `/app` itself or `/app/...`, not `/approvals`.
+const underBase = (path: string) => path === base || path.startsWith(`${base}/`) || path.startsWith(`${base}?`)
+
 const listeners = new Set<() => void>()
 const notify = () => listeners.forEach((listener) => listener())
 window.addEventListener("popstate", notify)
 
 /** Goes to `to` (a path under /app, with its query), adding a history entry unless `replace`. */
 export const navigate = (to: string, options: { readonly replace?: boolean } = {}) => {
-  const url = to.startsWith(base) ? to : `${base}${to === "/" ? "" : to}`
+  const url = underBase(to) ? to : `${base}${to === "/" ? "" : to}`
   if (options.replace) history.replaceState(null, "", url)
   else history.pushState(null, "", url)
   notify()
@@ -24,7 +27,7 @@ export interface Route {
 }
 
 const current = (): Route => {
-  const path = location.pathname.startsWith(base) ? location.pathname.slice(base.length) || "/" : "/"
+  const path = underBase(location.pathname) ? location.pathname.slice(base.length) || "/" : "/"
   return {
     path: path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path,
     query: new URLSearchParams(location.search)

@@ -30,6 +30,8 @@ import toolCalls from "./0028_tool_calls.ts"
 import agentResponseFormat from "./0029_agent_response_format.ts"
 import toolKindMcp from "./0030_tool_kind_mcp.ts"
 import mcpOauth from "./0031_mcp_oauth.ts"
+import executionRetries from "./0032_execution_retries.ts"
+import approvals from "./0033_approvals.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -63,5 +65,7 @@ export const migrations = Migrator.fromRecord({
   "0028_tool_calls": toolCalls,
   "0029_agent_response_format": agentResponseFormat,
   "0030_tool_kind_mcp": toolKindMcp,
-  "0031_mcp_oauth": mcpOauth
+  "0031_mcp_oauth": mcpOauth,
+  "0032_execution_retries": executionRetries,
+  "0033_approvals": approvals
 })

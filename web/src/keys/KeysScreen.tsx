@@ -7,7 +7,8 @@ const scopeHelp: Record<Scope, string> = {
   read: "list agents",
   chat: "chat with agents",
   execute: "run orchestrations and read executions",
-  teams: "list and run teams"
+  teams: "list and run teams",
+  approvals: "read and decide approvals of tool calls"
 }
 
 /** API keys: make one (its secret shown once), see them with their use, revoke. */

@@ -1,5 +1,5 @@
 import { type FormEvent, useState } from "react"
-import { allScopes, type ApiKey, type Scope } from "../../../src/Auth/Api.ts"
+import { allScopes, type ApiKey, defaultScopes, type Scope } from "../../../src/Auth/Api.ts"
 import { ApiProblem, call } from "../shared/api.ts"
 import { pageQuery, usePaged } from "../shared/data.ts"
 
@@ -18,7 +18,8 @@ const expiryOf = (preset: string, now = Date.now()): Date | null =>
 export const useKeys = () => {
   const keys = usePaged((cursor) => call((c) => c.keys.list({ query: pageQuery(cursor) })), [])
   const [name, setName] = useState("")
-  const [scopes, setScopes] = useState<ReadonlyArray<Scope>>(allScopes)
+  // Deciding approvals is ticked, never given by default.
+  const [scopes, setScopes] = useState<ReadonlyArray<Scope>>(defaultScopes)
   const [preset, setPreset] = useState<string>("90")
   const [problem, setProblem] = useState<unknown>()
   const [created, setCreated] = useState<{ key: string; name: string }>()

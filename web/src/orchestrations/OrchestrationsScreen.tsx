@@ -20,6 +20,7 @@ const StepToolCalls = ({ executionId, version }: { readonly executionId: string;
         <section key={stepId} className="step-calls" data-testid={`step-calls-${stepId}`} aria-label={`Step ${stepId}`}>
           <p>
             Step <code>{stepId}</code>
+            {calls.some((c) => c.carried) && <span className="muted"> (carried from the execution retried)</span>}
           </p>
           <ToolCalls calls={calls} wholeResult={wholeResult} />
         </section>
@@ -28,18 +29,30 @@ const StepToolCalls = ({ executionId, version }: { readonly executionId: string;
   )
 }
 
+const retriable = new Set(["failed", "cancelled"])
+
 const ExecutionRow = ({
   initial,
   selected,
   route,
-  onFinal
+  onFinal,
+  onRetried
 }: {
   readonly initial: Execution
   readonly selected: boolean
   readonly route: Route
   readonly onFinal: () => void
+  readonly onRetried: () => void
 }) => {
-  const { execution, log, cancel, callEvents } = useLiveExecution(initial, onFinal)
+  const { execution, log, cancel, retry, callEvents } = useLiveExecution(initial, onFinal)
+  const [retryProblem, setRetryProblem] = useState<unknown>()
+  const retryNow = () => {
+    setRetryProblem(undefined)
+    retry().then((id) => {
+      navigate(withQuery(route, { execution: id }))
+      onRetried()
+    }, setRetryProblem)
+  }
   return (
     <li className="execution" data-testid="execution" data-status={execution.status}>
       <a
@@ -64,6 +77,26 @@ const ExecutionRow = ({
             </>
           )}
           {execution.error !== null && <p className="field-error">{execution.error}</p>}
+          {execution.retryOf !== undefined && (
+            <p className="muted" data-testid="execution-retry-of">
+              Retry of{" "}
+              <a
+                href={`/app${withQuery(route, { execution: execution.retryOf })}`}
+                onClick={(e) => {
+                  e.preventDefault()
+                  navigate(withQuery(route, { execution: execution.retryOf ?? null }))
+                }}
+              >
+                <code>{execution.retryOf}</code>
+              </a>
+              {execution.carriedSteps !== undefined && execution.carriedSteps.length > 0 && (
+                <>
+                  ; carried over, not run again: {execution.carriedSteps.join(", ")} ({execution.carriedTokens ?? 0}{" "}
+                  tokens, counted there)
+                </>
+              )}
+            </p>
+          )}
           <p className="muted">
             {execution.tokensUsed} tokens{execution.durationMs !== null && `, ${execution.durationMs} ms`}
           </p>
@@ -74,6 +107,12 @@ const ExecutionRow = ({
               Cancel
             </button>
           )}
+          {retriable.has(execution.status) && (
+            <button type="button" onClick={retryNow}>
+              Retry
+            </button>
+          )}
+          {retryProblem !== undefined && <ProblemMessage problem={retryProblem} />}
           <ApiCall
             call={{ method: "GET", path: `/api/v1/executions/${execution.id}/events`, credential: "key" }}
             title="Follow it with an API key"
@@ -339,6 +378,7 @@ export const OrchestrationsScreen = ({ route }: { readonly route: Route }) => {
                     selected={e.id === executionId}
                     route={route}
                     onFinal={() => undefined}
+                    onRetried={executions.reload}
                   />
                 ))}
               </ul>

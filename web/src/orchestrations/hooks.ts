@@ -9,6 +9,9 @@ import { idOf } from "../shared/ids.ts"
 import { followEvents } from "../shared/sse.ts"
 import type { ToolCallRecord } from "../../../src/Tools/ToolCall.ts"
 
+/** A tool call of an execution: on a retry, those of its carried steps say so. */
+export type ExecutionToolCall = ToolCallRecord & { readonly carried?: boolean }
+
 export interface StepDraft {
   id: string
   agentId: string
@@ -65,9 +68,12 @@ export const useLiveExecution = (initial: Execution, onFinal: () => void) => {
     const close = followEvents(urls.executions.events({ params: { id: initial.id } }), executionEventNames, {
       onOpen: reread,
       onEvent: (event) => {
-        const data = event.data as { stepId?: string; tokens?: number }
+        const data = event.data as { stepId?: string; tokens?: number; carried?: boolean }
         if (event.event !== "stream.end")
-          setLog((l) => [...l, data.stepId ? `${event.event} ${data.stepId}` : event.event])
+          setLog((l) => [
+            ...l,
+            data.stepId ? `${event.event} ${data.stepId}${data.carried ? " (carried)" : ""}` : event.event
+          ])
         if (event.event === "execution.running") setExecution((e) => ({ ...e, status: "running" }))
         if (event.event.startsWith("tool.") || event.event === "step.completed") setCallEvents((n) => n + 1)
         if (
@@ -82,7 +88,12 @@ export const useLiveExecution = (initial: Execution, onFinal: () => void) => {
     return close
   }, [initial.id])
   const cancel = () => call((c) => c.executions.cancel({ params: { id: execution.id } })).catch(() => undefined)
-  return { execution, log, cancel, callEvents }
+  /** A new execution of this failed or cancelled one, carrying its completed steps: its id. */
+  const retry = () =>
+    call((c) => c.executions.retry({ params: { id: execution.id }, headers: {} })).then(
+      (started) => started.executionId
+    )
+  return { execution, log, cancel, retry, callEvents }
 }
 
 /**
@@ -91,7 +102,7 @@ export const useLiveExecution = (initial: Execution, onFinal: () => void) => {
  * execution's).
  */
 export const useExecutionToolCalls = (executionId: string, version: unknown) => {
-  const [calls, setCalls] = useState<ReadonlyArray<ToolCallRecord>>()
+  const [calls, setCalls] = useState<ReadonlyArray<ExecutionToolCall>>()
   const [problem, setProblem] = useState<unknown>()
   useEffect(() => {
     let current = true
@@ -107,7 +118,7 @@ export const useExecutionToolCalls = (executionId: string, version: unknown) => 
       current = false
     }
   }, [executionId, version])
-  const steps = new Map<string, Array<ToolCallRecord>>()
+  const steps = new Map<string, Array<ExecutionToolCall>>()
   for (const c of calls ?? []) steps.set(c.scope, [...(steps.get(c.scope) ?? []), c])
   const wholeResult = (c: ToolCallRecord) =>
     call((client) =>

@@ -15,7 +15,8 @@ const alone = [
   "test/Tools/TeamCrashRecovery.test.ts",
   "test/Tools/McpCrashRecovery.test.ts",
   "test/Approvals/CrashRecovery.test.ts",
-  "test/Approvals/ManyWaiting.test.ts"
+  "test/Approvals/ManyWaiting.test.ts",
+  "test/Schedules/ScheduleCluster.test.ts"
 ]
 
 export default defineConfig({

@@ -10,6 +10,7 @@ import { HealthApi } from "./Health/Api.ts"
 import { ExecutionsApi, ExecutionsV1Api, OrchestrationsApi, OrchestrationsV1Api } from "./Orchestrations/Api.ts"
 import { KnowledgeApi } from "./Knowledge/Api.ts"
 import { KnowledgeSearchApi } from "./Knowledge/SearchApi.ts"
+import { SchedulesApi } from "./Schedules/Api.ts"
 import { SecretsApi } from "./Secrets/Api.ts"
 import { TeamsApi, TeamsPublicApi, TeamsV1Api } from "./Teams/Api.ts"
 import { McpOAuthCallbackApi, ToolsApi } from "./Tools/Api.ts"
@@ -35,6 +36,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(ToolsApi)
   .add(McpOAuthCallbackApi)
   .add(SecretsApi)
+  .add(SchedulesApi)
   .add(ApprovalsApi)
   .add(ApprovalsV1Api)
   .middleware(HttpApiMiddleware.ProblemDetails)

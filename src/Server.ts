@@ -42,8 +42,10 @@ import * as McpHttp from "./Mcp/Server.ts"
 import { Knowledge } from "./Knowledge/Knowledge.ts"
 import { KnowledgeSearch } from "./Knowledge/Search.ts"
 import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
+import * as SchedulesHttp from "./Schedules/Http.ts"
 import { Approvals } from "./Approvals/Approvals.ts"
 import * as ApprovalsHttp from "./Approvals/Http.ts"
+import { Schedules } from "./Schedules/Schedules.ts"
 import * as SecretsHttp from "./Secrets/Http.ts"
 import * as TeamsHttp from "./Teams/Http.ts"
 import { TeamsRepo } from "./Teams/Repo.ts"
@@ -127,6 +129,7 @@ export const RoutesLayer = Layer.unwrap(
     KnowledgeSearchHttp.layer,
     ToolsHttp.layer,
     SecretsHttp.layer,
+    SchedulesHttp.layer,
     ApprovalsHttp.layer
   ]),
   Layer.provide([AuthMiddleware.layer, HttpApiMiddleware.layerProblemDetails({ includeDetails: true })]),
@@ -195,7 +198,9 @@ export const ServiceLayer = Layer.mergeAll(
   HttpLayer.pipe(Layer.provide(MemoryReducer.layer)),
   Executions.sweeper.pipe(Layer.provide(Executions.layer)),
   TeamRuns.sweeper.pipe(Layer.provide(TeamRuns.layer)),
-  Knowledge.sweeper.pipe(Layer.provide(Knowledge.layer))
+  Knowledge.sweeper.pipe(Layer.provide(Knowledge.layer)),
+  // Every node ticks: a slot is started by whichever claims it first.
+  Schedules.ticker.pipe(Layer.provide(Schedules.layer))
 ).pipe(
   Layer.provide(EntitiesLayer),
   Layer.provide(Sql.layer),

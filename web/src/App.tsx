@@ -10,6 +10,7 @@ import { OrchestrationsScreen } from "./orchestrations/OrchestrationsScreen.tsx"
 import { OverviewScreen } from "./overview/OverviewScreen.tsx"
 import { Link, navigate, type Route, useRoute } from "./router.tsx"
 import { ProblemMessage } from "./shared/components.tsx"
+import { SchedulesScreen } from "./schedules/SchedulesScreen.tsx"
 import { SecretsScreen } from "./secrets/SecretsScreen.tsx"
 import { TeamsScreen } from "./teams/TeamsScreen.tsx"
 import { ToolsScreen } from "./tools/ToolsScreen.tsx"
@@ -29,6 +30,7 @@ const screens: ReadonlyArray<{
   { path: "/orchestrations", title: "Orchestrations", render: (route) => <OrchestrationsScreen route={route} /> },
   { path: "/knowledge", title: "Knowledge", render: (route) => <KnowledgeScreen route={route} /> },
   { path: "/teams", title: "Teams", render: (route) => <TeamsScreen route={route} /> },
+  { path: "/schedules", title: "Schedules", render: () => <SchedulesScreen /> },
   { path: "/approvals", title: "Approvals", render: () => <ApprovalsScreen /> },
   { path: "/tools", title: "Tools", render: (route) => <ToolsScreen route={route} /> },
   { path: "/secrets", title: "Secrets", render: () => <SecretsScreen /> },

@@ -32,6 +32,7 @@ import toolKindMcp from "./0030_tool_kind_mcp.ts"
 import mcpOauth from "./0031_mcp_oauth.ts"
 import executionRetries from "./0032_execution_retries.ts"
 import approvals from "./0033_approvals.ts"
+import schedules from "./0034_schedules.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -67,5 +68,6 @@ export const migrations = Migrator.fromRecord({
   "0030_tool_kind_mcp": toolKindMcp,
   "0031_mcp_oauth": mcpOauth,
   "0032_execution_retries": executionRetries,
-  "0033_approvals": approvals
+  "0033_approvals": approvals,
+  "0034_schedules": schedules
 })

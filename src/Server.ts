@@ -167,7 +167,9 @@ export const EntitiesLayer = Layer.mergeAll(
   TeamRunWorkflow.layer,
   IngestionWorkflow.layer,
   WebhookDelivery.layer,
-  Webhooks.sweeper
+  Webhooks.sweeper,
+  // Decided approvals whose runs were not woken (their node died in between) are woken again.
+  Approvals.wakeSweeper
 ).pipe(
   // The tool loop and what it needs: the agents' tools, their calls' records and how a call is made.
   // Kept in the output: chats of agents without memory run their loop from the routes.

@@ -24,8 +24,16 @@ export type ApprovalStatus = typeof ApprovalStatus.Type
 export const ApprovalRunKind = Schema.Literals(["execution", "team_run"])
 export type ApprovalRunKind = typeof ApprovalRunKind.Type
 
+export const ApprovalKind = Schema.Literals(["tool_call", "result"]).annotate({
+  description:
+    "`tool_call`: a call a run's model asked for; `result`: a team run's final result, waiting before its room's " +
+    "webhook is sent (the team's `resultApproval`), with `tool` `result` and `arguments` `{ result }`."
+})
+export type ApprovalKind = typeof ApprovalKind.Type
+
 export const Approval = Schema.Struct({
   id: Schema.String,
+  kind: ApprovalKind,
   runKind: ApprovalRunKind,
   runId: Schema.String,
   step: Schema.NullOr(Schema.String).annotate({ description: "The execution's step that made the call." }),
@@ -89,7 +97,8 @@ export const Decision = Schema.Struct({
       .annotate({
         description:
           "With `approve`: the arguments to make the call with instead of the model's, checked against the tool's " +
-          `parameters (400 naming where they do not match); at most ${maxEditedArgumentsChars} characters of JSON.`
+          `parameters (400 naming where they do not match); at most ${maxEditedArgumentsChars} characters of JSON. ` +
+          "For a team's result (`kind` `result`): `{ result }`, the result to send instead."
       })
   ),
   note: Schema.optionalKey(

@@ -1,9 +1,12 @@
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as Singleton from "effect/cluster/Singleton"
 import * as SqlClient from "effect/sql/SqlClient"
 import type { Principal } from "../Auth/Api.ts"
 import { decodeCursor, encodeCursor, type Page } from "../Domain/Cursor.ts"
@@ -28,6 +31,23 @@ import { wake } from "./Wake.ts"
  */
 
 const encodeApproval = Schema.encodeSync(Schema.toCodecJson(Approval))
+
+/** What is wrong with edited arguments of a team's result: only `{ "result": "<text>" }`. */
+const resultProblems = (args: unknown): ReadonlyArray<{ path: Array<string>; message: string }> => {
+  const record = args as Record<string, unknown>
+  const others = Object.keys(record).filter((key) => key !== "result")
+  if (others.length > 0) {
+    return others.map((key) => ({ path: ["arguments", key], message: "Expected only `result` for a team's result" }))
+  }
+  if (typeof record.result !== "string" || record.result.trim() === "") {
+    return [{ path: ["arguments", "result"], message: "Expected the result to send, as non-empty text" }]
+  }
+  return []
+}
+
+/** How old an unwoken decision must be before the wake sweep wakes its run again, and how often it looks. */
+export const wakeSweepAfter = Duration.seconds(5)
+export const wakeSweepEvery = Duration.seconds(5)
 
 const describeDecision = (approval: Approval) =>
   approval.status === "expired"
@@ -55,9 +75,14 @@ export class Approvals extends Context.Service<Approvals>()("agent-host/Approval
     const deliver = (eventId: string | null) =>
       eventId === null ? Effect.void : Effect.forkDetach(webhooks.deliver(eventId))
 
-    /** Wakes the run awaiting the approval (its workflow's deferred), wherever it runs. */
+    /**
+     * Wakes the run awaiting the approval (its workflow's deferred), wherever
+     * it runs, and records it woken. A wake that did not happen (this node
+     * died, or the cluster refused it) is done again by the wake sweep.
+     */
     const wakeRun = (stored: StoredApproval) =>
       wake(stored.approval.id, stored.wakeToken).pipe(
+        Effect.andThen(repo.markWoken([stored.approval.id])),
         Effect.catchCause((cause) => Effect.logWarning("Could not wake a run for its approval", cause))
       )
 
@@ -102,9 +127,13 @@ export class Approvals extends Context.Service<Approvals>()("agent-host/Approval
       return stored.approval
     })
 
-    /** The problems of `args` as the arguments of the approval's tool (its parameters, as the model saw them). */
+    /**
+     * The problems of `args` as the arguments of the approval's tool (its
+     * parameters, as the model saw them); for a team's result, `{ result }`.
+     */
     const argumentProblems = (tenantId: TenantId, approval: Approval, args: unknown) =>
       Effect.gen(function* () {
+        if (approval.kind === "result") return resultProblems(args)
         const tool =
           approval.toolId === null ? Option.none() : yield* tools.findById(tenantId, ToolId.make(approval.toolId))
         const seen = Option.isNone(tool)
@@ -224,4 +253,47 @@ export class Approvals extends Context.Service<Approvals>()("agent-host/Approval
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(Layer.provide([ApprovalsRepo.layer, ToolsRepo.layer]))
+
+  /**
+   * A decision is written, then its run's deferred completed: a node that
+   * dies in between leaves the run asleep until its approval's expiry. Every
+   * `wakeSweepEvery`, decisions over `wakeSweepAfter` old whose run was not
+   * seen woken have their deferreds completed again (a deferred completed
+   * twice keeps its first completion: effect stores one per name, so a run
+   * already woken is not woken twice). Those of runs that ended are only
+   * marked. A cluster singleton: one node sweeps, another takes over.
+   */
+  static readonly wakeSweeper = Singleton.make(
+    "ApprovalsWakeSweep",
+    Effect.gen(function* () {
+      const repo = yield* ApprovalsRepo
+      const sweep = Effect.gen(function* () {
+        const rows = yield* repo.unwoken(Duration.toSeconds(wakeSweepAfter), 200)
+        if (rows.length === 0) return
+        yield* repo.markWoken(rows.filter((row) => !row.running).map((row) => row.id))
+        const asleep = rows.filter((row) => row.running)
+        if (asleep.length === 0) return
+        yield* Effect.logWarning("Decided approvals whose runs were not woken; waking them").pipe(
+          Effect.annotateLogs({ count: asleep.length })
+        )
+        yield* Effect.forEach(
+          asleep,
+          (row) =>
+            wake(row.id, row.wakeToken).pipe(
+              Effect.andThen(repo.markWoken([row.id])),
+              Effect.catchCause((cause) =>
+                Effect.logWarning("Could not wake a run for its approval; the next sweep tries again", cause).pipe(
+                  Effect.annotateLogs({ approvalId: row.id })
+                )
+              )
+            ),
+          { discard: true, concurrency: 10 }
+        )
+      })
+      yield* sweep.pipe(
+        Effect.catchCause((cause) => Effect.logWarning("Approval wake sweep failed", cause)),
+        Effect.repeat(Schedule.spaced(wakeSweepEvery))
+      )
+    })
+  ).pipe(Layer.provide(ApprovalsRepo.layer))
 }

@@ -4,14 +4,15 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { TenantId } from "../Domain/Ids.ts"
 import * as Traced from "../Observability/Traced.ts"
-import type { Approval, ApprovalRunKind, ApprovalStatus } from "./Api.ts"
+import type { Approval, ApprovalKind, ApprovalRunKind, ApprovalStatus } from "./Api.ts"
 
-// The approvals' SQL (migration 0033). A decision, an expiry and a
+// The approvals' SQL (migrations 0033, 0035). A decision, an expiry and a
 // cancellation are each one statement conditional on `pending`: whichever
 // comes first is the only one written.
 
 interface Row {
   readonly id: string
+  readonly kind: ApprovalKind
   readonly tenantId: string
   readonly runKind: ApprovalRunKind
   readonly runId: string
@@ -48,10 +49,11 @@ const toStored = (row: Row): StoredApproval => ({
   owner: { kind: row.ownerKind, id: row.ownerId },
   approval: {
     id: row.id,
+    kind: row.kind,
     runKind: row.runKind,
     runId: row.runId,
-    step: row.runKind === "execution" ? row.scope : null,
-    turn: row.runKind === "team_run" ? row.scope : null,
+    step: row.runKind === "execution" && row.kind === "tool_call" ? row.scope : null,
+    turn: row.runKind === "team_run" && row.kind === "tool_call" ? row.scope : null,
     callId: row.callId,
     tool: row.tool,
     toolId: row.toolId,
@@ -68,13 +70,15 @@ const toStored = (row: Row): StoredApproval => ({
   }
 })
 
-const columns = `id, tenant_id, run_kind, run_id, scope, call_id, owner_kind, owner_id, tool_id, tool, arguments, reason,
+const columns = `id, kind, tenant_id, run_kind, run_id, scope, call_id, owner_kind, owner_id, tool_id, tool, arguments, reason,
   status, requested_at, expires_at, on_expiry, decided_by, decided_at, note, edited_arguments, wake_token`
 
 /** A call that needs a decision, as the run asks for it. */
 export interface ApprovalRequest {
   /** The id it gets if this request writes it. */
   readonly id: string
+  /** A tool call's (the default), or a team run's result's. */
+  readonly kind?: ApprovalKind | undefined
   /** The token of the deferred its run awaits (Wake.ts), for that id. */
   readonly wakeToken: string
   readonly tenantId: TenantId
@@ -110,9 +114,9 @@ export class ApprovalsRepo extends Context.Service<ApprovalsRepo>()("agent-host/
      */
     const request = (input: ApprovalRequest) =>
       sql<Row & { readonly created: boolean }>`WITH inserted AS (
-          INSERT INTO approvals (id, tenant_id, run_kind, run_id, scope, call_id, owner_kind, owner_id, tool_id, tool,
+          INSERT INTO approvals (id, kind, tenant_id, run_kind, run_id, scope, call_id, owner_kind, owner_id, tool_id, tool,
                                  arguments, reason, expires_at, on_expiry, wake_token)
-          VALUES (${input.id}, ${input.tenantId}, ${input.runKind}, ${input.runId}, ${input.scope}, ${input.callId},
+          VALUES (${input.id}, ${input.kind ?? "tool_call"}, ${input.tenantId}, ${input.runKind}, ${input.runId}, ${input.scope}, ${input.callId},
                   ${input.owner.kind}, ${input.owner.id}, ${input.toolId}, ${input.tool}, ${sql.json(input.arguments)},
                   ${input.reason}, now() + make_interval(secs => ${input.timeoutMs / 1000}), ${input.onExpiry},
                   ${input.wakeToken})
@@ -194,6 +198,32 @@ export class ApprovalsRepo extends Context.Service<ApprovalsRepo>()("agent-host/
         Traced.withSpan("ApprovalsRepo.cancelRun")
       )
 
+    /** The runs waiting on these decided approvals were woken (their deferreds completed), or need no waking. */
+    const markWoken = (ids: ReadonlyArray<string>) =>
+      ids.length === 0
+        ? Effect.void
+        : sql`UPDATE approvals SET woken_at = now() WHERE id IN ${sql.in(ids)} AND woken_at IS NULL`.pipe(
+            Effect.asVoid,
+            Traced.withSpan("ApprovalsRepo.markWoken")
+          )
+
+    /**
+     * Approvals decided (approved or rejected) over `seconds` ago whose run
+     * was not seen woken, oldest first, with whether their run still runs
+     * (only those have a workflow to wake).
+     */
+    const unwoken = (seconds: number, limit: number) =>
+      sql<{ readonly id: string; readonly wakeToken: string; readonly running: boolean }>`
+        SELECT a.id, a.wake_token, COALESCE(
+            CASE a.run_kind
+              WHEN 'execution' THEN (SELECT e.status = 'running' FROM executions e WHERE e.id = a.run_id)
+              ELSE (SELECT t.status = 'running' FROM team_runs t WHERE t.id = a.run_id)
+            END, false) AS running
+        FROM approvals a
+        WHERE a.woken_at IS NULL AND a.status IN ('approved', 'rejected')
+          AND a.decided_at < now() - make_interval(secs => ${seconds})
+        ORDER BY a.decided_at LIMIT ${limit}`.pipe(Traced.withSpan("ApprovalsRepo.unwoken"))
+
     /**
      * What the run's own event stream says of its approval (`approval.*`),
      * and whether the run waits (shown `waiting`): while any of its approvals
@@ -203,6 +233,7 @@ export class ApprovalsRepo extends Context.Service<ApprovalsRepo>()("agent-host/
     const noteOnRun = (stored: StoredApproval, type: string) => {
       const { approval } = stored
       const data = {
+        ...(approval.kind === "result" ? { kind: approval.kind } : {}),
         approvalId: approval.id,
         callId: approval.callId,
         tool: approval.tool,
@@ -211,13 +242,14 @@ export class ApprovalsRepo extends Context.Service<ApprovalsRepo>()("agent-host/
         ...(approval.note === null ? {} : { note: approval.note })
       }
       if (approval.runKind === "team_run") {
-        const turn = Number(approval.turn?.replace(/^turn-/, ""))
+        // A result's approval belongs to no turn.
+        const turn = approval.turn === null ? Number.NaN : Number(approval.turn.replace(/^turn-/, ""))
         return Effect.all([
           sql`UPDATE team_runs SET waiting = EXISTS (
                 SELECT 1 FROM approvals WHERE run_id = ${approval.runId} AND status = 'pending')
               WHERE id = ${approval.runId} AND status = 'running'`,
           sql`INSERT INTO team_run_events (run_id, type, turn, data)
-              SELECT ${approval.runId}, ${type}, ${Number.isSafeInteger(turn) ? turn : null}, ${sql.json({ index: turn, ...data })}
+              SELECT ${approval.runId}, ${type}, ${Number.isSafeInteger(turn) ? turn : null}, ${sql.json(Number.isSafeInteger(turn) ? { index: turn, ...data } : data)}
               WHERE EXISTS (SELECT 1 FROM team_runs WHERE id = ${approval.runId} AND completed_at IS NULL)`
         ]).pipe(Effect.asVoid, Traced.withSpan("ApprovalsRepo.noteOnRun"))
       }
@@ -231,7 +263,7 @@ export class ApprovalsRepo extends Context.Service<ApprovalsRepo>()("agent-host/
       ]).pipe(Effect.asVoid, Traced.withSpan("ApprovalsRepo.noteOnRun"))
     }
 
-    return { request, findById, forCall, byId, list, decide, cancelRun, noteOnRun } as const
+    return { request, findById, forCall, byId, list, decide, cancelRun, noteOnRun, markWoken, unwoken } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make)

@@ -23,6 +23,7 @@ import { managementEndpoints } from "../Domain/Management.ts"
 import { BadRequest, Conflict, NotFound, QuotaReached, TooManyStreams } from "../Domain/Problems.ts"
 import { RunStatus, runEventStream, runTimeoutMs, runTotals, startErrors, startHeaders } from "../Domain/RunApi.ts"
 import { ToolCallWithResult } from "../Orchestrations/Api.ts"
+import { ApprovalOnExpiry, approvalTimeoutBounds } from "../Tools/Tool.ts"
 import { ToolCallRecord } from "../Tools/ToolCall.ts"
 import { webhookEndpoints, WebhookState, WebhookUrl } from "../Webhooks/Api.ts"
 
@@ -89,6 +90,49 @@ const LeaderAgentId = Schema.NullOr(AgentId.check(Schema.isMaxLength(200))).anno
     "The member who picks each next speaker and writes the final answer; required for `leader`, null otherwise."
 })
 
+/** Whether a person approves a run's final result before the room's webhook is sent (docs/approvals.md). */
+export const ResultApproval = Schema.Struct({
+  required: Schema.Boolean,
+  timeoutMs: Schema.Int,
+  onExpiry: ApprovalOnExpiry
+})
+export type ResultApproval = typeof ResultApproval.Type
+
+/** Teams saved before the setting (and creates that leave it out) do not require it. */
+export const defaultResultApproval: ResultApproval = {
+  required: false,
+  timeoutMs: approvalTimeoutBounds.default,
+  onExpiry: "reject"
+}
+
+export const ResultApprovalInput = Schema.Struct({
+  required: Schema.Boolean.annotate({
+    description:
+      "Whether a run's final result waits for a person's approval (an approval of `kind` `result`) before it " +
+      "completes and the room's webhook is sent."
+  }),
+  timeoutMs: Schema.optionalKey(
+    Schema.Int.check(
+      Schema.isBetween({ minimum: approvalTimeoutBounds.minimum, maximum: approvalTimeoutBounds.maximum })
+    ).annotate({
+      description:
+        `Milliseconds the result waits for a decision: ${approvalTimeoutBounds.minimum} to ` +
+        `${approvalTimeoutBounds.maximum} (default ${approvalTimeoutBounds.default}, a day). Not counted against ` +
+        "the run's `timeoutMs`."
+    })
+  ),
+  onExpiry: Schema.optionalKey(
+    ApprovalOnExpiry.annotate({
+      description: 'What a result nobody decided in time becomes: "reject" (default: the run fails) or "approve".'
+    })
+  )
+}).annotate({
+  description:
+    "Whether a person approves each run's final result first; the fields left out keep their value (on create, " +
+    "the defaults). Left out on create: not required."
+})
+export type ResultApprovalInput = typeof ResultApprovalInput.Type
+
 export const Room = Schema.Struct({
   ...WebhookState.fields,
   signingSecret: Schema.optionalKey(
@@ -124,6 +168,7 @@ export class Team extends Model.Class<Team>("Team")({
   maxTurns: Entity.optional(Schema.Int, MaxTurns),
   tokenBudget: Entity.optional(Schema.Int, TokenBudgetLimit),
   timeoutMs: Entity.optional(Schema.Int, TimeoutMs),
+  resultApproval: Entity.optional(ResultApproval, ResultApprovalInput),
   room: Entity.attached(Room, RoomInput),
   createdAt: Entity.generated(Schema.Date),
   updatedAt: Entity.generated(Schema.Date)

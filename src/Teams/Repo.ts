@@ -9,7 +9,7 @@ import * as DurableRunRepo from "../Database/DurableRunRepo.ts"
 import { tenantPage } from "../Database/Page.ts"
 import * as TenantRepo from "../Database/TenantRepo.ts"
 import { isId, TenantId } from "../Domain/Ids.ts"
-import { RunStatus, type StopReason, Team, TeamRun, TranscriptEntry, TurnTaking } from "./Api.ts"
+import { ResultApproval, RunStatus, type StopReason, Team, TeamRun, TranscriptEntry, TurnTaking } from "./Api.ts"
 import * as ClusterStorage from "../Runtime/ClusterStorage.ts"
 import * as Traced from "../Observability/Traced.ts"
 
@@ -23,7 +23,9 @@ export const RunSnapshot = Schema.Struct({
   leaderAgentId: Schema.NullOr(Schema.String),
   maxTurns: Schema.Int,
   tokenBudget: Schema.Int,
-  timeoutMs: Schema.Int
+  timeoutMs: Schema.Int,
+  // Left out by runs accepted before the setting: not required.
+  resultApproval: Schema.optionalKey(ResultApproval)
 })
 export type RunSnapshot = typeof RunSnapshot.Type
 
@@ -81,7 +83,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
     const teams = yield* TenantRepo.make(Team, {
       table: "teams",
       spanPrefix: "TeamsRepo",
-      jsonb: ["members"],
+      jsonb: ["members", "resultApproval"],
       filters: { active: "status = 'active'" }
     })
 
@@ -273,6 +275,16 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         Traced.withSpan("TeamsRepo.failTimedOut")
       )
 
+    /**
+     * A run whose result waits for a person is not failed by the timeout
+     * sweep before its approval expires: its deadline moves to `until` (its
+     * approval's expiry) when that is later. The same whenever written again.
+     */
+    const holdUntil = (runId: string, until: Date) =>
+      sql`UPDATE team_runs
+          SET timeout_ms = GREATEST(timeout_ms, CEIL(EXTRACT(EPOCH FROM (${until.toISOString()}::timestamptz - created_at)) * 1000)::integer)
+          WHERE id = ${runId} AND status = 'running'`.pipe(Effect.asVoid, Traced.withSpan("TeamsRepo.holdUntil"))
+
     /** Events after `afterId`, oldest first. */
     const events = DurableRunRepo.events<{ turn: number | null }>(sql, "team_run_events", "run_id", "turn")
 
@@ -306,6 +318,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       turnEvent,
       toolEvent,
       finish,
+      holdUntil,
       failTimedOut,
       events,
       deadline: (tenantId: TenantId, teamId: string, runId: string) =>

@@ -12,11 +12,13 @@ import * as Workflow from "effect/workflow/Workflow"
 import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import { AgentsRepo } from "../Agents/Repo.ts"
 import { Approvals } from "../Approvals/Approvals.ts"
+import type { Approval } from "../Approvals/Api.ts"
 import { awaitApproval, loopApprovals } from "../Approvals/Wait.ts"
+import { tokenFor } from "../Approvals/Wake.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
 import { retryTransient } from "../Database/Errors.ts"
-import { AgentId, type TenantId } from "../Domain/Ids.ts"
+import { AgentId, newId, type TenantId } from "../Domain/Ids.ts"
 import { storable } from "../Domain/Text.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
 import { Models } from "../Models/Models.ts"
@@ -26,7 +28,8 @@ import { RunSlots } from "../Runtime/RunSlots.ts"
 import { AgentTools } from "../Tools/AgentTools.ts"
 import { describeProblems, type LoopModelRequest, requestTokens, ToolLoop } from "../Tools/Loop.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
-import { type StopReason, TeamRun } from "./Api.ts"
+import type { ResultApproval, StopReason } from "./Api.ts"
+import { TeamRun } from "./Api.ts"
 import { type Outcome, TeamsRepo } from "./Repo.ts"
 import * as Room from "./Room.ts"
 import * as Traced from "../Observability/Traced.ts"
@@ -61,7 +64,10 @@ import * as Traced from "../Observability/Traced.ts"
  * path; a closing turn that does not fails quietly, as on a model error.
  *
  * The final status and the room's webhook event are written in one
- * transaction; the event is handed to delivery once committed.
+ * transaction; the event is handed to delivery once committed. A team whose
+ * `resultApproval` is required first asks a person to approve its result
+ * (an approval of kind `result`, awaited as a tool call's is): approved, the
+ * run completes with it (as edited); rejected or expired, it fails.
  */
 export const TeamRunWorkflow = Workflow.make("TeamRun", {
   payload: { runId: Schema.String },
@@ -162,6 +168,13 @@ export const reapTimedOut = Traced.fn("TeamRuns.reap")(function* (graceSeconds: 
   yield* Effect.forEach(reaped.events, (eventId) => Effect.forkDetach(webhooks.deliver(eventId)), { discard: true })
   return reaped.runIds
 })
+
+/** Why a run whose result was not approved failed. */
+const notApproved = (approval: Approval) =>
+  approval.status === "rejected"
+    ? `The result was rejected by ${approval.decidedBy ?? "unknown"}` +
+      (approval.note === null ? "" : `: ${approval.note}`)
+    : `The result was not approved before its approval expired at ${approval.expiresAt.toISOString()}`
 
 const limitText: Record<"max_turns" | "token_budget" | "timeout", string> = {
   max_turns: "the most turns the team allows",
@@ -503,13 +516,68 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
     }
   ) => retryTransient(finishRun(runId, to, { ...fields, turns: turns.length, tokensUsed }))
 
+  /**
+   * The result's approval, asked for once (a replay finds the one it wrote);
+   * the run's deadline moves to its expiry, so that the timeout sweep leaves
+   * a run waiting for it alone.
+   */
+  const requestResultApproval = (result: string, setting: ResultApproval) =>
+    Activity.make({
+      name: "result-approval",
+      success: Schema.String,
+      execute: Effect.gen(function* () {
+        const id = newId()
+        const stored = yield* retryTransient(
+          approvals.request({
+            id,
+            kind: "result",
+            wakeToken: tokenFor(TeamRunWorkflow, workflowExecutionId, id),
+            tenantId,
+            runKind: "team_run",
+            runId,
+            scope: "result",
+            callId: "result",
+            owner: { kind: "team", id: begun.teamId },
+            toolId: null,
+            tool: "result",
+            arguments: { result },
+            reason: null,
+            timeoutMs: setting.timeoutMs,
+            onExpiry: setting.onExpiry
+          })
+        ).pipe(Effect.orDie)
+        yield* retryTransient(repo.holdUntil(runId, stored.approval.expiresAt)).pipe(Effect.orDie)
+        return stored.approval.id
+      })
+    })
+
+  /** The run completes with its result, once a person approved it when the team asks for that. */
+  const complete = (result: string, stopReason: StopReason) =>
+    Effect.gen(function* () {
+      const setting = snapshot.resultApproval
+      if (setting === undefined || !setting.required) return yield* finish("completed", { result, stopReason })
+      const id = yield* requestResultApproval(result, setting)
+      yield* awaitApproval(approvals, id)
+      const decided = yield* approvals.forId(id)
+      // Cancelled: the run ended while it waited.
+      if (decided === undefined || decided.status === "cancelled") return
+      if (decided.status === "approved") {
+        const edited = decided.editedArguments?.result
+        return yield* finish("completed", {
+          result: typeof edited === "string" ? storable(edited) : result,
+          stopReason
+        })
+      }
+      return yield* finish("failed", { error: storable(notApproved(decided)), stopReason: "error" })
+    })
+
   const outcome = yield* Effect.result(conversation)
   if (Result.isFailure(outcome)) {
     yield* finish("failed", { error: outcome.failure.message, stopReason: "error" })
     return
   }
   if (typeof outcome.success === "object") {
-    yield* finish("completed", { result: outcome.success.done, stopReason: "done" })
+    yield* complete(outcome.success.done, "done")
     return
   }
   // At a limit: one short closing turn writes the final answer.
@@ -524,7 +592,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
     tokensUsed += closing.success.tokens
     result = closing.success.final ?? closing.success.content
   }
-  yield* finish("completed", { result, stopReason })
+  yield* complete(result, stopReason)
 })
 
 /**

@@ -4,6 +4,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Crypto from "node:crypto"
+import { Approvals } from "../Approvals/Approvals.ts"
 import { defaultPageSize, type PageRequest } from "../Domain/Page.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AppConfig } from "../Config.ts"
@@ -85,7 +86,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
                 leaderAgentId: team.leaderAgentId,
                 maxTurns: team.maxTurns,
                 tokenBudget: team.tokenBudget,
-                timeoutMs: team.timeoutMs
+                timeoutMs: team.timeoutMs,
+                resultApproval: team.resultApproval
               }
             })
         })
@@ -193,6 +195,8 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       yield* runs.stop(runId)
       // Its tool calls in flight were stopped with it.
       yield* Effect.orDie(toolCalls.cancelRunning(runId))
+      // Its approvals (its result's too) wait no more (docs/approvals.md).
+      yield* (yield* Approvals).cancelRun(runId)
       return yield* findRun(tenantId, teamId, runId)
     })
 

@@ -15,6 +15,7 @@ import { Webhooks } from "../Webhooks/Webhooks.ts"
 import {
   type CreateTeam,
   defaultMaxTurns,
+  defaultResultApproval,
   defaultTimeoutMs,
   defaultTokenBudget,
   type RoomInput,
@@ -69,7 +70,8 @@ const defaults: TeamFields = {
   leaderAgentId: null,
   maxTurns: defaultMaxTurns,
   tokenBudget: defaultTokenBudget,
-  timeoutMs: defaultTimeoutMs
+  timeoutMs: defaultTimeoutMs,
+  resultApproval: defaultResultApproval
 }
 
 /** The team a create or an update makes: the fields sent over `current` (the defaults, for a create). */
@@ -90,7 +92,9 @@ const settle = (input: UpdateTeam, current: TeamFields): TeamFields => {
       input.leaderAgentId !== undefined ? input.leaderAgentId : turnTaking === "leader" ? current.leaderAgentId : null,
     maxTurns: input.maxTurns ?? current.maxTurns,
     tokenBudget: input.tokenBudget ?? current.tokenBudget,
-    timeoutMs: input.timeoutMs ?? current.timeoutMs
+    timeoutMs: input.timeoutMs ?? current.timeoutMs,
+    // What is sent of the setting over what it was.
+    resultApproval: { ...current.resultApproval, ...input.resultApproval }
   }
 }
 

@@ -22,6 +22,7 @@ const fields = [
   "maxTurns",
   "tokenBudget",
   "timeoutMs",
+  "resultApproval",
   "room",
   "createdAt",
   "updatedAt"

@@ -318,6 +318,7 @@ layer(TestServer.layer(), { excludeTestServices: true })("team routes", (it) => 
           maxTurns: 12,
           tokenBudget: 200_000,
           timeoutMs: 600_000,
+          resultApproval: { required: false, timeoutMs: 86_400_000, onExpiry: "reject" },
           room: { outputWebhookUrl: null, webhookEnabled: false, webhookDisabledReason: null },
           createdAt: undefined,
           updatedAt: undefined

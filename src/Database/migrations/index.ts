@@ -33,6 +33,7 @@ import mcpOauth from "./0031_mcp_oauth.ts"
 import executionRetries from "./0032_execution_retries.ts"
 import approvals from "./0033_approvals.ts"
 import schedules from "./0034_schedules.ts"
+import approvalWakesAndResultApproval from "./0035_approval_wakes_and_result_approval.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -69,5 +70,6 @@ export const migrations = Migrator.fromRecord({
   "0031_mcp_oauth": mcpOauth,
   "0032_execution_retries": executionRetries,
   "0033_approvals": approvals,
-  "0034_schedules": schedules
+  "0034_schedules": schedules,
+  "0035_approval_wakes_and_result_approval": approvalWakesAndResultApproval
 })

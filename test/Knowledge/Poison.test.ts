@@ -474,8 +474,14 @@ describe("poison documents", () => {
         )
         yield* Effect.promise(() =>
           eventually(
-            async () =>
-              defined("the extraction's strain to be recorded", (await row(id))?.extraction_strain ?? undefined),
+            async () => {
+              const now = await row(id)
+              // The document as it stands says why no strain came (an extraction ended early, or none started).
+              if (now?.extraction_strain == null) {
+                throw new Error(`Timed out waiting for the extraction's strain: the document is ${JSON.stringify(now)}`)
+              }
+              return now.extraction_strain
+            },
             { timeoutMs: 20_000 }
           )
         )

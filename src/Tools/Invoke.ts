@@ -828,7 +828,20 @@ export class ToolInvoker extends Context.Service<ToolInvoker>()("agent-host/Tool
         })
       )
 
-    return { invoke } as const
+    /**
+     * Whether the call would be refused as `invalid_arguments` by its parsing or
+     * `tool`'s parameters, before anything is made: such a call is not put to a
+     * person (docs/approvals.md). Parameters that do not compile are another
+     * failure, not this one.
+     */
+    const refusesArguments = (tool: Tool, args: unknown): boolean => {
+      const parsed = argumentsObject(args)
+      if (Result.isFailure(parsed)) return true
+      const validate = validatorOf(tool)
+      return Result.isSuccess(validate) && validate.success(parsed.success).length > 0
+    }
+
+    return { invoke, refusesArguments } as const
   })
 }) {
   static readonly layer = Layer.effect(this, this.make).pipe(

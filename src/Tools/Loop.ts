@@ -480,9 +480,12 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
               const tool = byName.get(call.name)
               if (tool === undefined || !needsApproval(tool.policy, call.arguments)) continue
               if (refusalOf(call, tool, seqBase + i) !== undefined) continue
+              const known = yield* input.approvals.decisionOf(call.id)
+              // Arguments the invoker would refuse are not put to a person: the call is made at once, and fails
+              // as it would after an approval. A decision asked for before (by an older version) stands.
+              if (known === undefined && invoker.refusesArguments(tool, call.arguments)) continue
               const decision =
-                (yield* input.approvals.decisionOf(call.id)) ??
-                (yield* input.approvals.request(call, tool, reply.text.trim() === "" ? null : reply.text))
+                known ?? (yield* input.approvals.request(call, tool, reply.text.trim() === "" ? null : reply.text))
               if (decision.status === "pending") waitingFor.push(decision.id)
               else decisions.set(call.id, decision)
             }
@@ -506,7 +509,8 @@ export class ToolLoop extends Context.Service<ToolLoop>()("agent-host/ToolLoop",
                 : decision === undefined &&
                     input.approvals === undefined &&
                     tool !== undefined &&
-                    needsApproval(tool.policy, call.arguments)
+                    needsApproval(tool.policy, call.arguments) &&
+                    !invoker.refusesArguments(tool, call.arguments)
                   ? refusedOutcome(
                       "approval_required",
                       "Not made: this call needs a person's approval, which a chat cannot wait for"

@@ -2,7 +2,7 @@ import * as HttpApi from "effect/http-api/HttpApi"
 import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as OpenApi from "effect/http-api/OpenApi"
 import { AgentsApi, AgentsV1Api } from "./Agents/Api.ts"
-import { ApprovalsApi, ApprovalsV1Api } from "./Approvals/Api.ts"
+import { ApprovalDefaultsApi, ApprovalsApi, ApprovalsV1Api } from "./Approvals/Api.ts"
 import { AuthApi, KeysApi } from "./Auth/Api.ts"
 import { BillingApi } from "./Billing/Api.ts"
 import { StripeWebhookApi } from "./Billing/StripeApi.ts"
@@ -39,6 +39,7 @@ export class Api extends HttpApi.make("agent-host")
   .add(SchedulesApi)
   .add(ApprovalsApi)
   .add(ApprovalsV1Api)
+  .add(ApprovalDefaultsApi)
   .middleware(HttpApiMiddleware.ProblemDetails)
   // A 400 names every bad field of the part that failed (params, headers,
   // query, payload), not just the first. Each request string aborts at its

@@ -44,6 +44,7 @@ import { KnowledgeSearch } from "./Knowledge/Search.ts"
 import * as KnowledgeSearchHttp from "./Knowledge/SearchHttp.ts"
 import * as SchedulesHttp from "./Schedules/Http.ts"
 import { Approvals } from "./Approvals/Approvals.ts"
+import { ApprovalDefaults } from "./Approvals/Defaults.ts"
 import * as ApprovalsHttp from "./Approvals/Http.ts"
 import { Schedules } from "./Schedules/Schedules.ts"
 import * as SecretsHttp from "./Secrets/Http.ts"
@@ -175,6 +176,8 @@ export const EntitiesLayer = Layer.mergeAll(
   // Kept in the output: chats of agents without memory run their loop from the routes.
   Layer.provideMerge(AgentTools.layer),
   Layer.provideMerge(ToolLoop.layer),
+  // A tenant's approval defaults: the tools' loads apply them, the routes set them.
+  Layer.provideMerge(ApprovalDefaults.layer),
   // Approvals: the runs ask for them and wait; the routes decide them.
   Layer.provideMerge(Approvals.layer),
   Layer.provide([

@@ -8,6 +8,7 @@ import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { isSafeTextValue, Text, text, textRecord } from "../Domain/Input.ts"
 import { PageOf, PageQuery } from "../Domain/Page.ts"
 import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
+import { ApprovalOnExpiry, approvalFields, ToolApproval } from "../Tools/Tool.ts"
 
 // Approvals (docs/approvals.md): a tool call of an execution or a team run
 // waiting for a human's decision, its routes for the dashboard's inbox
@@ -182,5 +183,49 @@ export class ApprovalsV1Api extends routes("v1Approvals", (scope, doc) => keyOpe
     OpenApi.annotations({
       title: "Approvals (API key)",
       description: "The same approvals and decisions, with an API key with the `approvals` scope."
+    })
+  ) {}
+
+/** A tenant's defaults for the approval fields of its tools' policies (docs/approvals.md#tenant-defaults). */
+export const ApprovalDefaultsView = Schema.Struct({
+  approval: ToolApproval,
+  approvalTimeoutMs: Schema.Int,
+  approvalOnExpiry: ApprovalOnExpiry,
+  updatedAt: Schema.NullOr(Schema.Date).annotate({ description: "When they were last set; null: never." })
+})
+
+export class ApprovalDefaultsApi extends HttpApiGroup.make("approvalDefaults")
+  .add(
+    HttpApiEndpoint.get("get", "/", { success: ApprovalDefaultsView }).annotateMerge(
+      operation({
+        summary: "Get the approval defaults",
+        description:
+          "What a tool's policy takes for `approval`, `approvalTimeoutMs` and `approvalOnExpiry` when it leaves " +
+          'them out: the tenant\'s, or the service\'s (`"never"`, a day, `"reject"`) where the tenant set none.',
+        credential: sessionCredential
+      })
+    ),
+    HttpApiEndpoint.put("set", "/", {
+      payload: Schema.Struct(approvalFields),
+      success: ApprovalDefaultsView,
+      error: BadRequest
+    }).annotateMerge(
+      operation({
+        summary: "Set the approval defaults",
+        description:
+          "Sets the fields sent (those left out keep their value). They apply to each tool of the tenant whose " +
+          "policy leaves the field out, from the next model turn of every chat and run; a tool with its own value " +
+          'keeps it (a tool set to `"never"` is never asked about).',
+        errors: "400 naming the field: an unknown `approval`, a rule that does not parse, a timeout out of bounds.",
+        credential: sessionCredential
+      })
+    )
+  )
+  .middleware(SessionAuth)
+  .prefix("/api/settings/approvals")
+  .annotateMerge(
+    OpenApi.annotations({
+      title: "Approval defaults",
+      description: "The tenant's defaults for when its tools' calls wait for a person, and for how long."
     })
   ) {}

@@ -5,6 +5,7 @@ import { CurrentPrincipal } from "../Auth/Api.ts"
 import { forTenant } from "../Http/Management.ts"
 import * as Traced from "../Observability/Traced.ts"
 import { Approvals } from "./Approvals.ts"
+import { ApprovalDefaults } from "./Defaults.ts"
 
 // The same handlers behind a session (the dashboard's inbox) and an API key.
 const group = (name: "approvals" | "v1Approvals") =>
@@ -22,4 +23,16 @@ const group = (name: "approvals" | "v1Approvals") =>
     })
   )
 
-export const layer = Layer.mergeAll(group("approvals"), group("v1Approvals"))
+const defaults = HttpApiBuilder.group(
+  Api,
+  "approvalDefaults",
+  Traced.fn(function* (handlers) {
+    const approvalDefaults = yield* ApprovalDefaults
+    return handlers.handleAll({
+      get: forTenant((tenantId) => approvalDefaults.get(tenantId)),
+      set: forTenant((tenantId, { payload }) => approvalDefaults.set(tenantId, payload))
+    })
+  })
+)
+
+export const layer = Layer.mergeAll(group("approvals"), group("v1Approvals"), defaults)

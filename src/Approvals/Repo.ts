@@ -230,6 +230,20 @@ export class ApprovalsRepo extends Context.Service<ApprovalsRepo>()("agent-host/
      * is pending. Written in the transaction of the change it reports, so
      * each is logged once; nothing is logged to a run that has ended.
      */
+    /**
+     * Whether the run waits for people (any approval of it pending), and for
+     * how long it did: a wait's time goes to `held_ms` when it ends, which its
+     * deadline does not count (migration 0036).
+     */
+    const markWaiting = (table: "executions" | "team_runs", runId: string) =>
+      sql`UPDATE ${sql(table)} SET
+            waiting = w.pending,
+            held_ms = held_ms + CASE WHEN NOT w.pending AND waiting_since IS NOT NULL
+              THEN (EXTRACT(EPOCH FROM (clock_timestamp() - waiting_since)) * 1000)::bigint ELSE 0 END,
+            waiting_since = CASE WHEN w.pending THEN COALESCE(waiting_since, clock_timestamp()) END
+          FROM (SELECT EXISTS (SELECT 1 FROM approvals WHERE run_id = ${runId} AND status = 'pending') AS pending) w
+          WHERE id = ${runId} AND status = 'running'`
+
     const noteOnRun = (stored: StoredApproval, type: string) => {
       const { approval } = stored
       const data = {
@@ -245,18 +259,14 @@ export class ApprovalsRepo extends Context.Service<ApprovalsRepo>()("agent-host/
         // A result's approval belongs to no turn.
         const turn = approval.turn === null ? Number.NaN : Number(approval.turn.replace(/^turn-/, ""))
         return Effect.all([
-          sql`UPDATE team_runs SET waiting = EXISTS (
-                SELECT 1 FROM approvals WHERE run_id = ${approval.runId} AND status = 'pending')
-              WHERE id = ${approval.runId} AND status = 'running'`,
+          markWaiting("team_runs", approval.runId),
           sql`INSERT INTO team_run_events (run_id, type, turn, data)
               SELECT ${approval.runId}, ${type}, ${Number.isSafeInteger(turn) ? turn : null}, ${sql.json(Number.isSafeInteger(turn) ? { index: turn, ...data } : data)}
               WHERE EXISTS (SELECT 1 FROM team_runs WHERE id = ${approval.runId} AND completed_at IS NULL)`
         ]).pipe(Effect.asVoid, Traced.withSpan("ApprovalsRepo.noteOnRun"))
       }
       return Effect.all([
-        sql`UPDATE executions SET waiting = EXISTS (
-              SELECT 1 FROM approvals WHERE run_id = ${approval.runId} AND status = 'pending')
-            WHERE id = ${approval.runId} AND status = 'running'`,
+        markWaiting("executions", approval.runId),
         sql`INSERT INTO execution_events (execution_id, type, step_id, data)
             SELECT ${approval.runId}, ${type}, ${approval.step}, ${sql.json(data)}
             WHERE EXISTS (SELECT 1 FROM executions WHERE id = ${approval.runId} AND completed_at IS NULL)`

@@ -38,8 +38,6 @@ export const loopApprovals = (
     readonly runId: string
     readonly scope: string
     readonly owner: { readonly kind: "orchestration" | "team"; readonly id: string }
-    /** When the run times out (ms since the epoch): no approval waits past it. */
-    readonly deadline: number
   }
 ): LoopApprovals => ({
   decisionOf: (callId) =>
@@ -49,7 +47,6 @@ export const loopApprovals = (
   request: (call, tool, reason) =>
     Effect.gen(function* () {
       const policy = approvalPolicy(tool.policy)
-      const left = run.deadline - (yield* Clock.currentTimeMillis)
       const id = newId()
       const stored = yield* retryTransient(
         approvals.request({
@@ -65,7 +62,8 @@ export const loopApprovals = (
           tool: call.name,
           arguments: call.arguments,
           reason: reason === null ? null : storable(reason.slice(0, 2_000)),
-          timeoutMs: Math.max(1, Math.min(policy.timeoutMs, left)),
+          // The run's timeout does not count the wait (ApprovalsRepo.noteOnRun).
+          timeoutMs: policy.timeoutMs,
           onExpiry: policy.onExpiry
         })
       ).pipe(Effect.orDie)

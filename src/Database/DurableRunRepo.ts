@@ -31,8 +31,20 @@ export const begunFields = <S extends Schema.Top>(status: S) => ({
   tenantId: TenantId,
   status,
   timeoutMs: Schema.Int,
+  /** The time it spent waiting for people, which its timeout does not count (migration 0036). */
+  heldMs: Schema.Number,
   createdAt: Schema.Date
 })
+
+/**
+ * SQL: a run past its timeout and `graceSeconds`, the time it waited for
+ * people not counted. One waiting now is left to its approvals' clocks,
+ * unless it has waited longer than any approval may (`maxWaitMs`): then its
+ * workflow is lost, and the timeout applies as if the wait had ended.
+ */
+export const pastDeadline = (sql: SqlClient.SqlClient, graceSeconds: number, maxWaitMs: number) =>
+  sql`created_at < now() - make_interval(secs => (timeout_ms + held_ms) / 1000.0 + ${graceSeconds})
+      AND (NOT waiting OR waiting_since < now() - make_interval(secs => ${maxWaitMs / 1000 + graceSeconds}))`
 
 /** Which of a table's runs the sweeps read (SQL text). */
 export interface Conditions {
@@ -113,16 +125,22 @@ export const make = (sql: SqlClient.SqlClient, options: RunTable) => {
                 WHERE id = ${id} AND status = 'pending'
                 RETURNING ${sql.literal(options.returning)}
               ), event AS (${options.event})
-              SELECT tenant_id, ${sql.literal(options.columns)}, timeout_ms, created_at,
+              SELECT tenant_id, ${sql.literal(options.columns)}, timeout_ms, held_ms::float8 AS held_ms, created_at,
                      CASE WHEN EXISTS (SELECT 1 FROM started) THEN 'running' ELSE status END AS status
               FROM ${table} WHERE id = ${id}`
       }),
-    /** When a run's own timeout runs out, for bounding its event streams; `filters` name the run. */
+    /**
+     * When a run's own timeout runs out, for bounding its event streams
+     * (none while it waits for a person); `filters` name the run.
+     */
     deadline: (tenantId: TenantId, filters: ReadonlyArray<Statement.Fragment>) =>
-      sql<{ createdAt: Date; timeoutMs: number }>`
-        SELECT created_at, timeout_ms FROM ${table} WHERE ${sql.and([sql`tenant_id = ${tenantId}`, ...filters])}`.pipe(
+      sql<{ createdAt: Date; timeoutMs: number; heldMs: number; waiting: boolean }>`
+        SELECT created_at, timeout_ms, held_ms::float8 AS held_ms, waiting
+        FROM ${table} WHERE ${sql.and([sql`tenant_id = ${tenantId}`, ...filters])}`.pipe(
         Effect.map((rows) =>
-          Option.map(Option.fromNullishOr(rows[0]), (row) => new Date(row.createdAt).getTime() + row.timeoutMs)
+          Option.map(Option.fromNullishOr(rows[0]), (row) =>
+            row.waiting ? Number.POSITIVE_INFINITY : new Date(row.createdAt).getTime() + row.timeoutMs + row.heldMs
+          )
         ),
         Effect.orDie
       )

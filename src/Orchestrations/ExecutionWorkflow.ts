@@ -109,7 +109,8 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
   const snapshot = { ...row, createdAtMs: row.createdAt.getTime() }
 
   const steps = new Map(snapshot.steps.map((step) => [step.id, step as Step]))
-  const deadline = snapshot.createdAtMs + snapshot.timeoutMs
+  // The time it waited for people does not count (migration 0036).
+  const deadline = snapshot.createdAtMs + snapshot.timeoutMs + snapshot.heldMs
   // No prototype: a step id such as `__proto__` (refused when saved, but a
   // definition stored before that still runs) is then an ordinary key.
   const outputs: Record<string, string> = Object.create(null)
@@ -133,8 +134,7 @@ const run = Traced.fn("ExecutionWorkflow.run")(function* ({ executionId }: { rea
       runKind: "execution",
       runId: executionId,
       scope: step.id,
-      owner: { kind: "orchestration", id: snapshot.orchestrationId },
-      deadline
+      owner: { kind: "orchestration", id: snapshot.orchestrationId }
     })
 
   const stepEffect = (step: Step, resumed: boolean) =>

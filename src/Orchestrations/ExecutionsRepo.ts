@@ -10,6 +10,7 @@ import * as Schema from "effect/Schema"
 import * as SqlSchema from "effect/sql/SqlSchema"
 import * as Batcher from "../Database/Batcher.ts"
 import * as DurableRunRepo from "../Database/DurableRunRepo.ts"
+import { approvalTimeoutBounds } from "../Tools/Tool.ts"
 import { tenantPage } from "../Database/Page.ts"
 import { isId, TenantId } from "../Domain/Ids.ts"
 import { Webhooks } from "../Webhooks/Webhooks.ts"
@@ -298,7 +299,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
                 RETURNING e.id, e.status, e.output, e.error, e.tokens_used, e.steps, e.carried
               ), event AS (${startEvents})
               SELECT e.id, e.tenant_id, e.orchestration_id, CASE WHEN e.id IN (SELECT id FROM started) THEN 'running' ELSE e.status END AS status,
-                     e.input, e.variables, e.steps, e.carried, e.timeout_ms, e.created_at
+                     e.input, e.variables, e.steps, e.carried, e.timeout_ms, e.held_ms::float8 AS held_ms, e.created_at
               FROM executions e
               WHERE e.id IN ${sql.in(distinct)}`.pipe(
             Effect.flatMap(decodeBegun),
@@ -344,7 +345,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
             ) events ORDER BY position`
 
     const encodeExecution = Schema.encodeSync(Schema.toCodecJson(Execution))
-    const decodeFinished = Schema.decodeUnknownEffect(Schema.Struct({ ...Execution.fields, tenantId: TenantId }))
+    const decodeFinished = Schema.decodeUnknownEffect(Schema.Struct({ ...ExecutionRow.fields, tenantId: TenantId }))
 
     /**
      * The final status of an execution whose orchestration has a webhook:
@@ -358,9 +359,11 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
               WHERE id = ${id} AND status IN ('pending', 'running')
               RETURNING *
             ), event AS (${logged(fields)})
-            SELECT ${cols}, tenant_id FROM updated`
+            SELECT ${cols}, ${sql.literal(retryColumns)}, tenant_id FROM updated`
         if (rows.length === 0) return null
-        const { tenantId, ...execution } = yield* decodeFinished(rows[0]).pipe(Effect.orDie)
+        const { tenantId, ...row } = yield* decodeFinished(rows[0]).pipe(Effect.orDie)
+        // As GET shows it: a retry's with `retryOf` and what it carried, any other's without.
+        const execution = toView(row)
         return yield* webhooks
           .enqueue({
             tenantId,
@@ -531,7 +534,7 @@ export class ExecutionsRepo extends Context.Service<ExecutionsRepo>()("agent-hos
       sql<{ id: string; reaped: boolean; timeoutMs: number }>`WITH due AS (
             SELECT id, timeout_ms, ${hasWebhook} AS webhook FROM executions
             WHERE completed_at IS NULL AND status IN ('pending', 'running')
-              AND created_at < now() - make_interval(secs => timeout_ms / 1000.0 + ${graceSeconds})
+              AND ${DurableRunRepo.pastDeadline(sql, graceSeconds, approvalTimeoutBounds.maximum)}
           ), updated AS (
             UPDATE executions SET status = 'failed',
               error = 'The execution timed out after ' || timeout_ms || ' ms',

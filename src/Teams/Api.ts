@@ -220,6 +220,16 @@ export const Transcript = PageOf(TranscriptEntry)
 export const isTranscriptIndex = (key: string) => /^(0|[1-9]\d{0,8})$/.test(key)
 export const TranscriptPageQuery = pageQuery(isTranscriptIndex)
 
+/** The query of a team's run list: a page, optionally of the runs in one status. */
+export const RunsQuery = {
+  ...PageQuery,
+  status: Schema.optionalKey(
+    RunStatus.annotate({
+      description: "Only the runs in this status (`waiting`: running and waiting for an approval)."
+    })
+  )
+}
+
 export const TeamRun = Schema.Struct({
   runId: Schema.String,
   teamId: Schema.String,
@@ -299,8 +309,10 @@ const runDocs = {
   },
   runs: {
     summary: "List a team's runs",
-    description: "The team's runs, newest first, a page at a time (`limit`, `cursor`).",
-    errors: "400 on a bad `limit` or `cursor`, 404 when the team is not the tenant's."
+    description:
+      "The team's runs, newest first, a page at a time (`limit`, `cursor`), optionally only those in one " +
+      "`status` (`waiting` being a running run waiting for an approval, `running` one that is not).",
+    errors: "400 on a bad `limit`, `cursor` or `status`, 404 when the team is not the tenant's."
   },
   getRun: {
     summary: "Get a team run",
@@ -431,7 +443,7 @@ export class TeamsApi extends HttpApiGroup.make("teams")
       ),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
-      query: PageQuery,
+      query: RunsQuery,
       success: TeamRunList,
       error: [NotFound, BadRequest]
     }).annotateMerge(operation({ ...runDocs.runs, credential: sessionCredential })),
@@ -486,7 +498,7 @@ const keyGroup = <const Name extends string>(name: Name, via: "bearer" | "header
     }).annotateMerge(keyOperation("teams", via, runDocs.run)),
     HttpApiEndpoint.get("runs", "/:id/runs", {
       params: { id: TeamId },
-      query: PageQuery,
+      query: RunsQuery,
       success: envelope(TeamRunList),
       error: [NotFound, BadRequest]
     }).annotateMerge(keyOperation("teams", via, runDocs.runs)),

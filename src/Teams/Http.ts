@@ -5,6 +5,7 @@ import { Api } from "../Api.ts"
 import { withBudgetHeaders } from "../Billing/Budget.ts"
 import type { PageRequest } from "../Domain/Page.ts"
 import { forTenant, managementHandlers, runEventStream } from "../Http/Management.ts"
+import type { RunStatus } from "./Api.ts"
 import { TeamRuns } from "./TeamRuns.ts"
 import { Teams } from "./Teams.ts"
 import * as Traced from "../Observability/Traced.ts"
@@ -28,8 +29,16 @@ const runHandlers = (runs: TeamRuns["Service"]) => ({
     ) => withBudgetHeaders(runs.start(tenantId, params.id, { payload, headers }))
   ),
   runs: forTenant(
-    (tenantId, { params, query }: { readonly params: { readonly id: string }; readonly query: PageRequest }) =>
-      runs.list(tenantId, params.id, query)
+    (
+      tenantId,
+      {
+        params,
+        query
+      }: {
+        readonly params: { readonly id: string }
+        readonly query: PageRequest & { readonly status?: RunStatus | undefined }
+      }
+    ) => runs.list(tenantId, params.id, query)
   ),
   getRun: forTenant((tenantId, { params }: RunParams) => runs.get(tenantId, params.id, params.runId)),
   transcript: forTenant((tenantId, { params, query }: RunParams & { readonly query: PageRequest }) =>

@@ -6,6 +6,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SqlSchema from "effect/sql/SqlSchema"
 import * as DurableRunRepo from "../Database/DurableRunRepo.ts"
+import { approvalTimeoutBounds } from "../Tools/Tool.ts"
 import { tenantPage } from "../Database/Page.ts"
 import * as TenantRepo from "../Database/TenantRepo.ts"
 import { isId, TenantId } from "../Domain/Ids.ts"
@@ -131,13 +132,23 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         sql`SELECT ${runCols} FROM team_runs WHERE tenant_id = ${tenantId} AND team_id = ${teamId} AND id = ${runId}`
     })
 
-    const runs = (tenantId: TenantId, teamId: string, before: string | null, limit: number) =>
+    const runs = (tenantId: TenantId, teamId: string, status: RunStatus | null, before: string | null, limit: number) =>
       tenantPage({
         table: "team_runs",
         columns: runColumns,
         row: TeamRun,
         tenantId,
-        filters: [sql`team_id = ${teamId}`],
+        filters: [
+          sql`team_id = ${teamId}`,
+          // `waiting` is shown, not stored: a running run waiting for an approval (runColumns).
+          ...(status === null
+            ? []
+            : status === "waiting"
+              ? [sql`status = 'running' AND waiting`]
+              : status === "running"
+                ? [sql`status = 'running' AND NOT waiting`]
+                : [sql`status = ${status}`])
+        ],
         keyOf: (run) => run.runId,
         order: "desc",
         after: before,
@@ -258,7 +269,7 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
               error = 'The run did not finish within its timeout of ' || timeout_ms || ' ms',
               completed_at = now()
             WHERE status IN ('pending', 'running')
-              AND created_at < now() - make_interval(secs => timeout_ms / 1000.0 + ${graceSeconds})
+              AND ${DurableRunRepo.pastDeadline(sql, graceSeconds, approvalTimeoutBounds.maximum)}
             RETURNING *
           ), event AS (
             INSERT INTO team_run_events (run_id, type, data)
@@ -274,16 +285,6 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
         Effect.orDie,
         Traced.withSpan("TeamsRepo.failTimedOut")
       )
-
-    /**
-     * A run whose result waits for a person is not failed by the timeout
-     * sweep before its approval expires: its deadline moves to `until` (its
-     * approval's expiry) when that is later. The same whenever written again.
-     */
-    const holdUntil = (runId: string, until: Date) =>
-      sql`UPDATE team_runs
-          SET timeout_ms = GREATEST(timeout_ms, CEIL(EXTRACT(EPOCH FROM (${until.toISOString()}::timestamptz - created_at)) * 1000)::integer)
-          WHERE id = ${runId} AND status = 'running'`.pipe(Effect.asVoid, Traced.withSpan("TeamsRepo.holdUntil"))
 
     /** Events after `afterId`, oldest first. */
     const events = DurableRunRepo.events<{ turn: number | null }>(sql, "team_run_events", "run_id", "turn")
@@ -318,7 +319,6 @@ export class TeamsRepo extends Context.Service<TeamsRepo>()("agent-host/TeamsRep
       turnEvent,
       toolEvent,
       finish,
-      holdUntil,
       failTimedOut,
       events,
       deadline: (tenantId: TenantId, teamId: string, runId: string) =>

@@ -213,7 +213,8 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
     turnTaking: snapshot.turnTaking,
     leaderAgentId: snapshot.leaderAgentId
   }
-  const deadline = begun.createdAt.getTime() + snapshot.timeoutMs
+  // The time it waited for people does not count (migration 0036).
+  const deadline = begun.createdAt.getTime() + snapshot.timeoutMs + begun.heldMs
   const turns: Array<Room.SpokenTurn> = []
   let tokensUsed = 0
 
@@ -410,8 +411,7 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
                       runKind: "team_run",
                       runId,
                       scope,
-                      owner: { kind: "team", id: begun.teamId },
-                      deadline
+                      owner: { kind: "team", id: begun.teamId }
                     })
                   : undefined,
               emit: (event) =>
@@ -517,9 +517,8 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
   ) => retryTransient(finishRun(runId, to, { ...fields, turns: turns.length, tokensUsed }))
 
   /**
-   * The result's approval, asked for once (a replay finds the one it wrote);
-   * the run's deadline moves to its expiry, so that the timeout sweep leaves
-   * a run waiting for it alone.
+   * The result's approval, asked for once (a replay finds the one it wrote).
+   * While it waits, the run is `waiting`, which the timeout sweep leaves alone.
    */
   const requestResultApproval = (result: string, setting: ResultApproval) =>
     Activity.make({
@@ -546,7 +545,6 @@ const run = Traced.fn("TeamRunWorkflow.run")(function* ({ runId }: { readonly ru
             onExpiry: setting.onExpiry
           })
         ).pipe(Effect.orDie)
-        yield* retryTransient(repo.holdUntil(runId, stored.approval.expiresAt)).pipe(Effect.orDie)
         return stored.approval.id
       })
     })

@@ -15,7 +15,14 @@ import * as DurableRuns from "../Runtime/DurableRuns.ts"
 import { EventStreams } from "../Http/EventStreams.ts"
 import { ToolCallsRepo } from "../Tools/CallsRepo.ts"
 import type { ToolCallRecord } from "../Tools/ToolCall.ts"
-import { isTranscriptIndex, RunNotStarted, type RunRequest, type TeamRun, type TranscriptEntry } from "./Api.ts"
+import {
+  isTranscriptIndex,
+  RunNotStarted,
+  type RunRequest,
+  type RunStatus,
+  type TeamRun,
+  type TranscriptEntry
+} from "./Api.ts"
 import { TeamsRepo } from "./Repo.ts"
 import { finishRun, reapTimedOut, TeamRunWorkflow, turnScope } from "./TeamRunWorkflow.ts"
 import { Teams, withinPlan } from "./Teams.ts"
@@ -176,10 +183,14 @@ export class TeamRuns extends Context.Service<TeamRuns>()("agent-host/TeamRuns",
       return { ...run!, transcript: yield* withToolCalls(tenantId, runId, firstPage) }
     })
 
-    const list = Traced.fn("TeamRuns.list")(function* (tenantId: TenantId, teamId: string, query: PageRequest) {
+    const list = Traced.fn("TeamRuns.list")(function* (
+      tenantId: TenantId,
+      teamId: string,
+      query: PageRequest & { readonly status?: RunStatus | undefined }
+    ) {
       yield* ensureTeam(tenantId, teamId)
       const before = yield* decodeCursor(query.cursor, isId)
-      const page = yield* repo.runs(tenantId, teamId, before, query.limit ?? defaultPageSize)
+      const page = yield* repo.runs(tenantId, teamId, query.status ?? null, before, query.limit ?? defaultPageSize)
       return { ...page, data: yield* withWaiting(tenantId, page.data) }
     })
 

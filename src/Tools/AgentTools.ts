@@ -3,6 +3,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { AgentsRepo } from "../Agents/Repo.ts"
+import { ApprovalDefaults, applyDefaults } from "../Approvals/Defaults.ts"
 import { TokenBudget } from "../Billing/Budget.ts"
 import { AgentId, type TenantId } from "../Domain/Ids.ts"
 import { KnowledgeSearch } from "../Knowledge/Search.ts"
@@ -25,19 +26,29 @@ export class AgentTools extends Context.Service<AgentTools>()("agent-host/AgentT
     const budget = yield* TokenBudget
     const knowledge = yield* KnowledgeSearch
     const loop = yield* ToolLoop
+    const approvalDefaults = yield* ApprovalDefaults
 
     /**
      * The active tools of `toolIds` (in their order), narrowed to `only`
      * when given. A tool deleted or made inactive since the agent was saved
-     * is left out, as a tool the agent no longer has.
+     * is left out, as a tool the agent no longer has. The tenant's approval
+     * defaults fill what a tool's policy leaves out.
      */
     const toolsOf = (tenantId: TenantId, toolIds: ReadonlyArray<string>, only?: ReadonlyArray<string> | undefined) =>
       Effect.gen(function* () {
         const wanted = only === undefined ? toolIds : toolIds.filter((id) => only.includes(id))
-        const found = yield* Effect.forEach(wanted, (id) => tools.findById(tenantId, id), { concurrency: 8 })
-        return found.flatMap(
+        if (wanted.length === 0) return []
+        const [found, defaults] = yield* Effect.all(
+          [
+            Effect.forEach(wanted, (id) => tools.findById(tenantId, id), { concurrency: 8 }),
+            approvalDefaults.stored(tenantId)
+          ],
+          { concurrency: "unbounded" }
+        )
+        const active = found.flatMap(
           (tool): Array<Tool> => (Option.isSome(tool) && tool.value.status === "active" ? [tool.value] : [])
         )
+        return applyDefaults(defaults, active)
       })
 
     /** One model call under a reservation of the tenant's tokens, settled with what it used. */

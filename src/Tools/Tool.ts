@@ -154,7 +154,7 @@ export type ToolApproval = typeof ToolApproval.Type
 
 export const ApprovalOnExpiry = Schema.Literals(["reject", "approve"])
 
-const approvalFields = {
+export const approvalFields = {
   // Absent (every tool saved before approvals): "never".
   approval: Schema.optionalKey(ToolApproval),
   approvalTimeoutMs: Schema.optionalKey(
@@ -190,7 +190,7 @@ export const ToolPolicyInput = Schema.Struct({
 })
 
 /** What a tool's policy says of approvals, its defaults filled in. */
-export const approvalPolicy = (policy: ToolPolicy) => ({
+export const approvalPolicy = (policy: Pick<ToolPolicy, "approval" | "approvalTimeoutMs" | "approvalOnExpiry">) => ({
   approval: policy.approval ?? "never",
   timeoutMs: policy.approvalTimeoutMs ?? approvalTimeoutBounds.default,
   onExpiry: policy.approvalOnExpiry ?? "reject"

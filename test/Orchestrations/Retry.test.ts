@@ -238,6 +238,63 @@ layer(TestServer.layerWithFakeOpenAi(openaiKey, { webhookAllowPrivate: true }), 
         })
     )
 
+    it.effect("a retry's final webhook event names the execution it retries (`retryOf`); the first's does not", () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const client = yield* TestClient
+          const fake = yield* FakeOpenAi
+          fake.reset()
+          const receiver = yield* FakeReceiver.make
+          const account = yield* TestServer.signUp()
+          const { key } = yield* TestServer.createKey(account, ["execute", "read"])
+          const agent = yield* TestServer.createAgent(account, { model })
+          const created = yield* client.request("POST", "/api/orchestrations", {
+            headers: TestServer.bearer(account.token),
+            body: {
+              name: "Hooked chain",
+              steps: [
+                { id: "a", agentId: agent.id, prompt: "One {{input}}" },
+                { id: "b", agentId: agent.id, prompt: "Two {{steps.a.output}}", dependsOn: ["a"] }
+              ],
+              outputWebhookUrl: receiver.url("/hook")
+            }
+          })
+          assert.strictEqual(created.status, 201, created.text)
+          const run = api(key)
+          fake.script({ text: "first" }, { status: 500 }, { text: "second" })
+          const firstId = (yield* run.execute(created.body.id, "go")).body.executionId as string
+          assert.strictEqual((yield* run.final(firstId)).status, "failed")
+          const retried = yield* run.retry(firstId)
+          assert.strictEqual(retried.status, 202, retried.text)
+          const retryId = retried.body.executionId as string
+          assert.strictEqual((yield* run.final(retryId)).status, "completed")
+
+          /** The final event the receiver got for `id`, within a bound. */
+          const eventOf = (id: string) =>
+            eventually(
+              Effect.sync(() => {
+                const found = receiver.requests
+                  .map((request) => JSON.parse(request.body) as { type: string; data: Record<string, unknown> })
+                  .find((event) => event.data.id === id)
+                assert.isDefined(found, `the event of ${id}`)
+                return found!
+              }),
+              { timeoutMs: 10_000 }
+            )
+          const first = yield* eventOf(firstId)
+          assert.strictEqual(first.type, "execution.failed")
+          assert.notProperty(first.data, "retryOf")
+          assert.notProperty(first.data, "carriedSteps")
+          const retry = yield* eventOf(retryId)
+          assert.strictEqual(retry.type, "execution.completed")
+          assert.strictEqual(retry.data.retryOf, firstId)
+          // The execution as GET shows it, what it carried included.
+          assert.deepStrictEqual(retry.data, (yield* run.get(retryId)).body)
+          assert.deepStrictEqual(retry.data.carriedSteps, ["a"])
+        })
+      )
+    )
+
     it.effect("an Idempotency-Key answers with the same retry, and with another request is a 409", () =>
       Effect.gen(function* () {
         const fake = yield* FakeOpenAi

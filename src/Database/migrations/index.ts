@@ -34,6 +34,7 @@ import executionRetries from "./0032_execution_retries.ts"
 import approvals from "./0033_approvals.ts"
 import schedules from "./0034_schedules.ts"
 import approvalWakesAndResultApproval from "./0035_approval_wakes_and_result_approval.ts"
+import approvalDefaultsAndWaits from "./0036_approval_defaults_and_waits.ts"
 
 /** Numbered migrations, applied once each in order. Never edit one that has landed: add the next. */
 export const migrations = Migrator.fromRecord({
@@ -71,5 +72,6 @@ export const migrations = Migrator.fromRecord({
   "0032_execution_retries": executionRetries,
   "0033_approvals": approvals,
   "0034_schedules": schedules,
-  "0035_approval_wakes_and_result_approval": approvalWakesAndResultApproval
+  "0035_approval_wakes_and_result_approval": approvalWakesAndResultApproval,
+  "0036_approval_defaults_and_waits": approvalDefaultsAndWaits
 })

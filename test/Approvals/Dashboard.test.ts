@@ -6,10 +6,24 @@ import { eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
 import * as TestServer from "../support/TestServer.ts"
 import { TestClient } from "../support/TestServer.ts"
+import { awaitRun, createTeam, startRun } from "../support/Teams.ts"
 import { lookupTool } from "../support/Tools.ts"
 
 // The dashboard's inbox of approvals in a real headless Chromium, against the
-// real service: a waiting execution's call approved with edited arguments.
+// real service: a waiting execution's call approved with edited arguments; the
+// tenant's approval defaults set in its panel; a team's result approved edited.
+
+/** Logs `account` in and opens the approvals screen from the navigation. */
+const openApprovals = async (page: Page, baseUrl: string, account: { email: string; password: string }) => {
+  // The first request may wait for the dashboard's build (its sources changed since the last one).
+  await page.goto(`${baseUrl}/app/approvals`, { timeout: 120_000 })
+  await page.getByLabel("E-mail").fill(account.email)
+  await page.getByLabel("Password").fill(account.password)
+  await page.getByRole("button", { name: "Log in" }).click()
+  await page.getByRole("heading", { name: "Getting started" }).waitFor()
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Approvals" }).click()
+  await page.getByRole("heading", { name: "Approvals", level: 1 }).waitFor()
+}
 
 const withBrowser = <A>(run: (page: Page) => Promise<A>) =>
   Effect.acquireUseRelease(
@@ -79,14 +93,7 @@ layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), {
             )
 
             yield* withBrowser(async (page) => {
-              // The first request may wait for the dashboard's build (its sources changed since the last one).
-              await page.goto(`${client.baseUrl}/app/approvals`, { timeout: 120_000 })
-              await page.getByLabel("E-mail").fill(account.email)
-              await page.getByLabel("Password").fill(account.password)
-              await page.getByRole("button", { name: "Log in" }).click()
-              await page.getByRole("heading", { name: "Getting started" }).waitFor()
-              await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Approvals" }).click()
-              await page.getByRole("heading", { name: "Approvals", level: 1 }).waitFor()
+              await openApprovals(page, client.baseUrl, account)
               const card = page.getByTestId("approval")
               await card.waitFor()
               assert.include(await card.textContent(), "lookup_order")
@@ -114,6 +121,95 @@ layer(TestServer.layer({ dashboardEnabled: true, webhookAllowPrivate: true }), {
               target.requests.map((request) => request.path),
               ["/orders/A-9"]
             )
+          })
+        ),
+      { timeout: 180_000 }
+    )
+
+    it.effect(
+      "sets the tenant's defaults in their panel, names a bad rule; shows a team's result and approves it edited",
+      () =>
+        Effect.scoped(
+          Effect.gen(function* () {
+            const client = yield* TestClient
+            const account = yield* TestServer.signUp()
+            const session = { headers: TestServer.bearer(account.token) }
+            const { key } = yield* TestServer.createKey(account, ["teams"])
+            const agent = yield* TestServer.createAgent(account, { name: "Writer", model: "local" })
+            const team = yield* createTeam(account, {
+              name: "Reviewed",
+              members: [{ agentId: agent.id, role: "writes" }],
+              resultApproval: { required: true }
+            })
+            const runId = yield* startRun(key, team.id, "Write one line about the sea")
+            const pending = yield* eventually(
+              Effect.map(client.request("GET", `/api/approvals?status=pending&runId=${runId}`, session), (response) => {
+                assert.strictEqual(response.status, 200, response.text)
+                assert.strictEqual(response.body.data.length, 1, response.text)
+                return response.body.data[0] as { kind: string; arguments: { result: string } }
+              }),
+              { timeoutMs: 30_000 }
+            )
+            assert.strictEqual(pending.kind, "result")
+            const edited = "The sea, as a person would put it."
+
+            yield* withBrowser(async (page) => {
+              await openApprovals(page, client.baseUrl, account)
+              const panel = page.getByRole("form", { name: "Defaults for tools" })
+              await panel.waitFor()
+              // The service's defaults, never set by this tenant.
+              assert.strictEqual(await panel.getByLabel("Approval", { exact: true }).inputValue(), "never")
+              assert.strictEqual(await panel.getByLabel("On expiry").inputValue(), "reject")
+              assert.strictEqual(await panel.getByLabel("Timeout", { exact: true }).inputValue(), "24")
+              assert.strictEqual(await panel.getByLabel("Timeout unit").inputValue(), "hours")
+              await panel.getByLabel("Approval", { exact: true }).selectOption("always")
+              await panel.getByLabel("Timeout", { exact: true }).fill("90")
+              await panel.getByLabel("Timeout unit").selectOption("minutes")
+              await panel.getByLabel("On expiry").selectOption("approve")
+              await panel.getByRole("button", { name: "Save defaults" }).click()
+              await panel.getByText("Defaults saved.").waitFor()
+              await page.getByText(/Last set /).waitFor()
+
+              // A rule that does not parse: the panel names it, and nothing is saved.
+              await panel.getByLabel("Approval", { exact: true }).selectOption("when")
+              await panel.getByLabel("Rule").fill("amount >")
+              await panel.getByRole("button", { name: "Save defaults" }).click()
+              const ruleError = panel.locator(".field-error")
+              await ruleError.waitFor()
+              assert.include(await ruleError.textContent(), "end of the rule")
+              assert.strictEqual(await panel.getByLabel("Rule").getAttribute("aria-invalid"), "true")
+              assert.strictEqual(await panel.getByText("Defaults saved.").count(), 0)
+
+              // The team's result: named as such, its text shown, edited as text.
+              const card = page.getByTestId("approval")
+              await card.waitFor()
+              assert.include(await card.textContent(), "Team result")
+              assert.include(await card.textContent(), pending.arguments.result)
+              assert.notInclude(await card.textContent(), '"result"')
+              assert.deepStrictEqual(await seriousViolations(page), [], "no serious accessibility violations")
+              assert.deepStrictEqual(await unreachableByKeyboard(page), [], "every control reachable by keyboard")
+              await screenshot(page, "approvals-defaults-and-result")
+              await card.getByRole("button", { name: "Edit result" }).click()
+              const result = card.getByLabel("Result", { exact: true })
+              assert.strictEqual(await result.inputValue(), pending.arguments.result)
+              await result.fill(edited)
+              await card.getByRole("button", { name: "Approve this result" }).click()
+              await page.getByText("Approved the team's result.").waitFor()
+              await page.getByText("Nothing is waiting.").waitFor()
+            })
+
+            // The first PUT landed, the bad rule's did not.
+            const defaults = yield* client.request("GET", "/api/settings/approvals", session)
+            assert.strictEqual(defaults.status, 200, defaults.text)
+            assert.deepInclude(defaults.body, {
+              approval: "always",
+              approvalTimeoutMs: 5_400_000,
+              approvalOnExpiry: "approve"
+            })
+            assert.isString(defaults.body.updatedAt)
+            const done = yield* awaitRun(account, team.id, runId)
+            assert.strictEqual(done.status, "completed", JSON.stringify(done))
+            assert.strictEqual(done.result, edited)
           })
         ),
       { timeout: 180_000 }

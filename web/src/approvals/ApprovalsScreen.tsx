@@ -2,6 +2,7 @@ import { type FormEvent, useState } from "react"
 import type { Approval, ApprovalStatus } from "../../../src/Approvals/Api.ts"
 import { Link } from "../router.tsx"
 import { ApiCall, Field, formatDate, LoadMore, ProblemMessage } from "../shared/components.tsx"
+import { ApprovalDefaults } from "./ApprovalDefaults.tsx"
 import { useApprovals } from "./hooks.ts"
 
 const statuses: ReadonlyArray<ApprovalStatus> = ["pending", "approved", "rejected", "expired", "cancelled"]
@@ -12,6 +13,68 @@ const runLink = (approval: Approval) =>
   ) : (
     <span>team run {approval.runId.slice(0, 8)}</span>
   )
+
+/** The text of a team's result (`kind` `result`): its arguments are `{ result }`. */
+const resultOf = (args: unknown) => {
+  const result = typeof args === "object" && args !== null ? (args as { result?: unknown }).result : undefined
+  return typeof result === "string" ? result : JSON.stringify(args, null, 2)
+}
+
+/** A team's result waiting before its room's webhook: approve it, approve an edited text, or reject it with a note. */
+const ResultDecision = ({
+  approval,
+  decide,
+  fieldError
+}: {
+  readonly approval: Approval
+  readonly decide: ReturnType<typeof useApprovals>["decide"]
+  readonly fieldError: (path: string) => string | undefined
+}) => {
+  const [editing, setEditing] = useState(false)
+  const [result, setResult] = useState(() => resultOf(approval.arguments))
+  const [note, setNote] = useState("")
+
+  const approveEdited = async (event: FormEvent) => {
+    event.preventDefault()
+    await decide(approval, "approve", { args: { result }, note })
+  }
+
+  return (
+    <form onSubmit={approveEdited} noValidate aria-label="Decide the team's result">
+      {editing && (
+        <Field
+          label="Result"
+          hint="Sent instead of the team's, in the room's webhook and as the run's result."
+          error={fieldError("payload.arguments")}
+        >
+          {(props) => <textarea {...props} rows={8} value={result} onChange={(e) => setResult(e.target.value)} />}
+        </Field>
+      )}
+      <Field
+        label="Note"
+        hint="Optional. A rejection fails the run, naming your note."
+        error={fieldError("payload.note")}
+      >
+        {(props) => <input {...props} maxLength={4_000} value={note} onChange={(e) => setNote(e.target.value)} />}
+      </Field>
+      <div className="actions">
+        {editing ? (
+          <button type="submit">Approve this result</button>
+        ) : (
+          <button type="button" onClick={() => void decide(approval, "approve", { note })}>
+            Approve
+          </button>
+        )}
+        <button type="button" className="secondary" onClick={() => setEditing(!editing)}>
+          {editing ? "Keep the team's result" : "Edit result"}
+        </button>
+        <button type="button" className="danger" onClick={() => void decide(approval, "reject", { note })}>
+          Reject
+        </button>
+      </div>
+    </form>
+  )
+}
 
 /** One pending call: approve as it is, approve with edited arguments (JSON), or reject with a note. */
 const Decision = ({
@@ -95,7 +158,8 @@ export const ApprovalsScreen = () => {
       <p>
         Calls of <Link to="/tools">tools</Link> whose policy asks for a person's approval wait here; their execution or
         team run is <code>waiting</code> until you decide. A rejection is a tool error the agent reads, with your note,
-        so it can find another way. Nobody deciding in time: the tool's <code>approvalOnExpiry</code> decides.
+        so it can find another way. Nobody deciding in time: the tool's <code>approvalOnExpiry</code> decides. A team's
+        result waits here too when the team asks for it to be approved before its room's webhook is sent.
       </p>
 
       <Field label="Show" hint="Pending calls are the inbox.">
@@ -122,23 +186,36 @@ export const ApprovalsScreen = () => {
         {list.items?.map((approval) => (
           <article key={approval.id} className="detail" data-testid="approval">
             <h3>
-              <code>{approval.tool}</code> in {runLink(approval)}
+              {approval.kind === "result" ? "Team result" : <code>{approval.tool}</code>} in {runLink(approval)}
               {approval.step !== null ? ` (step ${approval.step})` : ""}
               {approval.turn !== null ? ` (${approval.turn})` : ""}
             </h3>
             {approval.reason !== null && <p>The agent: “{approval.reason}”</p>}
-            <pre>{JSON.stringify(approval.arguments, null, 2)}</pre>
+            {approval.kind === "result" ? (
+              // Text, as the room's webhook will send it (wrapped, not as JSON).
+              <pre>{resultOf(approval.arguments)}</pre>
+            ) : (
+              <pre>{JSON.stringify(approval.arguments, null, 2)}</pre>
+            )}
             <p className="muted">
               Asked {formatDate(approval.requestedAt)}; expires {formatDate(approval.expiresAt)} (then{" "}
               {approval.onExpiry === "approve" ? "approved" : "rejected"}).
             </p>
             {approval.status === "pending" ? (
-              <Decision key={approval.id} approval={approval} decide={decide} fieldError={fieldError} />
+              approval.kind === "result" ? (
+                <ResultDecision key={approval.id} approval={approval} decide={decide} fieldError={fieldError} />
+              ) : (
+                <Decision key={approval.id} approval={approval} decide={decide} fieldError={fieldError} />
+              )
             ) : (
               <p>
                 {approval.status} by {approval.decidedBy ?? "nobody"} {formatDate(approval.decidedAt)}
                 {approval.note !== null ? `: ${approval.note}` : ""}
-                {approval.editedArguments !== null ? ` (with ${JSON.stringify(approval.editedArguments)})` : ""}
+                {approval.editedArguments === null
+                  ? ""
+                  : approval.kind === "result"
+                    ? ` (the result edited: “${resultOf(approval.editedArguments)}”)`
+                    : ` (with ${JSON.stringify(approval.editedArguments)})`}
               </p>
             )}
           </article>
@@ -146,6 +223,8 @@ export const ApprovalsScreen = () => {
         <LoadMore list={list} label="Load more approvals" />
         <ApiCall call={{ method: "GET", path: `/api/approvals?status=${status}` }} />
       </section>
+
+      <ApprovalDefaults />
     </>
   )
 }

@@ -1,7 +1,7 @@
-import { useState } from "react"
-import type { Approval, ApprovalStatus } from "../../../src/Approvals/Api.ts"
+import { type FormEvent, useEffect, useState } from "react"
+import type { Approval, ApprovalDefaultsView, ApprovalStatus } from "../../../src/Approvals/Api.ts"
 import { ApiProblem, call } from "../shared/api.ts"
-import { pageQuery, usePaged } from "../shared/data.ts"
+import { pageQuery, useLoad, usePaged } from "../shared/data.ts"
 
 // The inbox of approvals: tool calls of executions and team runs waiting for
 // a person. A decision is the first one only: another person's, made
@@ -38,7 +38,9 @@ export const useApprovals = (status: ApprovalStatus) => {
           }
         })
       )
-      setSaved(`${decision === "approve" ? "Approved" : "Rejected"} the call of ${approval.tool}.`)
+      setSaved(
+        `${decision === "approve" ? "Approved" : "Rejected"} ${approval.kind === "result" ? "the team's result" : `the call of ${approval.tool}`}.`
+      )
       list.reload()
       return true
     } catch (error) {
@@ -52,4 +54,71 @@ export const useApprovals = (status: ApprovalStatus) => {
   const fieldError = (path: string) => (problem instanceof ApiProblem ? problem.messagesFor(path)[0] : undefined)
 
   return { list, decide, problem, saved, fieldError }
+}
+
+/** The approval defaults as the panel edits them: the timeout in a unit people read. */
+export interface DefaultsDraft {
+  readonly mode: "never" | "always" | "when"
+  readonly rule: string
+  /** The timeout in `unit`, as typed. */
+  readonly timeout: string
+  readonly unit: "minutes" | "hours"
+  readonly onExpiry: "reject" | "approve"
+}
+
+const msPer = { minutes: 60_000, hours: 3_600_000 } as const
+
+/** The draft of the defaults in force: whole hours in hours, anything else in minutes. */
+export const defaultsDraftOf = (view: typeof ApprovalDefaultsView.Type): DefaultsDraft => {
+  const unit = view.approvalTimeoutMs % msPer.hours === 0 ? "hours" : "minutes"
+  return {
+    mode: typeof view.approval === "string" ? view.approval : "when",
+    rule: typeof view.approval === "string" ? "" : view.approval.when,
+    timeout: String(view.approvalTimeoutMs / msPer[unit]),
+    unit,
+    onExpiry: view.approvalOnExpiry
+  }
+}
+
+/** The PUT's payload: every field, so the form saves what it shows; a timeout that is no number is sent for the API to name. */
+export const defaultsPayload = (draft: DefaultsDraft) => ({
+  approval: draft.mode === "when" ? { when: draft.rule } : draft.mode,
+  approvalTimeoutMs: draft.timeout.trim() === "" ? Number.NaN : Math.round(Number(draft.timeout) * msPer[draft.unit]),
+  approvalOnExpiry: draft.onExpiry
+})
+
+/** The tenant's approval defaults (what a tool's policy leaving the fields out takes), with saving them. */
+export const useApprovalDefaults = () => {
+  const current = useLoad(() => call((c) => c.approvalDefaults.get()), [])
+  // The defaults in force: as read, then as each save answered.
+  const [view, setView] = useState<typeof ApprovalDefaultsView.Type>()
+  const [draft, setDraft] = useState<DefaultsDraft>()
+  const [problem, setProblem] = useState<unknown>()
+  const [saved, setSaved] = useState("")
+
+  // The form starts from the defaults in force, once read.
+  useEffect(() => {
+    if (current.data === undefined) return
+    setView(current.data)
+    setDraft(defaultsDraftOf(current.data))
+  }, [current.data])
+
+  const save = async (event: FormEvent) => {
+    event.preventDefault()
+    if (draft === undefined) return
+    setProblem(undefined)
+    setSaved("")
+    try {
+      const view = await call((c) => c.approvalDefaults.set({ payload: defaultsPayload(draft) }))
+      setView(view)
+      setDraft(defaultsDraftOf(view))
+      setSaved("Defaults saved.")
+    } catch (error) {
+      setProblem(error)
+    }
+  }
+
+  const fieldError = (path: string) => (problem instanceof ApiProblem ? problem.messagesFor(path)[0] : undefined)
+
+  return { view, loadError: current.error, draft, setDraft, save, problem, saved, fieldError }
 }

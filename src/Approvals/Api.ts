@@ -8,7 +8,8 @@ import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { isSafeTextValue, Text, text, textRecord } from "../Domain/Input.ts"
 import { PageOf, PageQuery } from "../Domain/Page.ts"
 import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
-import { ApprovalOnExpiry, approvalFields, ToolApproval } from "../Tools/Tool.ts"
+import { ApprovalOnExpiry, ToolApproval } from "../Tools/Tool.ts"
+import { ApprovalDefaultsInput } from "./Defaults.ts"
 
 // Approvals (docs/approvals.md): a tool call of an execution or a team run
 // waiting for a human's decision, its routes for the dashboard's inbox
@@ -206,14 +207,14 @@ export class ApprovalDefaultsApi extends HttpApiGroup.make("approvalDefaults")
       })
     ),
     HttpApiEndpoint.put("set", "/", {
-      payload: Schema.Struct(approvalFields),
+      payload: ApprovalDefaultsInput,
       success: ApprovalDefaultsView,
       error: BadRequest
     }).annotateMerge(
       operation({
         summary: "Set the approval defaults",
         description:
-          "Sets the fields sent (those left out keep their value). They apply to each tool of the tenant whose " +
+          "Sets the fields sent (those left out keep their value; `null` goes back to the service's). They apply to each tool of the tenant whose " +
           "policy leaves the field out, from the next model turn of every chat and run; a tool with its own value " +
           'keeps it (a tool set to `"never"` is never asked about).',
         errors: "400 naming the field: an unknown `approval`, a rule that does not parse, a timeout out of bounds.",

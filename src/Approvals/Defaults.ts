@@ -6,7 +6,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { TenantId } from "../Domain/Ids.ts"
 import * as Traced from "../Observability/Traced.ts"
-import { approvalFields, approvalPolicy, type Tool } from "../Tools/Tool.ts"
+import { approvalFields, approvalFieldsInput, approvalPolicy, type Tool } from "../Tools/Tool.ts"
 
 // A tenant's defaults for the approval fields of a tool's policy
 // (docs/approvals.md#tenant-defaults), in `tenant_settings` (migration 0036):
@@ -18,6 +18,10 @@ export const StoredApprovalDefaults = Schema.Struct(approvalFields)
 export type StoredApprovalDefaults = typeof StoredApprovalDefaults.Type
 
 const decodeStored = Schema.decodeUnknownOption(StoredApprovalDefaults)
+
+/** The defaults as a client sends them: a field sent as `null` is removed. */
+export const ApprovalDefaultsInput = Schema.Struct(approvalFieldsInput)
+export type ApprovalDefaultsInput = typeof ApprovalDefaultsInput.Type
 
 /** `tools` with the tenant's defaults (`stored`) in each approval field their policy leaves out. */
 export const applyDefaults = (stored: StoredApprovalDefaults, tools: ReadonlyArray<Tool>): ReadonlyArray<Tool> =>
@@ -57,12 +61,12 @@ export class ApprovalDefaults extends Context.Service<ApprovalDefaults>()("agent
     /** The tenant's defaults, the service's filling what it did not set. */
     const get = (tenantId: TenantId) => Effect.map(read(tenantId), view)
 
-    /** Sets the fields sent; those left out keep their value. */
-    const set = (tenantId: TenantId, input: StoredApprovalDefaults) =>
+    /** Sets the fields sent; those left out keep their value, those sent as `null` are removed. */
+    const set = (tenantId: TenantId, input: ApprovalDefaultsInput) =>
       sql<{ toolPolicy: unknown; updatedAt: Date }>`
-        INSERT INTO tenant_settings (tenant_id, tool_policy) VALUES (${tenantId}, ${sql.json(input)})
+        INSERT INTO tenant_settings (tenant_id, tool_policy) VALUES (${tenantId}, jsonb_strip_nulls(${sql.json(input)}))
         ON CONFLICT (tenant_id) DO UPDATE
-          SET tool_policy = tenant_settings.tool_policy || EXCLUDED.tool_policy, updated_at = now()
+          SET tool_policy = jsonb_strip_nulls(tenant_settings.tool_policy || ${sql.json(input)}), updated_at = now()
         RETURNING tool_policy, updated_at`.pipe(
         Effect.map((rows) =>
           view({

@@ -181,12 +181,32 @@ export const ToolPolicy = Schema.Struct({
 })
 export type ToolPolicy = typeof ToolPolicy.Type
 
+const nullable = <S extends Schema.Top>(field: Schema.optionalKey<S>) =>
+  Schema.optionalKey(
+    Schema.NullOr(field.schema).annotate({
+      description: `${field.schema.ast.annotations?.description ?? ""} null: removed, the tenant's default applies.`
+    })
+  )
+
+/** The approval fields as a client sends them: `null` removes one (`withoutNulls`). */
+export const approvalFieldsInput = {
+  approval: nullable(approvalFields.approval),
+  approvalTimeoutMs: nullable(approvalFields.approvalTimeoutMs),
+  approvalOnExpiry: nullable(approvalFields.approvalOnExpiry)
+}
+
+/** `policy` with the fields sent as `null` removed. */
+export const withoutNulls = <A extends Record<string, unknown>>(policy: A) =>
+  Object.fromEntries(Object.entries(policy).filter(([, value]) => value !== null)) as {
+    [K in keyof A]: Exclude<A[K], null>
+  }
+
 /** The policy as a client sends it: each bound left out keeps its default (on create) or its value (on update). */
 export const ToolPolicyInput = Schema.Struct({
   timeoutMs: Schema.optionalKey(ToolPolicy.fields.timeoutMs),
   maxOutputBytes: Schema.optionalKey(ToolPolicy.fields.maxOutputBytes),
   maxCallsPerRun: Schema.optionalKey(ToolPolicy.fields.maxCallsPerRun),
-  ...approvalFields
+  ...approvalFieldsInput
 })
 
 /** What a tool's policy says of approvals, its defaults filled in. */

@@ -25,6 +25,7 @@ import { argsOf, placeholders } from "./Template.ts"
 import {
   type CreateTool,
   defaultPolicy,
+  withoutNulls,
   type HttpSettings,
   type McpSettings,
   type McpStdioSettings,
@@ -460,7 +461,12 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
       return yield* limits.admit(
         tenantId,
         "tools",
-        repo.insert(tenantId, { ...input, parameters, settings, policy: { ...defaultPolicy, ...input.policy } })
+        repo.insert(tenantId, {
+          ...input,
+          parameters,
+          settings,
+          policy: withoutNulls({ ...defaultPolicy, ...input.policy })
+        })
       )
     })
 
@@ -500,7 +506,7 @@ export class Tools extends Context.Service<Tools>()("agent-host/Tools", {
       const tool = yield* repo.update(tenantId, id, {
         ...fields,
         ...(settings === undefined ? {} : { settings }),
-        ...(policy === undefined ? {} : { policy: { ...existing.policy, ...policy } })
+        ...(policy === undefined ? {} : { policy: withoutNulls({ ...existing.policy, ...policy }) })
       })
       if (Option.isNone(tool)) return yield* notFound(id)
       return tool.value

@@ -54,7 +54,7 @@ const tenant = Effect.gen(function* () {
             return response.body.executionId as string
           }
         )
-      return { execute }
+      return { execute, id: tool.body.id as string }
     })
   const untilStatus = (id: string, statuses: ReadonlyArray<string>) =>
     eventually(
@@ -127,6 +127,15 @@ layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))),
           const unchanged = yield* one.client.request("GET", "/api/settings/approvals", one.session)
           assert.deepStrictEqual(unchanged.body, again.body)
 
+          // `null` goes back to the service's.
+          const cleared = yield* one.setDefaults({ approval: null })
+          assert.strictEqual(cleared.status, 200, cleared.text)
+          assert.deepInclude(cleared.body, {
+            approval: "never",
+            approvalTimeoutMs: 60_000,
+            approvalOnExpiry: "approve"
+          })
+
           const others = yield* other.client.request("GET", "/api/settings/approvals", other.session)
           assert.strictEqual(others.body.approval, "never")
           const anonymous = yield* one.client.request("GET", "/api/settings/approvals")
@@ -172,6 +181,16 @@ layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))),
               target.requests.map((request) => request.path),
               ["/orders/B-1", "/orders/A-2"]
             )
+
+            // Its own `approval` removed (`null`): the tenant's applies to it too.
+            const cleared = yield* run.client.request("PUT", `/api/tools/${never.id}`, {
+              ...run.session,
+              body: { policy: { approval: null } }
+            })
+            assert.strictEqual(cleared.status, 200, cleared.text)
+            assert.notProperty(cleared.body.policy, "approval")
+            const askedNow = yield* never.execute("A-3")
+            assert.deepInclude(yield* run.pending(askedNow), { tool: "lookup_never", arguments: { id: "A-3" } })
 
             const decided = yield* run.decide(approval.id, { decision: "approve" })
             assert.strictEqual(decided.status, 200, decided.text)

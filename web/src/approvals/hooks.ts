@@ -2,6 +2,7 @@ import { type FormEvent, useEffect, useState } from "react"
 import type { Approval, ApprovalDefaultsView, ApprovalStatus } from "../../../src/Approvals/Api.ts"
 import { ApiProblem, call } from "../shared/api.ts"
 import { pageQuery, useLoad, usePaged } from "../shared/data.ts"
+import { type ApprovalDraft, approvalOf, timeoutDraftOf, timeoutMsOf } from "./ApprovalFields.tsx"
 
 // The inbox of approvals: tool calls of executions and team runs waiting for
 // a person. A decision is the first one only: another person's, made
@@ -56,34 +57,24 @@ export const useApprovals = (status: ApprovalStatus) => {
   return { list, decide, problem, saved, fieldError }
 }
 
-/** The approval defaults as the panel edits them: the timeout in a unit people read. */
-export interface DefaultsDraft {
-  readonly mode: "never" | "always" | "when"
-  readonly rule: string
-  /** The timeout in `unit`, as typed. */
-  readonly timeout: string
-  readonly unit: "minutes" | "hours"
-  readonly onExpiry: "reject" | "approve"
+/** The approval defaults as the panel edits them: every field set, none on "tenant default". */
+export interface DefaultsDraft extends ApprovalDraft {
+  readonly mode: Exclude<ApprovalDraft["mode"], "default">
+  readonly onExpiry: Exclude<ApprovalDraft["onExpiry"], "default">
 }
 
-const msPer = { minutes: 60_000, hours: 3_600_000 } as const
-
-/** The draft of the defaults in force: whole hours in hours, anything else in minutes. */
-export const defaultsDraftOf = (view: typeof ApprovalDefaultsView.Type): DefaultsDraft => {
-  const unit = view.approvalTimeoutMs % msPer.hours === 0 ? "hours" : "minutes"
-  return {
-    mode: typeof view.approval === "string" ? view.approval : "when",
-    rule: typeof view.approval === "string" ? "" : view.approval.when,
-    timeout: String(view.approvalTimeoutMs / msPer[unit]),
-    unit,
-    onExpiry: view.approvalOnExpiry
-  }
-}
+/** The draft of the defaults in force. */
+export const defaultsDraftOf = (view: typeof ApprovalDefaultsView.Type): DefaultsDraft => ({
+  mode: typeof view.approval === "string" ? view.approval : "when",
+  rule: typeof view.approval === "string" ? "" : view.approval.when,
+  ...timeoutDraftOf(view.approvalTimeoutMs),
+  onExpiry: view.approvalOnExpiry
+})
 
 /** The PUT's payload: every field, so the form saves what it shows; a timeout that is no number is sent for the API to name. */
 export const defaultsPayload = (draft: DefaultsDraft) => ({
-  approval: draft.mode === "when" ? { when: draft.rule } : draft.mode,
-  approvalTimeoutMs: draft.timeout.trim() === "" ? Number.NaN : Math.round(Number(draft.timeout) * msPer[draft.unit]),
+  approval: approvalOf(draft.mode, draft.rule),
+  approvalTimeoutMs: timeoutMsOf(draft),
   approvalOnExpiry: draft.onExpiry
 })
 

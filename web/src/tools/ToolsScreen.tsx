@@ -3,6 +3,8 @@ import { ToolId } from "../../../src/Domain/Ids.ts"
 import type { CallResult, HttpHop } from "../../../src/Tools/Call.ts"
 import { httpMethods, policyBounds, type Tool, type ToolKind } from "../../../src/Tools/Tool.ts"
 import { useAllAgents } from "../agents/hooks.ts"
+import { ApprovalFields } from "../approvals/ApprovalFields.tsx"
+import { useApprovalDefaults } from "../approvals/hooks.ts"
 import { Link, navigate, type Route, withQuery } from "../router.tsx"
 import { ApiProblem } from "../shared/api.ts"
 import { useAllSecrets } from "../secrets/hooks.ts"
@@ -160,10 +162,12 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
   const { agents } = useAllAgents()
   const bases = useAllKnowledgeBases()
   const secrets = useAllSecrets()
+  // The tenant's approval defaults, named on each approval field's "tenant default".
+  const approvalDefaults = useApprovalDefaults().view
   const [deleting, setDeleting] = useState<Tool>()
   // Reached over the network (an http tool, an mcp server at a URL): a URL, headers and hosts.
   const remote = draft.kind === "http" || (draft.kind === "mcp" && !draft.mcpStdio)
-  const payload = toPayload(draft)
+  const payload = toPayload(draft, tool?.policy)
   const request = "value" in payload ? payload.value : draft
   const testArguments = parseObject(test.arguments, "payload.arguments")
   const testArgumentsError =
@@ -620,6 +624,20 @@ export const ToolsScreen = ({ route }: { readonly route: Route }) => {
                   )}
                 </Field>
               ))}
+              <fieldset>
+                <legend>Approvals</legend>
+                <p className="hint">
+                  A field on “Tenant default” (the timeout: left empty) takes the tenant's, as set on the{" "}
+                  <Link to="/approvals">approvals</Link> screen.
+                </p>
+                <ApprovalFields
+                  draft={draft.approval}
+                  onChange={set("approval")}
+                  fieldError={fieldError}
+                  path="payload.policy"
+                  tenant={{ view: approvalDefaults }}
+                />
+              </fieldset>
             </fieldset>
 
             <ProblemMessage problem={problem} />

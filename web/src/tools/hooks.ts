@@ -1,7 +1,8 @@
 import { type FormEvent, useEffect, useState } from "react"
 import { AgentId, type ToolId } from "../../../src/Domain/Ids.ts"
 import type { CallResult } from "../../../src/Tools/Call.ts"
-import type { httpMethods, McpServerTool, Tool, ToolKind } from "../../../src/Tools/Tool.ts"
+import type { httpMethods, McpServerTool, Tool, ToolKind, ToolPolicy } from "../../../src/Tools/Tool.ts"
+import { type ApprovalDraft, toolApprovalDraftOf, toolApprovalPayload } from "../approvals/ApprovalFields.tsx"
 import { navigate, type Route, withQuery } from "../router.tsx"
 import { ApiProblem, call } from "../shared/api.ts"
 import { allPages, pageQuery, useLoad, usePaged, useSelected } from "../shared/data.ts"
@@ -58,6 +59,8 @@ export interface ToolDraft {
   timeoutMs: string
   maxOutputBytes: string
   maxCallsPerRun: string
+  /** The policy's approval fields, each on "tenant default" when the tool leaves it out. */
+  approval: ApprovalDraft
 }
 
 const json = (value: unknown) => JSON.stringify(value, null, 2)
@@ -100,7 +103,8 @@ export const emptyDraft: ToolDraft = {
   agentId: "",
   timeoutMs: "",
   maxOutputBytes: "",
-  maxCallsPerRun: ""
+  maxCallsPerRun: "",
+  approval: toolApprovalDraftOf(undefined)
 }
 
 const draftOf = (tool: Tool): ToolDraft => {
@@ -138,7 +142,8 @@ const draftOf = (tool: Tool): ToolDraft => {
           : { agentId: s.agentId }),
     timeoutMs: String(tool.policy.timeoutMs),
     maxOutputBytes: String(tool.policy.maxOutputBytes),
-    maxCallsPerRun: String(tool.policy.maxCallsPerRun)
+    maxCallsPerRun: String(tool.policy.maxCallsPerRun),
+    approval: toolApprovalDraftOf(tool.policy)
   }
 }
 
@@ -226,8 +231,11 @@ const settingsOf = (d: ToolDraft) => {
   }
 }
 
-/** The request body of a draft, or the problem that keeps it from being sent. */
-export const toPayload = (d: ToolDraft) => {
+/**
+ * The request body of a draft, or the problem that keeps it from being sent. `stored` is the policy of the tool
+ * edited: an approval field it has, put back on "tenant default", is sent as null to remove it.
+ */
+export const toPayload = (d: ToolDraft, stored?: ToolPolicy) => {
   const parameters = parseObject(d.parameters, "payload.parameters")
   if ("problem" in parameters) return parameters
   const duplicates = d.headers
@@ -250,7 +258,7 @@ export const toPayload = (d: ToolDraft) => {
       description: d.description,
       parameters: parameters.value,
       settings: settingsOf(d),
-      policy
+      policy: { ...policy, ...toolApprovalPayload(d.approval, stored) }
     }
   }
 }
@@ -338,7 +346,7 @@ export const useTools = (route: Route, selected: ToolId | null) => {
     event.preventDefault()
     setProblem(undefined)
     setSaved("")
-    const payload = toPayload(draft)
+    const payload = toPayload(draft, tool?.policy)
     if ("problem" in payload) {
       setProblem(payload.problem)
       return

@@ -165,11 +165,17 @@ export class CounterSql extends Context.Service<CounterSql, SqlClient.SqlClient>
 }
 
 /**
- * A LISTEN holds its connection: one each for API key revocations, agent
- * changes, orchestration changes, plan changes, run events (the event streams)
- * and run signals (slots granted, runs cancelled: Runtime/RunSignals.ts).
+ * A LISTEN holds its connection: one each for API key revocations, agent,
+ * orchestration and tool changes, plan changes, tenant settings, run events
+ * (the event streams) and run signals (slots granted, runs cancelled:
+ * Runtime/RunSignals.ts). test/Database/Listeners.test.ts names them.
  */
-export const listenerConnections = 6
+export const listenerConnections = 8
+
+// Room beyond them: a LISTEN the pool cannot give a connection waits for
+// ever, and the cache it keeps current is never trusted (every read then goes
+// to the database), which nothing else would show.
+const listenerPoolSpare = 4
 
 /**
  * Connections of their own for LISTEN: notifications never take a connection
@@ -183,7 +189,7 @@ export class ListenerSql extends Context.Service<ListenerSql, PgClient.PgClient>
       const options = yield* connectionOptions
       return yield* PgClient.make({
         ...options,
-        maxConnections: listenerConnections,
+        maxConnections: listenerConnections + listenerPoolSpare,
         applicationName: "agent-host-listener"
       })
     })

@@ -1,6 +1,8 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Context, Effect, Layer } from "effect"
+import { ApprovalDefaults } from "../../src/Approvals/Defaults.ts"
+import { TenantId } from "../../src/Domain/Ids.ts"
 import { ExecutionsRepo } from "../../src/Orchestrations/ExecutionsRepo.ts"
 import { eventually } from "../support/Eventually.ts"
 import * as FakeReceiver from "../support/FakeReceiver.ts"
@@ -80,7 +82,17 @@ const tenant = Effect.gen(function* () {
     )
   const decide = (id: string, body: Record<string, unknown>) =>
     client.request("POST", `/api/v1/approvals/${id}/decision`, { ...auth, body })
-  return { client, session, setDefaults, withTool, untilStatus, approvalsOf, pending, decide }
+  return {
+    client,
+    tenantId: TenantId.make(account.tenantId),
+    session,
+    setDefaults,
+    withTool,
+    untilStatus,
+    approvalsOf,
+    pending,
+    decide
+  }
 })
 
 layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))), { excludeTestServices: true })(
@@ -141,6 +153,36 @@ layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))),
           const anonymous = yield* one.client.request("GET", "/api/settings/approvals")
           assert.strictEqual(anonymous.status, 401)
         })
+      )
+    })
+
+    describe("another node", () => {
+      it.effect("sees a change at its next tool load, told by the change itself", () =>
+        Effect.scoped(
+          Effect.gen(function* () {
+            // A second instance of the service's defaults: another node's cache, listening on its own.
+            const other = Context.get(yield* Layer.build(Layer.fresh(ApprovalDefaults.layer)), ApprovalDefaults)
+            const run = yield* tenant
+            // Once it listens, what it reads is kept: only the notification can make it read again.
+            yield* eventually(Effect.sync(() => assert.isTrue(other.listening(), "listening")), { timeoutMs: 10_000 })
+            assert.deepStrictEqual(yield* other.stored(run.tenantId), {})
+            const set = yield* run.setDefaults({ approval: "always", approvalOnExpiry: "approve" })
+            assert.strictEqual(set.status, 200, set.text)
+            yield* eventually(
+              Effect.map(other.stored(run.tenantId), (stored) =>
+                assert.deepStrictEqual(stored, { approval: "always", approvalOnExpiry: "approve" })
+              ),
+              { timeoutMs: 10_000 }
+            )
+            yield* run.setDefaults({ approval: null })
+            yield* eventually(
+              Effect.map(other.stored(run.tenantId), (stored) =>
+                assert.deepStrictEqual(stored, { approvalOnExpiry: "approve" })
+              ),
+              { timeoutMs: 10_000 }
+            )
+          })
+        )
       )
     })
 

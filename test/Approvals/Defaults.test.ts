@@ -164,7 +164,10 @@ layer(ExecutionsRepo.layer.pipe(Layer.provideMerge(TestServer.layer(settings))),
             const other = Context.get(yield* Layer.build(Layer.fresh(ApprovalDefaults.layer)), ApprovalDefaults)
             const run = yield* tenant
             // Once it listens, what it reads is kept: only the notification can make it read again.
-            yield* eventually(Effect.sync(() => assert.isTrue(other.listening(), "listening")), { timeoutMs: 10_000 })
+            yield* eventually(
+              Effect.sync(() => assert.isTrue(other.listening(), "listening")),
+              { timeoutMs: 10_000 }
+            )
             assert.deepStrictEqual(yield* other.stored(run.tenantId), {})
             const set = yield* run.setDefaults({ approval: "always", approvalOnExpiry: "approve" })
             assert.strictEqual(set.status, 200, set.text)

@@ -8,8 +8,7 @@ import { operation, type OperationDoc } from "../Domain/ApiDocs.ts"
 import { isSafeTextValue, Text, text, textRecord } from "../Domain/Input.ts"
 import { PageOf, PageQuery } from "../Domain/Page.ts"
 import { BadRequest, Conflict, NotFound } from "../Domain/Problems.ts"
-import { ApprovalOnExpiry, ToolApproval } from "../Tools/Tool.ts"
-import { ApprovalDefaultsInput } from "./Defaults.ts"
+import { ApprovalOnExpiry, approvalFieldsInput, ToolApproval } from "../Tools/Tool.ts"
 
 // Approvals (docs/approvals.md): a tool call of an execution or a team run
 // waiting for a human's decision, its routes for the dashboard's inbox
@@ -186,6 +185,12 @@ export class ApprovalsV1Api extends routes("v1Approvals", (scope, doc) => keyOpe
       description: "The same approvals and decisions, with an API key with the `approvals` scope."
     })
   ) {}
+
+// The dashboard type-checks against this file: it imports nothing of the server's.
+
+/** The defaults as a client sends them: a field sent as `null` is removed. */
+export const ApprovalDefaultsInput = Schema.Struct(approvalFieldsInput)
+export type ApprovalDefaultsInput = typeof ApprovalDefaultsInput.Type
 
 /** A tenant's defaults for the approval fields of its tools' policies (docs/approvals.md#tenant-defaults). */
 export const ApprovalDefaultsView = Schema.Struct({

@@ -8,7 +8,8 @@ import * as Schema from "effect/Schema"
 import * as NotifiedCache from "../Database/NotifiedCache.ts"
 import type { TenantId } from "../Domain/Ids.ts"
 import * as Traced from "../Observability/Traced.ts"
-import { approvalFields, approvalFieldsInput, approvalPolicy, type Tool } from "../Tools/Tool.ts"
+import { approvalFields, approvalPolicy, type Tool } from "../Tools/Tool.ts"
+import type { ApprovalDefaultsInput } from "./Api.ts"
 
 // A tenant's defaults for the approval fields of a tool's policy
 // (docs/approvals.md#tenant-defaults), in `tenant_settings` (migration 0036):
@@ -20,10 +21,6 @@ export const StoredApprovalDefaults = Schema.Struct(approvalFields)
 export type StoredApprovalDefaults = typeof StoredApprovalDefaults.Type
 
 const decodeStored = Schema.decodeUnknownOption(StoredApprovalDefaults)
-
-/** The defaults as a client sends them: a field sent as `null` is removed. */
-export const ApprovalDefaultsInput = Schema.Struct(approvalFieldsInput)
-export type ApprovalDefaultsInput = typeof ApprovalDefaultsInput.Type
 
 /** `tools` with the tenant's defaults (`stored`) in each approval field their policy leaves out. */
 export const applyDefaults = (stored: StoredApprovalDefaults, tools: ReadonlyArray<Tool>): ReadonlyArray<Tool> =>

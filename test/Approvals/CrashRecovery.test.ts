@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
+import pg from "pg"
 import { Webhook } from "standardwebhooks"
 import { awaitFinal, request, requestJson, signUpTenant } from "../support/Cluster.ts"
 import { eventually } from "../support/Eventually.ts"
@@ -80,7 +81,14 @@ describe("approvals across a kill -9", () => {
             verifier: new Webhook(hooked.signingSecret as string)
           }
         })
-        // Waiting on A: the approval is written, its event delivered, the run shown `waiting`.
+        const db = new pg.Client({ connectionString: databaseUrl })
+        yield* Effect.acquireRelease(
+          Effect.promise(() => db.connect()),
+          () => Effect.promise(() => db.end())
+        )
+        // Waiting on A: the approval is written, its event delivered and recorded so, the run shown `waiting`.
+        // (A delivery A made but had not recorded when killed is made again by B: at least once, as Standard
+        // Webhooks has it, the receiver telling the two apart by `webhook-id`. Here each is to be made once.)
         const approval = yield* Effect.promise(() =>
           eventually(
             async () => {
@@ -94,6 +102,15 @@ describe("approvals across a kill -9", () => {
               })
               assert.strictEqual(execution.status, "waiting")
               assert.strictEqual(hook.requests.length, 1, "approval.requested delivered")
+              const recorded = await db.query(
+                "SELECT status FROM webhook_events WHERE subject_id = $1 AND type = 'approval.requested'",
+                [setup.executionId]
+              )
+              assert.deepStrictEqual(
+                recorded.rows.map((row) => row.status),
+                ["delivered"],
+                "approval.requested recorded delivered"
+              )
               return page.data[0]
             },
             { timeoutMs: 30_000 }

@@ -311,7 +311,9 @@ layer(TestServer.layer(settings), { excludeTestServices: true })("webhook redeli
                  (SELECT count(*)::int FROM cluster_replies WHERE id > ${simulatedIds}::bigint AND id <= ${simulatedIds}::bigint + 2 * ${count}) AS replies`
             assert.deepStrictEqual(left, { stored: 0, replies: 0 })
           })
-        )
+        ),
+      // Its waits are bounded (30 s and 60 s): the test's own bound covers both, and the 70,000 rows written first.
+      120_000
     )
 
     it.effect("an event whose prune fails is logged and stepped over: the events after it are pruned", () =>
